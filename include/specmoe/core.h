@@ -1,0 +1,70 @@
+/* specmoe core types: the real type, status codes, error messages, explicit RNG state.
+ *
+ * The library never exits and keeps no global state: every function that can fail returns an
+ * sm_status and fills an sm_error the caller owns; every function that needs randomness takes an
+ * sm_rng the caller owns.
+ *
+ * sm_real is float in the library proper. The same sources are compiled a second time with
+ * -DSPECMOE_DOUBLE (build/libspecmoe_f64.a) so the gradient checks run the very same forward and
+ * backward code in double precision (ENGINEERING.md, "Gradient checks ... in double precision").
+ */
+#ifndef SPECMOE_CORE_H
+#define SPECMOE_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef SPECMOE_DOUBLE
+typedef double sm_real;
+#else
+typedef float sm_real;
+#endif
+
+typedef enum {
+    SM_OK = 0,
+    SM_ERR_ARG,     /* a caller-supplied value is impossible (k > E, lr < 0, ...) */
+    SM_ERR_IO,      /* open/read/write/rename failed */
+    SM_ERR_FORMAT,  /* outside data is malformed (truncated, bad magic, bad JSON, ...) */
+    SM_ERR_NOMEM,   /* allocation failed */
+    SM_ERR_NUMERIC, /* a loss or gradient became NaN/Inf */
+    SM_ERR_MISMATCH /* a checkpoint does not match the requested model */
+} sm_status;
+
+/* Human-readable message for the last failure, owned by the caller. */
+typedef struct {
+    char msg[512];
+} sm_error;
+
+/* Sets err->msg (printf-style) and returns code; err may be NULL. */
+sm_status sm_fail(sm_error *err, sm_status code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+const char *sm_status_name(sm_status s);
+
+/* xoshiro256** generator: explicit state, same seed -> same stream on every platform. */
+typedef struct {
+    uint64_t s[4];
+} sm_rng;
+
+void sm_rng_seed(sm_rng *r, uint64_t seed);
+uint64_t sm_rng_u64(sm_rng *r);
+uint32_t sm_rng_below(sm_rng *r, uint32_t n); /* uniform in [0, n), unbiased */
+double sm_rng_uniform(sm_rng *r);             /* uniform in [0, 1) with 53 random bits */
+double sm_rng_normal(sm_rng *r);              /* standard normal (Box-Muller, no cached pair) */
+void sm_rng_shuffle(sm_rng *r, int *a, int n); /* Fisher-Yates */
+
+/* Peak resident set size of this process in bytes (getrusage). */
+size_t sm_peak_rss_bytes(void);
+/* Monotonic wall clock in seconds. */
+double sm_time_now(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

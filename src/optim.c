@@ -1,0 +1,133 @@
+/* Optimisers, clipping, schedules (see include/specmoe/optim.h). */
+#include "specmoe/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sm_optim_config_default(sm_optim_config *c) {
+    memset(c, 0, sizeof *c);
+    c->kind = SM_OPT_ADAMW;
+    c->lr = 1e-3;
+    c->momentum = 0.9;
+    c->beta1 = 0.9;
+    c->beta2 = 0.999;
+    c->eps = 1e-8;
+    c->weight_decay = 0;
+}
+
+const char *sm_opt_name(sm_opt_kind k) { return k == SM_OPT_SGD ? "sgd" : k == SM_OPT_ADAM ? "adam" : "adamw"; }
+
+int sm_opt_parse(const char *s, sm_opt_kind *out) {
+    for (int k = SM_OPT_SGD; k <= SM_OPT_ADAMW; k++)
+        if (strcmp(s, sm_opt_name((sm_opt_kind)k)) == 0) {
+            *out = (sm_opt_kind)k;
+            return 0;
+        }
+    return -1;
+}
+
+sm_status sm_optim_init(sm_optim *o, const sm_optim_config *cfg, const sm_params *ps, sm_error *err) {
+    memset(o, 0, sizeof *o);
+    if (!(cfg->lr >= 0) || !(cfg->eps > 0) || !(cfg->beta1 >= 0 && cfg->beta1 < 1) ||
+        !(cfg->beta2 >= 0 && cfg->beta2 < 1) || !(cfg->weight_decay >= 0) || !(cfg->momentum >= 0))
+        return sm_fail(err, SM_ERR_ARG, "optimiser: lr, eps, betas in [0,1), weight decay and momentum must be valid");
+    o->cfg = *cfg;
+    o->n = ps->total;
+    o->m = calloc(o->n ? o->n : 1, sizeof(sm_real));
+    o->v = calloc(o->n ? o->n : 1, sizeof(sm_real));
+    if (!o->m || !o->v) {
+        sm_optim_free(o);
+        return sm_fail(err, SM_ERR_NOMEM, "optimiser: out of memory for %zu values", ps->total);
+    }
+    return SM_OK;
+}
+
+void sm_optim_free(sm_optim *o) {
+    free(o->m);
+    free(o->v);
+    o->m = o->v = NULL;
+}
+
+void sm_optim_step(sm_optim *o, sm_params *ps, double lr) {
+    const sm_optim_config *c = &o->cfg;
+    o->step++;
+    const double bc1 = 1 - pow(c->beta1, (double)o->step), bc2 = 1 - pow(c->beta2, (double)o->step);
+    for (int i = 0; i < ps->n; i++) {
+        const sm_param *q = &ps->p[i];
+        if (q->flags & SM_PARAM_FROZEN) continue;
+        sm_real *w = ps->data + q->offset, *g = ps->grad + q->offset;
+        sm_real *m = o->m + q->offset, *v = o->v + q->offset;
+        const size_t n = q->numel;
+        /* torch applies weight decay to every parameter by default; NO_DECAY flags are honoured only
+         * for AdamW, where the decay is a separate, explicit regulariser */
+        switch (c->kind) {
+        case SM_OPT_SGD:
+            for (size_t j = 0; j < n; j++) {
+                double gj = (double)g[j] + c->weight_decay * w[j];
+                if (c->momentum > 0) {
+                    /* torch: buf = g on the first step, then buf = mu*buf + g */
+                    m[j] = (sm_real)(o->step == 1 ? gj : c->momentum * m[j] + gj);
+                    gj = m[j];
+                }
+                w[j] = (sm_real)(w[j] - lr * gj);
+            }
+            break;
+        case SM_OPT_ADAM:
+        case SM_OPT_ADAMW: {
+            double wd = c->weight_decay;
+            int decoupled = c->kind == SM_OPT_ADAMW;
+            if (decoupled && (q->flags & SM_PARAM_NO_DECAY)) wd = 0;
+            const double step_size = lr / bc1, sbc2 = sqrt(bc2);
+            for (size_t j = 0; j < n; j++) {
+                double gj = g[j];
+                if (decoupled) w[j] = (sm_real)(w[j] * (1 - lr * wd));
+                else gj += wd * w[j];
+                m[j] = (sm_real)(c->beta1 * m[j] + (1 - c->beta1) * gj);
+                v[j] = (sm_real)(c->beta2 * v[j] + (1 - c->beta2) * gj * gj);
+                /* torch: denom = sqrt(v) / sqrt(bc2) + eps; w -= lr/bc1 * m / denom */
+                double denom = sqrt((double)v[j]) / sbc2 + c->eps;
+                w[j] = (sm_real)(w[j] - step_size * m[j] / denom);
+            }
+            break;
+        }
+        }
+    }
+}
+
+double sm_clip_grad_norm(sm_params *ps, double max_norm) {
+    double sq = 0;
+    for (int i = 0; i < ps->n; i++) {
+        if (ps->p[i].flags & SM_PARAM_FROZEN) continue;
+        const sm_real *g = ps->grad + ps->p[i].offset;
+        for (size_t j = 0; j < ps->p[i].numel; j++) sq += (double)g[j] * g[j];
+    }
+    double norm = sqrt(sq);
+    if (max_norm > 0 && norm > max_norm) {
+        sm_real s = (sm_real)(max_norm / (norm + 1e-6));
+        for (size_t j = 0; j < ps->total; j++) ps->grad[j] *= s;
+    }
+    return norm;
+}
+
+const char *sm_sched_name(sm_sched_kind k) {
+    return k == SM_SCHED_CONSTANT ? "constant" : k == SM_SCHED_LINEAR ? "linear" : "cosine";
+}
+
+int sm_sched_parse(const char *s, sm_sched_kind *out) {
+    for (int k = SM_SCHED_CONSTANT; k <= SM_SCHED_COSINE; k++)
+        if (strcmp(s, sm_sched_name((sm_sched_kind)k)) == 0) {
+            *out = (sm_sched_kind)k;
+            return 0;
+        }
+    return -1;
+}
+
+double sm_schedule_lr(const sm_schedule *s, long step) {
+    if (s->warmup > 0 && step < s->warmup) return s->base_lr * (double)(step + 1) / (double)s->warmup;
+    if (s->kind == SM_SCHED_CONSTANT || s->total_steps <= s->warmup) return s->base_lr;
+    double frac = (double)(step - s->warmup) / (double)(s->total_steps - s->warmup);
+    if (frac > 1) frac = 1;
+    if (s->kind == SM_SCHED_LINEAR) return s->base_lr + (s->final_lr - s->base_lr) * frac;
+    return s->final_lr + 0.5 * (s->base_lr - s->final_lr) * (1 + cos(3.14159265358979323846 * frac));
+}

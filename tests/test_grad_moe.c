@@ -1,0 +1,190 @@
+/* Finite-difference gradient checks (double precision) of the whole MoE layer in every routing
+ * mode, and of a whole model (dense + MoE + ffn layers, residuals, cross-entropy head). */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "gradcheck.h"
+#include "specmoe/model.h"
+#include "specmoe/moe.h"
+
+typedef struct {
+    sm_moe *m;
+    sm_params ps;
+    int T, d;
+    sm_real *x, *G, *out, *dx;
+    uint64_t noise_seed;
+} moe_ctx;
+
+static double moe_loss(void *p) {
+    moe_ctx *c = p;
+    sm_rng r; /* the same noise draw on every call, so noisy gating is a fixed function */
+    sm_rng_seed(&r, c->noise_seed);
+    sm_moe_forward(c->m, c->out, c->x, c->T, &r, 1);
+    double s = 0;
+    for (int i = 0; i < c->T * c->d; i++) s += (double)c->out[i] * c->G[i];
+    return s;
+}
+
+static void moe_setup(moe_ctx *c, const sm_moe_config *cfg, int T, int d, uint64_t seed) {
+    sm_error err;
+    memset(c, 0, sizeof *c);
+    c->T = T;
+    c->d = d;
+    c->noise_seed = seed * 7 + 1;
+    sm_params_init_table(&c->ps);
+    c->m = sm_moe_create(cfg, d, &err);
+    cr_assert(c->m, "%s", err.msg);
+    cr_assert_eq(sm_moe_declare(c->m, &c->ps, "moe", &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(sm_params_alloc(&c->ps, &err), SM_OK);
+    sm_rng r;
+    sm_rng_seed(&r, seed);
+    sm_params_initialize(&c->ps, &r);
+    /* random, not zero, noise weights so the noise path is exercised */
+    for (size_t i = 0; i < c->ps.total; i++) c->ps.data[i] += (sm_real)(0.2 * sm_rng_normal(&r));
+    sm_moe_bind(c->m, &c->ps);
+    cr_assert_eq(sm_moe_reserve(c->m, T, &err), SM_OK);
+    c->x = calloc((size_t)T * d, sizeof(sm_real));
+    c->G = calloc((size_t)T * d, sizeof(sm_real));
+    c->out = calloc((size_t)T * d, sizeof(sm_real));
+    c->dx = calloc((size_t)T * d, sizeof(sm_real));
+    gc_fill_normal(c->x, (size_t)T * d, 1.5, &r);
+    gc_fill_normal(c->G, (size_t)T * d, 1, &r);
+}
+
+static void moe_teardown(moe_ctx *c) {
+    sm_moe_free(c->m);
+    sm_params_free(&c->ps);
+    free(c->x);
+    free(c->G);
+    free(c->out);
+    free(c->dx);
+}
+
+static void moe_check(const char *what, const sm_moe_config *cfg, int T, int d, uint64_t seed, long *dropped) {
+    moe_ctx c;
+    moe_setup(&c, cfg, T, d, seed);
+    sm_params_zero_grad(&c.ps);
+    moe_loss(&c);
+    sm_moe_backward(c.m, c.dx, c.G, c.x, T);
+    if (dropped) *dropped = c.m->route.dropped;
+    sm_rng r;
+    sm_rng_seed(&r, seed + 100);
+    char name[160];
+    snprintf(name, sizeof name, "%s.x", what);
+    gc_check(name, c.x, c.dx, (size_t)T * d, moe_loss, &c, &r, 60);
+    for (int i = 0; i < c.ps.n; i++) {
+        snprintf(name, sizeof name, "%s:%s", what, c.ps.p[i].name);
+        gc_check(name, sm_params_data(&c.ps, i), sm_params_grad(&c.ps, i), c.ps.p[i].numel, moe_loss, &c, &r, 40);
+    }
+    moe_teardown(&c);
+}
+
+static sm_moe_config base(int E, int k, int H) {
+    sm_moe_config c;
+    sm_moe_config_default(&c);
+    c.router.E = E;
+    c.router.k = k;
+    c.H = H;
+    return c;
+}
+
+Test(grad_moe, topk_renormalised) {
+    sm_moe_config c = base(6, 2, 8);
+    moe_check("topk2.renorm", &c, 12, 5, 1, NULL);
+}
+
+Test(grad_moe, topk_raw_weights_with_temperature_and_gelu) {
+    sm_moe_config c = base(5, 3, 7);
+    c.router.renorm = 0;
+    c.router.temperature = 0.6;
+    c.act = SM_ACT_GELU;
+    moe_check("topk3.temp", &c, 10, 6, 2, NULL);
+}
+
+Test(grad_moe, noisy_gating) {
+    sm_moe_config c = base(6, 2, 8);
+    c.router.noisy = 1;
+    moe_check("topk.noisy", &c, 12, 5, 3, NULL);
+}
+
+Test(grad_moe, capacity_drops_tokens) {
+    sm_moe_config c = base(4, 2, 6);
+    c.router.capacity = 0.75; /* cap = ceil(0.75 * 16 * 2 / 4) = 6 per expert: some must drop */
+    long dropped = 0;
+    moe_check("topk.capacity", &c, 16, 5, 4, &dropped);
+    cr_expect(dropped > 0, "the capacity case must actually drop assignments (dropped %ld)", dropped);
+    /* with renormalisation off too */
+    c.router.renorm = 0;
+    moe_check("topk.capacity.raw", &c, 16, 5, 5, &dropped);
+    cr_expect(dropped > 0);
+}
+
+Test(grad_moe, shared_experts) {
+    sm_moe_config c = base(4, 1, 6);
+    c.n_shared = 2;
+    c.act = SM_ACT_SILU;
+    moe_check("topk1.shared", &c, 10, 5, 6, NULL);
+}
+
+Test(grad_moe, dense_mixture_all_experts) {
+    sm_moe_config c = base(4, 4, 6);
+    c.act = SM_ACT_TANH;
+    moe_check("dense", &c, 9, 5, 7, NULL);
+}
+
+Test(grad_moe, no_expert_bias) {
+    sm_moe_config c = base(4, 2, 6);
+    c.expert_bias = 0;
+    moe_check("nobias", &c, 9, 5, 8, NULL);
+}
+
+/* whole model */
+typedef struct {
+    sm_model *m;
+    float *x;
+    int *y;
+    int T;
+} model_ctx;
+
+static double model_loss(void *p) {
+    model_ctx *c = p;
+    sm_rng r;
+    sm_rng_seed(&r, 77);
+    sm_model_forward(c->m, c->x, c->T, &r, 1);
+    return sm_model_loss(c->m, c->y, NULL, c->T);
+}
+
+Test(grad_moe, whole_model_dense_moe_ffn_residual) {
+    sm_model_config cfg;
+    sm_model_config_default(&cfg);
+    sm_error err;
+    cr_assert_eq(sm_model_parse_arch(&cfg, "dense:6,moe:5,ffn:7", &err), SM_OK, "%s", err.msg);
+    cfg.in_dim = 4;
+    cfg.n_classes = 3;
+    cfg.residual = 1;
+    cfg.act = SM_ACT_TANH;
+    cfg.moe.router.E = 4;
+    cfg.moe.router.k = 2;
+    cfg.moe.n_shared = 1;
+    int T = 8;
+    sm_rng r;
+    sm_rng_seed(&r, 11);
+    model_ctx c = {.T = T};
+    c.m = sm_model_create(&cfg, T, &r, &err);
+    cr_assert(c.m, "%s", err.msg);
+    /* the model takes float inputs; the check perturbs parameters only */
+    c.x = malloc(sizeof(float) * T * 4);
+    c.y = malloc(sizeof(int) * T);
+    for (int i = 0; i < T * 4; i++) c.x[i] = (float)sm_rng_normal(&r);
+    for (int t = 0; t < T; t++) c.y[t] = (int)sm_rng_below(&r, 3);
+    sm_params_zero_grad(&c.m->params);
+    model_loss(&c);
+    sm_model_backward(c.m, T);
+    for (int i = 0; i < c.m->params.n; i++)
+        gc_check(c.m->params.p[i].name, sm_params_data(&c.m->params, i), sm_params_grad(&c.m->params, i),
+                 c.m->params.p[i].numel, model_loss, &c, &r, 25);
+    free(c.x);
+    free(c.y);
+    sm_model_free(c.m);
+}
