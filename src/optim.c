@@ -5,6 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef SPECMOE_DOUBLE
+#define R_SQRT sqrt
+#else
+#define R_SQRT sqrtf
+#endif
+
 void sm_optim_config_default(sm_optim_config *c) {
     memset(c, 0, sizeof *c);
     c->kind = SM_OPT_ADAMW;
@@ -78,16 +84,20 @@ void sm_optim_step(sm_optim *o, sm_params *ps, double lr) {
             double wd = c->weight_decay;
             int decoupled = c->kind == SM_OPT_ADAMW;
             if (decoupled && (q->flags & SM_PARAM_NO_DECAY)) wd = 0;
-            const double step_size = lr / bc1, sbc2 = sqrt(bc2);
+            /* torch: denom = sqrt(v) / sqrt(bc2) + eps; w -= lr/bc1 * m / denom. Element-wise, so the
+             * parallel loop gives the same bits for any thread count. */
+            const sm_real b1 = (sm_real)c->beta1, b2 = (sm_real)c->beta2, eps = (sm_real)c->eps;
+            const sm_real step_size = (sm_real)(lr / bc1), isbc2 = (sm_real)(1 / sqrt(bc2));
+            const sm_real decay = (sm_real)(decoupled ? 1 - lr * wd : 1), l2 = (sm_real)(decoupled ? 0 : wd);
+#pragma omp parallel for simd if (n > 65536) schedule(static)
             for (size_t j = 0; j < n; j++) {
-                double gj = g[j];
-                if (decoupled) w[j] = (sm_real)(w[j] * (1 - lr * wd));
-                else gj += wd * w[j];
-                m[j] = (sm_real)(c->beta1 * m[j] + (1 - c->beta1) * gj);
-                v[j] = (sm_real)(c->beta2 * v[j] + (1 - c->beta2) * gj * gj);
-                /* torch: denom = sqrt(v) / sqrt(bc2) + eps; w -= lr/bc1 * m / denom */
-                double denom = sqrt((double)v[j]) / sbc2 + c->eps;
-                w[j] = (sm_real)(w[j] - step_size * m[j] / denom);
+                sm_real gj = g[j] + l2 * w[j];
+                sm_real wj = w[j] * decay;
+                sm_real mj = b1 * m[j] + (1 - b1) * gj;
+                sm_real vj = b2 * v[j] + (1 - b2) * gj * gj;
+                m[j] = mj;
+                v[j] = vj;
+                w[j] = wj - step_size * mj / (R_SQRT(vj) * isbc2 + eps);
             }
             break;
         }

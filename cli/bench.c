@@ -1,0 +1,177 @@
+/* specmoe bench layer: forward + backward + Adam step of one MoE layer (d -> h -> d ReLU experts,
+ * token-choice top-k), timed per shape, beside the same expert GEMMs run through plain OpenBLAS
+ * sgemm in the same process. Prints one machine-readable line per shape (tools/bench_compare.sh
+ * parses them). */
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "flags.h"
+
+typedef struct {
+    int T, d, h, E, k;
+} shape;
+
+static const char *kDefaultShapes = "256,64,256,8,2;256,128,256,10,2;1024,256,512,8,2;4096,512,2048,8,2;2048,256,1024,32,4";
+
+static int parse_shapes(const char *s, shape *out, int max) {
+    int n = 0;
+    const char *p = s;
+    while (*p && n < max) {
+        shape x;
+        int used = 0;
+        if (sscanf(p, "%d,%d,%d,%d,%d%n", &x.T, &x.d, &x.h, &x.E, &x.k, &used) != 5) return -1;
+        if (x.T < 1 || x.d < 1 || x.h < 1 || x.E < 1 || x.k < 1 || x.k > x.E) return -1;
+        out[n++] = x;
+        p += used;
+        if (*p == ';') p++;
+        else if (*p) return -1;
+    }
+    return n;
+}
+
+/* The six expert GEMMs of one step for an expert with n tokens (forward 2, backward 4). */
+static void expert_gemms_sgemm(int n, int d, int h, const float *X, const float *W1, const float *W2, float *Hb,
+                               float *Y, float *dW1, float *dW2, float *dX) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, h, d, 1, X, d, W1, d, 0, Hb, h);    /* H = X W1^T */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, d, h, 1, Hb, h, W2, h, 0, Y, d);    /* Y = H W2^T */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, h, d, 1, Y, d, W2, h, 0, Hb, h);  /* dH = dY W2 */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, h, n, 1, Y, d, Hb, h, 1, dW2, h);   /* dW2 += dY^T H */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, h, d, n, 1, Hb, h, X, d, 1, dW1, d);   /* dW1 += dH^T X */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d, h, 1, Hb, h, W1, d, 0, dX, d); /* dX = dH W1 */
+}
+
+static double bench_layer_shape(shape s, double seconds, uint64_t seed, int verbose) {
+    sm_error err;
+    sm_moe_config cfg;
+    sm_moe_config_default(&cfg);
+    cfg.router.E = s.E;
+    cfg.router.k = s.k;
+    cfg.H = s.h;
+    cfg.act = SM_ACT_RELU;
+    sm_params ps;
+    sm_params_init_table(&ps);
+    sm_moe *m = sm_moe_create(&cfg, s.d, &err);
+    if (!m || sm_moe_declare(m, &ps, "moe", &err) != SM_OK || sm_params_alloc(&ps, &err) != SM_OK) {
+        fprintf(stderr, "specmoe: bench: %s\n", err.msg);
+        return -1;
+    }
+    sm_rng rng;
+    sm_rng_seed(&rng, seed);
+    sm_params_initialize(&ps, &rng);
+    sm_moe_bind(m, &ps);
+    if (sm_moe_reserve(m, s.T, &err) != SM_OK) {
+        fprintf(stderr, "specmoe: bench: %s\n", err.msg);
+        return -1;
+    }
+    sm_optim_config oc;
+    sm_optim_config_default(&oc);
+    oc.kind = SM_OPT_ADAM;
+    sm_optim opt;
+    sm_optim_init(&opt, &oc, &ps, &err);
+    size_t N = (size_t)s.T * s.d;
+    float *x = malloc(N * sizeof(float)), *G = malloc(N * sizeof(float)), *out = malloc(N * sizeof(float)),
+          *dx = malloc(N * sizeof(float));
+    for (size_t i = 0; i < N; i++) {
+        x[i] = (float)sm_rng_normal(&rng);
+        G[i] = (float)sm_rng_normal(&rng) / (float)N;
+    }
+    /* one step = forward, backward with a fixed upstream gradient, Adam */
+#define STEP()                                                \
+    do {                                                      \
+        sm_params_zero_grad(&ps);                             \
+        sm_moe_forward(m, out, x, s.T, &rng, 1);              \
+        memset(dx, 0, N * sizeof(float));                     \
+        sm_moe_backward(m, dx, G, x, s.T);                    \
+        sm_optim_step(&opt, &ps, 1e-4);                       \
+    } while (0)
+    for (int i = 0; i < 3; i++) STEP();
+    int loads[4096];
+    int E = s.E < 4096 ? s.E : 4096;
+    for (int e = 0; e < E; e++) loads[e] = m->route.load[e];
+    long iters = 0;
+    double t0 = sm_time_now(), t1 = t0;
+    while (t1 - t0 < seconds || iters < 3) {
+        STEP();
+        iters++;
+        t1 = sm_time_now();
+    }
+#undef STEP
+    double step_s = (t1 - t0) / iters;
+    /* expert GEMM flops of one step: 6 GEMMs of 2*n*d*h per expert, n = tokens routed to it */
+    double flops = 0;
+    for (int e = 0; e < E; e++) flops += 12.0 * m->route.load[e] * s.d * s.h;
+    /* the same GEMMs through plain sgemm, experts one after another (each GEMM multi-threaded) */
+    float *W1 = malloc(sizeof(float) * s.h * s.d), *W2 = malloc(sizeof(float) * s.d * s.h);
+    float *dW1 = calloc((size_t)s.h * s.d, sizeof(float)), *dW2 = calloc((size_t)s.d * s.h, sizeof(float));
+    int maxn = 1;
+    for (int e = 0; e < E; e++) maxn = loads[e] > maxn ? loads[e] : maxn;
+    for (int e = 0; e < E; e++) maxn = m->route.load[e] > maxn ? m->route.load[e] : maxn;
+    float *X = malloc(sizeof(float) * maxn * s.d), *Hb = malloc(sizeof(float) * maxn * s.h),
+          *Y = malloc(sizeof(float) * maxn * s.d), *dX = malloc(sizeof(float) * maxn * s.d);
+    for (size_t i = 0; i < (size_t)s.h * s.d; i++) W1[i] = W2[i] = 0.01f * (float)sm_rng_normal(&rng);
+    for (size_t i = 0; i < (size_t)maxn * s.d; i++) X[i] = (float)sm_rng_normal(&rng);
+    long g_iters = 0;
+    double g0 = sm_time_now(), g1 = g0;
+    while (g1 - g0 < seconds || g_iters < 3) {
+        for (int e = 0; e < E; e++)
+            if (m->route.load[e]) expert_gemms_sgemm(m->route.load[e], s.d, s.h, X, W1, W2, Hb, Y, dW1, dW2, dX);
+        g_iters++;
+        g1 = sm_time_now();
+    }
+    double gemm_s = (g1 - g0) / g_iters;
+    double ours = flops / step_s / 1e9, plain = flops / gemm_s / 1e9;
+    printf("bench-layer T=%d d=%d h=%d E=%d k=%d threads=%d ms_per_step=%.4f tokens_per_s=%.0f expert_gflops=%.2f "
+           "sgemm_gflops=%.2f gemm_ratio=%.3f\n",
+           s.T, s.d, s.h, s.E, s.k, omp_get_max_threads(), 1e3 * step_s, s.T / step_s, ours, plain, ours / plain);
+    if (verbose) {
+        printf("  (expert GEMM rate counts the whole step - router, gather/scatter, Adam - as GEMM time; "
+               "sgemm runs the same %d GEMM calls back to back)\n", 6 * E);
+    }
+    fflush(stdout);
+    free(W1); free(W2); free(dW1); free(dW2); free(X); free(Hb); free(Y); free(dX);
+    free(x); free(G); free(out); free(dx);
+    sm_optim_free(&opt);
+    sm_moe_free(m);
+    sm_params_free(&ps);
+    return s.T / step_s;
+}
+
+int cmd_bench(int argc, char **argv) {
+    if (argc < 3 || strcmp(argv[2], "layer") != 0) {
+        fprintf(stderr, "specmoe bench: expected 'layer' (usage: specmoe bench layer [flags])\n");
+        return (argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) ? 0 : CLI_EXIT_USAGE;
+    }
+    const char *shapes_s;
+    int threads, verbose;
+    double seconds;
+    uint64_t seed;
+    fl_flag fl[] = {
+        {"shapes", FL_STRING, &shapes_s, kDefaultShapes, "T,d,h,E,k;... shapes to time", 0},
+        {"threads", FL_INT, &threads, "2", "OpenMP / OpenBLAS threads", 0},
+        {"seconds", FL_DOUBLE, &seconds, "1", "minimum timed seconds per shape and per side", 0},
+        {"seed", FL_U64, &seed, "1", "seed of weights and inputs", 0},
+        {"verbose", FL_BOOL, &verbose, "0", "explain each measurement", 0},
+    };
+    int npos;
+    const char *pos[1];
+    int rc = fl_parse(fl, 5, argc, argv, 3, "bench layer", "[flags]", pos, 0, &npos);
+    if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
+    shape sh[32];
+    int n = parse_shapes(shapes_s, sh, 32);
+    if (n <= 0) {
+        fprintf(stderr, "specmoe bench layer: --shapes: '%s' is not a list of T,d,h,E,k with 1 <= k <= E\n", shapes_s);
+        return CLI_EXIT_USAGE;
+    }
+    if (threads < 1 || !(seconds > 0)) {
+        fprintf(stderr, "specmoe bench layer: --threads must be >= 1 and --seconds > 0\n");
+        return CLI_EXIT_USAGE;
+    }
+    cli_set_threads(threads);
+    for (int i = 0; i < n; i++)
+        if (bench_layer_shape(sh[i], seconds, seed, verbose) < 0) return CLI_EXIT_RUNTIME;
+    return 0;
+}

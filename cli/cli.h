@@ -1,0 +1,21 @@
+/* Shared pieces of the specmoe command-line tool. */
+#ifndef SPECMOE_CLI_H
+#define SPECMOE_CLI_H
+
+#include "specmoe.h"
+
+/* Exit codes: 0 ok, 1 runtime failure (I/O, NaN, ...), 2 usage error. */
+#define CLI_EXIT_RUNTIME 1
+#define CLI_EXIT_USAGE 2
+
+/* Prints "specmoe: <message>" and returns the exit code for st. */
+int cli_fail(sm_status st, const sm_error *err);
+/* Sets the OpenMP (and so OpenBLAS-OpenMP) thread count; <= 0 leaves the default. */
+void cli_set_threads(int n);
+
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+#endif

@@ -1,0 +1,54 @@
+/* specmoe: Mixture-of-Experts networks with spectral routing and regularisation, in C11.
+ *
+ * A usage example (error handling shortened):
+ *
+ *   #include <specmoe.h>
+ *
+ *   sm_error err;
+ *   sm_model_config cfg;
+ *   sm_model_config_default(&cfg);                  // 784 -> dense:256 -> moe:256 (8 experts, top-2) -> 10
+ *   cfg.moe.router.E = 8; cfg.moe.router.k = 2;
+ *   sm_rng rng; sm_rng_seed(&rng, 1);
+ *   sm_model *m = sm_model_create(&cfg, 128, &rng, &err);     // parameters in one block
+ *
+ *   sm_dataset train;
+ *   sm_dataset_load_fashion(&train, NULL, "train", &err);      // Debian's dataset-fashion-mnist
+ *
+ *   sm_train_config tc; sm_train_config_default(&tc);
+ *   sm_train_result res;
+ *   if (sm_train(m, &train, NULL, &tc, NULL, NULL, &res, &err) != SM_OK) fprintf(stderr, "%s\n", err.msg);
+ *   sm_checkpoint_save("model.safetensors", m, NULL, NULL, &err);
+ *
+ * Modules (include/specmoe/):
+ *   core.h        status codes, errors, explicit RNG state
+ *   ops.h         linear, activations, layernorm, softmax, cross-entropy, MSE (forward/backward)
+ *   mlp.h         the two-layer MLP expert
+ *   router.h      the router interface every router implements (router_*.c)
+ *   moe.h         the MoE layer (routed + shared experts)
+ *   params.h      one contiguous block of parameters / gradients
+ *   model.h       layer stacks built from an "arch" string
+ *   optim.h       SGD, Adam, AdamW, clipping, schedules
+ *   metrics.h     routing statistics
+ *   data.h        IDX / Fashion-MNIST, class subsets, batches
+ *   safetensors.h safetensors reader / writer
+ *   checkpoint.h  checkpoints with exact resume
+ *   train.h       the supervised training loop
+ */
+#ifndef SPECMOE_H
+#define SPECMOE_H
+
+#include "specmoe/checkpoint.h"
+#include "specmoe/core.h"
+#include "specmoe/data.h"
+#include "specmoe/metrics.h"
+#include "specmoe/mlp.h"
+#include "specmoe/model.h"
+#include "specmoe/moe.h"
+#include "specmoe/ops.h"
+#include "specmoe/optim.h"
+#include "specmoe/params.h"
+#include "specmoe/router.h"
+#include "specmoe/safetensors.h"
+#include "specmoe/train.h"
+
+#endif
