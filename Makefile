@@ -49,7 +49,7 @@ $(BUILD)/libspecmoe_f64.a: $(LIB64_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 $(BUILD)/libspecmoe.so: $(LIB_OBJ)
-	$(CC) -shared $(OMP) -o $@ $^ $(LIBS)
+	$(CC) -shared $(CFLAGS) $(OMP) -o $@ $^ $(LIBS)
 $(BUILD)/specmoe: $(CLI_OBJ) $(BUILD)/libspecmoe.a
 	$(CC) $(CFLAGS) $(OMP) -o $@ $(CLI_OBJ) $(BUILD)/libspecmoe.a $(LIBS)
 
@@ -65,9 +65,10 @@ $(BUILD)/tests/test_%: tests/test_%.c $(wildcard tests/*.h) $(BUILD)/libspecmoe.
 test: all $(TESTS)
 	@SPECMOE_BIN=$(abspath $(BUILD)/specmoe) tests/run_tests.sh $(TESTS)
 
+# the whole suite again with AddressSanitizer + UBSan (any report fails the run)
 debug:
-	$(MAKE) BUILD=build-debug OPT="-O0" CFLAGS="-O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
-	        LDFLAGS="-fsanitize=address,undefined" test
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	$(MAKE) BUILD=build-debug CFLAGS="-O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
 $(BUILD)/specmoe.pc: Makefile
 	@mkdir -p $(@D)
@@ -86,3 +87,35 @@ install: all
 
 clean:
 	rm -rf build build-debug build-fuzz
+
+# fuzz: libFuzzer targets for the outside-data parsers (fuzz/fuzz_*.c), built with clang under
+# ASan+UBSan into build-fuzz/. Only the sources the parsers need are compiled, so the fuzz build does
+# not depend on the rest of the library. Each target runs FUZZ_SECONDS; fuzz/corpus/<name>/ holds the
+# committed seeds, and new inputs go to build-fuzz/corpus/<name>/ so the tree stays clean. A crash
+# leaves its reproducer in build-fuzz/ and fails the target.
+FUZZ_SECONDS ?= 60
+FUZZ_CC      ?= clang
+FUZZ_DIR     := build-fuzz
+FUZZ_NAMES   := safetensors idx
+FUZZ_SRC     := src/core.c src/safetensors.c src/data.c
+FUZZ_OBJ     := $(FUZZ_SRC:src/%.c=$(FUZZ_DIR)/obj/%.o)
+# keep the objects: they are intermediates of a pattern chain, which make would otherwise delete
+.SECONDARY: $(FUZZ_OBJ)
+FUZZ_CFLAGS  := -std=c11 -Wall -Wextra -Werror -Iinclude -D_DEFAULT_SOURCE -g -O1 -fno-omit-frame-pointer \
+                -fno-sanitize-recover=undefined
+
+$(FUZZ_DIR)/obj/%.o: src/%.c $(HDRS)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+$(FUZZ_DIR)/fuzz_%: fuzz/fuzz_%.c $(FUZZ_OBJ) $(HDRS)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_OBJ) -lcjson -lz -lm
+
+fuzz: $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
+	@for t in $(FUZZ_NAMES); do \
+	    mkdir -p $(FUZZ_DIR)/corpus/$$t; \
+	    dict=; [ -f fuzz/$$t.dict ] && dict=-dict=fuzz/$$t.dict; \
+	    echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
+	    $(FUZZ_DIR)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	        -artifact_prefix=$(FUZZ_DIR)/$$t- $$dict $(FUZZ_DIR)/corpus/$$t fuzz/corpus/$$t || exit 1; \
+	done

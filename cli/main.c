@@ -256,7 +256,9 @@ int cmd_train(int argc, char **argv) {
         code = cli_fail(st, &err);
     } else {
         sm_eval_result ev;
-        st = sm_evaluate(m, &test, m->max_T, &ev, &err);
+        /* evaluated in batches of --batch, like `specmoe eval` by default: capacity limits depend
+         * on the batch, so the two then report the same number */
+        st = sm_evaluate(m, &test, o.batch, &ev, &err);
         if (st != SM_OK) {
             code = cli_fail(st, &err);
         } else {

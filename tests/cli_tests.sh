@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# CLI checks: help texts, usage errors (exit 2), runtime errors (exit 1, "specmoe: ..." message),
+# a short real training run with its artefacts, eval/info on its checkpoint, and safetensors
+# interoperability with PyTorch when Debian's python3-torch is installed.
+# Usage: tests/cli_tests.sh path/to/specmoe. Last line: "cli: N passed, M failed".
+set -u
+bin=${1:?usage: cli_tests.sh path/to/specmoe}
+root=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d /tmp/specmoe-cli-XXXXXX)
+pass=0; fail=0
+ok()   { pass=$((pass + 1)); echo "ok   $1"; }
+bad()  { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && echo "     $2"; }
+# expect CODE NAME PATTERN -- command...: exit status CODE and output (stdout+stderr) matching PATTERN
+expect() {
+    local code=$1 name=$2 pat=$3; shift 4
+    local out rc
+    out=$("$@" 2>&1); rc=$?
+    if [ "$rc" -ne "$code" ]; then bad "$name" "exit $rc, wanted $code: $(echo "$out" | tail -n 3)"; return; fi
+    if [ -n "$pat" ] && ! echo "$out" | grep -qE -- "$pat"; then bad "$name" "output lacks /$pat/: $(echo "$out" | tail -n 3)"; return; fi
+    ok "$name"
+}
+
+expect 0 "top-level help"            "train"                 -- "$bin" --help
+expect 2 "no command is a usage error" "usage"               -- "$bin"
+expect 2 "unknown command"           "unknown command"       -- "$bin" frobnicate
+expect 0 "train --help lists flags with defaults" "--lr NUM .*\[1e-3\]" -- "$bin" train --help
+for f in data classes per-class batch threads arch experts topk temperature noisy renorm capacity shared epochs optim lr schedule warmup clip seed out resume; do
+    "$bin" train --help | grep -q -- "--$f " || bad "train --help lists --$f"
+done
+expect 0 "eval --help"               "--split"               -- "$bin" eval --help
+expect 0 "info --help"               "CHECKPOINT"            -- "$bin" info --help
+expect 0 "bench layer --help"        "--shapes"              -- "$bin" bench layer --help
+expect 2 "unknown flag"              "unknown flag '--nope'" -- "$bin" train --nope 1
+expect 2 "bad number"                "--lr: 'abc' is not"    -- "$bin" train --lr abc
+expect 2 "missing value"             "needs a value"         -- "$bin" train --lr
+expect 2 "k > E refused"             "top-k must be in"      -- "$bin" train --experts 4 --topk 5
+expect 2 "temperature <= 0 refused"  "temperature must be > 0" -- "$bin" train --temperature 0
+expect 2 "capacity < 0 refused"      "capacity factor"       -- "$bin" train --capacity -1
+expect 2 "bad arch refused"          "unknown layer kind"    -- "$bin" train --arch conv:3
+expect 2 "unknown router refused"    "unknown router"        -- "$bin" train --router nope
+expect 2 "unknown optimiser refused" "unknown optimiser"     -- "$bin" train --optim lion
+expect 2 "bad class list refused"    "class"                 -- "$bin" train --classes 3,3
+expect 2 "bad bench shapes refused"  "--shapes"              -- "$bin" bench layer --shapes 1,2,3
+expect 1 "missing data dir"          "specmoe: .*nonexistent" -- "$bin" train --data "$tmp/nonexistent" --epochs 1
+expect 1 "info on a missing file"    "specmoe: "             -- "$bin" info "$tmp/none.safetensors"
+printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a":' > "$tmp/trunc.safetensors"
+expect 1 "info on a truncated file"  "specmoe: .*trunc"      -- "$bin" info "$tmp/trunc.safetensors"
+
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    run="$tmp/run"
+    out=$("$bin" train --per-class 300 --epochs 2 --arch dense:64,moe:32 --experts 4 --topk 2 --capacity 1.5 \
+          --shared 1 --log-every 10 --warmup 0 --lr 3e-3 --out "$run" --threads 1 2>"$tmp/train.err"); rc=$?
+    if [ $rc -eq 0 ] && echo "$out" | grep -q "final test accuracy" && echo "$out" | grep -q "peak memory"; then
+        ok "short Fashion-MNIST training run"
+    else
+        bad "short Fashion-MNIST training run" "exit $rc: $(tail -n 3 "$tmp/train.err")"
+    fi
+    grep -qE '^step [0-9]+/[0-9]+ epoch' "$tmp/train.err" && ok "plain progress lines when stderr is not a terminal" \
+        || bad "plain progress lines when stderr is not a terminal"
+    echo "$out" | grep -q "load per expert" && ok "routing statistics printed" || bad "routing statistics printed"
+    [ -s "$run/metrics.jsonl" ] && head -n 1 "$run/metrics.jsonl" | grep -q '"load":\[' && ok "metrics.jsonl written" \
+        || bad "metrics.jsonl written"
+    [ -s "$run/checkpoint.safetensors" ] && [ ! -e "$run/checkpoint.safetensors.tmp" ] && ok "checkpoint written atomically" \
+        || bad "checkpoint written atomically"
+    expect 0 "info prints model and tensor table" "layers.1.experts.w1 +F32 +\[4,32,64\]" -- "$bin" info "$run/checkpoint.safetensors"
+    acc=$(echo "$out" | sed -nE 's/^final test accuracy: ([0-9.]+).*/\1/p')
+    eval_out=$("$bin" eval "$run/checkpoint.safetensors" --threads 1 2>&1)
+    echo "$eval_out" | grep -q "test accuracy: $acc" && ok "eval reproduces the final test accuracy ($acc)" \
+        || bad "eval reproduces the final test accuracy" "$acc vs $(echo "$eval_out" | tail -n 1)"
+    expect 1 "resume with other model flags refused" "does not match" -- \
+        "$bin" train --per-class 300 --epochs 3 --arch dense:64,moe:32 --experts 8 --out "$tmp/run2" --resume "$run/checkpoint.safetensors"
+    if /usr/bin/python3 -c "import torch" 2>/dev/null && [ -f "$root/tools/safetensors_torch.py" ]; then
+        # specmoe -> PyTorch -> specmoe: the file PyTorch writes must evaluate identically
+        if /usr/bin/python3 "$root/tools/safetensors_torch.py" roundtrip "$run/checkpoint.safetensors" "$tmp/torch.safetensors" >/dev/null 2>&1; then
+            out2=$("$bin" eval "$tmp/torch.safetensors" --threads 1 2>&1)
+            echo "$out2" | grep -q "test accuracy: $acc" && ok "PyTorch-written checkpoint evaluates identically" \
+                || bad "PyTorch-written checkpoint evaluates identically" "$(echo "$out2" | tail -n 2)"
+        else
+            bad "PyTorch loads and rewrites a specmoe checkpoint"
+        fi
+        if /usr/bin/python3 "$root/tools/safetensors_torch.py" convert "$run/checkpoint.safetensors" "$tmp/bf16.safetensors" --dtype bf16 >/dev/null 2>&1; then
+            expect 0 "BF16 checkpoint from PyTorch is read" "BF16" -- "$bin" info "$tmp/bf16.safetensors"
+            acc16=$("$bin" eval "$tmp/bf16.safetensors" --threads 1 2>&1 | sed -nE 's/^test accuracy: ([0-9.]+).*/\1/p')
+            awk -v a="$acc" -v b="${acc16:-0}" 'BEGIN { d = a - b; exit !(d < 0.02 && d > -0.02) }' \
+                && ok "BF16 checkpoint evaluates within 0.02 of F32 ($acc16 vs $acc)" \
+                || bad "BF16 checkpoint evaluates within 0.02 of F32" "$acc16 vs $acc"
+        else
+            bad "PyTorch converts a checkpoint to BF16"
+        fi
+    else
+        echo "skip PyTorch interoperability (no /usr/bin/python3 with torch)"
+    fi
+else
+    echo "skip Fashion-MNIST runs (dataset-fashion-mnist not installed)"
+fi
+rm -rf "$tmp"
+echo "cli: $pass passed, $fail failed"
+[ $fail -eq 0 ]
