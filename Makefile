@@ -119,3 +119,9 @@ fuzz: $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
 	    $(FUZZ_DIR)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 	        -artifact_prefix=$(FUZZ_DIR)/$$t- $$dict $(FUZZ_DIR)/corpus/$$t fuzz/corpus/$$t || exit 1; \
 	done
+
+# bench-peer: `specmoe bench layer` and the PyTorch peer (tools/bench_peer.py, Debian's python3-torch)
+# at the same shapes and thread count, with the specmoe/PyTorch tokens-per-second ratio per shape.
+THREADS ?= 2
+bench-peer: $(BUILD)/specmoe
+	tools/bench_compare.sh --threads $(THREADS) --bin $(BUILD)/specmoe

@@ -62,8 +62,8 @@ void sm_optim_step(sm_optim *o, sm_params *ps, double lr) {
     for (int i = 0; i < ps->n; i++) {
         const sm_param *q = &ps->p[i];
         if (q->flags & SM_PARAM_FROZEN) continue;
-        sm_real *w = ps->data + q->offset, *g = ps->grad + q->offset;
-        sm_real *m = o->m + q->offset, *v = o->v + q->offset;
+        sm_real *restrict w = ps->data + q->offset, *restrict g = ps->grad + q->offset;
+        sm_real *restrict m = o->m + q->offset, *restrict v = o->v + q->offset;
         const size_t n = q->numel;
         /* torch applies weight decay to every parameter by default; NO_DECAY flags are honoured only
          * for AdamW, where the decay is a separate, explicit regulariser */

@@ -24,6 +24,23 @@ void sm_train_config_default(sm_train_config *c) {
     c->inject_nan_step = -1;
 }
 
+/* mkdir -p: creates every missing directory on the path. */
+static int make_dirs(const char *path) {
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) return -1;
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] == '/' || buf[i] == 0) {
+            char c = buf[i];
+            buf[i] = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+            buf[i] = c;
+        }
+    }
+    return 0;
+}
+
 static int argmax(const sm_real *x, int n) {
     int b = 0;
     for (int i = 1; i < n; i++)
@@ -118,7 +135,7 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
     char ckpt[4096] = "", metrics_path[4096] = "";
     FILE *mf = NULL;
     if (cfg->out_dir) {
-        if (mkdir(cfg->out_dir, 0755) != 0 && errno != EEXIST)
+        if (make_dirs(cfg->out_dir) != 0)
             return sm_fail(err, SM_ERR_IO, "%s: cannot create run directory: %s", cfg->out_dir, strerror(errno));
         snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", cfg->out_dir);
         snprintf(metrics_path, sizeof metrics_path, "%s/metrics.jsonl", cfg->out_dir);
