@@ -28,7 +28,7 @@ LIB64_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/obj64/%.o)
 CLI_OBJ := $(CLI_SRC:cli/%.c=$(BUILD)/obj/cli_%.o)
 TESTS   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test debug fuzz bench-peer install clean check-tests
+.PHONY: all test debug fuzz bench-peer install install-check clean
 all: $(BUILD)/specmoe $(BUILD)/libspecmoe.a $(BUILD)/libspecmoe.so $(BUILD)/specmoe.pc
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS)
@@ -62,8 +62,15 @@ $(BUILD)/tests/test_%: tests/test_%.c $(wildcard tests/*.h) $(BUILD)/libspecmoe.
 	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(OMP) -o $@ $< $(BUILD)/libspecmoe.a -lcriterion $(LIBS)
 
 # `make test` builds everything and runs every test binary plus the CLI checks.
-test: all $(TESTS)
+test: all $(TESTS) install-check
 	@SPECMOE_BIN=$(abspath $(BUILD)/specmoe) tests/run_tests.sh $(TESTS)
+
+# install into a scratch prefix, then build and run examples/hello_moe.c with the flags pkg-config gives
+install-check: all
+	@rm -rf $(BUILD)/prefix && $(MAKE) -s install PREFIX=$(abspath $(BUILD)/prefix) >/dev/null
+	@PKG_CONFIG_PATH=$(abspath $(BUILD)/prefix)/lib/pkgconfig sh -c \
+	  '$(CC) $(CFLAGS) examples/hello_moe.c $$(pkg-config --cflags --libs --static specmoe) -o $(BUILD)/hello_moe' \
+	  && LD_LIBRARY_PATH=$(abspath $(BUILD)/prefix)/lib $(BUILD)/hello_moe && echo 'install-check: pkg-config --cflags --libs specmoe works'
 
 # the whole suite again with AddressSanitizer + UBSan (any report fails the run)
 debug:
@@ -82,8 +89,8 @@ install: all
 	install -m 644 include/specmoe.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 include/specmoe/*.h $(DESTDIR)$(PREFIX)/include/specmoe/
 	install -m 755 $(BUILD)/specmoe $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 $(BUILD)/specmoe.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
-	-ldconfig 2>/dev/null
+	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/specmoe.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/specmoe.pc
+	-ldconfig 2>/dev/null || true
 
 clean:
 	rm -rf build build-debug build-fuzz
