@@ -27,8 +27,36 @@ typedef struct {
     int log_every, val_size;
     long warmup, ckpt_every, stop_after, fault_nan_step;
     double temperature, capacity, lr, final_lr, momentum, beta1, beta2, eps, weight_decay, clip;
-    uint64_t seed;
+    double balance, zloss, kappa_init, alpha, subspace_beta, rho0;
+    int kr, amortize, amort_hidden, pairs, slots, soft_group, soft_norm;
+    uint64_t seed, router_seed;
 } opts;
+
+/* Router flags shared by train (and the routing benchmarks). Defaults that depend on the router
+ * (switch: k = 1 and balance 0.01; grassmann: dense, k = E; soft: k = 1, slots = batch / E) are
+ * applied in build_model_config when the flag was not given. */
+#define ROUTER_FLAGS(o)                                                                                        \
+    {"router", FL_STRING, &o.router, "topk", "router: topk|switch|expert-choice|hash|random|soft|vmf|grassmann", 0}, \
+    {"experts", FL_INT, &o.experts, "8", "experts per MoE layer", 0},                                           \
+    {"topk", FL_INT, &o.topk, "2", "experts per token (= experts: dense mixture; grassmann default: all)", 0},    \
+    {"temperature", FL_DOUBLE, &o.temperature, "1", "router softmax temperature", 0},                            \
+    {"noisy", FL_BOOL, &o.noisy, "0", "noisy top-k gating (Shazeer 2017) during training", 0},                  \
+    {"renorm", FL_BOOL, &o.renorm, "1", "renormalise the k selected routing weights", 0},                        \
+    {"capacity", FL_DOUBLE, &o.capacity, "0", "capacity factor (0 = unlimited; expert-choice: tokens per expert = cf*T/E)", 0}, \
+    {"balance", FL_DOUBLE, &o.balance, "0", "Switch load-balancing loss weight (switch default 0.01)", 0},       \
+    {"zloss", FL_DOUBLE, &o.zloss, "0", "router z-loss weight", 0},                                              \
+    {"kappa-init", FL_DOUBLE, &o.kappa_init, "1", "vmf/grassmann initial concentration kappa", 0},               \
+    {"alpha", FL_DOUBLE, &o.alpha, "1", "grassmann sparsity dial alpha (changeable at eval)", 0},                 \
+    {"kr", FL_INT, &o.kr, "16", "grassmann routing rank k_r", 0},                                                \
+    {"amortize", FL_BOOL, &o.amortize, "0", "grassmann amortiser h(x) = E softmax(MLP(x))", 0},                  \
+    {"amort-hidden", FL_INT, &o.amort_hidden, "32", "amortiser hidden width", 0},                                \
+    {"subspace-beta", FL_DOUBLE, &o.subspace_beta, "0.01", "grassmann subspace-overlap regulariser weight", 0},  \
+    {"rho0", FL_DOUBLE, &o.rho0, "0.3", "grassmann overlap threshold rho0", 0},                                  \
+    {"pairs", FL_INT, &o.pairs, "0", "grassmann sampled pairs per step (0 = 4E, -1 = all)", 0},                  \
+    {"slots", FL_INT, &o.slots, "0", "soft: slots per expert (0 = group / E, or batch / E)", 0},                 \
+    {"soft-group", FL_INT, &o.soft_group, "0", "soft: tokens per SoftMoE group (0 = the whole batch)", 0},       \
+    {"soft-norm", FL_BOOL, &o.soft_norm, "1", "soft: normalise tokens and slot parameters, learned scale", 0},    \
+    {"router-seed", FL_U64, &o.router_seed, "1", "seed of the random router at evaluation", 0}
 
 #define DATA_FLAGS(o)                                                                                         \
     {"data", FL_STRING, &o.data, SM_FASHION_MNIST_DIR, "directory with the Fashion-MNIST IDX .gz files", 0},   \
@@ -101,28 +129,68 @@ static void on_log(const sm_log_record *r, void *user) {
     }
 }
 
-static int build_model_config(const opts *o, sm_model_config *mc, sm_error *err) {
+static int flag_set(const fl_flag *fl, int n, const char *name) {
+    const fl_flag *f = fl_find(fl, n, name);
+    return f && f->set;
+}
+
+/* Router options from the flags, with the router-dependent defaults; validated by creating it. */
+static int build_router_config(const opts *o, const fl_flag *fl, int nfl, int d, sm_router_config *r, sm_error *err) {
+    sm_router_config_default(r);
+    if (strlen(o->router) >= sizeof r->name) return sm_fail(err, SM_ERR_ARG, "--router: unknown router '%s'", o->router);
+    strcpy(r->name, o->router);
+    r->E = o->experts;
+    r->k = o->topk;
+    if (!flag_set(fl, nfl, "topk")) {
+        if (!strcmp(o->router, "grassmann")) r->k = o->experts; /* GrMoE: dense mixture by default */
+        if (!strcmp(o->router, "switch") || !strcmp(o->router, "soft") || !strcmp(o->router, "expert-choice"))
+            r->k = 1;
+    }
+    r->temperature = o->temperature;
+    r->noisy = o->noisy;
+    r->renorm = o->renorm;
+    r->capacity = o->capacity;
+    r->balance_coef = o->balance;
+    if (!strcmp(o->router, "switch") && !flag_set(fl, nfl, "balance")) r->balance_coef = 0.01;
+    r->zloss_coef = o->zloss;
+    r->kappa_init = o->kappa_init;
+    r->alpha = o->alpha;
+    r->kr = o->kr;
+    r->amortize = o->amortize;
+    r->amort_hidden = o->amort_hidden;
+    r->subspace_beta = o->subspace_beta;
+    r->rho0 = o->rho0;
+    r->pairs = o->pairs;
+    r->slots = o->slots;
+    r->soft_group = o->soft_group;
+    r->soft_norm = o->soft_norm;
+    r->seed = o->router_seed;
+    if (!strcmp(o->router, "soft") && r->slots == 0 && r->soft_group == 0)
+        r->slots = (o->batch + o->experts - 1) / (o->experts > 0 ? o->experts : 1);
+    /* validate now, before any data is read */
+    sm_router *probe = sm_router_create(r, d, err);
+    if (!probe) return SM_ERR_ARG;
+    sm_router_free(probe);
+    return SM_OK;
+}
+
+static int build_model_config(const opts *o, const fl_flag *fl, int nfl, sm_model_config *mc, sm_error *err) {
     sm_model_config_default(mc);
     sm_status st = sm_model_parse_arch(mc, o->arch, err);
     if (st != SM_OK) return st;
     if (sm_act_parse(o->act, &mc->act) || sm_act_parse(o->expert_act, &mc->moe.act))
         return sm_fail(err, SM_ERR_ARG, "--act/--expert-act: unknown activation (none|relu|gelu|tanh|silu)");
     mc->residual = o->residual;
-    sm_router_config *r = &mc->moe.router;
-    if (strlen(o->router) >= sizeof r->name) return sm_fail(err, SM_ERR_ARG, "--router: unknown router '%s'", o->router);
-    strcpy(r->name, o->router);
-    r->E = o->experts;
-    r->k = o->topk;
-    r->temperature = o->temperature;
-    r->noisy = o->noisy;
-    r->renorm = o->renorm;
-    r->capacity = o->capacity;
+    /* the width each MoE layer sees, for the k_r <= d check */
+    int w = mc->in_dim, dmin = 1 << 30;
+    for (int i = 0; i < mc->n_layers; i++) {
+        if (mc->layers[i].kind == SM_LAYER_DENSE) w = mc->layers[i].width;
+        else if (mc->layers[i].kind == SM_LAYER_MOE && w < dmin) dmin = w;
+    }
+    st = build_router_config(o, fl, nfl, dmin < (1 << 30) ? dmin : w, &mc->moe.router, err);
+    if (st != SM_OK) return st;
     mc->moe.n_shared = o->shared;
     mc->moe.expert_bias = o->expert_bias;
-    /* validate the router now, before any data is read */
-    sm_router *probe = sm_router_create(r, 1, err);
-    if (!probe) return SM_ERR_ARG;
-    sm_router_free(probe);
     if (o->shared < 0) return sm_fail(err, SM_ERR_ARG, "--shared: must be >= 0");
     return SM_OK;
 }
@@ -135,13 +203,7 @@ int cmd_train(int argc, char **argv) {
         {"arch", FL_STRING, &o.arch, "dense:256,moe:256", "layers: dense:W | ffn:H | moe:H, comma-separated", 0},
         {"act", FL_STRING, &o.act, "relu", "activation of dense layers and ffn (none|relu|gelu|tanh|silu)", 0},
         {"residual", FL_BOOL, &o.residual, "0", "ffn/moe layers add their input to their output", 0},
-        {"router", FL_STRING, &o.router, "topk", "router (topk)", 0},
-        {"experts", FL_INT, &o.experts, "8", "experts per MoE layer", 0},
-        {"topk", FL_INT, &o.topk, "2", "experts per token (= experts: dense mixture)", 0},
-        {"temperature", FL_DOUBLE, &o.temperature, "1", "router softmax temperature", 0},
-        {"noisy", FL_BOOL, &o.noisy, "0", "noisy top-k gating (Shazeer 2017) during training", 0},
-        {"renorm", FL_BOOL, &o.renorm, "1", "renormalise the k selected routing weights", 0},
-        {"capacity", FL_DOUBLE, &o.capacity, "0", "capacity factor (0 = unlimited); overflow is dropped", 0},
+        ROUTER_FLAGS(o),
         {"shared", FL_INT, &o.shared, "0", "always-on shared experts per MoE layer", 0},
         {"expert-act", FL_STRING, &o.expert_act, "relu", "expert activation", 0},
         {"expert-bias", FL_BOOL, &o.expert_bias, "1", "experts have biases", 0},
@@ -174,7 +236,7 @@ int cmd_train(int argc, char **argv) {
     sm_model_config mc;
     sm_train_config tc;
     sm_train_config_default(&tc);
-    sm_status st = build_model_config(&o, &mc, &err);
+    sm_status st = build_model_config(&o, fl, nfl, &mc, &err);
     if (st != SM_OK) return cli_fail(SM_ERR_ARG, &err);
     if (sm_opt_parse(o.optim, &tc.opt.kind)) {
         fprintf(stderr, "specmoe train: --optim: unknown optimiser '%s' (sgd|adam|adamw)\n", o.optim);
@@ -282,10 +344,14 @@ int cmd_train(int argc, char **argv) {
 
 int cmd_eval(int argc, char **argv) {
     opts o;
-    const char *split;
+    const char *split, *router;
+    double alpha, temperature;
     fl_flag fl[] = {
         DATA_FLAGS(o),
         {"split", FL_STRING, &split, "test", "which split to evaluate (train|test)", 0},
+        {"router", FL_STRING, &router, NULL, "refuse the checkpoint unless its router is this one", 0},
+        {"alpha", FL_DOUBLE, &alpha, "-1", "grassmann: evaluate at this sparsity dial (-1 = as trained)", 0},
+        {"temperature", FL_DOUBLE, &temperature, "-1", "evaluate at this softmax temperature (-1 = as trained)", 0},
     };
     int nfl = (int)(sizeof fl / sizeof fl[0]), npos;
     const char *pos[1];
@@ -308,8 +374,22 @@ int cmd_eval(int argc, char **argv) {
     sm_model_config mc;
     sm_status st = sm_checkpoint_read_config(pos[0], &mc, &err);
     if (st != SM_OK) return cli_fail(st, &err);
+    if (router && strcmp(router, mc.moe.router.name) != 0) {
+        fprintf(stderr, "specmoe eval: %s: the checkpoint's router is '%s', not '%s'\n", pos[0], mc.moe.router.name, router);
+        return CLI_EXIT_USAGE;
+    }
+    if (fl_find(fl, nfl, "alpha")->set && (alpha < 0 || strcmp(mc.moe.router.name, "grassmann") != 0)) {
+        fprintf(stderr, "specmoe eval: --alpha must be >= 0 and applies to grassmann routers (this one: %s)\n",
+                mc.moe.router.name);
+        return CLI_EXIT_USAGE;
+    }
+    if (fl_find(fl, nfl, "temperature")->set && !(temperature > 0)) {
+        fprintf(stderr, "specmoe eval: --temperature must be > 0\n");
+        return CLI_EXIT_USAGE;
+    }
     sm_model *m = sm_model_create(&mc, o.batch, NULL, &err);
     if (!m) return cli_fail(SM_ERR_FORMAT, &err);
+    sm_model_set_dials(m, alpha, temperature);
     st = sm_checkpoint_load(pos[0], m, NULL, NULL, &err);
     sm_dataset ds;
     if (st == SM_OK) st = load_split(&ds, &o, split, !strcmp(split, "train"), &err);
@@ -400,7 +480,8 @@ static void usage(void) {
            "  train            train a classifier on Fashion-MNIST (specmoe train --help)\n"
            "  eval CHECKPOINT  evaluate a checkpoint\n"
            "  info CHECKPOINT  print the model and tensor table of a checkpoint\n"
-           "  bench layer      time forward+backward+Adam of one MoE layer against plain sgemm\n");
+           "  bench layer      time forward+backward+Adam of one MoE layer against plain sgemm\n"
+           "  bingham-z        Kume-Wood saddle-point Bingham normaliser vs Monte Carlo (GrMoE Sec. 6.4.4)\n");
 }
 
 int main(int argc, char **argv) {
@@ -412,6 +493,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "eval")) return cmd_eval(argc, argv);
     if (!strcmp(argv[1], "info")) return cmd_info(argc, argv);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc, argv);
+    if (!strcmp(argv[1], "bingham-z")) return cmd_bingham_z(argc, argv);
     fprintf(stderr, "specmoe: unknown command '%s' (see specmoe --help)\n", argv[1]);
     return CLI_EXIT_USAGE;
 }

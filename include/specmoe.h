@@ -23,11 +23,15 @@
  *   core.h        status codes, errors, explicit RNG state
  *   ops.h         linear, activations, layernorm, softmax, cross-entropy, MSE (forward/backward)
  *   mlp.h         the two-layer MLP expert
- *   router.h      the router interface every router implements (router_*.c)
+ *   router.h      the router interface every router implements (router_*.c): topk, switch,
+ *                 expert-choice, hash, random, soft (SoftMoE), vmf, grassmann (GrMoE)
+ *   stiefel.h     Stiefel-manifold frames (Haar init, tangent projection, QR retraction)
+ *   bingham.h     Bingham normalising constant (Kume-Wood saddle point, Monte Carlo)
+ *   hungarian.h   optimal one-to-one matching (assignment accuracy)
  *   moe.h         the MoE layer (routed + shared experts)
  *   params.h      one contiguous block of parameters / gradients
  *   model.h       layer stacks built from an "arch" string
- *   optim.h       SGD, Adam, AdamW, clipping, schedules
+ *   optim.h       SGD, Adam, AdamW (Riemannian on Stiefel tensors), clipping, schedules
  *   metrics.h     routing statistics
  *   data.h        IDX / Fashion-MNIST, class subsets, batches
  *   safetensors.h safetensors reader / writer
@@ -37,9 +41,11 @@
 #ifndef SPECMOE_H
 #define SPECMOE_H
 
+#include "specmoe/bingham.h"
 #include "specmoe/checkpoint.h"
 #include "specmoe/core.h"
 #include "specmoe/data.h"
+#include "specmoe/hungarian.h"
 #include "specmoe/metrics.h"
 #include "specmoe/mlp.h"
 #include "specmoe/model.h"
@@ -49,6 +55,7 @@
 #include "specmoe/params.h"
 #include "specmoe/router.h"
 #include "specmoe/safetensors.h"
+#include "specmoe/stiefel.h"
 #include "specmoe/train.h"
 
 #endif

@@ -155,6 +155,10 @@ sm_status sm_checkpoint_load(const char *path, sm_model *m, sm_optim *opt, sm_tr
     s = read_model_meta(&st, path, &cfg, err);
     char *a = NULL, *b = NULL;
     if (s == SM_OK) {
+        /* alpha (GrMoE's sparsity dial) and the softmax temperature are inference-time dials: a
+         * checkpoint loads under any value of them, everything else must match */
+        cfg.moe.router.alpha = m->cfg.moe.router.alpha;
+        cfg.moe.router.temperature = m->cfg.moe.router.temperature;
         a = sm_model_config_to_json(&cfg);
         b = sm_model_config_to_json(&m->cfg);
         if (!a || !b || strcmp(a, b) != 0)

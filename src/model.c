@@ -76,6 +76,20 @@ char *sm_model_config_to_json(const sm_model_config *c) {
     cJSON_AddNumberToObject(m, "shared", c->moe.n_shared);
     cJSON_AddNumberToObject(m, "expert_bias", c->moe.expert_bias);
     cJSON_AddStringToObject(m, "expert_act", sm_act_name(c->moe.act));
+    cJSON_AddNumberToObject(m, "balance", r->balance_coef);
+    cJSON_AddNumberToObject(m, "zloss", r->zloss_coef);
+    cJSON_AddNumberToObject(m, "kappa_init", r->kappa_init);
+    cJSON_AddNumberToObject(m, "alpha", r->alpha);
+    cJSON_AddNumberToObject(m, "kr", r->kr);
+    cJSON_AddNumberToObject(m, "amortize", r->amortize);
+    cJSON_AddNumberToObject(m, "amort_hidden", r->amort_hidden);
+    cJSON_AddNumberToObject(m, "subspace_beta", r->subspace_beta);
+    cJSON_AddNumberToObject(m, "rho0", r->rho0);
+    cJSON_AddNumberToObject(m, "pairs", r->pairs);
+    cJSON_AddNumberToObject(m, "slots", r->slots);
+    cJSON_AddNumberToObject(m, "soft_group", r->soft_group);
+    cJSON_AddNumberToObject(m, "soft_norm", r->soft_norm);
+    cJSON_AddNumberToObject(m, "seed", (double)r->seed);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -95,6 +109,14 @@ static sm_status json_int(const cJSON *o, const char *key, int *out, sm_error *e
     if (d != (double)(int)d) return sm_fail(err, SM_ERR_FORMAT, "model config: field '%s' is not an integer", key);
     *out = (int)d;
     return SM_OK;
+}
+
+static sm_status json_opt_num(const cJSON *o, const char *key, double *out, sm_error *err) {
+    return cJSON_GetObjectItemCaseSensitive(o, key) ? json_num(o, key, out, err) : SM_OK;
+}
+
+static sm_status json_opt_int(const cJSON *o, const char *key, int *out, sm_error *err) {
+    return cJSON_GetObjectItemCaseSensitive(o, key) ? json_int(o, key, out, err) : SM_OK;
 }
 
 static sm_status json_str(const cJSON *o, const char *key, char *out, size_t n, sm_error *err) {
@@ -132,6 +154,23 @@ sm_status sm_model_config_from_json(sm_model_config *c, const char *json, sm_err
     if (st == SM_OK) st = json_int(m, "shared", &c->moe.n_shared, err);
     if (st == SM_OK) st = json_int(m, "expert_bias", &c->moe.expert_bias, err);
     if (st == SM_OK) st = json_str(m, "expert_act", eact, sizeof eact, err);
+    /* router options added after the first checkpoints: optional, defaults when absent */
+    double seed = (double)r->seed;
+    if (st == SM_OK) st = json_opt_num(m, "balance", &r->balance_coef, err);
+    if (st == SM_OK) st = json_opt_num(m, "zloss", &r->zloss_coef, err);
+    if (st == SM_OK) st = json_opt_num(m, "kappa_init", &r->kappa_init, err);
+    if (st == SM_OK) st = json_opt_num(m, "alpha", &r->alpha, err);
+    if (st == SM_OK) st = json_opt_int(m, "kr", &r->kr, err);
+    if (st == SM_OK) st = json_opt_int(m, "amortize", &r->amortize, err);
+    if (st == SM_OK) st = json_opt_int(m, "amort_hidden", &r->amort_hidden, err);
+    if (st == SM_OK) st = json_opt_num(m, "subspace_beta", &r->subspace_beta, err);
+    if (st == SM_OK) st = json_opt_num(m, "rho0", &r->rho0, err);
+    if (st == SM_OK) st = json_opt_int(m, "pairs", &r->pairs, err);
+    if (st == SM_OK) st = json_opt_int(m, "slots", &r->slots, err);
+    if (st == SM_OK) st = json_opt_int(m, "soft_group", &r->soft_group, err);
+    if (st == SM_OK) st = json_opt_int(m, "soft_norm", &r->soft_norm, err);
+    if (st == SM_OK) st = json_opt_num(m, "seed", &seed, err);
+    r->seed = (uint64_t)seed;
     cJSON_Delete(o);
     if (st != SM_OK) return st;
     if (sm_act_parse(act, &c->act) || sm_act_parse(eact, &c->moe.act))
@@ -339,6 +378,18 @@ void sm_model_backward(sm_model *m, int T) {
         }
         if (din && L->kind != SM_LAYER_DENSE && m->cfg.residual)
             for (size_t j = 0; j < (size_t)T * L->out; j++) din[j] += L->dout[j];
+    }
+}
+
+void sm_model_set_dials(sm_model *m, double alpha, double temperature) {
+    sm_router_config *all[SM_MAX_LAYERS + 1];
+    int n = 0;
+    all[n++] = &m->cfg.moe.router;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].moe) all[n++] = &m->layers[i].moe->router->cfg;
+    for (int i = 0; i < n; i++) {
+        if (alpha >= 0) all[i]->alpha = alpha;
+        if (temperature > 0) all[i]->temperature = temperature;
     }
 }
 

@@ -267,6 +267,28 @@ void sm_mse_backward(sm_real *dpred, const sm_real *pred, const sm_real *target,
     for (size_t i = 0; i < N; i++) dpred[i] += scale * (pred[i] - target[i]);
 }
 
+/* ---------------------------------------------------------------------------------------------- */
+/* row-wise L2 normalisation (SoftMoE's normalised tokens and slots, vMF directions) */
+
+void sm_l2norm_forward(sm_real *out, sm_real *norms, const sm_real *v, int N, int C) {
+    for (int i = 0; i < N; i++) {
+        const sm_real *vi = v + (size_t)i * C;
+        double ss = 0;
+        for (int j = 0; j < C; j++) ss += (double)vi[j] * vi[j];
+        norms[i] = (sm_real)sqrt(ss > 1e-24 ? ss : 1e-24);
+        for (int j = 0; j < C; j++) out[(size_t)i * C + j] = vi[j] / norms[i];
+    }
+}
+
+void sm_l2norm_backward(sm_real *dv, const sm_real *dout, const sm_real *out, const sm_real *norms, int N, int C) {
+    for (int i = 0; i < N; i++) {
+        const sm_real *y = out + (size_t)i * C, *g = dout + (size_t)i * C;
+        double dot = 0;
+        for (int j = 0; j < C; j++) dot += (double)y[j] * g[j];
+        for (int j = 0; j < C; j++) dv[(size_t)i * C + j] += (sm_real)((g[j] - y[j] * dot) / norms[i]);
+    }
+}
+
 double sm_sumsq(const sm_real *x, size_t n) {
     double s = 0;
     for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];

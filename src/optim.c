@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "specmoe/stiefel.h"
+
 #ifdef SPECMOE_DOUBLE
 #define R_SQRT sqrt
 #else
@@ -38,11 +40,29 @@ sm_status sm_optim_init(sm_optim *o, const sm_optim_config *cfg, const sm_params
     if (!(cfg->lr >= 0) || !(cfg->eps > 0) || !(cfg->beta1 >= 0 && cfg->beta1 < 1) ||
         !(cfg->beta2 >= 0 && cfg->beta2 < 1) || !(cfg->weight_decay >= 0) || !(cfg->momentum >= 0))
         return sm_fail(err, SM_ERR_ARG, "optimiser: lr, eps, betas in [0,1), weight decay and momentum must be valid");
+    /* the Riemannian update of a Stiefel tensor needs, per frame, the projected gradient (r*d), the
+     * point before retraction (r*d, kept for the Gram-Schmidt fallback) and the projection / QR
+     * workspace; one block sized for the largest frame serves every tensor */
+    size_t scratch = 0;
+    for (int i = 0; i < ps->n; i++) {
+        const sm_param *q = &ps->p[i];
+        if (!(q->flags & SM_PARAM_STIEFEL)) continue;
+        int E, r, d;
+        if (sm_stiefel_shape(q->ndim, q->shape, &E, &r, &d) != 0)
+            return sm_fail(err, SM_ERR_ARG, "optimiser: Stiefel tensor '%s' must have shape (E, r, d) or (r, d) "
+                           "with r <= d", q->name);
+        size_t need = 2 * (size_t)r * d + SM_STIEFEL_WORK(r);
+        if (need > scratch) scratch = need;
+    }
     o->cfg = *cfg;
     o->n = ps->total;
     o->m = calloc(o->n ? o->n : 1, sizeof(sm_real));
     o->v = calloc(o->n ? o->n : 1, sizeof(sm_real));
-    if (!o->m || !o->v) {
+    if (scratch) {
+        o->scratch = malloc(sizeof(sm_real) * scratch);
+        o->scratch_n = scratch;
+    }
+    if (!o->m || !o->v || (scratch && !o->scratch)) {
         sm_optim_free(o);
         return sm_fail(err, SM_ERR_NOMEM, "optimiser: out of memory for %zu values", ps->total);
     }
@@ -52,7 +72,63 @@ sm_status sm_optim_init(sm_optim *o, const sm_optim_config *cfg, const sm_params
 void sm_optim_free(sm_optim *o) {
     free(o->m);
     free(o->v);
-    o->m = o->v = NULL;
+    free(o->scratch);
+    o->m = o->v = o->scratch = NULL;
+    o->scratch_n = 0;
+}
+
+/* One Riemannian step of a Stiefel tensor (E frames of (r, d)), geoopt's RiemannianAdam /
+ * RiemannianSGD on the Euclidean-metric Stiefel manifold (REFERENCE-NOTES, GrMoE). Frames are small
+ * (r*d values, two r x r x d products and one thin QR each) and few, so they run serially: that keeps
+ * one scratch block and bit-for-bit reproducibility without per-thread buffers. */
+static void stiefel_step(sm_optim *o, const sm_param *q, sm_real *w, const sm_real *g, sm_real *m, sm_real *v,
+                         double lr, double bc1, double bc2) {
+    const sm_optim_config *c = &o->cfg;
+    int E, r, d;
+    (void)sm_stiefel_shape(q->ndim, q->shape, &E, &r, &d); /* checked in sm_optim_init */
+    const size_t n = (size_t)r * d;
+    sm_real *rg = o->scratch, *x = o->scratch + n, *work = o->scratch + 2 * n;
+    for (int e = 0; e < E; e++) {
+        sm_real *we = w + e * n, *me = m + e * n;
+        /* Riemannian gradient: the tangent projection of the Euclidean one (the gradient itself is
+         * left untouched, as the Euclidean optimisers do) */
+        memcpy(rg, g + e * n, sizeof(sm_real) * n);
+        sm_stiefel_project(rg, we, r, d, work);
+        if (c->kind == SM_OPT_SGD) {
+            const sm_real *dir = rg;
+            if (c->momentum > 0) {
+                /* torch's momentum convention (buf = g on the first step), on tangent vectors */
+                const sm_real mu = (sm_real)c->momentum;
+                for (size_t j = 0; j < n; j++) me[j] = o->step == 1 ? rg[j] : mu * me[j] + rg[j];
+                dir = me;
+            }
+            for (size_t j = 0; j < n; j++) x[j] = (sm_real)(we[j] - lr * dir[j]);
+        } else {
+            /* RiemannianAdam: the second moment is the scalar <rg, rg> per frame, so the step is
+             * m_hat scaled by one number and stays tangent (an element-wise v would not) */
+            const sm_real b1 = (sm_real)c->beta1;
+            double sq = 0;
+            for (size_t j = 0; j < n; j++) {
+                me[j] = b1 * me[j] + (1 - b1) * rg[j];
+                sq += (double)rg[j] * rg[j];
+            }
+            const double vf = c->beta2 * v[e * n] + (1 - c->beta2) * sq;
+            v[e * n] = (sm_real)vf;
+            const double denom = sqrt((double)v[e * n] / bc2) + c->eps;
+            const sm_real step_size = (sm_real)(lr / bc1 / denom);
+            for (size_t j = 0; j < n; j++) x[j] = we[j] - step_size * me[j];
+        }
+        /* back onto the manifold: R <- qf(R + step). The QR cannot fail on finite input; if it ever
+         * does, Gram-Schmidt on the same point gives the same frame. A NaN/Inf point is left as it is
+         * for the training loop's finiteness check to report. */
+        memcpy(we, x, sizeof(sm_real) * n);
+        if (sm_stiefel_retract_qr(we, r, d, work, NULL) != SM_OK) {
+            memcpy(we, x, sizeof(sm_real) * n);
+            (void)sm_stiefel_orthonormalize_gs(we, r, d);
+        }
+        /* vector transport by projection: the moment becomes a tangent vector at the new point */
+        if (c->kind != SM_OPT_SGD || c->momentum > 0) sm_stiefel_project(me, we, r, d, work);
+    }
 }
 
 void sm_optim_step(sm_optim *o, sm_params *ps, double lr) {
@@ -65,6 +141,10 @@ void sm_optim_step(sm_optim *o, sm_params *ps, double lr) {
         sm_real *restrict w = ps->data + q->offset, *restrict g = ps->grad + q->offset;
         sm_real *restrict m = o->m + q->offset, *restrict v = o->v + q->offset;
         const size_t n = q->numel;
+        if (q->flags & SM_PARAM_STIEFEL) { /* o->scratch was sized from this table by sm_optim_init */
+            stiefel_step(o, q, w, g, m, v, lr, bc1, bc2);
+            continue;
+        }
         /* torch applies weight decay to every parameter by default; NO_DECAY flags are honoured only
          * for AdamW, where the decay is a separate, explicit regulariser */
         switch (c->kind) {

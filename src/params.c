@@ -1,6 +1,8 @@
 /* Parameter table: one block for values, one for gradients. */
 #include "specmoe/params.h"
 
+#include "specmoe/stiefel.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +80,12 @@ void sm_params_initialize(sm_params *ps, sm_rng *rng) {
     for (int i = 0; i < ps->n; i++) {
         const sm_param *q = &ps->p[i];
         sm_real *x = ps->data + q->offset;
+        if (q->init == SM_INIT_STIEFEL) {
+            /* frames are the trailing (r, d) blocks; r <= d is checked by the declaring module */
+            int r = (int)q->shape[q->ndim - 2], d = (int)q->shape[q->ndim - 1];
+            for (size_t f = 0; f < q->numel / ((size_t)r * d); f++) sm_stiefel_haar(x + f * (size_t)r * d, r, d, rng, NULL);
+            continue;
+        }
         double a = q->fan_in > 0 ? 1.0 / sqrt((double)q->fan_in) : 0.0;
         for (size_t j = 0; j < q->numel; j++) {
             switch (q->init) {
@@ -86,6 +94,7 @@ void sm_params_initialize(sm_params *ps, sm_rng *rng) {
             case SM_INIT_UNIFORM_FANIN: x[j] = (sm_real)(a * (2 * sm_rng_uniform(rng) - 1)); break;
             case SM_INIT_NORMAL: x[j] = (sm_real)(q->scale * sm_rng_normal(rng)); break;
             case SM_INIT_CONST: x[j] = (sm_real)q->scale; break;
+            case SM_INIT_STIEFEL: break;
             }
         }
     }

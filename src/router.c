@@ -1,14 +1,17 @@
 /* Router registry and the route (assignment) buffers shared by every router. */
 #include "specmoe/router.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* Each router file exports its ops table; adding a router = one line here. */
-extern const sm_router_ops sm_router_topk_ops;
+extern const sm_router_ops sm_router_topk_ops, sm_router_switch_ops, sm_router_expert_choice_ops,
+    sm_router_hash_ops, sm_router_random_ops, sm_router_soft_ops, sm_router_vmf_ops, sm_router_grassmann_ops;
 
 static const sm_router_ops *const kRouters[] = {
-    &sm_router_topk_ops,
+    &sm_router_topk_ops, &sm_router_switch_ops, &sm_router_expert_choice_ops, &sm_router_hash_ops,
+    &sm_router_random_ops, &sm_router_soft_ops, &sm_router_vmf_ops, &sm_router_grassmann_ops,
 };
 #define N_ROUTERS (sizeof kRouters / sizeof kRouters[0])
 
@@ -19,9 +22,17 @@ void sm_router_config_default(sm_router_config *c) {
     c->k = 2;
     c->temperature = 1.0;
     c->renorm = 1;
+    c->kappa_init = 1.0;
+    c->alpha = 1.0;
+    c->kr = 16;
+    c->amort_hidden = 32;
+    c->subspace_beta = 0.01;
+    c->rho0 = 0.3;
+    c->soft_norm = 1;
+    c->seed = 1;
 }
 
-const char *sm_router_names(void) { return "topk"; }
+const char *sm_router_names(void) { return "topk, switch, expert-choice, hash, random, soft, vmf, grassmann"; }
 
 sm_router *sm_router_create(const sm_router_config *cfg, int d, sm_error *err) {
     const sm_router_ops *ops = NULL;
@@ -31,25 +42,27 @@ sm_router *sm_router_create(const sm_router_config *cfg, int d, sm_error *err) {
         sm_fail(err, SM_ERR_ARG, "router: unknown router '%s' (known: %s)", cfg->name, sm_router_names());
         return NULL;
     }
-    if (cfg->E < 1) {
-        sm_fail(err, SM_ERR_ARG, "router: number of experts must be >= 1 (got %d)", cfg->E);
-        return NULL;
-    }
-    if (cfg->k < 1 || cfg->k > cfg->E) {
-        sm_fail(err, SM_ERR_ARG, "router: top-k must be in [1, E=%d] (got %d)", cfg->E, cfg->k);
-        return NULL;
-    }
-    if (!(cfg->temperature > 0)) {
-        sm_fail(err, SM_ERR_ARG, "router: temperature must be > 0 (got %g)", cfg->temperature);
-        return NULL;
-    }
-    if (!(cfg->capacity >= 0)) {
-        sm_fail(err, SM_ERR_ARG, "router: capacity factor must be > 0, or 0 for unlimited (got %g)",
-                cfg->capacity);
-        return NULL;
-    }
-    if (d < 1) {
-        sm_fail(err, SM_ERR_ARG, "router: token width must be >= 1 (got %d)", d);
+    /* every impossible setting is refused here, before any parameter or data is touched */
+    const char *why = NULL;
+    char buf[160];
+    if (cfg->E < 1) why = "number of experts must be >= 1";
+    else if (cfg->k < 1 || cfg->k > cfg->E) why = "top-k must be in [1, E]";
+    else if (!(cfg->temperature > 0)) why = "temperature must be > 0";
+    else if (!(cfg->capacity >= 0)) why = "capacity factor must be > 0, or 0 for unlimited";
+    else if (!(cfg->balance_coef >= 0) || !(cfg->zloss_coef >= 0)) why = "loss coefficients must be >= 0";
+    else if (!(cfg->alpha >= 0)) why = "alpha (the sparsity dial) must be >= 0";
+    else if (!(cfg->kappa_init > 0)) why = "initial concentration kappa must be > 0";
+    else if (!strcmp(cfg->name, "grassmann") && (cfg->kr < 1 || cfg->kr > d)) {
+        snprintf(buf, sizeof buf, "routing rank k_r must be in [1, d=%d]", d);
+        why = buf;
+    } else if (cfg->amortize && cfg->amort_hidden < 1) why = "amortiser hidden width must be >= 1";
+    else if (!(cfg->subspace_beta >= 0) || !(cfg->rho0 >= 0)) why = "subspace beta and rho0 must be >= 0";
+    else if (cfg->pairs < -1) why = "sampled pairs must be >= 1, 0 (4E) or -1 (all)";
+    else if (cfg->slots < 0 || cfg->soft_group < 0) why = "soft slots and group size must be >= 0";
+    else if (d < 1) why = "token width must be >= 1";
+    if (why) {
+        sm_fail(err, SM_ERR_ARG, "router %s: %s (E=%d, k=%d, temperature=%g, capacity=%g, alpha=%g, k_r=%d)",
+                cfg->name, why, cfg->E, cfg->k, cfg->temperature, cfg->capacity, cfg->alpha, cfg->kr);
         return NULL;
     }
     sm_router *r = calloc(1, sizeof *r);
@@ -69,8 +82,10 @@ void sm_router_free(sm_router *r) {
     free(r);
 }
 
-sm_status sm_route_alloc(sm_route *route, int max_T, int E, int max_assign, sm_error *err) {
+sm_status sm_route_alloc(sm_route *route, sm_route_kind kind, int max_T, int E, int max_assign, int slots,
+                         sm_error *err) {
     memset(route, 0, sizeof *route);
+    route->kind = kind;
     route->E = E;
     size_t A = max_assign > 0 ? (size_t)max_assign : 1;
     route->offset = calloc((size_t)E + 1, sizeof(int));
@@ -80,8 +95,17 @@ sm_status sm_route_alloc(sm_route *route, int max_T, int E, int max_assign, sm_e
     route->dweight = calloc(A, sizeof(sm_real));
     route->probs = calloc((size_t)max_T * E, sizeof(sm_real));
     route->load = calloc((size_t)E, sizeof(int));
-    if (!route->offset || !route->token || !route->slot || !route->weight || !route->dweight ||
-        !route->probs || !route->load) {
+    int ok = route->offset && route->token && route->slot && route->weight && route->dweight && route->probs &&
+             route->load;
+    if (ok && kind == SM_ROUTE_SOFT) {
+        size_t n = (size_t)max_T * E * (size_t)slots;
+        route->dispatch = calloc(n, sizeof(sm_real));
+        route->combine = calloc(n, sizeof(sm_real));
+        route->ddispatch = calloc(n, sizeof(sm_real));
+        route->dcombine = calloc(n, sizeof(sm_real));
+        ok = route->dispatch && route->combine && route->ddispatch && route->dcombine;
+    }
+    if (!ok) {
         sm_route_free(route);
         return sm_fail(err, SM_ERR_NOMEM, "route: out of memory for %d tokens", max_T);
     }
@@ -96,6 +120,10 @@ void sm_route_free(sm_route *route) {
     free(route->dweight);
     free(route->probs);
     free(route->load);
+    free(route->dispatch);
+    free(route->combine);
+    free(route->ddispatch);
+    free(route->dcombine);
     memset(route, 0, sizeof *route);
 }
 

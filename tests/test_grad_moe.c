@@ -11,7 +11,7 @@
 typedef struct {
     sm_moe *m;
     sm_params ps;
-    int T, d;
+    int T, d, O;
     sm_real *x, *G, *out, *dx;
     uint64_t noise_seed;
 } moe_ctx;
@@ -21,8 +21,8 @@ static double moe_loss(void *p) {
     sm_rng r; /* the same noise draw on every call, so noisy gating is a fixed function */
     sm_rng_seed(&r, c->noise_seed);
     sm_moe_forward(c->m, c->out, c->x, c->T, &r, 1);
-    double s = 0;
-    for (int i = 0; i < c->T * c->d; i++) s += (double)c->out[i] * c->G[i];
+    double s = c->m->route.aux_loss; /* balance / z / subspace losses are part of the objective */
+    for (int i = 0; i < c->T * c->O; i++) s += (double)c->out[i] * c->G[i];
     return s;
 }
 
@@ -44,12 +44,13 @@ static void moe_setup(moe_ctx *c, const sm_moe_config *cfg, int T, int d, uint64
     for (size_t i = 0; i < c->ps.total; i++) c->ps.data[i] += (sm_real)(0.2 * sm_rng_normal(&r));
     sm_moe_bind(c->m, &c->ps);
     cr_assert_eq(sm_moe_reserve(c->m, T, &err), SM_OK);
+    c->O = c->m->O;
     c->x = calloc((size_t)T * d, sizeof(sm_real));
-    c->G = calloc((size_t)T * d, sizeof(sm_real));
-    c->out = calloc((size_t)T * d, sizeof(sm_real));
+    c->G = calloc((size_t)T * c->O, sizeof(sm_real));
+    c->out = calloc((size_t)T * c->O, sizeof(sm_real));
     c->dx = calloc((size_t)T * d, sizeof(sm_real));
     gc_fill_normal(c->x, (size_t)T * d, 1.5, &r);
-    gc_fill_normal(c->G, (size_t)T * d, 1, &r);
+    gc_fill_normal(c->G, (size_t)T * c->O, 1, &r);
 }
 
 static void moe_teardown(moe_ctx *c) {
@@ -62,6 +63,9 @@ static void moe_teardown(moe_ctx *c) {
 }
 
 static void moe_check(const char *what, const sm_moe_config *cfg, int T, int d, uint64_t seed, long *dropped) {
+    /* hash routing is a function of the input's bytes: any change of x re-routes, so only the
+     * parameters are differentiable there */
+    int check_x = strcmp(cfg->router.name, "hash") != 0;
     moe_ctx c;
     moe_setup(&c, cfg, T, d, seed);
     sm_params_zero_grad(&c.ps);
@@ -72,12 +76,22 @@ static void moe_check(const char *what, const sm_moe_config *cfg, int T, int d, 
     sm_rng_seed(&r, seed + 100);
     char name[160];
     snprintf(name, sizeof name, "%s.x", what);
-    gc_check(name, c.x, c.dx, (size_t)T * d, moe_loss, &c, &r, 60);
+    if (check_x) gc_check(name, c.x, c.dx, (size_t)T * d, moe_loss, &c, &r, 60);
     for (int i = 0; i < c.ps.n; i++) {
         snprintf(name, sizeof name, "%s:%s", what, c.ps.p[i].name);
         gc_check(name, sm_params_data(&c.ps, i), sm_params_grad(&c.ps, i), c.ps.p[i].numel, moe_loss, &c, &r, 40);
     }
     moe_teardown(&c);
+}
+
+static sm_moe_config base_router(const char *router, int E, int k, int H) {
+    sm_moe_config c;
+    sm_moe_config_default(&c);
+    strcpy(c.router.name, router);
+    c.router.E = E;
+    c.router.k = k;
+    c.H = H;
+    return c;
 }
 
 static sm_moe_config base(int E, int k, int H) {
@@ -137,6 +151,88 @@ Test(grad_moe, no_expert_bias) {
     sm_moe_config c = base(4, 2, 6);
     c.expert_bias = 0;
     moe_check("nobias", &c, 9, 5, 8, NULL);
+}
+
+Test(grad_moe, switch_balance_and_zloss) {
+    sm_moe_config c = base_router("switch", 5, 1, 6);
+    c.router.balance_coef = 0.3;
+    c.router.zloss_coef = 0.05;
+    c.router.renorm = 0;
+    moe_check("switch", &c, 12, 5, 21, NULL);
+    /* the aux losses on a top-2 router with capacity as well */
+    c = base_router("topk", 5, 2, 6);
+    c.router.balance_coef = 0.2;
+    c.router.zloss_coef = 0.1;
+    c.router.capacity = 1.0;
+    moe_check("topk.aux.capacity", &c, 12, 5, 22, NULL);
+}
+
+Test(grad_moe, expert_choice) {
+    sm_moe_config c = base_router("expert-choice", 4, 1, 6);
+    c.router.capacity = 1.5;
+    c.router.temperature = 0.8;
+    long dropped = 0;
+    moe_check("expert-choice", &c, 12, 5, 23, &dropped);
+}
+
+Test(grad_moe, hash_and_random_constant_routing) {
+    sm_moe_config c = base_router("hash", 4, 2, 6);
+    moe_check("hash", &c, 10, 5, 24, NULL);
+    c = base_router("random", 4, 1, 6);
+    moe_check("random", &c, 10, 5, 25, NULL);
+}
+
+Test(grad_moe, soft_whole_batch_and_groups) {
+    sm_moe_config c = base_router("soft", 3, 1, 6);
+    c.router.slots = 2;
+    moe_check("soft.batch.norm", &c, 8, 5, 26, NULL);
+    c.router.soft_norm = 0;
+    moe_check("soft.batch.nonorm", &c, 8, 5, 27, NULL);
+    /* groups of 4 tokens (one "observation" each) with a ragged last group */
+    c = base_router("soft", 3, 1, 6);
+    c.router.soft_group = 4;
+    c.router.slots = 0; /* ceil(4 / 3) = 2 slots per expert */
+    moe_check("soft.groups", &c, 10, 5, 28, NULL);
+}
+
+Test(grad_moe, vmf_gate) {
+    sm_moe_config c = base_router("vmf", 5, 2, 6);
+    c.router.kappa_init = 3;
+    moe_check("vmf", &c, 12, 6, 29, NULL);
+}
+
+Test(grad_moe, grassmann_dense_amortized_topk_and_subspace) {
+    sm_moe_config c = base_router("grassmann", 4, 4, 6);
+    c.router.kr = 3;
+    c.router.alpha = 0.7;
+    c.router.subspace_beta = 0; /* the routing alone */
+    moe_check("grassmann.dense", &c, 10, 6, 30, NULL);
+    c.router.amortize = 1;
+    c.router.amort_hidden = 5;
+    moe_check("grassmann.amortized", &c, 10, 6, 31, NULL);
+    c.router.k = 2; /* top-k on the Bingham weights */
+    c.router.amortize = 0;
+    moe_check("grassmann.top2", &c, 10, 6, 32, NULL);
+    /* the subspace-overlap regulariser, all pairs and sampled pairs, with a threshold low enough that
+     * random 3-dim subspaces of R^6 (expected overlap 1.5) exceed it */
+    c.router.k = 4;
+    c.router.subspace_beta = 0.5;
+    c.router.rho0 = 0.05;
+    c.router.pairs = -1;
+    moe_check("grassmann.subspace.all", &c, 10, 6, 33, NULL);
+    c.router.pairs = 5;
+    moe_check("grassmann.subspace.sampled", &c, 10, 6, 34, NULL);
+}
+
+Test(grad_moe, output_width_differs_from_input) {
+    sm_moe_config c = base(4, 2, 6);
+    c.out_dim = 3;
+    c.n_shared = 1;
+    moe_check("topk.out3", &c, 10, 5, 40, NULL);
+    c = base_router("soft", 3, 1, 6);
+    c.out_dim = 7;
+    c.router.soft_group = 4;
+    moe_check("soft.out7", &c, 10, 5, 41, NULL);
 }
 
 /* whole model */

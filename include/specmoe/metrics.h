@@ -15,13 +15,17 @@ extern "C" {
 
 #define SM_METRICS_MAX_E 1024
 
+/* Load of an expert: its kept assignments for sparse top-k routes; for dense mixtures (every token
+ * to every expert) and SoftMoE, where assignment counts are equal by construction, its probability
+ * mass sum_t p_te (the expected load of GrMoE Thm. 2). */
 typedef struct {
     int E, k;
     long tokens;                  /* tokens seen */
     long assignments;             /* kept assignments */
-    long dropped;                 /* dropped assignments */
+    long dropped;                 /* dropped assignments (expert-choice: tokens no expert took) */
     double entropy_sum;           /* sum over tokens of H(p_t) (nats) */
-    long load[SM_METRICS_MAX_E];  /* kept assignments per expert */
+    double topk_mass_sum;         /* sum over tokens of the k largest p_te */
+    double load[SM_METRICS_MAX_E];/* per-expert load (see above) */
 } sm_routing_stats;
 
 void sm_routing_stats_reset(sm_routing_stats *s, int E, int k);
@@ -33,6 +37,7 @@ typedef struct {
     double load_frac[SM_METRICS_MAX_E]; /* load / assignments */
     double entropy;        /* mean routing entropy, nats */
     double eff_experts;    /* exp(entropy) */
+    double topk_mass;      /* mean mass of the k largest routing probabilities */
     double cv;             /* std / mean of per-expert load */
     double max_vio;        /* max_e |load_e - mean| / mean */
     double active_ratio;   /* experts with any load / E */
@@ -41,6 +46,12 @@ typedef struct {
 } sm_routing_summary;
 
 void sm_routing_summarize(const sm_routing_stats *s, sm_routing_summary *out);
+
+/* Routing entropy (nats) and top-k mass of one probability vector p (E). */
+double sm_entropy(const sm_real *p, int E);
+double sm_topk_mass(const sm_real *p, int E, int k);
+/* Top-1 expert of every token (argmax of probs (T,E), ties to the lower index). */
+void sm_route_argmax(int *out, const sm_route *r);
 
 #ifdef __cplusplus
 }

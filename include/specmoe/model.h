@@ -86,6 +86,9 @@ const sm_real *sm_model_forward(sm_model *m, const float *x, int T, sm_rng *rng,
 double sm_model_loss(sm_model *m, const int *y, const unsigned char *mask, int T);
 /* Backward of the loss: gradients accumulate into m->params.grad (zero them first). */
 void sm_model_backward(sm_model *m, int T);
+/* Sets the inference-time dials of every MoE router: GrMoE's alpha and the softmax temperature
+ * (negative values leave a dial unchanged). No retraining: the parameters are untouched. */
+void sm_model_set_dials(sm_model *m, double alpha, double temperature);
 /* Number of MoE layers and access to the i-th. */
 int sm_model_n_moe(const sm_model *m);
 sm_moe *sm_model_moe(const sm_model *m, int i);

@@ -67,6 +67,11 @@ double sm_mse_forward(const sm_real *pred, const sm_real *target, size_t N);
 void sm_mse_backward(sm_real *dpred, const sm_real *pred, const sm_real *target, sm_real dloss,
                      size_t N);
 
+/* Row-wise L2 normalisation: out (N,C) = v / ||v|| per row, norms (N) kept (floored at 1e-12).
+ * The backward accumulates dv += (dout - out <out, dout>) / ||v||. */
+void sm_l2norm_forward(sm_real *out, sm_real *norms, const sm_real *v, int N, int C);
+void sm_l2norm_backward(sm_real *dv, const sm_real *dout, const sm_real *out, const sm_real *norms, int N, int C);
+
 /* Sum of squares and finiteness of a buffer. */
 double sm_sumsq(const sm_real *x, size_t n);
 int sm_all_finite(const sm_real *x, size_t n);

@@ -23,7 +23,8 @@ typedef enum {
     SM_INIT_ONE,
     SM_INIT_UNIFORM_FANIN, /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)): torch.nn.Linear's default */
     SM_INIT_NORMAL,        /* N(0, scale^2) */
-    SM_INIT_CONST          /* every value = scale */
+    SM_INIT_CONST,         /* every value = scale */
+    SM_INIT_STIEFEL        /* (..., r, d) blocks with orthonormal rows, Haar-distributed (stiefel.h) */
 } sm_init;
 
 enum {
