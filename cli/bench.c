@@ -141,8 +141,10 @@ static double bench_layer_shape(shape s, double seconds, uint64_t seed, int verb
 }
 
 int cmd_bench(int argc, char **argv) {
+    if (argc >= 3 && !strcmp(argv[2], "routing")) return cmd_bench_routing(argc, argv);
+    if (argc >= 3 && !strcmp(argv[2], "alpha")) return cmd_bench_alpha(argc, argv);
     if (argc < 3 || strcmp(argv[2], "layer") != 0) {
-        fprintf(stderr, "specmoe bench: expected 'layer' (usage: specmoe bench layer [flags])\n");
+        fprintf(stderr, "specmoe bench: expected layer, routing or alpha (usage: specmoe bench layer|routing|alpha [flags])\n");
         return (argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) ? 0 : CLI_EXIT_USAGE;
     }
     const char *shapes_s;

@@ -17,6 +17,8 @@ int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_bench_routing(int argc, char **argv);
+int cmd_bench_alpha(int argc, char **argv);
 int cmd_bingham_z(int argc, char **argv);
 
 #endif
