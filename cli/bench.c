@@ -140,6 +140,68 @@ static double bench_layer_shape(shape s, double seconds, uint64_t seed, int verb
     return s.T / step_s;
 }
 
+/* The routing step alone (router forward + backward, no experts) for one router configuration.
+ * Returns seconds per step. */
+static double bench_router(const char *name, int amortize, int T, int d, int E, int k, int kr, double seconds) {
+    sm_error err;
+    sm_router_config c;
+    sm_router_config_default(&c);
+    strcpy(c.name, name);
+    c.E = E;
+    c.k = k;
+    c.kr = kr;
+    c.amortize = amortize;
+    c.subspace_beta = 0; /* the regulariser is per step, not per token: timed separately below */
+    sm_params ps;
+    sm_params_init_table(&ps);
+    sm_router *r = sm_router_create(&c, d, &err);
+    sm_route route;
+    if (!r || r->ops->declare(r, &ps, "r", &err) != SM_OK || sm_params_alloc(&ps, &err) != SM_OK) {
+        fprintf(stderr, "specmoe: bench: %s\n", err.msg);
+        return -1;
+    }
+    sm_rng rng;
+    sm_rng_seed(&rng, 5);
+    sm_params_initialize(&ps, &rng);
+    r->ops->bind(r, &ps);
+    if (r->ops->reserve(r, T, &err) != SM_OK ||
+        sm_route_alloc(&route, r->ops->kind, T, E, r->ops->max_assign(r, T), 0, &err) != SM_OK) {
+        fprintf(stderr, "specmoe: bench: %s\n", err.msg);
+        return -1;
+    }
+    float *x = malloc(sizeof(float) * (size_t)T * d), *dx = malloc(sizeof(float) * (size_t)T * d);
+    for (size_t i = 0; i < (size_t)T * d; i++) x[i] = (float)sm_rng_normal(&rng) / 16;
+    long iters = 0;
+    double t0 = sm_time_now(), t1 = t0;
+    while (t1 - t0 < seconds || iters < 5) {
+        r->ops->forward(r, &route, x, T, &rng, 1);
+        for (int a = 0; a < route.n_assign; a++) route.dweight[a] = 1e-3f;
+        r->ops->backward(r, dx, &route, x, T);
+        iters++;
+        t1 = sm_time_now();
+    }
+    free(x);
+    free(dx);
+    sm_route_free(&route);
+    sm_router_free(r);
+    sm_params_free(&ps);
+    return (t1 - t0) / iters;
+}
+
+static void bench_routing_step(double seconds) {
+    const int T = 4096, d = 512, E = 16, kr = 32;
+    double base = bench_router("topk", 0, T, d, E, 2, kr, seconds);
+    printf("bench-routing router=topk T=%d d=%d E=%d k=2 ms_per_step=%.4f ratio_vs_topk=1.000\n", T, d, E, 1e3 * base);
+    const struct { const char *label; int amortize, k; } g[] = {{"grassmann", 0, E}, {"grassmann+amortizer", 1, E},
+                                                                 {"grassmann-top2", 0, 2}};
+    for (int i = 0; i < 3; i++) {
+        double t = bench_router("grassmann", g[i].amortize, T, d, E, g[i].k, kr, seconds);
+        printf("bench-routing router=%s T=%d d=%d E=%d k=%d k_r=%d ms_per_step=%.4f ratio_vs_topk=%.3f\n", g[i].label, T,
+               d, E, g[i].k, kr, 1e3 * t, t / base);
+    }
+    fflush(stdout);
+}
+
 int cmd_bench(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[2], "routing")) return cmd_bench_routing(argc, argv);
     if (argc >= 3 && !strcmp(argv[2], "alpha")) return cmd_bench_alpha(argc, argv);
@@ -148,7 +210,7 @@ int cmd_bench(int argc, char **argv) {
         return (argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) ? 0 : CLI_EXIT_USAGE;
     }
     const char *shapes_s;
-    int threads, verbose;
+    int threads, verbose, routing;
     double seconds;
     uint64_t seed;
     fl_flag fl[] = {
@@ -157,10 +219,11 @@ int cmd_bench(int argc, char **argv) {
         {"seconds", FL_DOUBLE, &seconds, "1", "minimum timed seconds per shape and per side", 0},
         {"seed", FL_U64, &seed, "1", "seed of weights and inputs", 0},
         {"verbose", FL_BOOL, &verbose, "0", "explain each measurement", 0},
+        {"routing", FL_BOOL, &routing, "1", "also time the routing step alone: topk vs grassmann (T=4096 d=512 E=16 k_r=32)", 0},
     };
     int npos;
     const char *pos[1];
-    int rc = fl_parse(fl, 5, argc, argv, 3, "bench layer", "[flags]", pos, 0, &npos);
+    int rc = fl_parse(fl, 6, argc, argv, 3, "bench layer", "[flags]", pos, 0, &npos);
     if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
     shape sh[32];
     int n = parse_shapes(shapes_s, sh, 32);
@@ -175,5 +238,6 @@ int cmd_bench(int argc, char **argv) {
     cli_set_threads(threads);
     for (int i = 0; i < n; i++)
         if (bench_layer_shape(sh[i], seconds, seed, verbose) < 0) return CLI_EXIT_RUNTIME;
+    if (routing) bench_routing_step(seconds);
     return 0;
 }

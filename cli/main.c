@@ -28,7 +28,9 @@ typedef struct {
     long warmup, ckpt_every, stop_after, fault_nan_step;
     double temperature, capacity, lr, final_lr, momentum, beta1, beta2, eps, weight_decay, clip;
     double balance, zloss, kappa_init, alpha, subspace_beta, rho0;
-    int kr, amortize, amort_hidden, pairs, slots, soft_group, soft_norm;
+    int kr, amortize, amort_hidden, pairs, slots, soft_group, soft_norm, proto_sq, stages, width;
+    double tau, spectral_alpha, sigma_t, rho_t, diversity_beta;
+    const char *model, *stem, *penalty_target;
     uint64_t seed, router_seed;
 } opts;
 
@@ -56,7 +58,9 @@ typedef struct {
     {"slots", FL_INT, &o.slots, "0", "soft: slots per expert (0 = group / E, or batch / E)", 0},                 \
     {"soft-group", FL_INT, &o.soft_group, "0", "soft: tokens per SoftMoE group (0 = the whole batch)", 0},       \
     {"soft-norm", FL_BOOL, &o.soft_norm, "1", "soft: normalise tokens and slot parameters, learned scale", 0},    \
-    {"router-seed", FL_U64, &o.router_seed, "1", "seed of the random router at evaluation", 0}
+    {"router-seed", FL_U64, &o.router_seed, "1", "seed of the random router at evaluation", 0},                 \
+    {"tau", FL_DOUBLE, &o.tau, "1", "prototype router temperature tau (SR-MoE Eq. 2)", 0},                       \
+    {"proto-sq", FL_BOOL, &o.proto_sq, "0", "prototype router: squared Euclidean distance", 0}
 
 #define DATA_FLAGS(o)                                                                                         \
     {"data", FL_STRING, &o.data, SM_FASHION_MNIST_DIR, "directory with the Fashion-MNIST IDX .gz files", 0},   \
@@ -142,7 +146,8 @@ static int build_router_config(const opts *o, const fl_flag *fl, int nfl, int d,
     r->E = o->experts;
     r->k = o->topk;
     if (!flag_set(fl, nfl, "topk")) {
-        if (!strcmp(o->router, "grassmann")) r->k = o->experts; /* GrMoE: dense mixture by default */
+        if (!strcmp(o->router, "grassmann") || !strcmp(o->router, "prototype"))
+            r->k = o->experts; /* GrMoE and SR-MoE: dense mixtures by default */
         if (!strcmp(o->router, "switch") || !strcmp(o->router, "soft") || !strcmp(o->router, "expert-choice"))
             r->k = 1;
     }
@@ -150,6 +155,8 @@ static int build_router_config(const opts *o, const fl_flag *fl, int nfl, int d,
     r->noisy = o->noisy;
     r->renorm = o->renorm;
     r->capacity = o->capacity;
+    if (flag_set(fl, nfl, "capacity") && !(o->capacity > 0))
+        return sm_fail(err, SM_ERR_ARG, "--capacity: the capacity factor must be > 0 (leave the flag out for no limit)");
     r->balance_coef = o->balance;
     if (!strcmp(o->router, "switch") && !flag_set(fl, nfl, "balance")) r->balance_coef = 0.01;
     r->zloss_coef = o->zloss;
@@ -165,6 +172,8 @@ static int build_router_config(const opts *o, const fl_flag *fl, int nfl, int d,
     r->soft_group = o->soft_group;
     r->soft_norm = o->soft_norm;
     r->seed = o->router_seed;
+    r->proto_sq = o->proto_sq;
+    if (!strcmp(o->router, "prototype")) r->temperature = o->tau; /* tau is the prototype gate's temperature */
     if (!strcmp(o->router, "soft") && r->slots == 0 && r->soft_group == 0)
         r->slots = (o->batch + o->experts - 1) / (o->experts > 0 ? o->experts : 1);
     /* validate now, before any data is read */
@@ -174,10 +183,39 @@ static int build_router_config(const opts *o, const fl_flag *fl, int nfl, int d,
     return SM_OK;
 }
 
-static int build_model_config(const opts *o, const fl_flag *fl, int nfl, sm_model_config *mc, sm_error *err) {
+static int build_model_config(opts *o, const fl_flag *fl, int nfl, sm_model_config *mc, sm_error *err) {
     sm_model_config_default(mc);
-    sm_status st = sm_model_parse_arch(mc, o->arch, err);
+    sm_status st;
+    if (!strcmp(o->model, "srmoe")) {
+        int stem[4], n = 0;
+        for (const char *p = o->stem; *p && n < 4;) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p || v < 1 || v > 4096 || (*end && *end != ',')) return sm_fail(err, SM_ERR_ARG, "--stem: '%s' is not a list of channel counts", o->stem);
+            stem[n++] = (int)v;
+            p = *end ? end + 1 : end;
+        }
+        st = sm_model_arch_srmoe(mc, o->stages, o->width, stem, n, err);
+        /* SR-MoE's defaults: prototype routing over 4 experts, dense mixture */
+        if (!flag_set(fl, nfl, "router")) o->router = "prototype";
+        if (!flag_set(fl, nfl, "experts")) o->experts = 4;
+        mc->in_c = 1;
+        mc->in_h = mc->in_w = 28;
+    } else if (!strcmp(o->model, "mlp")) {
+        st = sm_model_parse_arch(mc, o->arch, err);
+    } else {
+        return sm_fail(err, SM_ERR_ARG, "--model: unknown model '%s' (mlp|srmoe)", o->model);
+    }
     if (st != SM_OK) return st;
+    mc->spectral_alpha = o->spectral_alpha;
+    mc->sigma_t = o->sigma_t;
+    mc->rho_t = o->rho_t;
+    mc->diversity_beta = o->diversity_beta;
+    if (strcmp(o->penalty_target, "gate") && strcmp(o->penalty_target, "prototypes"))
+        return sm_fail(err, SM_ERR_ARG, "--penalty-target: '%s' is not gate or prototypes", o->penalty_target);
+    mc->penalty_on_prototypes = !strcmp(o->penalty_target, "prototypes");
+    if (o->spectral_alpha < 0 || o->diversity_beta < 0 || o->sigma_t < 0 || o->rho_t < 0)
+        return sm_fail(err, SM_ERR_ARG, "--spectral-alpha, --diversity-beta, --sigma-t and --rho-t must be >= 0");
     if (sm_act_parse(o->act, &mc->act) || sm_act_parse(o->expert_act, &mc->moe.act))
         return sm_fail(err, SM_ERR_ARG, "--act/--expert-act: unknown activation (none|relu|gelu|tanh|silu)");
     mc->residual = o->residual;
@@ -207,6 +245,15 @@ int cmd_train(int argc, char **argv) {
         {"shared", FL_INT, &o.shared, "0", "always-on shared experts per MoE layer", 0},
         {"expert-act", FL_STRING, &o.expert_act, "relu", "expert activation", 0},
         {"expert-bias", FL_BOOL, &o.expert_bias, "1", "experts have biases", 0},
+        {"model", FL_STRING, &o.model, "mlp", "mlp (layers from --arch) or srmoe (conv stem + stages)", 0},
+        {"stages", FL_INT, &o.stages, "2", "srmoe: stacked MoE stages", 0},
+        {"width", FL_INT, &o.width, "64", "srmoe: stage width d", 0},
+        {"stem", FL_STRING, &o.stem, "16,32", "srmoe: channels of the 3x3 stride-2 stem convolutions", 0},
+        {"spectral-alpha", FL_DOUBLE, &o.spectral_alpha, "0", "weight alpha of the spectral-norm + stable-rank penalties", 0},
+        {"sigma-t", FL_DOUBLE, &o.sigma_t, "1", "target spectral norm sigma_t", 0},
+        {"rho-t", FL_DOUBLE, &o.rho_t, "2", "target stable rank rho_t", 0},
+        {"diversity-beta", FL_DOUBLE, &o.diversity_beta, "0", "weight beta of the CV^2 diversity loss", 0},
+        {"penalty-target", FL_STRING, &o.penalty_target, "gate", "gate (linear map feeding the router) or prototypes", 0},
         {"epochs", FL_INT, &o.epochs, "12", "training epochs", 0},
         {"optim", FL_STRING, &o.optim, "adamw", "optimiser (sgd|adam|adamw)", 0},
         {"lr", FL_DOUBLE, &o.lr, "1e-3", "peak learning rate", 0},
@@ -301,6 +348,7 @@ int cmd_train(int argc, char **argv) {
     }
     mc.in_dim = train.dim;
     mc.n_classes = train.n_classes;
+    if (train.dim == 784 && mc.in_c == 0) mc.in_c = 1, mc.in_h = mc.in_w = 28; /* Fashion-MNIST images */
     sm_rng rng;
     sm_rng_seed(&rng, o.seed);
     sm_model *m = sm_model_create(&mc, o.batch < 1000 ? 1000 : o.batch, &rng, &err);
@@ -480,6 +528,7 @@ static void usage(void) {
            "  train            train a classifier on Fashion-MNIST (specmoe train --help)\n"
            "  eval CHECKPOINT  evaluate a checkpoint\n"
            "  info CHECKPOINT  print the model and tensor table of a checkpoint\n"
+           "  analyze CHECKPOINT  spectral norm, stable rank, effective rank of every weight matrix\n"
            "  bench layer      time forward+backward+Adam of one MoE layer against plain sgemm\n"
            "  bingham-z        Kume-Wood saddle-point Bingham normaliser vs Monte Carlo (GrMoE Sec. 6.4.4)\n");
 }
@@ -492,6 +541,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "train")) return cmd_train(argc, argv);
     if (!strcmp(argv[1], "eval")) return cmd_eval(argc, argv);
     if (!strcmp(argv[1], "info")) return cmd_info(argc, argv);
+    if (!strcmp(argv[1], "analyze")) return cmd_analyze(argc, argv);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc, argv);
     if (!strcmp(argv[1], "bingham-z")) return cmd_bingham_z(argc, argv);
     fprintf(stderr, "specmoe: unknown command '%s' (see specmoe --help)\n", argv[1]);

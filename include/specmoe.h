@@ -22,6 +22,9 @@
  * Modules (include/specmoe/):
  *   core.h        status codes, errors, explicit RNG state
  *   ops.h         linear, activations, layernorm, softmax, cross-entropy, MSE (forward/backward)
+ *   conv.h        conv2d (im2col + GEMM), max / average / adaptive average pooling
+ *   spectral.h    SR-MoE spectral-norm, stable-rank and diversity penalties; SVD diagnostics
+ *   synth.h       GrMoE's synthetic routing task
  *   mlp.h         the two-layer MLP expert
  *   router.h      the router interface every router implements (router_*.c): topk, switch,
  *                 expert-choice, hash, random, soft (SoftMoE), vmf, grassmann (GrMoE)
@@ -43,6 +46,7 @@
 
 #include "specmoe/bingham.h"
 #include "specmoe/checkpoint.h"
+#include "specmoe/conv.h"
 #include "specmoe/core.h"
 #include "specmoe/data.h"
 #include "specmoe/hungarian.h"
@@ -55,7 +59,9 @@
 #include "specmoe/params.h"
 #include "specmoe/router.h"
 #include "specmoe/safetensors.h"
+#include "specmoe/spectral.h"
 #include "specmoe/stiefel.h"
+#include "specmoe/synth.h"
 #include "specmoe/train.h"
 
 #endif

@@ -121,6 +121,7 @@ void sm_gate_backward(sm_gate *g, sm_real *dlogits, const sm_route *route, int T
         const int *ch = g->choice + (size_t)t * k;
         const sm_real *gw = dw + (size_t)t * k;
         sm_real *dpt = dp + (size_t)t * E;
+        for (int e = 0; e < E; e++) dpt[e] = route->dprobs[(size_t)t * E + e]; /* outside losses on p */
         if (g->cfg->renorm) {
             /* w_j = p_j / S with S over all k chosen (dropped included):
              * dL/dp_i = (dw_i - sum_j dw_j w_j) / S */

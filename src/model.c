@@ -1,6 +1,8 @@
 /* Model: layer stack, one parameter block, one activation arena (see include/specmoe/model.h). */
 #include "specmoe/model.h"
 
+#include "specmoe/conv.h"
+
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,9 +18,9 @@ void sm_model_config_default(sm_model_config *c) {
     sm_model_parse_arch(c, "dense:256,moe:256", &e);
 }
 
-static const char *kind_name(sm_layer_kind k) {
-    return k == SM_LAYER_DENSE ? "dense" : k == SM_LAYER_FFN ? "ffn" : "moe";
-}
+static const char *const kKindNames[] = {"dense", "ffn", "moe", "ln", "conv", "maxpool", "avgpool", "gap"};
+/* numbers after the kind: dense/ffn/moe W; conv OC:K:S:P; pools K:S; ln, gap none */
+static const int kKindArgs[] = {1, 1, 1, 0, 4, 2, 2, 0};
 
 sm_status sm_model_parse_arch(sm_model_config *c, const char *arch, sm_error *err) {
     char buf[512];
@@ -27,19 +29,42 @@ sm_status sm_model_parse_arch(sm_model_config *c, const char *arch, sm_error *er
     int n = 0;
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         if (n == SM_MAX_LAYERS) return sm_fail(err, SM_ERR_ARG, "--arch: more than %d layers", SM_MAX_LAYERS);
-        char *colon = strchr(tok, ':');
-        if (!colon) return sm_fail(err, SM_ERR_ARG, "--arch: '%s' is not KIND:WIDTH (dense|ffn|moe)", tok);
-        *colon = 0;
+        char *save2 = NULL, *kind = strtok_r(tok, ":", &save2);
+        int K = -1;
+        for (int k = 0; k < (int)(sizeof kKindNames / sizeof kKindNames[0]); k++)
+            if (kind && !strcmp(kind, kKindNames[k])) K = k;
+        if (K < 0)
+            return sm_fail(err, SM_ERR_ARG, "--arch: unknown layer kind '%s' (dense:W ffn:H moe:H ln conv:OC:K:S:P "
+                                            "maxpool:K:S avgpool:K:S gap)", kind ? kind : "");
+        long v[4] = {0, 0, 0, 0};
+        int got = 0;
+        for (char *num = strtok_r(NULL, ":", &save2); num; num = strtok_r(NULL, ":", &save2)) {
+            char *end;
+            if (got == 4) return sm_fail(err, SM_ERR_ARG, "--arch: too many numbers for layer %d (%s)", n, kind);
+            v[got] = strtol(num, &end, 10);
+            if (*end || v[got] < 0 || v[got] > 1 << 20) return sm_fail(err, SM_ERR_ARG, "--arch: bad number '%s' in layer %d (%s)", num, n, kind);
+            got++;
+        }
+        if (got != kKindArgs[K])
+            return sm_fail(err, SM_ERR_ARG, "--arch: layer %d (%s) takes %d number(s), got %d", n, kind, kKindArgs[K], got);
         sm_layer_spec *s = &c->layers[n];
-        if (strcmp(tok, "dense") == 0) s->kind = SM_LAYER_DENSE;
-        else if (strcmp(tok, "ffn") == 0) s->kind = SM_LAYER_FFN;
-        else if (strcmp(tok, "moe") == 0) s->kind = SM_LAYER_MOE;
-        else return sm_fail(err, SM_ERR_ARG, "--arch: unknown layer kind '%s' (dense|ffn|moe)", tok);
-        char *end;
-        long w = strtol(colon + 1, &end, 10);
-        if (*end || w < 1 || w > 1 << 20)
-            return sm_fail(err, SM_ERR_ARG, "--arch: bad width '%s' for layer %d", colon + 1, n);
-        s->width = (int)w;
+        memset(s, 0, sizeof *s);
+        s->kind = (sm_layer_kind)K;
+        if (K == SM_LAYER_CONV) {
+            s->width = (int)v[0];
+            s->k = (int)v[1];
+            s->s = (int)v[2];
+            s->p = (int)v[3];
+        } else if (K == SM_LAYER_MAXPOOL || K == SM_LAYER_AVGPOOL) {
+            s->k = (int)v[0];
+            s->s = (int)v[1];
+        } else if (kKindArgs[K] == 1) {
+            s->width = (int)v[0];
+        }
+        if ((kKindArgs[K] == 1 || K == SM_LAYER_CONV) && s->width < 1)
+            return sm_fail(err, SM_ERR_ARG, "--arch: layer %d (%s) needs a width >= 1", n, kind);
+        if ((K == SM_LAYER_CONV || K == SM_LAYER_MAXPOOL || K == SM_LAYER_AVGPOOL) && (s->k < 1 || s->s < 1))
+            return sm_fail(err, SM_ERR_ARG, "--arch: layer %d (%s) needs kernel and stride >= 1", n, kind);
         n++;
     }
     if (n == 0) return sm_fail(err, SM_ERR_ARG, "--arch: no layers");
@@ -47,12 +72,43 @@ sm_status sm_model_parse_arch(sm_model_config *c, const char *arch, sm_error *er
     return SM_OK;
 }
 
+sm_status sm_model_arch_srmoe(sm_model_config *c, int stages, int width, const int *stem, int n_stem, sm_error *err) {
+    if (stages < 1 || width < 1 || n_stem < 1 || n_stem > 4 || 4 + n_stem + 3 * stages > SM_MAX_LAYERS)
+        return sm_fail(err, SM_ERR_ARG, "srmoe: need 1 <= stem convs <= 4, stages >= 1 (at most %d layers), width >= 1",
+                       SM_MAX_LAYERS);
+    char arch[512];
+    size_t n = 0;
+    for (int i = 0; i < n_stem; i++) {
+        if (stem[i] < 1) return sm_fail(err, SM_ERR_ARG, "srmoe: stem channels must be >= 1");
+        n += (size_t)snprintf(arch + n, sizeof arch - n, "%sconv:%d:3:2:1", i ? "," : "", stem[i]);
+    }
+    n += (size_t)snprintf(arch + n, sizeof arch - n, ",maxpool:2:2,gap,dense:%d", width);
+    for (int s = 0; s < stages; s++) n += (size_t)snprintf(arch + n, sizeof arch - n, ",dense:%d,ln,moe:%d", width, width);
+    return sm_model_parse_arch(c, arch, err);
+}
+
 void sm_model_format_arch(const sm_model_config *c, char *buf, size_t n) {
     size_t used = 0;
     buf[0] = 0;
-    for (int i = 0; i < c->n_layers && used < n; i++)
-        used += (size_t)snprintf(buf + used, n - used, "%s%s:%d", i ? "," : "", kind_name(c->layers[i].kind),
-                                 c->layers[i].width);
+    for (int i = 0; i < c->n_layers && used < n; i++) {
+        const sm_layer_spec *l = &c->layers[i];
+        const char *sep = i ? "," : "";
+        switch (l->kind) {
+        case SM_LAYER_CONV:
+            used += (size_t)snprintf(buf + used, n - used, "%sconv:%d:%d:%d:%d", sep, l->width, l->k, l->s, l->p);
+            break;
+        case SM_LAYER_MAXPOOL:
+        case SM_LAYER_AVGPOOL:
+            used += (size_t)snprintf(buf + used, n - used, "%s%s:%d:%d", sep, kKindNames[l->kind], l->k, l->s);
+            break;
+        case SM_LAYER_LN:
+        case SM_LAYER_GAP:
+            used += (size_t)snprintf(buf + used, n - used, "%s%s", sep, kKindNames[l->kind]);
+            break;
+        default:
+            used += (size_t)snprintf(buf + used, n - used, "%s%s:%d", sep, kKindNames[l->kind], l->width);
+        }
+    }
 }
 
 char *sm_model_config_to_json(const sm_model_config *c) {
@@ -60,6 +116,14 @@ char *sm_model_config_to_json(const sm_model_config *c) {
     sm_model_format_arch(c, arch, sizeof arch);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "in_dim", c->in_dim);
+    cJSON_AddNumberToObject(o, "in_c", c->in_c);
+    cJSON_AddNumberToObject(o, "in_h", c->in_h);
+    cJSON_AddNumberToObject(o, "in_w", c->in_w);
+    cJSON_AddNumberToObject(o, "spectral_alpha", c->spectral_alpha);
+    cJSON_AddNumberToObject(o, "sigma_t", c->sigma_t);
+    cJSON_AddNumberToObject(o, "rho_t", c->rho_t);
+    cJSON_AddNumberToObject(o, "diversity_beta", c->diversity_beta);
+    cJSON_AddNumberToObject(o, "penalty_on_prototypes", c->penalty_on_prototypes);
     cJSON_AddNumberToObject(o, "n_classes", c->n_classes);
     cJSON_AddStringToObject(o, "arch", arch);
     cJSON_AddStringToObject(o, "act", sm_act_name(c->act));
@@ -90,6 +154,7 @@ char *sm_model_config_to_json(const sm_model_config *c) {
     cJSON_AddNumberToObject(m, "soft_group", r->soft_group);
     cJSON_AddNumberToObject(m, "soft_norm", r->soft_norm);
     cJSON_AddNumberToObject(m, "seed", (double)r->seed);
+    cJSON_AddNumberToObject(m, "proto_sq", r->proto_sq);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -170,6 +235,15 @@ sm_status sm_model_config_from_json(sm_model_config *c, const char *json, sm_err
     if (st == SM_OK) st = json_opt_int(m, "soft_group", &r->soft_group, err);
     if (st == SM_OK) st = json_opt_int(m, "soft_norm", &r->soft_norm, err);
     if (st == SM_OK) st = json_opt_num(m, "seed", &seed, err);
+    if (st == SM_OK) st = json_opt_int(m, "proto_sq", &r->proto_sq, err);
+    if (st == SM_OK) st = json_opt_int(o, "in_c", &c->in_c, err);
+    if (st == SM_OK) st = json_opt_int(o, "in_h", &c->in_h, err);
+    if (st == SM_OK) st = json_opt_int(o, "in_w", &c->in_w, err);
+    if (st == SM_OK) st = json_opt_num(o, "spectral_alpha", &c->spectral_alpha, err);
+    if (st == SM_OK) st = json_opt_num(o, "sigma_t", &c->sigma_t, err);
+    if (st == SM_OK) st = json_opt_num(o, "rho_t", &c->rho_t, err);
+    if (st == SM_OK) st = json_opt_num(o, "diversity_beta", &c->diversity_beta, err);
+    if (st == SM_OK) st = json_opt_int(o, "penalty_on_prototypes", &c->penalty_on_prototypes, err);
     r->seed = (uint64_t)seed;
     cJSON_Delete(o);
     if (st != SM_OK) return st;
@@ -191,10 +265,84 @@ static int add_linear(sm_params *ps, const char *prefix, const char *wname, cons
     return 0;
 }
 
+/* Shapes and parameters of layer i given its input shape; fails on shapes that do not fit. */
+static sm_status layer_setup(sm_model *m, int i, sm_params *ps, sm_error *err) {
+    sm_layer *L = &m->layers[i];
+    const sm_layer_spec *sp = &m->cfg.layers[i];
+    char prefix[32], name[SM_NAME_MAX];
+    snprintf(prefix, sizeof prefix, "layers.%d", i);
+    L->kind = sp->kind;
+    L->in = L->ic * L->ih * L->iw;
+    L->oc = L->ic;
+    L->oh = L->ih;
+    L->ow = L->iw;
+    for (int j = 0; j < 4; j++) L->ip[j] = -1;
+    L->pen_w = -1;
+    switch (sp->kind) {
+    case SM_LAYER_DENSE:
+        L->oc = sp->width;
+        L->oh = L->ow = 1;
+        if (add_linear(ps, prefix, "weight", "bias", sp->width, L->in, &L->ip[0], &L->ip[1], err)) return SM_ERR_ARG;
+        break;
+    case SM_LAYER_FFN:
+        L->hidden = sp->width;
+        if (add_linear(ps, prefix, "w1", "b1", L->hidden, L->in, &L->ip[0], &L->ip[1], err) ||
+            add_linear(ps, prefix, "w2", "b2", L->in, L->hidden, &L->ip[2], &L->ip[3], err))
+            return SM_ERR_ARG;
+        break;
+    case SM_LAYER_MOE: {
+        L->hidden = sp->width;
+        sm_moe_config mc = m->cfg.moe;
+        mc.H = L->hidden;
+        L->moe = sm_moe_create(&mc, L->in, err);
+        if (!L->moe) return SM_ERR_ARG;
+        sm_status st = sm_moe_declare(L->moe, ps, prefix, err);
+        if (st != SM_OK) return st;
+        break;
+    }
+    case SM_LAYER_LN: {
+        int64_t sh[1] = {L->in};
+        snprintf(name, sizeof name, "%s.weight", prefix);
+        if ((L->ip[0] = sm_params_add(ps, name, 1, sh, SM_INIT_ONE, 1, 0, SM_PARAM_NO_DECAY, err)) < 0) return SM_ERR_ARG;
+        snprintf(name, sizeof name, "%s.bias", prefix);
+        if ((L->ip[1] = sm_params_add(ps, name, 1, sh, SM_INIT_ZERO, 1, 0, SM_PARAM_NO_DECAY, err)) < 0) return SM_ERR_ARG;
+        break;
+    }
+    case SM_LAYER_CONV: {
+        sm_status st = sm_conv2d_shape(L->ih, L->iw, sp->k, sp->k, sp->s, sp->p, &L->oh, &L->ow, err);
+        if (st != SM_OK) return sm_fail(err, SM_ERR_ARG, "layer %d (conv): %s", i, err->msg);
+        L->oc = sp->width;
+        int64_t sw[4] = {sp->width, L->ic, sp->k, sp->k}, sb[1] = {sp->width};
+        int fan = L->ic * sp->k * sp->k;
+        snprintf(name, sizeof name, "%s.weight", prefix);
+        if ((L->ip[0] = sm_params_add(ps, name, 4, sw, SM_INIT_UNIFORM_FANIN, fan, 0, 0, err)) < 0) return SM_ERR_ARG;
+        snprintf(name, sizeof name, "%s.bias", prefix);
+        if ((L->ip[1] = sm_params_add(ps, name, 1, sb, SM_INIT_UNIFORM_FANIN, fan, 0, SM_PARAM_NO_DECAY, err)) < 0)
+            return SM_ERR_ARG;
+        break;
+    }
+    case SM_LAYER_MAXPOOL:
+    case SM_LAYER_AVGPOOL: {
+        sm_status st = sm_conv2d_shape(L->ih, L->iw, sp->k, sp->k, sp->s, 0, &L->oh, &L->ow, err);
+        if (st != SM_OK) return sm_fail(err, SM_ERR_ARG, "layer %d (%s): %s", i, kKindNames[sp->kind], err->msg);
+        break;
+    }
+    case SM_LAYER_GAP:
+        L->oh = L->ow = 1;
+        break;
+    }
+    L->out = L->oc * L->oh * L->ow;
+    return SM_OK;
+}
+
 sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm_error *err) {
     if (cfg->in_dim < 1 || cfg->n_classes < 2 || cfg->n_layers < 0 || cfg->n_layers > SM_MAX_LAYERS || max_T < 1) {
         sm_fail(err, SM_ERR_ARG, "model: bad dimensions (in %d, classes %d, layers %d, batch %d)", cfg->in_dim,
                 cfg->n_classes, cfg->n_layers, max_T);
+        return NULL;
+    }
+    if (!(cfg->spectral_alpha >= 0) || !(cfg->diversity_beta >= 0)) {
+        sm_fail(err, SM_ERR_ARG, "model: penalty weights must be >= 0");
         return NULL;
     }
     sm_model *m = calloc(1, sizeof *m);
@@ -205,72 +353,111 @@ sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm
     m->cfg = *cfg;
     m->max_T = max_T;
     m->n_layers = cfg->n_layers;
+    m->power_iters = 1;
     sm_params_init_table(&m->params);
     sm_params *ps = &m->params;
-    int width = cfg->in_dim, maxw = cfg->in_dim;
-    char prefix[SM_NAME_MAX];
+    /* the input is an image when its shape is given and consistent, else a feature vector */
+    int c = cfg->in_c, h = cfg->in_h, w = cfg->in_w;
+    if (c < 1 || h < 1 || w < 1 || c * h * w != cfg->in_dim) c = cfg->in_dim, h = w = 1;
+    size_t maxw = (size_t)cfg->in_dim, maxcol = 1;
     for (int i = 0; i < cfg->n_layers; i++) {
         sm_layer *L = &m->layers[i];
-        L->kind = cfg->layers[i].kind;
-        L->in = width;
-        snprintf(prefix, sizeof prefix, "layers.%d", i);
-        for (int j = 0; j < 4; j++) L->ip[j] = -1;
-        if (L->kind == SM_LAYER_DENSE) {
-            L->out = cfg->layers[i].width;
-            if (add_linear(ps, prefix, "weight", "bias", L->out, L->in, &L->ip[0], &L->ip[1], err)) goto fail;
-        } else if (L->kind == SM_LAYER_FFN) {
-            L->out = width;
-            L->hidden = cfg->layers[i].width;
-            if (add_linear(ps, prefix, "w1", "b1", L->hidden, L->in, &L->ip[0], &L->ip[1], err) ||
-                add_linear(ps, prefix, "w2", "b2", L->out, L->hidden, &L->ip[2], &L->ip[3], err))
-                goto fail;
-        } else {
-            L->out = width;
-            L->hidden = cfg->layers[i].width;
-            sm_moe_config mc = cfg->moe;
-            mc.H = L->hidden;
-            L->moe = sm_moe_create(&mc, width, err);
-            if (!L->moe) goto fail;
-            if (sm_moe_declare(L->moe, ps, prefix, err) != SM_OK) goto fail;
+        L->ic = c;
+        L->ih = h;
+        L->iw = w;
+        if (layer_setup(m, i, ps, err) != SM_OK) goto fail;
+        c = L->oc;
+        h = L->oh;
+        w = L->ow;
+        if ((size_t)L->out > maxw) maxw = (size_t)L->out;
+        if ((size_t)L->hidden > maxw) maxw = (size_t)L->hidden;
+        if (L->kind == SM_LAYER_CONV) {
+            size_t col = sm_conv2d_col_size(L->ic, L->ih, L->iw, cfg->layers[i].k, cfg->layers[i].k, cfg->layers[i].s,
+                                            cfg->layers[i].p);
+            if (col > maxcol) maxcol = col;
         }
-        width = L->out;
-        if (width > maxw) maxw = width;
-        if (L->hidden > maxw) maxw = L->hidden;
     }
-    if (add_linear(ps, "head", "weight", "bias", cfg->n_classes, width, &m->ip_head[0], &m->ip_head[1], err)) goto fail;
+    int W = m->n_layers ? m->layers[m->n_layers - 1].out : cfg->in_dim;
+    if (add_linear(ps, "head", "weight", "bias", cfg->n_classes, W, &m->ip_head[0], &m->ip_head[1], err)) goto fail;
+    /* SR-MoE penalties: each MoE stage's gate matrix is the linear map feeding it (the dense layer
+     * right before, skipping a LayerNorm) or, by flag, the router's prototype matrix */
+    if (cfg->spectral_alpha > 0) {
+        for (int i = 0; i < m->n_layers; i++) {
+            if (m->layers[i].kind != SM_LAYER_MOE) continue;
+            int target = -1;
+            if (cfg->penalty_on_prototypes) {
+                char name[SM_NAME_MAX];
+                snprintf(name, sizeof name, "layers.%d.router.prototypes", i);
+                target = sm_params_find(ps, name);
+            } else {
+                for (int j = i - 1; j >= 0 && target < 0; j--) {
+                    if (m->layers[j].kind == SM_LAYER_DENSE) target = m->layers[j].ip[0];
+                    else if (m->layers[j].kind != SM_LAYER_LN) break;
+                }
+            }
+            if (target < 0) {
+                sm_fail(err, SM_ERR_ARG, "model: spectral penalty on MoE layer %d needs %s", i,
+                        cfg->penalty_on_prototypes ? "a prototype router" : "a dense layer feeding it");
+                goto fail;
+            }
+            m->layers[i].pen_w = target;
+        }
+    }
     if (sm_params_alloc(ps, err) != SM_OK) goto fail;
     if (rng) sm_params_initialize(ps, rng);
+    m->power = calloc((size_t)(m->n_layers ? m->n_layers : 1), sizeof(sm_power_iter));
+    if (!m->power) goto nomem;
+    for (int i = 0; i < m->n_layers; i++) {
+        if (m->layers[i].pen_w < 0) continue;
+        const sm_param *q = &ps->p[m->layers[i].pen_w];
+        sm_rng pr; /* the power-iteration start is fixed, so runs are reproducible */
+        sm_rng_seed(&pr, 0x5eed + (uint64_t)i);
+        if (sm_power_iter_init(&m->power[i], (int)q->shape[0], (int)(q->numel / (size_t)q->shape[0]), &pr, err) != SM_OK)
+            goto fail;
+    }
 
     /* activation arena: sizes first, then one allocation carved in the same order */
-    size_t T = (size_t)max_T, V = (size_t)cfg->n_classes, total = 0;
-    total += T * (size_t)cfg->in_dim + 3 * T * V + T + T * (size_t)maxw;
+    size_t T = (size_t)max_T, V = (size_t)cfg->n_classes, total = 0, itotal = 0;
+    total += T * (size_t)cfg->in_dim + 3 * T * V + T + T * maxw + 2 * maxcol;
     for (int i = 0; i < m->n_layers; i++) {
         sm_layer *L = &m->layers[i];
-        size_t pre = L->kind == SM_LAYER_DENSE ? (size_t)L->out : L->kind == SM_LAYER_FFN ? (size_t)L->hidden : 0;
-        size_t hid = L->kind == SM_LAYER_FFN ? (size_t)L->hidden : 0;
-        total += T * (pre + hid + 2 * (size_t)L->out);
+        size_t pre = (L->kind == SM_LAYER_DENSE || L->kind == SM_LAYER_CONV) ? (size_t)L->out
+                     : L->kind == SM_LAYER_FFN                               ? (size_t)L->hidden : 0;
+        size_t hid = L->kind == SM_LAYER_FFN ? (size_t)L->hidden : 0, st = L->kind == SM_LAYER_LN ? 2 : 0;
+        total += T * (pre + hid + st + 2 * (size_t)L->out);
+        if (L->kind == SM_LAYER_MAXPOOL) itotal += T * (size_t)L->out;
     }
     m->arena = malloc(total * sizeof(sm_real));
-    if (!m->arena) {
+    m->iarena = malloc((itotal ? itotal : 1) * sizeof(int));
+    if (!m->arena || !m->iarena) {
         sm_fail(err, SM_ERR_NOMEM, "model: cannot allocate %zu MiB of activations", total * sizeof(sm_real) >> 20);
         goto fail;
     }
     sm_real *p = m->arena;
+    int *ip = m->iarena;
 #define CARVE(ptr, n) (ptr = p, p += (n))
     CARVE(m->input, T * (size_t)cfg->in_dim);
     CARVE(m->logits, T * V);
     CARVE(m->probs, T * V);
     CARVE(m->dlogits, T * V);
     CARVE(m->losses, T);
-    CARVE(m->scratch, T * (size_t)maxw);
+    CARVE(m->scratch, T * maxw);
+    CARVE(m->col, maxcol);
+    CARVE(m->dcol, maxcol);
     for (int i = 0; i < m->n_layers; i++) {
         sm_layer *L = &m->layers[i];
-        size_t pre = L->kind == SM_LAYER_DENSE ? (size_t)L->out : L->kind == SM_LAYER_FFN ? (size_t)L->hidden : 0;
-        size_t hid = L->kind == SM_LAYER_FFN ? (size_t)L->hidden : 0;
+        size_t pre = (L->kind == SM_LAYER_DENSE || L->kind == SM_LAYER_CONV) ? (size_t)L->out
+                     : L->kind == SM_LAYER_FFN                               ? (size_t)L->hidden : 0;
+        size_t hid = L->kind == SM_LAYER_FFN ? (size_t)L->hidden : 0, st = L->kind == SM_LAYER_LN ? 2 : 0;
         CARVE(L->pre, T * pre);
         CARVE(L->hid, T * hid);
+        CARVE(L->stats, T * st);
         CARVE(L->out_act, T * (size_t)L->out);
         CARVE(L->dout, T * (size_t)L->out);
+        if (L->kind == SM_LAYER_MAXPOOL) {
+            L->idx = ip;
+            ip += T * (size_t)L->out;
+        }
         if (L->moe) {
             sm_moe_bind(L->moe, ps);
             if (sm_moe_reserve(L->moe, max_T, err) != SM_OK) goto fail;
@@ -278,6 +465,8 @@ sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm
     }
 #undef CARVE
     return m;
+nomem:
+    sm_fail(err, SM_ERR_NOMEM, "model: out of memory");
 fail:
     sm_model_free(m);
     return NULL;
@@ -285,9 +474,14 @@ fail:
 
 void sm_model_free(sm_model *m) {
     if (!m) return;
-    for (int i = 0; i < m->n_layers; i++) sm_moe_free(m->layers[i].moe);
+    for (int i = 0; i < m->n_layers; i++) {
+        sm_moe_free(m->layers[i].moe);
+        if (m->power) sm_power_iter_free(&m->power[i]);
+    }
+    free(m->power);
     sm_params_free(&m->params);
     free(m->arena);
+    free(m->iarena);
     free(m);
 }
 
@@ -301,15 +495,16 @@ const sm_real *sm_model_forward(sm_model *m, const float *x, int T, sm_rng *rng,
     m->aux_loss = 0;
     for (int i = 0; i < m->n_layers; i++) {
         sm_layer *L = &m->layers[i];
+        const sm_layer_spec *sp = &m->cfg.layers[i];
         const sm_real *in = layer_input(m, i);
+        sm_real *w0 = L->ip[0] >= 0 ? sm_params_data(ps, L->ip[0]) : NULL, *w1 = L->ip[1] >= 0 ? sm_params_data(ps, L->ip[1]) : NULL;
         switch (L->kind) {
         case SM_LAYER_DENSE:
-            sm_linear_forward(L->pre, in, sm_params_data(ps, L->ip[0]), sm_params_data(ps, L->ip[1]), T, L->in, L->out);
+            sm_linear_forward(L->pre, in, w0, w1, T, L->in, L->out);
             sm_act_forward(L->out_act, L->pre, (size_t)T * L->out, m->cfg.act);
             break;
         case SM_LAYER_FFN: {
-            sm_mlp_weights w = {sm_params_data(ps, L->ip[0]), sm_params_data(ps, L->ip[1]),
-                                sm_params_data(ps, L->ip[2]), sm_params_data(ps, L->ip[3])};
+            sm_mlp_weights w = {w0, w1, sm_params_data(ps, L->ip[2]), sm_params_data(ps, L->ip[3])};
             sm_mlp_forward(L->out_act, L->pre, L->hid, in, w, m->cfg.act, T, L->in, L->hidden, L->out);
             break;
         }
@@ -317,8 +512,24 @@ const sm_real *sm_model_forward(sm_model *m, const float *x, int T, sm_rng *rng,
             sm_moe_forward(L->moe, L->out_act, in, T, rng, train);
             m->aux_loss += L->moe->route.aux_loss;
             break;
+        case SM_LAYER_LN:
+            sm_layernorm_forward(L->out_act, L->stats, L->stats + T, in, w0, w1, T, L->in);
+            break;
+        case SM_LAYER_CONV:
+            sm_conv2d_forward(L->pre, m->col, in, w0, w1, T, L->ic, L->ih, L->iw, L->oc, sp->k, sp->k, sp->s, sp->p);
+            sm_act_forward(L->out_act, L->pre, (size_t)T * L->out, m->cfg.act);
+            break;
+        case SM_LAYER_MAXPOOL:
+            sm_maxpool2d_forward(L->out_act, L->idx, in, T, L->ic, L->ih, L->iw, sp->k, sp->s);
+            break;
+        case SM_LAYER_AVGPOOL:
+            sm_avgpool2d_forward(L->out_act, in, T, L->ic, L->ih, L->iw, sp->k, sp->s);
+            break;
+        case SM_LAYER_GAP:
+            sm_adaptive_avgpool2d_forward(L->out_act, in, T, L->ic, L->ih, L->iw, 1, 1);
+            break;
         }
-        if (L->kind != SM_LAYER_DENSE && m->cfg.residual)
+        if ((L->kind == SM_LAYER_FFN || L->kind == SM_LAYER_MOE) && m->cfg.residual)
             for (size_t j = 0; j < (size_t)T * L->out; j++) L->out_act[j] += in[j];
     }
     int W = m->n_layers ? m->layers[m->n_layers - 1].out : m->cfg.in_dim;
@@ -327,17 +538,43 @@ const sm_real *sm_model_forward(sm_model *m, const float *x, int T, sm_rng *rng,
     return m->logits;
 }
 
+/* SR-MoE penalties of every MoE stage. The loss pass (grad = 0) runs the power iterations and
+ * returns the value; the backward pass (grad = 1) reuses the same singular vectors (no further
+ * iteration) and adds the gradients into the parameter gradients (spectral) and the routes' dprobs
+ * (diversity), which the routers' backward consumes. */
+static double model_penalties(sm_model *m, int T, int grad) {
+    const sm_model_config *c = &m->cfg;
+    double pen = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        sm_layer *L = &m->layers[i];
+        if (L->kind != SM_LAYER_MOE) continue;
+        if (L->pen_w >= 0) {
+            const sm_params *ps = &m->params;
+            sm_real *W = sm_params_data(ps, L->pen_w), *dW = grad ? sm_params_grad(ps, L->pen_w) : NULL;
+            /* m->power_iters iterations per step on persistent vectors (Miyato et al. 2018) */
+            pen += sm_spectral_norm_penalty(&m->power[i], W, dW, c->sigma_t, c->spectral_alpha, grad ? 0 : m->power_iters);
+            pen += sm_stable_rank_penalty(&m->power[i], W, dW, c->rho_t, c->spectral_alpha, 0);
+        }
+        if (c->diversity_beta > 0)
+            pen += sm_diversity_penalty(L->moe->route.probs, grad ? L->moe->route.dprobs : NULL, T, L->moe->E,
+                                        c->diversity_beta);
+    }
+    return pen;
+}
+
 double sm_model_loss(sm_model *m, const int *y, const unsigned char *mask, int T) {
     double ce = sm_crossentropy_forward(m->losses, m->probs, m->logits, y, mask, T, m->cfg.n_classes);
-    /* remember targets for the backward in dlogits: (probs - onehot) / T */
+    /* the backward starts from dlogits = (probs - onehot) / T */
     int V = m->cfg.n_classes;
     memset(m->dlogits, 0, sizeof(sm_real) * (size_t)T * V);
     sm_crossentropy_backward(m->dlogits, m->probs, y, 1, T, V);
-    return ce + m->aux_loss;
+    m->penalty = model_penalties(m, T, 0);
+    return ce + m->aux_loss + m->penalty;
 }
 
 void sm_model_backward(sm_model *m, int T) {
     const sm_params *ps = &m->params;
+    if (m->cfg.spectral_alpha > 0 || m->cfg.diversity_beta > 0) model_penalties(m, T, 1);
     int V = m->cfg.n_classes;
     int W = m->n_layers ? m->layers[m->n_layers - 1].out : m->cfg.in_dim;
     sm_real *dtop = m->n_layers ? m->layers[m->n_layers - 1].dout : NULL;
@@ -346,26 +583,30 @@ void sm_model_backward(sm_model *m, int T) {
                        layer_input(m, m->n_layers), sm_params_data(ps, m->ip_head[0]), T, W, V);
     for (int i = m->n_layers - 1; i >= 0; i--) {
         sm_layer *L = &m->layers[i];
+        const sm_layer_spec *sp = &m->cfg.layers[i];
         const sm_real *in = layer_input(m, i);
         /* gradient w.r.t. this layer's input: the previous layer's dout, or nothing for layer 0 */
         sm_real *din = i > 0 ? m->layers[i - 1].dout : NULL;
         if (din) memset(din, 0, sizeof(sm_real) * (size_t)T * L->in);
+        sm_real *w0 = L->ip[0] >= 0 ? sm_params_data(ps, L->ip[0]) : NULL;
+        sm_real *g0 = L->ip[0] >= 0 ? sm_params_grad(ps, L->ip[0]) : NULL, *g1 = L->ip[1] >= 0 ? sm_params_grad(ps, L->ip[1]) : NULL;
         switch (L->kind) {
-        case SM_LAYER_DENSE: {
+        case SM_LAYER_DENSE:
+        case SM_LAYER_CONV: {
             sm_real *dpre = m->scratch; /* (T,out) */
             memcpy(dpre, L->dout, sizeof(sm_real) * (size_t)T * L->out);
             sm_act_backward_inplace(dpre, L->pre, (size_t)T * L->out, m->cfg.act);
-            sm_linear_backward(din, sm_params_grad(ps, L->ip[0]), sm_params_grad(ps, L->ip[1]), dpre, in,
-                               sm_params_data(ps, L->ip[0]), T, L->in, L->out);
+            if (L->kind == SM_LAYER_DENSE)
+                sm_linear_backward(din, g0, g1, dpre, in, w0, T, L->in, L->out);
+            else
+                sm_conv2d_backward(din, g0, g1, m->col, m->dcol, dpre, in, w0, T, L->ic, L->ih, L->iw, L->oc, sp->k,
+                                   sp->k, sp->s, sp->p);
             break;
         }
         case SM_LAYER_FFN: {
-            sm_mlp_weights w = {sm_params_data(ps, L->ip[0]), sm_params_data(ps, L->ip[1]),
-                                sm_params_data(ps, L->ip[2]), sm_params_data(ps, L->ip[3])};
-            sm_mlp_grads g = {sm_params_grad(ps, L->ip[0]), sm_params_grad(ps, L->ip[1]),
-                              sm_params_grad(ps, L->ip[2]), sm_params_grad(ps, L->ip[3])};
-            sm_mlp_backward(din, g, m->scratch, L->dout, L->pre, L->hid, in, w, m->cfg.act, T, L->in, L->hidden,
-                            L->out);
+            sm_mlp_weights w = {w0, sm_params_data(ps, L->ip[1]), sm_params_data(ps, L->ip[2]), sm_params_data(ps, L->ip[3])};
+            sm_mlp_grads g = {g0, g1, sm_params_grad(ps, L->ip[2]), sm_params_grad(ps, L->ip[3])};
+            sm_mlp_backward(din, g, m->scratch, L->dout, L->pre, L->hid, in, w, m->cfg.act, T, L->in, L->hidden, L->out);
             break;
         }
         case SM_LAYER_MOE: {
@@ -375,8 +616,23 @@ void sm_model_backward(sm_model *m, int T) {
             sm_moe_backward(L->moe, dx, L->dout, in, T);
             break;
         }
+        case SM_LAYER_LN: {
+            sm_real *dx = din ? din : m->scratch;
+            if (!din) memset(dx, 0, sizeof(sm_real) * (size_t)T * L->in);
+            sm_layernorm_backward(dx, g0, g1, L->dout, in, w0, L->stats, L->stats + T, T, L->in);
+            break;
         }
-        if (din && L->kind != SM_LAYER_DENSE && m->cfg.residual)
+        case SM_LAYER_MAXPOOL:
+            if (din) sm_maxpool2d_backward(din, L->dout, L->idx, T, L->ic, L->ih, L->iw, sp->k, sp->s);
+            break;
+        case SM_LAYER_AVGPOOL:
+            if (din) sm_avgpool2d_backward(din, L->dout, T, L->ic, L->ih, L->iw, sp->k, sp->s);
+            break;
+        case SM_LAYER_GAP:
+            if (din) sm_adaptive_avgpool2d_backward(din, L->dout, T, L->ic, L->ih, L->iw, 1, 1);
+            break;
+        }
+        if (din && (L->kind == SM_LAYER_FFN || L->kind == SM_LAYER_MOE) && m->cfg.residual)
             for (size_t j = 0; j < (size_t)T * L->out; j++) din[j] += L->dout[j];
     }
 }

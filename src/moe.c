@@ -175,6 +175,7 @@ void sm_moe_forward(sm_moe *m, sm_real *out, const sm_real *x, int T, sm_rng *rn
     const int d = m->d, H = m->H, E = m->E, O = m->O;
     sm_route *r = &m->route;
     m->router->ops->forward(m->router, r, x, T, rng, train);
+    memset(r->dprobs, 0, sizeof(sm_real) * (size_t)T * E);
     const int A = r->n_assign;
     if (r->kind == SM_ROUTE_SOFT) soft_dispatch(m, x, T);
     else

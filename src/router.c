@@ -7,11 +7,13 @@
 
 /* Each router file exports its ops table; adding a router = one line here. */
 extern const sm_router_ops sm_router_topk_ops, sm_router_switch_ops, sm_router_expert_choice_ops,
-    sm_router_hash_ops, sm_router_random_ops, sm_router_soft_ops, sm_router_vmf_ops, sm_router_grassmann_ops;
+    sm_router_hash_ops, sm_router_random_ops, sm_router_soft_ops, sm_router_vmf_ops, sm_router_grassmann_ops,
+    sm_router_prototype_ops;
 
 static const sm_router_ops *const kRouters[] = {
     &sm_router_topk_ops, &sm_router_switch_ops, &sm_router_expert_choice_ops, &sm_router_hash_ops,
     &sm_router_random_ops, &sm_router_soft_ops, &sm_router_vmf_ops, &sm_router_grassmann_ops,
+    &sm_router_prototype_ops,
 };
 #define N_ROUTERS (sizeof kRouters / sizeof kRouters[0])
 
@@ -32,7 +34,7 @@ void sm_router_config_default(sm_router_config *c) {
     c->seed = 1;
 }
 
-const char *sm_router_names(void) { return "topk, switch, expert-choice, hash, random, soft, vmf, grassmann"; }
+const char *sm_router_names(void) { return "topk, switch, expert-choice, hash, random, soft, vmf, grassmann, prototype"; }
 
 sm_router *sm_router_create(const sm_router_config *cfg, int d, sm_error *err) {
     const sm_router_ops *ops = NULL;
@@ -94,9 +96,10 @@ sm_status sm_route_alloc(sm_route *route, sm_route_kind kind, int max_T, int E, 
     route->weight = calloc(A, sizeof(sm_real));
     route->dweight = calloc(A, sizeof(sm_real));
     route->probs = calloc((size_t)max_T * E, sizeof(sm_real));
+    route->dprobs = calloc((size_t)max_T * E, sizeof(sm_real));
     route->load = calloc((size_t)E, sizeof(int));
     int ok = route->offset && route->token && route->slot && route->weight && route->dweight && route->probs &&
-             route->load;
+             route->dprobs && route->load;
     if (ok && kind == SM_ROUTE_SOFT) {
         size_t n = (size_t)max_T * E * (size_t)slots;
         route->dispatch = calloc(n, sizeof(sm_real));
@@ -119,6 +122,7 @@ void sm_route_free(sm_route *route) {
     free(route->weight);
     free(route->dweight);
     free(route->probs);
+    free(route->dprobs);
     free(route->load);
     free(route->dispatch);
     free(route->combine);

@@ -133,7 +133,7 @@ static void ec_forward(sm_router *r, sm_route *route, const sm_real *x, int T, s
 static void ec_backward(sm_router *r, sm_real *dx, const sm_route *route, const sm_real *x, int T) {
     ec_state *s = r->state;
     const int E = r->cfg.E, d = r->d;
-    memset(s->dS, 0, sizeof(sm_real) * (size_t)T * E);
+    memcpy(s->dS, route->dprobs, sizeof(sm_real) * (size_t)T * E); /* outside losses on S */
     for (int e = 0; e < E; e++)
         for (int a = route->offset[e]; a < route->offset[e + 1]; a++)
             s->dS[(size_t)route->token[a] * E + e] += route->dweight[a];

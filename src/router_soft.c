@@ -151,6 +151,10 @@ static void soft_backward(sm_router *r, sm_real *dx, const sm_route *route, cons
     const int E = r->cfg.E, d = r->d, p = s->p, S = E * p;
     const int m = route->group_size, G = route->groups;
     sm_real *dL = s->logits;
+    /* probs_te = sum_j C_t,(e,j): outside losses on probs reach every slot of expert e */
+    for (int t = 0; t < T; t++)
+        for (int e = 0; e < E; e++)
+            for (int j = 0; j < p; j++) route->dcombine[(size_t)t * S + e * p + j] += route->dprobs[(size_t)t * E + e];
     /* combine: row softmax backward */
     memset(dL, 0, sizeof(sm_real) * (size_t)T * S);
     sm_softmax_backward(dL, route->dcombine, route->combine, 1, T, S);

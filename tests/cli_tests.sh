@@ -36,6 +36,7 @@ expect 2 "missing value"             "needs a value"         -- "$bin" train --l
 expect 2 "k > E refused"             "top-k must be in"      -- "$bin" train --experts 4 --topk 5
 expect 2 "temperature <= 0 refused"  "temperature must be > 0" -- "$bin" train --temperature 0
 expect 2 "capacity < 0 refused"      "capacity factor"       -- "$bin" train --capacity -1
+expect 2 "capacity = 0 refused"      "capacity factor must be > 0" -- "$bin" train --capacity 0
 expect 2 "bad arch refused"          "unknown layer kind"    -- "$bin" train --arch conv:3
 expect 2 "unknown router refused"    "unknown router"        -- "$bin" train --router nope
 expect 2 "unknown optimiser refused" "unknown optimiser"     -- "$bin" train --optim lion
@@ -45,6 +46,26 @@ expect 1 "missing data dir"          "specmoe: .*nonexistent" -- "$bin" train --
 expect 1 "info on a missing file"    "specmoe: "             -- "$bin" info "$tmp/none.safetensors"
 printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a":' > "$tmp/trunc.safetensors"
 expect 1 "info on a truncated file"  "specmoe: .*trunc"      -- "$bin" info "$tmp/trunc.safetensors"
+
+# routers: impossible settings are refused before any work (exit 2)
+expect 2 "k_r > d refused"           "routing rank k_r must be in"  -- "$bin" train --router grassmann --kr 300
+expect 2 "alpha < 0 refused"         "alpha .* must be >= 0"        -- "$bin" train --router grassmann --alpha -1
+expect 2 "switch with k > 1 refused" "exactly one expert"           -- "$bin" train --router switch --topk 2 --per-class 10 --epochs 1 --out "$tmp/sw"
+expect 0 "bingham-z prints saddle point and Monte Carlo" "kappa" -- "$bin" bingham-z --kappa 1 --samples 20000
+expect 2 "bingham-z k_r > d refused"  ""                            -- "$bin" bingham-z --d 4 --kr 5
+out=$("$bin" bench routing --seeds 1 --steps 20 --test-tokens 256 --out "$tmp/br" 2>&1); rc=$?
+if [ $rc -eq 0 ] && [ "$(echo "$out" | grep -c '^| ')" -eq 9 ] && [ -s "$tmp/br/routing_easy.json" ]; then
+    ok "bench routing runs all eight methods and writes Markdown + JSON"
+else
+    bad "bench routing runs all eight methods and writes Markdown + JSON" "exit $rc: $(echo "$out" | tail -n 3)"
+fi
+expect 2 "bench routing: unknown setting refused" "unknown setting" -- "$bin" bench routing --setting medium
+out=$("$bin" bench alpha --seeds 2 --steps 20 --test-tokens 256 --out "$tmp/ba" 2>&1); rc=$?
+if [ $rc -eq 0 ] && echo "$out" | grep -q "monotone" && [ -s "$tmp/ba/alpha_easy.png" ]; then
+    ok "bench alpha sweeps the dials, reports monotonicity and draws the PNG"
+else
+    bad "bench alpha sweeps the dials, reports monotonicity and draws the PNG" "exit $rc: $(echo "$out" | tail -n 3)"
+fi
 
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     run="$tmp/run"
@@ -69,6 +90,22 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
         || bad "eval reproduces the final test accuracy" "$acc vs $(echo "$eval_out" | tail -n 1)"
     expect 1 "resume with other model flags refused" "does not match" -- \
         "$bin" train --per-class 300 --epochs 3 --arch dense:64,moe:32 --experts 8 --out "$tmp/run2" --resume "$run/checkpoint.safetensors"
+    # GrMoE: train briefly, then evaluate at other alphas without retraining
+    g="$tmp/grm"
+    if "$bin" train --router grassmann --kr 8 --per-class 100 --epochs 1 --arch dense:32,moe:16 --warmup 0 \
+         --out "$g" --threads 1 >/dev/null 2>&1; then
+        a1=$("$bin" eval "$g/checkpoint.safetensors" --alpha 0 --threads 1 2>&1 | grep "routing entropy" | sed -nE 's/.*entropy ([0-9.]+) nats.*/\1/p')
+        a2=$("$bin" eval "$g/checkpoint.safetensors" --alpha 10 --threads 1 2>&1 | grep "routing entropy" | sed -nE 's/.*entropy ([0-9.]+) nats.*/\1/p')
+        awk -v a="${a1:-0}" -v b="${a2:-9}" 'BEGIN { exit !(a > 2.07 && b < a) }' \
+            && ok "eval --alpha changes the sparsity without retraining (entropy $a1 at 0, $a2 at 10)" \
+            || bad "eval --alpha changes the sparsity without retraining" "entropy $a1 at 0, $a2 at 10"
+        expect 2 "eval refuses a checkpoint whose router does not match --router" "not 'topk'" -- \
+            "$bin" eval "$g/checkpoint.safetensors" --router topk
+        expect 2 "eval --alpha on a non-grassmann checkpoint refused" "applies to grassmann" -- \
+            "$bin" eval "$run/checkpoint.safetensors" --alpha 2
+    else
+        bad "short GrMoE training run"
+    fi
     if /usr/bin/python3 -c "import torch" 2>/dev/null && [ -f "$root/tools/safetensors_torch.py" ]; then
         # specmoe -> PyTorch -> specmoe: the file PyTorch writes must evaluate identically
         if /usr/bin/python3 "$root/tools/safetensors_torch.py" roundtrip "$run/checkpoint.safetensors" "$tmp/torch.safetensors" >/dev/null 2>&1; then

@@ -235,6 +235,17 @@ Test(grad_moe, output_width_differs_from_input) {
     moe_check("soft.out7", &c, 10, 5, 41, NULL);
 }
 
+Test(grad_moe, prototype_router_euclidean_and_squared) {
+    sm_moe_config c = base_router("prototype", 4, 4, 6);
+    c.router.temperature = 0.7; /* tau */
+    moe_check("prototype.euclid.dense", &c, 10, 5, 50, NULL);
+    c.router.proto_sq = 1;
+    moe_check("prototype.sq.dense", &c, 10, 5, 51, NULL);
+    c.router.k = 1;
+    c.router.renorm = 0;
+    moe_check("prototype.sq.top1", &c, 10, 5, 52, NULL);
+}
+
 /* whole model */
 typedef struct {
     sm_model *m;
@@ -283,4 +294,56 @@ Test(grad_moe, whole_model_dense_moe_ffn_residual) {
     free(c.x);
     free(c.y);
     sm_model_free(c.m);
+}
+
+Test(grad_moe, whole_srmoe_model_conv_stem_prototype_stages_and_penalties) {
+    /* SR-MoE in miniature: conv stem, two stages (linear + ReLU + LayerNorm, prototype router, experts),
+     * spectral-norm + stable-rank penalties on each stage's gate matrix and the diversity loss */
+    const char *targets[2] = {"gate", "prototypes"};
+    for (int pt = 0; pt < 2; pt++) {
+        sm_model_config cfg;
+        sm_model_config_default(&cfg);
+        sm_error err;
+        cr_assert_eq(sm_model_parse_arch(&cfg, "conv:3:3:2:1,maxpool:2:1,gap,dense:6,ln,moe:5,dense:6,ln,moe:4", &err),
+                     SM_OK, "%s", err.msg);
+        cfg.in_c = 2;
+        cfg.in_h = 6;
+        cfg.in_w = 6;
+        cfg.in_dim = 72;
+        cfg.n_classes = 3;
+        cfg.act = SM_ACT_TANH;
+        strcpy(cfg.moe.router.name, "prototype");
+        cfg.moe.router.E = 3;
+        cfg.moe.router.k = 3;
+        cfg.moe.router.temperature = 0.8;
+        cfg.spectral_alpha = 0.3;
+        cfg.sigma_t = 1.0;
+        cfg.rho_t = 1.5;
+        cfg.diversity_beta = 0.4;
+        cfg.penalty_on_prototypes = pt;
+        int T = 6;
+        sm_rng r;
+        sm_rng_seed(&r, 60 + pt);
+        model_ctx c = {.T = T};
+        c.m = sm_model_create(&cfg, T, &r, &err);
+        cr_assert(c.m, "%s", err.msg);
+        c.m->power_iters = 300; /* converged power iteration: the loss is then a function of W */
+        c.x = malloc(sizeof(float) * T * 72);
+        c.y = malloc(sizeof(int) * T);
+        for (int i = 0; i < T * 72; i++) c.x[i] = (float)sm_rng_normal(&r);
+        for (int t = 0; t < T; t++) c.y[t] = (int)sm_rng_below(&r, 3);
+        sm_params_zero_grad(&c.m->params);
+        model_loss(&c);
+        cr_expect(c.m->penalty > 0, "%s: penalties are active", targets[pt]);
+        sm_model_backward(c.m, T);
+        for (int i = 0; i < c.m->params.n; i++) {
+            char name[160];
+            snprintf(name, sizeof name, "%s:%s", targets[pt], c.m->params.p[i].name);
+            gc_check(name, sm_params_data(&c.m->params, i), sm_params_grad(&c.m->params, i), c.m->params.p[i].numel,
+                     model_loss, &c, &r, 20);
+        }
+        free(c.x);
+        free(c.y);
+        sm_model_free(c.m);
+    }
 }

@@ -14,6 +14,7 @@
 
 #include "specmoe/moe.h"
 #include "specmoe/params.h"
+#include "specmoe/spectral.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,26 +22,47 @@ extern "C" {
 
 #define SM_MAX_LAYERS 16
 
-typedef enum { SM_LAYER_DENSE = 0, SM_LAYER_FFN, SM_LAYER_MOE } sm_layer_kind;
+typedef enum {
+    SM_LAYER_DENSE = 0, /* dense:W          linear (flattening its input) then the activation */
+    SM_LAYER_FFN,       /* ffn:H            two-layer MLP F -> H -> F */
+    SM_LAYER_MOE,       /* moe:H            MoE layer F -> F, experts F -> H -> F */
+    SM_LAYER_LN,        /* ln               LayerNorm over the F features */
+    SM_LAYER_CONV,      /* conv:OC:K:S:P    2-D convolution (K x K, stride S, padding P) then the activation */
+    SM_LAYER_MAXPOOL,   /* maxpool:K:S */
+    SM_LAYER_AVGPOOL,   /* avgpool:K:S */
+    SM_LAYER_GAP        /* gap              adaptive average pooling to 1 x 1 */
+} sm_layer_kind;
 
 typedef struct {
     sm_layer_kind kind;
-    int width; /* dense: output width; ffn / moe: hidden width of the MLP / of each expert */
+    int width;   /* dense: output width; ffn / moe: hidden width of the MLP / of each expert; conv: OC */
+    int k, s, p; /* conv / pool: kernel, stride, padding */
 } sm_layer_spec;
 
 typedef struct {
-    int in_dim;             /* D */
+    int in_dim;             /* D = in_c * in_h * in_w */
+    int in_c, in_h, in_w;   /* input image shape (features only: D x 1 x 1) */
     int n_classes;          /* V */
     int n_layers;
     sm_layer_spec layers[SM_MAX_LAYERS];
-    sm_act act;             /* activation of dense layers and MLPs */
+    sm_act act;             /* activation of dense, conv layers and MLPs */
     int residual;           /* ffn / moe layers add their input to their output */
     sm_moe_config moe;      /* shared by every moe layer (H comes from the layer spec) */
+    /* SR-MoE penalties on every MoE stage (Eq. 3-6), 0 = off */
+    double spectral_alpha;  /* weight of (sigma_max - sigma_t)^2 + (srank - rho_t)^2 */
+    double sigma_t, rho_t;  /* targets */
+    double diversity_beta;  /* weight of the CV^2 of batch-mean routing weights */
+    int penalty_on_prototypes; /* penalise the router's prototype matrix instead of the linear map feeding it */
 } sm_model_config;
 
 void sm_model_config_default(sm_model_config *c);
 /* Parses "dense:256,moe:256" into c->layers. */
 sm_status sm_model_parse_arch(sm_model_config *c, const char *arch, sm_error *err);
+/* SR-MoE (Sec. 3): conv stem (3x3 stride-2 convs with the given channels, ReLU, 2x2 max-pool,
+ * adaptive average pool, linear projection to width d) -> `stages` stages, each a local processor
+ * z' = LayerNorm(ReLU(Linear(z))) and an MoE layer over K = moe.router.E experts d -> d -> d.
+ * Sets c->layers / n_layers; the router and penalties are the caller's (prototype router, dense). */
+sm_status sm_model_arch_srmoe(sm_model_config *c, int stages, int width, const int *stem, int n_stem, sm_error *err);
 /* Writes the arch string back ("dense:256,moe:256"). */
 void sm_model_format_arch(const sm_model_config *c, char *buf, size_t n);
 /* Config <-> JSON text (malloc'd string / strict parse naming the bad field). */
@@ -49,13 +71,17 @@ sm_status sm_model_config_from_json(sm_model_config *c, const char *json, sm_err
 
 typedef struct {
     sm_layer_kind kind;
-    int in, out, hidden;   /* widths */
-    int ip[4];             /* parameter indices (dense: w b; ffn: w1 b1 w2 b2) */
+    int in, out, hidden;   /* feature counts (in = ic*ih*iw, out = oc*oh*ow) */
+    int ic, ih, iw, oc, oh, ow; /* shapes */
+    int ip[4];             /* parameter indices (dense/ln/conv: w b; ffn: w1 b1 w2 b2) */
     sm_moe *moe;           /* moe layers */
-    sm_real *pre;          /* (T,out) dense pre-activation; ffn: hidden pre-activation (T,H) */
+    sm_real *pre;          /* (T,out) dense/conv pre-activation; ffn: hidden pre-activation (T,H) */
     sm_real *hid;          /* ffn: (T,H) activation */
+    sm_real *stats;        /* ln: mean (T), rstd (T) */
+    int *idx;              /* maxpool: argmax (T,out) */
     sm_real *out_act;      /* (T,out) this layer's output */
     sm_real *dout;         /* (T,out) gradient w.r.t. this layer's output */
+    int pen_w;             /* parameter penalised by the SR-MoE spectral penalties (-1: none) */
 } sm_layer;
 
 typedef struct {
@@ -72,7 +98,12 @@ typedef struct {
     sm_real *losses;        /* (T) */
     sm_real *dlogits;       /* (T,V) */
     sm_real *scratch;       /* (T, max width) backward scratch */
+    sm_real *col, *dcol;    /* conv im2col scratch (largest layer) */
+    int *iarena;            /* maxpool indices, one allocation */
     double aux_loss;        /* sum of routers' auxiliary losses in the last forward */
+    double penalty;         /* SR-MoE penalties of the last sm_model_loss */
+    sm_power_iter *power;        /* (n_layers) persistent power-iteration vectors, penalised layers only */
+    int power_iters;             /* power iterations per step (1; the gradient checks converge them) */
 } sm_model;
 
 /* Builds the model, declares and allocates parameters, and reserves activations for max_T rows.

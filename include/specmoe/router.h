@@ -42,6 +42,8 @@ typedef struct {
     int soft_group;      /* tokens per SoftMoE group (one observation); 0 = the whole batch */
     int soft_norm;       /* normalise x and Phi along d, with a learned scale */
     uint64_t seed;       /* seed of parameter-free stochastic routers (random) */
+    /* prototype (SR-MoE): logits -dist(z, mu_e), gate temperature = tau */
+    int proto_sq;        /* squared Euclidean distance instead of Euclidean */
 } sm_router_config;
 
 void sm_router_config_default(sm_router_config *c);
@@ -59,6 +61,8 @@ typedef struct {
     sm_real *weight;    /* (A) combine weight */
     sm_real *dweight;   /* (A) dLoss/dweight, written by the layer before router backward */
     sm_real *probs;     /* (T,E) routing probabilities (after temperature), for metrics */
+    sm_real *dprobs;    /* (T,E) gradient of outside losses on probs (diversity, ...): zeroed by the
+                         * layer's forward, added to by penalties, consumed by the router backward */
     int *load;          /* (E) kept assignments per expert */
     long dropped;       /* assignments dropped by the capacity limit in this batch */
     double aux_loss;    /* auxiliary loss the router adds to the objective (0 if none) */
