@@ -230,6 +230,14 @@ static int build_model_config(opts *o, const fl_flag *fl, int nfl, sm_model_conf
     mc->moe.n_shared = o->shared;
     mc->moe.expert_bias = o->expert_bias;
     if (o->shared < 0) return sm_fail(err, SM_ERR_ARG, "--shared: must be >= 0");
+    /* shapes that do not fit (a kernel larger than its input, ...) are refused here, before any data
+     * is read: build the model once on a 1-row batch for Fashion-MNIST's 1 x 28 x 28 input */
+    sm_model_config probe = *mc;
+    probe.in_dim = 784;
+    if (probe.in_c == 0) probe.in_c = 1, probe.in_h = probe.in_w = 28;
+    sm_model *pm = sm_model_create(&probe, 1, NULL, err);
+    if (!pm) return SM_ERR_ARG;
+    sm_model_free(pm);
     return SM_OK;
 }
 

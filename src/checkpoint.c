@@ -162,8 +162,14 @@ sm_status sm_checkpoint_load(const char *path, sm_model *m, sm_optim *opt, sm_tr
         a = sm_model_config_to_json(&cfg);
         b = sm_model_config_to_json(&m->cfg);
         if (!a || !b || strcmp(a, b) != 0)
-            s = sm_fail(err, SM_ERR_MISMATCH, "%s: checkpoint model %s does not match the requested model %s", path,
-                        a ? a : "?", b ? b : "?");
+        {
+            /* name the first differing field: the JSON texts share a prefix up to it */
+            size_t i = 0;
+            while (a && b && a[i] && a[i] == b[i]) i++;
+            size_t from = i > 40 ? i - 40 : 0;
+            s = sm_fail(err, SM_ERR_MISMATCH, "%s: the checkpoint's model does not match the requested one; they differ "
+                        "at ...%.60s (checkpoint) vs ...%.60s (requested)", path, a ? a + from : "?", b ? b + from : "?");
+        }
     }
     free(a);
     free(b);

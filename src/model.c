@@ -309,8 +309,9 @@ static sm_status layer_setup(sm_model *m, int i, sm_params *ps, sm_error *err) {
         break;
     }
     case SM_LAYER_CONV: {
-        sm_status st = sm_conv2d_shape(L->ih, L->iw, sp->k, sp->k, sp->s, sp->p, &L->oh, &L->ow, err);
-        if (st != SM_OK) return sm_fail(err, SM_ERR_ARG, "layer %d (conv): %s", i, err->msg);
+        sm_error e2; /* a separate buffer: the message is quoted into err */
+        sm_status st = sm_conv2d_shape(L->ih, L->iw, sp->k, sp->k, sp->s, sp->p, &L->oh, &L->ow, &e2);
+        if (st != SM_OK) return sm_fail(err, SM_ERR_ARG, "--arch layer %d (conv): %s", i, e2.msg);
         L->oc = sp->width;
         int64_t sw[4] = {sp->width, L->ic, sp->k, sp->k}, sb[1] = {sp->width};
         int fan = L->ic * sp->k * sp->k;
@@ -323,8 +324,9 @@ static sm_status layer_setup(sm_model *m, int i, sm_params *ps, sm_error *err) {
     }
     case SM_LAYER_MAXPOOL:
     case SM_LAYER_AVGPOOL: {
-        sm_status st = sm_conv2d_shape(L->ih, L->iw, sp->k, sp->k, sp->s, 0, &L->oh, &L->ow, err);
-        if (st != SM_OK) return sm_fail(err, SM_ERR_ARG, "layer %d (%s): %s", i, kKindNames[sp->kind], err->msg);
+        sm_error e2;
+        sm_status st = sm_conv2d_shape(L->ih, L->iw, sp->k, sp->k, sp->s, 0, &L->oh, &L->ow, &e2);
+        if (st != SM_OK) return sm_fail(err, SM_ERR_ARG, "--arch layer %d (%s): %s", i, kKindNames[sp->kind], e2.msg);
         break;
     }
     case SM_LAYER_GAP:

@@ -37,7 +37,12 @@ expect 2 "k > E refused"             "top-k must be in"      -- "$bin" train --e
 expect 2 "temperature <= 0 refused"  "temperature must be > 0" -- "$bin" train --temperature 0
 expect 2 "capacity < 0 refused"      "capacity factor"       -- "$bin" train --capacity -1
 expect 2 "capacity = 0 refused"      "capacity factor must be > 0" -- "$bin" train --capacity 0
-expect 2 "bad arch refused"          "unknown layer kind"    -- "$bin" train --arch conv:3
+expect 2 "bad arch refused"          "unknown layer kind"    -- "$bin" train --arch convo:3
+expect 2 "conv without its numbers refused" "takes 4 number"  -- "$bin" train --arch conv:3
+expect 2 "kernel larger than its input refused" "larger than"  -- "$bin" train --arch conv:4:40:1:0,dense:8 --per-class 5
+expect 2 "tau <= 0 refused"          "temperature must be > 0" -- "$bin" train --model srmoe --tau 0
+expect 2 "zero experts refused"      "number of experts"     -- "$bin" train --model srmoe --experts 0
+expect 2 "unknown class refused"     "class"                 -- "$bin" train --classes 3,12
 expect 2 "unknown router refused"    "unknown router"        -- "$bin" train --router nope
 expect 2 "unknown optimiser refused" "unknown optimiser"     -- "$bin" train --optim lion
 expect 2 "bad class list refused"    "class"                 -- "$bin" train --classes 3,3
