@@ -73,7 +73,7 @@ sm_status sm_model_parse_arch(sm_model_config *c, const char *arch, sm_error *er
 }
 
 sm_status sm_model_arch_srmoe(sm_model_config *c, int stages, int width, const int *stem, int n_stem, sm_error *err) {
-    if (stages < 1 || width < 1 || n_stem < 1 || n_stem > 4 || 4 + n_stem + 3 * stages > SM_MAX_LAYERS)
+    if (stages < 1 || width < 1 || n_stem < 1 || n_stem > 4 || n_stem + 3 + 3 * stages > SM_MAX_LAYERS)
         return sm_fail(err, SM_ERR_ARG, "srmoe: need 1 <= stem convs <= 4, stages >= 1 (at most %d layers), width >= 1",
                        SM_MAX_LAYERS);
     char arch[512];

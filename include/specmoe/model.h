@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define SM_MAX_LAYERS 16
+#define SM_MAX_LAYERS 24
 
 typedef enum {
     SM_LAYER_DENSE = 0, /* dense:W          linear (flattening its input) then the activation */
