@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
@@ -351,7 +352,63 @@ sm_status sm_dataset_select(sm_dataset *ds, const int *classes, int n_sel, int p
     return SM_OK;
 }
 
-int sm_parse_class_list(const char *s, int *classes, int max, int n_classes, sm_error *err) {
+/* Fashion-MNIST's class names, by label id (Xiao et al. 2017). */
+static const char *const kFashionNames[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                              "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+
+/* Rewrites a class list so that Fashion-MNIST names ("Bag", "ankle boot") become their ids; ids and
+ * "all" pass through. Returns 0, or -1 with err naming the unknown name. */
+static int resolve_class_names(const char *s, char *out, size_t n, sm_error *err) {
+    size_t used = 0;
+    int first = 1;
+    out[0] = 0;
+    const char *p = s;
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        const char *a = p, *b = p + len;
+        while (a < b && *a == ' ') a++;
+        while (b > a && b[-1] == ' ') b--;
+        char tok[64];
+        size_t tl = (size_t)(b - a);
+        if (tl >= sizeof tok) {
+            sm_fail(err, SM_ERR_ARG, "class list '%s': entry too long", s);
+            return -1;
+        }
+        memcpy(tok, a, tl);
+        tok[tl] = 0;
+        if (tl > 0 && !(tok[0] >= '0' && tok[0] <= '9') && strcmp(tok, "all") != 0) {
+            int id = -1;
+            for (int i = 0; i < 10; i++)
+                if (!strcasecmp(tok, kFashionNames[i])) id = i;
+            if (id < 0) {
+                sm_fail(err, SM_ERR_ARG,
+                        "class list '%s': unknown class '%s' (ids 0-9 or Fashion-MNIST names: T-shirt/top, Trouser, "
+                        "Pullover, Dress, Coat, Sandal, Shirt, Sneaker, Bag, Ankle boot)", s, tok);
+                return -1;
+            }
+            snprintf(tok, sizeof tok, "%d", id);
+        }
+        /* empty entries are kept so the id parser below reports them */
+        int w = snprintf(out + used, n - used, "%s%s", first ? "" : ",", tok);
+        first = 0;
+        if (w < 0 || (size_t)w >= n - used) {
+            sm_fail(err, SM_ERR_ARG, "class list '%s': too long", s);
+            return -1;
+        }
+        used += (size_t)w;
+        p = e ? e + 1 : p + len;
+        if (e && !*p) { /* trailing comma: keep it so the id parser reports it */
+            if (used + 1 < n) strcat(out, ",");
+        }
+    }
+    return 0;
+}
+
+int sm_parse_class_list(const char *s_in, int *classes, int max, int n_classes, sm_error *err) {
+    char resolved[1024];
+    if (s_in && resolve_class_names(s_in, resolved, sizeof resolved, err) != 0) return -1;
+    const char *s = s_in ? resolved : NULL;
     if (!s || !classes || max < 1 || n_classes < 1) {
         sm_fail(err, SM_ERR_ARG, "sm_parse_class_list: bad argument");
         return -1;

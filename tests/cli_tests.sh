@@ -43,6 +43,7 @@ expect 2 "kernel larger than its input refused" "larger than"  -- "$bin" train -
 expect 2 "tau <= 0 refused"          "temperature must be > 0" -- "$bin" train --model srmoe --tau 0
 expect 2 "zero experts refused"      "number of experts"     -- "$bin" train --model srmoe --experts 0
 expect 2 "unknown class refused"     "class"                 -- "$bin" train --classes 3,12
+expect 2 "unknown class name refused" "unknown class 'Boot'" -- "$bin" train --classes Bag,Boot
 expect 2 "unknown router refused"    "unknown router"        -- "$bin" train --router nope
 expect 2 "unknown optimiser refused" "unknown optimiser"     -- "$bin" train --optim lion
 expect 2 "bad class list refused"    "class"                 -- "$bin" train --classes 3,3
