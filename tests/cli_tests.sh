@@ -96,6 +96,19 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
         || bad "eval reproduces the final test accuracy" "$acc vs $(echo "$eval_out" | tail -n 1)"
     expect 1 "resume with other model flags refused" "does not match" -- \
         "$bin" train --per-class 300 --epochs 3 --arch dense:64,moe:32 --experts 8 --out "$tmp/run2" --resume "$run/checkpoint.safetensors"
+    # SR-MoE: a short model with spectral penalties, analyze, and a miniature one-shot benchmark
+    expect 0 "srmoe trains with spectral penalties" "final test accuracy" -- "$bin" train --model srmoe --per-class 30 \
+        --epochs 1 --spectral-alpha 0.01 --diversity-beta 0.1 --out "$tmp/sr" --threads 1
+    expect 0 "analyze prints spectral norm, stable rank, effective rank" "router.prototypes +4 x 64" -- \
+        "$bin" analyze "$tmp/sr/checkpoint.safetensors"
+    out=$("$bin" bench oneshot --seeds 1 --epochs 1 --novel 1 --phases 30 --depths 2x2 --out "$tmp/os" 2>&1); rc=$?
+    if [ $rc -eq 0 ] && [ -s "$tmp/os/oneshot.json" ] && [ -s "$tmp/os/oneshot_paths.png" ] && [ -s "$tmp/os/oneshot_gradnorm.png" ] \
+        && echo "$out" | grep -q "Mean Δ (surgical)"; then
+        ok "bench oneshot writes tables, JSON and both plots"
+    else
+        bad "bench oneshot writes tables, JSON and both plots" "exit $rc: $(echo "$out" | tail -n 3)"
+    fi
+    expect 2 "bench oneshot: more novel images than a class has refused" "" -- "$bin" bench oneshot --novel 7000
     # GrMoE: train briefly, then evaluate at other alphas without retraining
     g="$tmp/grm"
     if "$bin" train --router grassmann --kr 8 --per-class 100 --epochs 1 --arch dense:32,moe:16 --warmup 0 \
