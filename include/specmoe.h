@@ -25,6 +25,7 @@
  *   conv.h        conv2d (im2col + GEMM), max / average / adaptive average pooling
  *   spectral.h    SR-MoE spectral-norm, stable-rank and diversity penalties; SVD diagnostics
  *   synth.h       GrMoE's synthetic routing task
+ *   ssmoe.h       SSMoE eigenvector descriptors of expert weights
  *   mlp.h         the two-layer MLP expert
  *   router.h      the router interface every router implements (router_*.c): topk, switch,
  *                 expert-choice, hash, random, soft (SoftMoE), vmf, grassmann (GrMoE)
@@ -60,6 +61,7 @@
 #include "specmoe/router.h"
 #include "specmoe/safetensors.h"
 #include "specmoe/spectral.h"
+#include "specmoe/ssmoe.h"
 #include "specmoe/stiefel.h"
 #include "specmoe/synth.h"
 #include "specmoe/train.h"
