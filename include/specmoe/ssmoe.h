@@ -1,6 +1,6 @@
 /* SSMoE (papers/001): training-free eigenvector (EV) descriptors of experts.
  *
- * For an expert weight matrix W laid out (I, d) - two-layer experts: the first layer as stored, the
+ * For an expert weight matrix W laid out (nrow, d) - two-layer experts: the first layer as stored, the
  * second transposed; SwiGLU: gate and up as stored, down transposed - take the right singular
  * vectors v_1..v_r of W (LAPACKE gesdd, ordered by singular value), score each by the SIGNED dot
  * product with the expert's learned router row r_e (no absolute value), keep the top-c and average
@@ -12,7 +12,7 @@
  * (ties: the first). This makes the signed scores, and so the descriptors, reproducible; the same
  * convention applied to the eigenvectors of W^T W gives the same descriptors (tests/test_ssmoe.c).
  *
- * Letters: I rows, d columns (token width), c vectors kept.
+ * Letters: nrow rows (not I: complex.h defines I), d columns (token width), c vectors kept.
  */
 #ifndef SPECMOE_SSMOE_H
 #define SPECMOE_SSMOE_H
@@ -23,13 +23,13 @@
 extern "C" {
 #endif
 
-/* out (d) = descriptor of W (I, d) row-major; router_row (d) or NULL for the averaged-EV variant;
- * 1 <= c; c is clipped to min(I, d). */
-sm_status sm_ev_descriptor(double *out, const float *W, int I, int d, const float *router_row, int c, sm_error *err);
+/* out (d) = descriptor of W (nrow, d) row-major; router_row (d) or NULL for the averaged-EV variant;
+ * 1 <= c; c is clipped to min(nrow, d). */
+sm_status sm_ev_descriptor(double *out, const float *W, int nrow, int d, const float *router_row, int c, sm_error *err);
 
 /* The same descriptor computed the slow way, from the eigenvectors of W^T W (LAPACKE dsyev): the
  * brute-force reference of the tests. */
-sm_status sm_ev_descriptor_eig(double *out, const float *W, int I, int d, const float *router_row, int c,
+sm_status sm_ev_descriptor_eig(double *out, const float *W, int nrow, int d, const float *router_row, int c,
                                sm_error *err);
 
 #ifdef __cplusplus
