@@ -1,6 +1,7 @@
 # specmoe build. Targets: all (build/specmoe + libraries), test, debug (ASan+UBSan tests),
 # fuzz, bench-peer, install, clean.
 CC      ?= cc
+MAKEFLAGS += --no-print-directory
 PREFIX  ?= /usr/local
 BUILD   ?= build
 OPT     ?= -O3 -march=x86-64-v2 -mtune=native

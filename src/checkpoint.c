@@ -107,7 +107,7 @@ static sm_status load_tensor(const sm_safetensors *st, const char *path, const c
     for (int d = 0; same && d < q->ndim; d++) same = t->shape[d] == q->shape[d];
     if (!same) return sm_fail(err, SM_ERR_MISMATCH, "%s: tensor '%s' has a different shape than the model's", path, name);
     sm_status s = sm_st_tensor_to_f32(t, tmp, q->numel, err);
-    if (s != SM_OK) return s;
+    if (s != SM_OK || !dst) return s; /* dst NULL: validation only */
     for (size_t i = 0; i < q->numel; i++) dst[i] = (sm_real)tmp[i];
     return SM_OK;
 }
@@ -131,8 +131,9 @@ static sm_status read_train_state(const sm_safetensors *st, const char *path, sm
     const cJSON *pos = cJSON_GetObjectItemCaseSensitive(o, "pos"), *os = cJSON_GetObjectItemCaseSensitive(o, "optim_step");
     const cJSON *rng = cJSON_GetObjectItemCaseSensitive(o, "rng");
     if (!cJSON_IsObject(o) || !cJSON_IsNumber(step) || !cJSON_IsNumber(epoch) || !cJSON_IsNumber(pos) ||
-        !cJSON_IsNumber(os) || !cJSON_IsArray(rng) || cJSON_GetArraySize(rng) != 4 || step->valuedouble < 0 ||
-        epoch->valuedouble < 0 || pos->valuedouble < 0) {
+        !cJSON_IsNumber(os) || !cJSON_IsArray(rng) || cJSON_GetArraySize(rng) != 4 || !(step->valuedouble >= 0) ||
+        !(epoch->valuedouble >= 0) || !(pos->valuedouble >= 0) || !(os->valuedouble >= 0) || step->valuedouble > 1e15 ||
+        os->valuedouble > 1e15 || epoch->valuedouble > 2e9 || pos->valuedouble > 2e9) {
         s = sm_fail(err, SM_ERR_FORMAT, "%s: __metadata__.train is malformed", path);
     } else {
         ts->step = (long)step->valuedouble;
@@ -177,14 +178,21 @@ sm_status sm_checkpoint_load(const char *path, sm_model *m, sm_optim *opt, sm_tr
     float *tmp = malloc((ps->total ? ps->total : 1) * sizeof(float));
     if (!tmp && s == SM_OK) s = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
     char name[SM_NAME_MAX + 16];
-    for (int i = 0; i < ps->n && s == SM_OK; i++)
-        s = load_tensor(&st, path, ps->p[i].name, &ps->p[i], ps->data + ps->p[i].offset, tmp, err);
-    if (opt) {
+    /* validate every tensor (and the training state) before touching the model: a failed load leaves
+     * the model and optimiser as they were */
+    for (int pass = 0; pass < 2 && s == SM_OK; pass++) {
+        const int copy = pass == 1;
         for (int i = 0; i < ps->n && s == SM_OK; i++) {
-            snprintf(name, sizeof name, "optim.m.%s", ps->p[i].name);
-            s = load_tensor(&st, path, name, &ps->p[i], opt->m + ps->p[i].offset, tmp, err);
-            snprintf(name, sizeof name, "optim.v.%s", ps->p[i].name);
-            if (s == SM_OK) s = load_tensor(&st, path, name, &ps->p[i], opt->v + ps->p[i].offset, tmp, err);
+            s = load_tensor(&st, path, ps->p[i].name, &ps->p[i], copy ? ps->data + ps->p[i].offset : NULL, tmp, err);
+            for (int g = 0; g < 2 && opt && s == SM_OK; g++) {
+                snprintf(name, sizeof name, "optim.%s.%s", g ? "v" : "m", ps->p[i].name);
+                s = load_tensor(&st, path, name, &ps->p[i], copy ? (g ? opt->v : opt->m) + ps->p[i].offset : NULL, tmp, err);
+            }
+        }
+        if (!copy && ts && s == SM_OK) {
+            sm_train_state probe;
+            long optim_step = 0;
+            s = read_train_state(&st, path, &probe, &optim_step, err);
         }
     }
     if (ts && s == SM_OK) {

@@ -60,6 +60,7 @@ uint64_t sm_rng_u64(sm_rng *r) {
 }
 
 uint32_t sm_rng_below(sm_rng *r, uint32_t n) {
+    if (n == 0) return 0; /* no range to draw from */
     /* Lemire's multiply-shift with rejection: unbiased. */
     uint64_t m = (uint64_t)(uint32_t)(sm_rng_u64(r) >> 32) * n;
     uint32_t l = (uint32_t)m;

@@ -171,7 +171,8 @@ static sm_status json_int(const cJSON *o, const char *key, int *out, sm_error *e
     double d = 0;
     sm_status st = json_num(o, key, &d, err);
     if (st != SM_OK) return st;
-    if (d != (double)(int)d) return sm_fail(err, SM_ERR_FORMAT, "model config: field '%s' is not an integer", key);
+    if (!(d >= -2147483647.0 && d <= 2147483647.0) || d != (double)(int)d)
+        return sm_fail(err, SM_ERR_FORMAT, "model config: field '%s' is not an integer in range", key);
     *out = (int)d;
     return SM_OK;
 }
@@ -333,6 +334,8 @@ static sm_status layer_setup(sm_model *m, int i, sm_params *ps, sm_error *err) {
         L->oh = L->ow = 1;
         break;
     }
+    if ((int64_t)L->oc * L->oh * L->ow > (1 << 28))
+        return sm_fail(err, SM_ERR_ARG, "--arch layer %d: %d x %d x %d outputs are too many", i, L->oc, L->oh, L->ow);
     L->out = L->oc * L->oh * L->ow;
     return SM_OK;
 }
@@ -345,6 +348,10 @@ sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm
     }
     if (!(cfg->spectral_alpha >= 0) || !(cfg->diversity_beta >= 0)) {
         sm_fail(err, SM_ERR_ARG, "model: penalty weights must be >= 0");
+        return NULL;
+    }
+    if (cfg->diversity_beta > 0 && cfg->moe.router.E > 1024) {
+        sm_fail(err, SM_ERR_ARG, "model: the diversity loss supports at most 1024 experts (got %d)", cfg->moe.router.E);
         return NULL;
     }
     sm_model *m = calloc(1, sizeof *m);
@@ -360,7 +367,7 @@ sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm
     sm_params *ps = &m->params;
     /* the input is an image when its shape is given and consistent, else a feature vector */
     int c = cfg->in_c, h = cfg->in_h, w = cfg->in_w;
-    if (c < 1 || h < 1 || w < 1 || c * h * w != cfg->in_dim) c = cfg->in_dim, h = w = 1;
+    if (c < 1 || h < 1 || w < 1 || (int64_t)c * h * w != cfg->in_dim) c = cfg->in_dim, h = w = 1;
     size_t maxw = (size_t)cfg->in_dim, maxcol = 1;
     for (int i = 0; i < cfg->n_layers; i++) {
         sm_layer *L = &m->layers[i];
@@ -376,6 +383,10 @@ sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm
         if (L->kind == SM_LAYER_CONV) {
             size_t col = sm_conv2d_col_size(L->ic, L->ih, L->iw, cfg->layers[i].k, cfg->layers[i].k, cfg->layers[i].s,
                                             cfg->layers[i].p);
+            if (col == 0) { /* sizes the conv refuses (too large) */
+                sm_fail(err, SM_ERR_ARG, "--arch layer %d (conv): im2col buffer too large", i);
+                goto fail;
+            }
             if (col > maxcol) maxcol = col;
         }
     }

@@ -98,6 +98,7 @@ void sm_moe_bind(sm_moe *m, const sm_params *ps) {
 
 sm_status sm_moe_reserve(sm_moe *m, int max_T, sm_error *err) {
     if (max_T < 1) return sm_fail(err, SM_ERR_ARG, "moe: batch size must be >= 1");
+    if (m->act_block) return sm_fail(err, SM_ERR_ARG, "moe: activations are already reserved (reserve once, for the largest batch)");
     m->max_T = max_T;
     m->max_A = m->router->ops->max_assign(m->router, max_T);
     sm_status st = m->router->ops->reserve(m->router, max_T, err);
@@ -112,7 +113,6 @@ sm_status sm_moe_reserve(sm_moe *m, int max_T, sm_error *err) {
     sm_real **ptrs[] = {&m->xg, &m->hpre, &m->h, &m->y, &m->dy, &m->dxg, &m->dh, &m->shpre, &m->sh, &m->sy};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += sizes[i];
-    free(m->act_block);
     m->act_block = malloc(total * sizeof(sm_real));
     if (!m->act_block)
         return sm_fail(err, SM_ERR_NOMEM, "moe: cannot allocate activations for %d tokens (%zu MiB)",

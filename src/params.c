@@ -29,7 +29,16 @@ int sm_params_add(sm_params *ps, const char *name, int ndim, const int64_t *shap
             sm_fail(err, SM_ERR_ARG, "%s: dimension %d is %lld", name, i, (long long)shape[i]);
             return -1;
         }
+        /* sizes come from outside data (checkpoint configs): refuse anything that overflows */
+        if ((size_t)shape[i] > ((size_t)1 << 40) / numel) {
+            sm_fail(err, SM_ERR_ARG, "%s: tensor too large (more than 2^40 values)", name);
+            return -1;
+        }
         numel *= (size_t)shape[i];
+    }
+    if (ps->total > ((size_t)1 << 40) - numel) {
+        sm_fail(err, SM_ERR_ARG, "%s: parameters exceed 2^40 values in total", name);
+        return -1;
     }
     if (ps->n == ps->cap) {
         int cap = ps->cap ? 2 * ps->cap : 16;

@@ -3,8 +3,8 @@
  * "expert-choice" (Zhou et al. 2022): S = softmax(x Wg^T / temperature) over experts (T,E); each
  *    expert takes its top-p tokens by S[:,e], p = ceil(cf * T / E) (cf = --capacity, 1 if 0), weight
  *    S[t,e]. A token may get several experts or none (counted in route->dropped).
- * "hash" (Roller et al. 2021): expert = FNV-1a hash of the token's input bytes mod E (k distinct
- *    experts by rehashing), weight 1/k; no parameters, no gradient to x.
+ * "hash" (Roller et al. 2021): expert = FNV-1a hash of the token's input bytes mod E (for k > 1 the
+ *    next k-1 experts too), weight 1/k; no parameters, no gradient to x.
  * "random": k distinct experts uniformly at random per token, weight 1/k. Training draws from the
  *    training RNG; evaluation seeds a generator per token from (--seed, the token's bytes) so it is
  *    reproducible.

@@ -116,6 +116,8 @@ static sm_status geo_reserve(sm_router *r, int max_T, sm_error *err) {
     geo_state *s = r->state;
     const int E = r->cfg.E, d = r->d, R = r->cfg.kr, Ha = r->cfg.amort_hidden;
     size_t T = (size_t)max_T, w = (size_t)max3(s->grassmann ? E * R : E, d, Ha);
+    /* scratch2 also holds the (E,d) direction gradient of vmf, which can exceed T*w for small T */
+    size_t w2 = T * w > (size_t)E * d ? T * w : (size_t)E * d;
     s->max_T = max_T;
     s->logits = calloc(T * E, sizeof(sm_real));
     s->proj = calloc(T * (size_t)(s->grassmann ? E * R : E), sizeof(sm_real));
@@ -129,7 +131,7 @@ static sm_status geo_reserve(sm_router *r, int max_T, sm_error *err) {
     s->ahpre = calloc(T * Ha, sizeof(sm_real));
     s->ahid = calloc(T * Ha, sizeof(sm_real));
     s->scratch = calloc(T * w, sizeof(sm_real));
-    s->scratch2 = calloc(T * w, sizeof(sm_real));
+    s->scratch2 = calloc(w2, sizeof(sm_real));
     s->max_pairs = E * (E - 1) / 2 > n_pairs_per_step(r) ? E * (E - 1) / 2 : n_pairs_per_step(r);
     s->pairs = calloc(2 * (size_t)(s->max_pairs ? s->max_pairs : 1), sizeof(int));
     s->ovl = calloc((size_t)R * R, sizeof(sm_real));

@@ -46,7 +46,7 @@ static sm_status topk_declare(sm_router *r, sm_params *ps, const char *prefix, s
     return SM_OK;
 }
 
-/* Switch: top-1 and, unless the user set one, the paper's balance coefficient 0.01. */
+/* Switch: top-1 (the CLI also defaults its balance coefficient to the paper's 0.01). */
 static sm_status switch_declare(sm_router *r, sm_params *ps, const char *prefix, sm_error *err) {
     if (r->cfg.k != 1) return sm_fail(err, SM_ERR_ARG, "router switch: routes each token to exactly one expert (k=%d)", r->cfg.k);
     return topk_declare(r, ps, prefix, err);

@@ -53,6 +53,7 @@ sm_status sm_evaluate(sm_model *m, const sm_dataset *ds, int batch, sm_eval_resu
     if (ds->dim != m->cfg.in_dim)
         return sm_fail(err, SM_ERR_MISMATCH, "evaluate: data has %d features, the model expects %d", ds->dim,
                        m->cfg.in_dim);
+    if (batch < 1) return sm_fail(err, SM_ERR_ARG, "evaluate: batch must be >= 1 (got %d)", batch);
     if (batch > m->max_T) batch = m->max_T;
     int V = m->cfg.n_classes;
     out->n_moe = sm_model_n_moe(m);
@@ -69,7 +70,9 @@ sm_status sm_evaluate(sm_model *m, const sm_dataset *ds, int batch, sm_eval_resu
             if (ds->y[i + t] < 0 || ds->y[i + t] >= V)
                 return sm_fail(err, SM_ERR_MISMATCH, "evaluate: label %d outside the model's %d classes", ds->y[i + t], V);
         const sm_real *logits = sm_model_forward(m, ds->x + (size_t)i * ds->dim, B, NULL, 0);
-        loss += sm_model_loss(m, ds->y + i, NULL, B) * B;
+        /* the task loss only: evaluation must not run the penalties' power iterations (they carry
+         * state between training steps) nor count aux losses */
+        loss += sm_crossentropy_forward(m->losses, m->probs, logits, ds->y + i, NULL, B, V) * B;
         for (int t = 0; t < B; t++) correct += argmax(logits + (size_t)t * V, V) == ds->y[i + t];
         for (int l = 0; l < out->n_moe; l++) sm_routing_stats_add(&out->routing[l], &sm_model_moe(m, l)->route);
     }
@@ -190,7 +193,9 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
         if (B == 0) { /* end of an epoch: the batcher has moved on to the next */
             if (val && on_log) {
                 sm_eval_result ev;
-                if (sm_evaluate(m, val, m->max_T, &ev, err) == SM_OK) {
+                st = sm_evaluate(m, val, m->max_T, &ev, err);
+                if (st != SM_OK) goto done_buf;
+                {
                     sm_log_record r = {.step = ts.step, .total_steps = total_steps, .epoch = bat.epoch,
                                        .loss = ev.loss, .acc = ev.acc, .n_moe = ev.n_moe, .final = -1};
                     for (int l = 0; l < ev.n_moe; l++) sm_routing_summarize(&ev.routing[l], &r.routing[l]);

@@ -15,7 +15,8 @@ for t in "$@"; do
     if [ -z "$syn" ] || [ $rc -ne 0 ]; then status=1; [ "$f1$f2" = "00" ] && f1=1; fi
     pass=$((pass + p)); fail=$((fail + f1 + f2))
 done
-if [ -n "${SPECMOE_BIN:-}" ] && [ -x "$here/cli_tests.sh" ]; then
+if [ -n "${SPECMOE_BIN:-}" ]; then
+    [ -x "$here/cli_tests.sh" ] || { echo "tests/cli_tests.sh is missing or not executable"; exit 1; }
     echo "== tests/cli_tests.sh"
     out=$("$here/cli_tests.sh" "$SPECMOE_BIN" 2>&1); rc=$?
     echo "$out" | tail -n 60

@@ -199,6 +199,9 @@ Test(grad_moe, vmf_gate) {
     sm_moe_config c = base_router("vmf", 5, 2, 6);
     c.router.kappa_init = 3;
     moe_check("vmf", &c, 12, 6, 29, NULL);
+    /* one token, wide d: the (E,d) direction gradient is larger than the per-token scratch (a heap
+     * overflow found in review; the sanitizer build catches a regression) */
+    moe_check("vmf.T1", &c, 1, 40, 31, NULL);
 }
 
 Test(grad_moe, grassmann_dense_amortized_topk_and_subspace) {
