@@ -55,8 +55,6 @@
 #define MAX_PATHS 4096
 #define N_MODELS 3
 
-static const char *kFashionNames[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                                        "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
 static const char *kModelNames[N_MODELS] = {"Baseline", "Clustering", "Spectral"};
 
 typedef struct {
@@ -210,12 +208,6 @@ static sm_status make_config(sm_model_config *mc, const bench_opts *o, int depth
     return SM_OK;
 }
 
-static int argmax_f(const sm_real *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
 
 /* Test accuracy, batched. If paths != NULL, also writes each test image's top-1 expert path id
  * (sum_s e_s E^s). If cache != NULL, also copies the input of layer `first` (the first MoE layer)
@@ -227,7 +219,7 @@ static double evaluate(sm_model *m, const sm_dataset *ds, int eb, int *paths, fl
     for (int i = 0; i < ds->n; i += eb) {
         int B = ds->n - i < eb ? ds->n - i : eb;
         const sm_real *lg = sm_model_forward(m, ds->x + (size_t)i * ds->dim, B, NULL, 0);
-        for (int t = 0; t < B; t++) correct += argmax_f(lg + (size_t)t * V, V) == ds->y[i + t];
+        for (int t = 0; t < B; t++) correct += sm_argmax(lg + (size_t)t * V, V) == ds->y[i + t];
         if (cache) {
             const sm_layer *L = &m->layers[first - 1];
             memcpy(cache + (size_t)i * L->out, L->out_act, sizeof(float) * (size_t)B * L->out);
@@ -240,7 +232,7 @@ static double evaluate(sm_model *m, const sm_dataset *ds, int eb, int *paths, fl
                 for (int t0 = 0; t0 < B; t0 += 1024) {
                     /* sm_route_argmax works on the whole route; do it by hand in chunks */
                     int nb = B - t0 < 1024 ? B - t0 : 1024;
-                    for (int t = 0; t < nb; t++) arg[t] = argmax_f(moe->route.probs + (size_t)(t0 + t) * moe->E, moe->E);
+                    for (int t = 0; t < nb; t++) arg[t] = sm_argmax(moe->route.probs + (size_t)(t0 + t) * moe->E, moe->E);
                     for (int t = 0; t < nb; t++) paths[i + t0 + t] += arg[t] * mul;
                 }
                 mul *= moe->E;
@@ -462,7 +454,7 @@ static void run_one(const bench_opts *o, const bench_data *bd, int phase, int de
         int path[MAX_S], pid = 0, mul = 1;
         for (int l = 0; l < nm; l++) {
             sm_moe *moe = sm_model_moe(w, l);
-            path[l] = argmax_f(moe->route.probs, moe->E); /* row 0: the novel image */
+            path[l] = sm_argmax(moe->route.probs, moe->E); /* row 0: the novel image */
             pid += path[l] * mul;
             mul *= moe->E;
             /* gradient vitality: ||(dw1, db1, dw2, db2) of expert e||_2 */
@@ -585,12 +577,6 @@ static void path_str(char *buf, size_t n, int pid, int S, int E) {
     for (int s = 0; s < S && u < n; s++, pid /= E) u += (size_t)snprintf(buf + u, n - u, "%s%d", s ? "-" : "", pid % E);
 }
 
-static int write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    fputs(text, f);
-    return fclose(f);
-}
 
 /* appends to a growing string */
 typedef struct {
@@ -814,7 +800,7 @@ int cmd_bench_oneshot(int argc, char **argv) {
     char clsnames[256] = "";
     for (int c = 0; c < o.C; c++)
         snprintf(clsnames + strlen(clsnames), sizeof clsnames - strlen(clsnames), "%s%s (%d)", c ? ", " : "",
-                 kFashionNames[o.classes[c]], o.classes[c]);
+                 sm_fashion_class_name(o.classes[c]), o.classes[c]);
     sb_printf(&md,
               "## One-shot interference (SR-MoE Tables 1-2) on Fashion-MNIST\n\n"
               "Classes: %s. Novel images: %d per class (held out of training). Test: %d images. %d seeds; "
@@ -872,7 +858,7 @@ int cmd_bench_oneshot(int argc, char **argv) {
                 sb_printf(&md, "| *Δ, %s update* | | | |\n", var ? "surgical (top-1 path experts only)" : "standard (all parameters)");
                 for (int c = 0; c < o.C; c++) {
                     char lab[96];
-                    snprintf(lab, sizeof lab, "— %s", kFashionNames[o.classes[c]]);
+                    snprintf(lab, sizeof lab, "— %s", sm_fashion_class_name(o.classes[c]));
                     ROW(lab, 2, 1, 100.0, r->delta[var][c]);
                 }
                 ROW(var ? "**Mean Δ (surgical)**" : "**Mean Δ (standard)**", 2, 1, 100.0, r->delta_mean[var]);
@@ -910,7 +896,7 @@ int cmd_bench_oneshot(int argc, char **argv) {
                 for (int c = 0; c < o.C; c++) {
                     char ps[64];
                     path_str(ps, sizeof ps, rr[mdl]->dom_path[c], S, E);
-                    sb_printf(&md, "%s%s: %s (%.0f%%)", c ? "; " : " ", kFashionNames[o.classes[c]], ps, 100 * rr[mdl]->dom_frac[c]);
+                    sb_printf(&md, "%s%s: %s (%.0f%%)", c ? "; " : " ", sm_fashion_class_name(o.classes[c]), ps, 100 * rr[mdl]->dom_frac[c]);
                 }
                 sb_printf(&md, " |");
             }
@@ -1039,7 +1025,7 @@ int cmd_bench_oneshot(int argc, char **argv) {
                     for (int l = 0; l < S; l++)
                         for (int e = 0; e < E; e++) fprintf(g, "%s\"s%de%d\" %d", l + e ? ", " : "", l, e, l * E + e);
                     fprintf(g, ") %s font ',7'\nset ytics (", S * E > 6 ? "rotate by 90 right" : "norotate center");
-                    for (int c = 0; c < o.C; c++) fprintf(g, "%s\"%s\" %d", c ? ", " : "", kFashionNames[o.classes[c]], c);
+                    for (int c = 0; c < o.C; c++) fprintf(g, "%s\"%s\" %d", c ? ", " : "", sm_fashion_class_name(o.classes[c]), c);
                     fprintf(g, ")\nplot '%s/oneshot_usage.dat' index %d matrix with image\n", out_dir, pn);
                 }
         fprintf(g, "unset multiplot\n");
@@ -1069,9 +1055,9 @@ int cmd_bench_oneshot(int argc, char **argv) {
     sb_printf(&md, "\nTotal wall time: %.1f s (%d runs on %d threads).\n", secs, nruns, o.threads);
     fputs(md.s, stdout);
     snprintf(path, sizeof path, "%s/oneshot.md", out_dir);
-    int w1 = write_text(path, md.s);
+    int w1 = cli_write_text(path, md.s);
     snprintf(path, sizeof path, "%s/oneshot.json", out_dir);
-    int w2 = write_text(path, js.s);
+    int w2 = cli_write_text(path, js.s);
     if (w1 || w2) fprintf(stderr, "specmoe: %s: cannot write results\n", out_dir);
     else printf("\nwrote %s/oneshot.{md,json}%s\n", out_dir,
                 gok ? ", oneshot_paths.png, oneshot_gradnorm.png" : " (gnuplot failed: no PNGs; install gnuplot-nox)");

@@ -158,12 +158,6 @@ static void eval_layer(trained *tr, const sm_synth *task, const train_opts *to, 
     free(x); free(y); free(comp); free(pred); free(xr); free(out);
 }
 
-static int write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    fputs(text, f);
-    return fclose(f);
-}
 
 /* ---------------------------------------------------------------------------------------------- */
 
@@ -294,9 +288,9 @@ int cmd_bench_routing(int argc, char **argv) {
     mkdir("runs", 0755);
     mkdir(out_dir, 0755);
     snprintf(path, sizeof path, "%s/routing_%s.md", out_dir, setting);
-    int w1 = write_text(path, md);
+    int w1 = cli_write_text(path, md);
     snprintf(path, sizeof path, "%s/routing_%s.json", out_dir, setting);
-    int w2 = write_text(path, json);
+    int w2 = cli_write_text(path, json);
     if (w1 || w2) fprintf(stderr, "specmoe: %s: cannot write results\n", out_dir);
     else printf("\nwrote %s/routing_%s.md and .json\n", out_dir, setting);
     for (int s = 0; s < seeds; s++) sm_synth_free(&tasks[s]);
@@ -435,7 +429,7 @@ int cmd_bench_alpha(int argc, char **argv) {
     n += snprintf(md + n, sizeof md - n, "\n");
     fputs(md, stdout);
     snprintf(path, sizeof path, "%s/alpha_%s.md", out_dir, setting);
-    int w = write_text(path, md);
+    int w = cli_write_text(path, md);
     /* JSON with every seed's curve */
     snprintf(path, sizeof path, "%s/alpha_%s.json", out_dir, setting);
     FILE *js = fopen(path, "w");

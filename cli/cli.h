@@ -10,6 +10,8 @@
 
 /* Prints "specmoe: <message>" and returns the exit code for st. */
 int cli_fail(sm_status st, const sm_error *err);
+/* Writes text to path; 0 on success (the write and the close both checked). */
+int cli_write_text(const char *path, const char *text);
 /* Sets the OpenMP (and so OpenBLAS-OpenMP) thread count; <= 0 leaves the default. */
 void cli_set_threads(int n);
 

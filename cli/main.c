@@ -14,6 +14,13 @@ int cli_fail(sm_status st, const sm_error *err) {
     return st == SM_ERR_ARG ? CLI_EXIT_USAGE : CLI_EXIT_RUNTIME;
 }
 
+int cli_write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    int bad = fputs(text, f) < 0;
+    return (fclose(f) != 0 || bad) ? -1 : 0;
+}
+
 void cli_set_threads(int n) {
     if (n > 0) omp_set_num_threads(n);
 }

@@ -356,6 +356,8 @@ sm_status sm_dataset_select(sm_dataset *ds, const int *classes, int n_sel, int p
 static const char *const kFashionNames[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                                               "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
 
+const char *sm_fashion_class_name(int id) { return id >= 0 && id < 10 ? kFashionNames[id] : "?"; }
+
 /* Rewrites a class list so that Fashion-MNIST names ("Bag", "ankle boot") become their ids; ids and
  * "all" pass through. Returns 0, or -1 with err naming the unknown name. */
 static int resolve_class_names(const char *s, char *out, size_t n, sm_error *err) {

@@ -1,6 +1,8 @@
 /* Routing statistics (see include/specmoe/metrics.h). */
 #include "specmoe/metrics.h"
 
+#include "specmoe/ops.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -36,13 +38,7 @@ double sm_topk_mass(const sm_real *p, int E, int k) {
 }
 
 void sm_route_argmax(int *out, const sm_route *r) {
-    for (int t = 0; t < r->T; t++) {
-        const sm_real *p = r->probs + (size_t)t * r->E;
-        int b = 0;
-        for (int e = 1; e < r->E; e++)
-            if (p[e] > p[b]) b = e;
-        out[t] = b;
-    }
+    for (int t = 0; t < r->T; t++) out[t] = sm_argmax(r->probs + (size_t)t * r->E, r->E);
 }
 
 void sm_routing_stats_add(sm_routing_stats *s, const sm_route *r) {

@@ -340,6 +340,14 @@ static sm_status layer_setup(sm_model *m, int i, sm_params *ps, sm_error *err) {
     return SM_OK;
 }
 
+/* Per-row activation sizes of a layer: pre-activation, MLP hidden, LayerNorm statistics. */
+static void layer_buffer_sizes(const sm_layer *L, size_t *pre, size_t *hid, size_t *st) {
+    *pre = (L->kind == SM_LAYER_DENSE || L->kind == SM_LAYER_CONV) ? (size_t)L->out
+           : L->kind == SM_LAYER_FFN                               ? (size_t)L->hidden : 0;
+    *hid = L->kind == SM_LAYER_FFN ? (size_t)L->hidden : 0;
+    *st = L->kind == SM_LAYER_LN ? 2 : 0;
+}
+
 sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm_error *err) {
     if (cfg->in_dim < 1 || cfg->n_classes < 2 || cfg->n_layers < 0 || cfg->n_layers > SM_MAX_LAYERS || max_T < 1) {
         sm_fail(err, SM_ERR_ARG, "model: bad dimensions (in %d, classes %d, layers %d, batch %d)", cfg->in_dim,
@@ -434,9 +442,8 @@ sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm
     total += T * (size_t)cfg->in_dim + 3 * T * V + T + T * maxw + 2 * maxcol;
     for (int i = 0; i < m->n_layers; i++) {
         sm_layer *L = &m->layers[i];
-        size_t pre = (L->kind == SM_LAYER_DENSE || L->kind == SM_LAYER_CONV) ? (size_t)L->out
-                     : L->kind == SM_LAYER_FFN                               ? (size_t)L->hidden : 0;
-        size_t hid = L->kind == SM_LAYER_FFN ? (size_t)L->hidden : 0, st = L->kind == SM_LAYER_LN ? 2 : 0;
+        size_t pre, hid, st;
+        layer_buffer_sizes(L, &pre, &hid, &st);
         total += T * (pre + hid + st + 2 * (size_t)L->out);
         if (L->kind == SM_LAYER_MAXPOOL) itotal += T * (size_t)L->out;
     }
@@ -459,9 +466,8 @@ sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm
     CARVE(m->dcol, maxcol);
     for (int i = 0; i < m->n_layers; i++) {
         sm_layer *L = &m->layers[i];
-        size_t pre = (L->kind == SM_LAYER_DENSE || L->kind == SM_LAYER_CONV) ? (size_t)L->out
-                     : L->kind == SM_LAYER_FFN                               ? (size_t)L->hidden : 0;
-        size_t hid = L->kind == SM_LAYER_FFN ? (size_t)L->hidden : 0, st = L->kind == SM_LAYER_LN ? 2 : 0;
+        size_t pre, hid, st;
+        layer_buffer_sizes(L, &pre, &hid, &st);
         CARVE(L->pre, T * pre);
         CARVE(L->hid, T * hid);
         CARVE(L->stats, T * st);

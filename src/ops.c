@@ -289,6 +289,13 @@ void sm_l2norm_backward(sm_real *dv, const sm_real *dout, const sm_real *out, co
     }
 }
 
+int sm_argmax(const sm_real *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
 double sm_sumsq(const sm_real *x, size_t n) {
     double s = 0;
     for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];

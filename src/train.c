@@ -41,12 +41,6 @@ static int make_dirs(const char *path) {
     return 0;
 }
 
-static int argmax(const sm_real *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
 
 sm_status sm_evaluate(sm_model *m, const sm_dataset *ds, int batch, sm_eval_result *out, sm_error *err) {
     memset(out, 0, sizeof *out);
@@ -73,7 +67,7 @@ sm_status sm_evaluate(sm_model *m, const sm_dataset *ds, int batch, sm_eval_resu
         /* the task loss only: evaluation must not run the penalties' power iterations (they carry
          * state between training steps) nor count aux losses */
         loss += sm_crossentropy_forward(m->losses, m->probs, logits, ds->y + i, NULL, B, V) * B;
-        for (int t = 0; t < B; t++) correct += argmax(logits + (size_t)t * V, V) == ds->y[i + t];
+        for (int t = 0; t < B; t++) correct += sm_argmax(logits + (size_t)t * V, V) == ds->y[i + t];
         for (int l = 0; l < out->n_moe; l++) sm_routing_stats_add(&out->routing[l], &sm_model_moe(m, l)->route);
     }
     out->n = ds->n;
@@ -245,7 +239,7 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
         win_gn += gn;
         win_n += B;
         win_steps++;
-        for (int t = 0; t < B; t++) win_correct += argmax(logits + (size_t)t * V, V) == yb[t];
+        for (int t = 0; t < B; t++) win_correct += sm_argmax(logits + (size_t)t * V, V) == yb[t];
         for (int l = 0; l < n_moe; l++) sm_routing_stats_add(&win[l], &sm_model_moe(m, l)->route);
         res->final_train_loss = loss;
         int last = ts.step == stop_at;

@@ -48,7 +48,9 @@ void sm_dataset_free(sm_dataset *ds);
  * unless relabel != 0, in which case class classes[i] becomes i. */
 sm_status sm_dataset_select(sm_dataset *ds, const int *classes, int n_sel, int per_class, int relabel,
                             sm_error *err);
-/* Parses "0,1,7" or "all" into a class list; returns count or -1 (err filled). */
+/* Fashion-MNIST's name of label id (0..9), or "?" */
+const char *sm_fashion_class_name(int id);
+/* Parses "0,1,7", "Bag,Sneaker" (Fashion-MNIST names) or "all" into a class list; returns count or -1 (err filled). */
 int sm_parse_class_list(const char *s, int *classes, int max, int n_classes, sm_error *err);
 
 /* Minibatch iterator: the order of epoch e is a permutation drawn from rng seeded with

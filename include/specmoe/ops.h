@@ -72,6 +72,9 @@ void sm_mse_backward(sm_real *dpred, const sm_real *pred, const sm_real *target,
 void sm_l2norm_forward(sm_real *out, sm_real *norms, const sm_real *v, int N, int C);
 void sm_l2norm_backward(sm_real *dv, const sm_real *dout, const sm_real *out, const sm_real *norms, int N, int C);
 
+/* Index of the largest of x (n), ties to the lower index. */
+int sm_argmax(const sm_real *x, int n);
+
 /* Sum of squares and finiteness of a buffer. */
 double sm_sumsq(const sm_real *x, size_t n);
 int sm_all_finite(const sm_real *x, size_t n);
