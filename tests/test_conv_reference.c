@@ -26,6 +26,7 @@
 
 #include "specmoe/conv.h"
 #include "specmoe/safetensors.h"
+#include "reference.h"
 
 #define REF_PATH "tests/data/conv_reference.safetensors"
 #define RTOL 1e-4
@@ -33,17 +34,7 @@
 
 /* ------------------------------------------------------------------------------ reading the file */
 
-static void ref_open(sm_safetensors *st) {
-    sm_error err = {{0}};
-    sm_status s = sm_safetensors_load(st, REF_PATH, &err);
-    cr_assert_eq(s, SM_OK, "%s (run from the repo root; regenerate with /usr/bin/python3 "
-                 "tools/reference/conv_reference.py)", err.msg);
-    const char *magic = sm_safetensors_meta(st, "magic"), *version = sm_safetensors_meta(st, "version");
-    cr_assert(magic && strcmp(magic, "specmoe-reference") == 0, "%s: bad magic '%s'", REF_PATH,
-              magic ? magic : "(none)");
-    cr_assert(version && strcmp(version, "1") == 0, "%s: unsupported version '%s'", REF_PATH,
-              version ? version : "(none)");
-}
+static void ref_open(sm_safetensors *st) { ref_open_file(st, REF_PATH, "tools/reference/conv_reference.py"); }
 
 /* "<c>.<what>" as sm_real[], after checking it has exactly the 4-d shape (d0,d1,d2,d3) - or the 1-d
  * shape (d0) when d1 < 0. Caller frees. */

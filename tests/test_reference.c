@@ -28,6 +28,7 @@
 #include "specmoe/moe.h"
 #include "specmoe/optim.h"
 #include "specmoe/safetensors.h"
+#include "reference.h"
 
 #define REF_PATH "tests/data/moe_reference.safetensors"
 #define RTOL 1e-4
@@ -35,17 +36,7 @@
 
 /* ------------------------------------------------------------------------------ reading the file */
 
-static void ref_open(sm_safetensors *st) {
-    sm_error err = {{0}};
-    sm_status s = sm_safetensors_load(st, REF_PATH, &err);
-    cr_assert_eq(s, SM_OK, "%s (run from the repo root; regenerate with /usr/bin/python3 "
-                 "tools/reference/moe_reference.py)", err.msg);
-    const char *magic = sm_safetensors_meta(st, "magic"), *version = sm_safetensors_meta(st, "version");
-    cr_assert(magic && strcmp(magic, "specmoe-reference") == 0, "%s: bad magic '%s'", REF_PATH,
-              magic ? magic : "(none)");
-    cr_assert(version && strcmp(version, "1") == 0, "%s: unsupported version '%s'", REF_PATH,
-              version ? version : "(none)");
-}
+static void ref_open(sm_safetensors *st) { ref_open_file(st, REF_PATH, "tools/reference/moe_reference.py"); }
 
 /* Tensor name as sm_real[numel]; checks the element count. Caller frees. */
 static sm_real *ref_get(const sm_safetensors *st, const char *name, size_t numel) {
