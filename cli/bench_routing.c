@@ -40,6 +40,19 @@ typedef struct {
     double lr;
 } train_opts;
 
+/* The training flags both synthetic benchmarks share; the defaults were chosen on seeds 500-503. */
+#define SYNTH_TRAIN_FLAGS(to)                                                                       \
+    {"steps", FL_INT, &to.steps, "1500", "training steps per model", 0},                           \
+    {"batch", FL_INT, &to.batch, "256", "tokens per step", 0},                                     \
+    {"hidden", FL_INT, &to.hidden, "64", "expert hidden width", 0},                                \
+    {"lr", FL_DOUBLE, &to.lr, "1e-2", "Adam learning rate (cosine decay)", 0},                     \
+    {"test-tokens", FL_INT, &to.test_tokens, "4096", "held-out tokens per evaluation", 0}
+
+/* The shared checks of those flags; 0 if they are valid. */
+static int synth_train_opts_bad(const train_opts *to, const sm_synth_config *sc) {
+    return to->steps < 1 || to->batch < sc->N || to->hidden < 1 || to->test_tokens < 1 || !(to->lr > 0);
+}
+
 typedef struct {
     double acc, cv, entropy, load_entropy, mse, eff;
     int collapsed;
@@ -168,11 +181,7 @@ int cmd_bench_routing(int argc, char **argv) {
     fl_flag fl[] = {
         {"setting", FL_STRING, &setting, "easy", "easy (rho* 0.1, sigma^2 0.1) or hard (rho* 0.4, sigma^2 0.5)", 0},
         {"seeds", FL_INT, &seeds, "50", "seeds per method", 0},
-        {"steps", FL_INT, &to.steps, "1500", "training steps per run", 0},
-        {"batch", FL_INT, &to.batch, "256", "tokens per step", 0},
-        {"hidden", FL_INT, &to.hidden, "64", "expert hidden width", 0},
-        {"lr", FL_DOUBLE, &to.lr, "1e-2", "Adam learning rate (cosine decay)", 0},
-        {"test-tokens", FL_INT, &to.test_tokens, "4096", "held-out tokens per run", 0},
+        SYNTH_TRAIN_FLAGS(to),
         {"methods", FL_STRING, &only, "all", "comma-separated method indices 0-7 or all", 0},
         {"threads", FL_INT, &threads, "2", "runs in parallel", 0},
         {"seed-offset", FL_INT, &seed_offset, "0", "first seed (use a disjoint range, e.g. 1000, to choose settings)", 0},
@@ -185,7 +194,7 @@ int cmd_bench_routing(int argc, char **argv) {
     sm_error err;
     sm_synth_config sc;
     if (sm_synth_setting(&sc, setting, &err) != SM_OK) return cli_fail(SM_ERR_ARG, &err);
-    if (seeds < 1 || seed_offset < 0 || to.steps < 1 || to.batch < sc.N || to.hidden < 1 || to.test_tokens < 1 || !(to.lr > 0) || threads < 1) {
+    if (seeds < 1 || seed_offset < 0 || synth_train_opts_bad(&to, &sc) || threads < 1) {
         fprintf(stderr, "specmoe bench routing: --seeds, --steps, --hidden, --test-tokens, --threads must be >= 1, "
                         "--batch >= %d, --lr > 0\n", sc.N);
         return CLI_EXIT_USAGE;
@@ -313,11 +322,7 @@ int cmd_bench_alpha(int argc, char **argv) {
         {"setting", FL_STRING, &setting, "easy", "easy or hard synthetic setting", 0},
         {"seeds", FL_INT, &seeds, "5", "seeds (one GrMoE and one softmax model each)", 0},
         {"dials", FL_STRING, &dials_s, "0,0.25,0.5,1,2,5,10", "alpha / inverse-temperature values", 0},
-        {"steps", FL_INT, &to.steps, "1500", "training steps per model", 0},
-        {"batch", FL_INT, &to.batch, "256", "tokens per step", 0},
-        {"hidden", FL_INT, &to.hidden, "64", "expert hidden width", 0},
-        {"lr", FL_DOUBLE, &to.lr, "1e-2", "Adam learning rate (cosine decay)", 0},
-        {"test-tokens", FL_INT, &to.test_tokens, "4096", "held-out tokens per evaluation", 0},
+        SYNTH_TRAIN_FLAGS(to),
         {"threads", FL_INT, &threads, "2", "models trained in parallel", 0},
         {"out", FL_STRING, &out_dir, "runs/bench-alpha", "directory for the table, JSON, data and PNG", 0},
     };
@@ -338,8 +343,7 @@ int cmd_bench_alpha(int argc, char **argv) {
         p = *end == ',' ? end + 1 : end;
         if (*end && *end != ',') { nd = -1; break; }
     }
-    if (nd < 2 || seeds < 1 || to.steps < 1 || to.batch < sc.N || to.hidden < 1 || to.test_tokens < 1 || !(to.lr > 0) ||
-        threads < 1) {
+    if (nd < 2 || seeds < 1 || synth_train_opts_bad(&to, &sc) || threads < 1) {
         fprintf(stderr, "specmoe bench alpha: --dials needs >= 2 values >= 0 in increasing order; --seeds, --steps, "
                         "--hidden, --test-tokens, --threads >= 1; --batch >= %d; --lr > 0\n", sc.N);
         return CLI_EXIT_USAGE;
