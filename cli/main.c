@@ -148,6 +148,9 @@ static int flag_set(const fl_flag *fl, int n, const char *name) {
 /* Router options from the flags, with the router-dependent defaults; validated by creating it. */
 static int build_router_config(const opts *o, const fl_flag *fl, int nfl, int d, sm_router_config *r, sm_error *err) {
     sm_router_config_default(r);
+    if (!strcmp(o->router, "ev"))
+        return sm_fail(err, SM_ERR_ARG, "--router ev is built from a trained topk model, not trained: "
+                                        "specmoe eval CHECKPOINT --router ev");
     if (strlen(o->router) >= sizeof r->name) return sm_fail(err, SM_ERR_ARG, "--router: unknown router '%s'", o->router);
     strcpy(r->name, o->router);
     r->E = o->experts;
@@ -409,11 +412,15 @@ int cmd_eval(int argc, char **argv) {
     opts o;
     const char *split, *router;
     double alpha, temperature;
+    int ev_c, ev_avg;
     fl_flag fl[] = {
         DATA_FLAGS(o),
         {"split", FL_STRING, &split, "test", "which split to evaluate (train|test)", 0},
-        {"router", FL_STRING, &router, NULL, "refuse the checkpoint unless its router is this one", 0},
-        {"alpha", FL_DOUBLE, &alpha, "-1", "grassmann: evaluate at this sparsity dial (-1 = as trained)", 0},
+        {"router", FL_STRING, &router, NULL, "refuse the checkpoint unless its router is this one; 'ev' on a topk "
+                                             "checkpoint builds the SSMoE eigenvector router", 0},
+        {"alpha", FL_DOUBLE, &alpha, "-1", "grassmann: sparsity dial; ev: weight of the EV router in the mix (default 0.5)", 0},
+        {"ev-c", FL_INT, &ev_c, "5", "ev: right singular vectors averaged per descriptor", 0},
+        {"ev-avg", FL_BOOL, &ev_avg, "0", "ev: router-free averaged-EV descriptors", 0},
         {"temperature", FL_DOUBLE, &temperature, "-1", "evaluate at this softmax temperature (-1 = as trained)", 0},
     };
     int nfl = (int)(sizeof fl / sizeof fl[0]), npos;
@@ -437,11 +444,28 @@ int cmd_eval(int argc, char **argv) {
     sm_model_config mc;
     sm_status st = sm_checkpoint_read_config(pos[0], &mc, &err);
     if (st != SM_OK) return cli_fail(st, &err);
-    if (router && strcmp(router, mc.moe.router.name) != 0) {
+    /* SSMoE: a top-k checkpoint evaluated with the eigenvector router built from its own experts */
+    int build_ev = router && !strcmp(router, "ev") && !strcmp(mc.moe.router.name, "topk");
+    if (build_ev || (router && !strcmp(router, "ev") && !strcmp(mc.moe.router.name, "ev"))) {
+        strcpy(mc.moe.router.name, "ev");
+        mc.moe.router.alpha = fl_find(fl, nfl, "alpha")->set ? alpha : (build_ev ? 0.5 : mc.moe.router.alpha);
+        if (build_ev || fl_find(fl, nfl, "ev-c")->set) mc.moe.router.ev_c = ev_c;
+        if (build_ev || fl_find(fl, nfl, "ev-avg")->set) mc.moe.router.ev_avg = ev_avg;
+        build_ev = 1; /* (re)build the descriptors: they depend on c and the variant */
+        if (!(mc.moe.router.alpha >= 0 && mc.moe.router.alpha <= 1) || ev_c < 1) {
+            fprintf(stderr, "specmoe eval: ev needs --alpha in [0, 1] and --ev-c >= 1\n");
+            return CLI_EXIT_USAGE;
+        }
+        alpha = -1; /* already applied */
+    } else if (router && strcmp(router, mc.moe.router.name) != 0) {
         fprintf(stderr, "specmoe eval: %s: the checkpoint's router is '%s', not '%s'\n", pos[0], mc.moe.router.name, router);
         return CLI_EXIT_USAGE;
     }
-    if (fl_find(fl, nfl, "alpha")->set && (alpha < 0 || strcmp(mc.moe.router.name, "grassmann") != 0)) {
+    if (alpha >= 0 && fl_find(fl, nfl, "alpha")->set && strcmp(mc.moe.router.name, "grassmann") != 0) {
+        fprintf(stderr, "specmoe eval: --alpha applies to grassmann and ev routers (this one: %s)\n", mc.moe.router.name);
+        return CLI_EXIT_USAGE;
+    }
+    if (fl_find(fl, nfl, "alpha")->set && !strcmp(mc.moe.router.name, "grassmann") && alpha < 0) {
         fprintf(stderr, "specmoe eval: --alpha must be >= 0 and applies to grassmann routers (this one: %s)\n",
                 mc.moe.router.name);
         return CLI_EXIT_USAGE;
@@ -454,6 +478,13 @@ int cmd_eval(int argc, char **argv) {
     if (!m) return cli_fail(SM_ERR_FORMAT, &err);
     sm_model_set_dials(m, alpha, temperature);
     st = sm_checkpoint_load(pos[0], m, NULL, NULL, &err);
+    if (st == SM_OK && build_ev) {
+        double t0 = sm_time_now();
+        st = sm_model_build_ev(m, &err);
+        if (st == SM_OK)
+            printf("ev router: descriptors built from the experts in %.2f s (c = %d%s, alpha = %g)\n", sm_time_now() - t0,
+                   mc.moe.router.ev_c, mc.moe.router.ev_avg ? ", averaged EV" : "", mc.moe.router.alpha);
+    }
     sm_dataset ds;
     if (st == SM_OK) st = load_split(&ds, &o, split, !strcmp(split, "train"), &err);
     if (st != SM_OK) {

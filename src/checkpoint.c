@@ -155,11 +155,20 @@ sm_status sm_checkpoint_load(const char *path, sm_model *m, sm_optim *opt, sm_tr
     sm_model_config cfg;
     s = read_model_meta(&st, path, &cfg, err);
     char *a = NULL, *b = NULL;
+    int convert_ev = 0;
     if (s == SM_OK) {
         /* alpha (GrMoE's sparsity dial) and the softmax temperature are inference-time dials: a
          * checkpoint loads under any value of them, everything else must match */
         cfg.moe.router.alpha = m->cfg.moe.router.alpha;
         cfg.moe.router.temperature = m->cfg.moe.router.temperature;
+        /* a trained top-k model loads under the SSMoE "ev" router: same learned router weight, the
+         * descriptors are then built from the experts (sm_model_build_ev) */
+        if (!strcmp(m->cfg.moe.router.name, "ev") && !strcmp(cfg.moe.router.name, "topk")) {
+            strcpy(cfg.moe.router.name, "ev");
+            convert_ev = 1;
+        }
+        cfg.moe.router.ev_c = m->cfg.moe.router.ev_c;
+        cfg.moe.router.ev_avg = m->cfg.moe.router.ev_avg;
         a = sm_model_config_to_json(&cfg);
         b = sm_model_config_to_json(&m->cfg);
         if (!a || !b || strcmp(a, b) != 0)
@@ -183,6 +192,8 @@ sm_status sm_checkpoint_load(const char *path, sm_model *m, sm_optim *opt, sm_tr
     for (int pass = 0; pass < 2 && s == SM_OK; pass++) {
         const int copy = pass == 1;
         for (int i = 0; i < ps->n && s == SM_OK; i++) {
+            size_t nl = strlen(ps->p[i].name);
+            if (convert_ev && nl > 10 && !strcmp(ps->p[i].name + nl - 10, ".router.ev")) continue; /* built later */
             s = load_tensor(&st, path, ps->p[i].name, &ps->p[i], copy ? ps->data + ps->p[i].offset : NULL, tmp, err);
             for (int g = 0; g < 2 && opt && s == SM_OK; g++) {
                 snprintf(name, sizeof name, "optim.%s.%s", g ? "v" : "m", ps->p[i].name);

@@ -155,6 +155,8 @@ char *sm_model_config_to_json(const sm_model_config *c) {
     cJSON_AddNumberToObject(m, "soft_norm", r->soft_norm);
     cJSON_AddNumberToObject(m, "seed", (double)r->seed);
     cJSON_AddNumberToObject(m, "proto_sq", r->proto_sq);
+    cJSON_AddNumberToObject(m, "ev_c", r->ev_c);
+    cJSON_AddNumberToObject(m, "ev_avg", r->ev_avg);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -237,6 +239,8 @@ sm_status sm_model_config_from_json(sm_model_config *c, const char *json, sm_err
     if (st == SM_OK) st = json_opt_int(m, "soft_norm", &r->soft_norm, err);
     if (st == SM_OK) st = json_opt_num(m, "seed", &seed, err);
     if (st == SM_OK) st = json_opt_int(m, "proto_sq", &r->proto_sq, err);
+    if (st == SM_OK) st = json_opt_int(m, "ev_c", &r->ev_c, err);
+    if (st == SM_OK) st = json_opt_int(m, "ev_avg", &r->ev_avg, err);
     if (st == SM_OK) st = json_opt_int(o, "in_c", &c->in_c, err);
     if (st == SM_OK) st = json_opt_int(o, "in_h", &c->in_h, err);
     if (st == SM_OK) st = json_opt_int(o, "in_w", &c->in_w, err);

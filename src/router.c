@@ -8,12 +8,12 @@
 /* Each router file exports its ops table; adding a router = one line here. */
 extern const sm_router_ops sm_router_topk_ops, sm_router_switch_ops, sm_router_expert_choice_ops,
     sm_router_hash_ops, sm_router_random_ops, sm_router_soft_ops, sm_router_vmf_ops, sm_router_grassmann_ops,
-    sm_router_prototype_ops;
+    sm_router_prototype_ops, sm_router_ev_ops;
 
 static const sm_router_ops *const kRouters[] = {
     &sm_router_topk_ops, &sm_router_switch_ops, &sm_router_expert_choice_ops, &sm_router_hash_ops,
     &sm_router_random_ops, &sm_router_soft_ops, &sm_router_vmf_ops, &sm_router_grassmann_ops,
-    &sm_router_prototype_ops,
+    &sm_router_prototype_ops, &sm_router_ev_ops,
 };
 #define N_ROUTERS (sizeof kRouters / sizeof kRouters[0])
 
@@ -32,9 +32,10 @@ void sm_router_config_default(sm_router_config *c) {
     c->rho0 = 0.3;
     c->soft_norm = 1;
     c->seed = 1;
+    c->ev_c = 5;
 }
 
-const char *sm_router_names(void) { return "topk, switch, expert-choice, hash, random, soft, vmf, grassmann, prototype"; }
+const char *sm_router_names(void) { return "topk, switch, expert-choice, hash, random, soft, vmf, grassmann, prototype, ev"; }
 
 sm_router *sm_router_create(const sm_router_config *cfg, int d, sm_error *err) {
     const sm_router_ops *ops = NULL;
@@ -62,6 +63,7 @@ sm_router *sm_router_create(const sm_router_config *cfg, int d, sm_error *err) {
     else if (cfg->pairs < -1) why = "sampled pairs must be >= 1, 0 (4E) or -1 (all)";
     else if (cfg->slots < 0 || cfg->soft_group < 0) why = "soft slots and group size must be >= 0";
     else if (d < 1) why = "token width must be >= 1";
+    else if (!strcmp(cfg->name, "ev") && (cfg->ev_c < 1 || cfg->alpha > 1)) why = "ev needs c >= 1 and a mixing alpha in [0, 1]";
     if (why) {
         sm_fail(err, SM_ERR_ARG, "router %s: %s (E=%d, k=%d, temperature=%g, capacity=%g, alpha=%g, k_r=%d)",
                 cfg->name, why, cfg->E, cfg->k, cfg->temperature, cfg->capacity, cfg->alpha, cfg->kr);

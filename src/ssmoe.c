@@ -5,6 +5,7 @@
 
 #include <lapacke.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,4 +98,42 @@ sm_status sm_ev_descriptor_eig(double *out, const float *W, int nrow, int d, con
     }
     free(g); free(w); free(V);
     return st;
+}
+
+sm_status sm_model_build_ev(sm_model *m, sm_error *err) {
+    const sm_params *ps = &m->params;
+    for (int i = 0; i < m->n_layers; i++) {
+        sm_moe *moe = m->layers[i].moe;
+        if (!moe || strcmp(moe->router->cfg.name, "ev") != 0) continue;
+        const sm_router_config *rc = &moe->router->cfg;
+        char name[64];
+        snprintf(name, sizeof name, "layers.%d.router.weight", i);
+        int iw = sm_params_find(ps, name);
+        snprintf(name, sizeof name, "layers.%d.router.ev", i);
+        int iev = sm_params_find(ps, name);
+        if (iw < 0 || iev < 0) return sm_fail(err, SM_ERR_MISMATCH, "ev: layer %d has no router weight / ev tensor", i);
+        const int E = moe->E, d = moe->d, H = moe->H, O = moe->O;
+        if (O != d) return sm_fail(err, SM_ERR_ARG, "ev: layer %d experts map %d -> %d; descriptors need d -> d", i, d, O);
+        float *w = malloc(sizeof(float) * (size_t)H * d), *row = malloc(sizeof(float) * (size_t)d);
+        double *desc = malloc(sizeof(double) * (size_t)d);
+        sm_status st = (w && row && desc) ? SM_OK : sm_fail(err, SM_ERR_NOMEM, "ev: out of memory");
+        sm_real *ev = sm_params_data(ps, iev);
+        for (int e = 0; e < E && st == SM_OK; e++) {
+            for (int k = 0; k < d; k++) row[k] = (float)sm_params_data(ps, iw)[(size_t)e * d + k];
+            for (int j = 0; j < 2 && st == SM_OK; j++) {
+                /* j = 0: W1_e (H, d) as stored; j = 1: W2_e (d, H) transposed to (H, d) */
+                for (int h = 0; h < H; h++)
+                    for (int k = 0; k < d; k++)
+                        w[(size_t)h * d + k] = (float)(j == 0 ? moe->w1[((size_t)e * H + h) * d + k]
+                                                              : moe->w2[((size_t)e * d + k) * H + h]);
+                st = sm_ev_descriptor(desc, w, H, d, rc->ev_avg ? NULL : row, rc->ev_c, err);
+                for (int k = 0; k < d && st == SM_OK; k++) ev[((size_t)e * 2 + j) * d + k] = (sm_real)desc[k];
+            }
+        }
+        free(w);
+        free(row);
+        free(desc);
+        if (st != SM_OK) return st;
+    }
+    return SM_OK;
 }

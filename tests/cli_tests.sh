@@ -95,6 +95,12 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     eval_out=$("$bin" eval "$run/checkpoint.safetensors" --threads 1 2>&1)
     echo "$eval_out" | grep -q "test accuracy: $acc" && ok "eval reproduces the final test accuracy ($acc)" \
         || bad "eval reproduces the final test accuracy" "$acc vs $(echo "$eval_out" | tail -n 1)"
+    # SSMoE: the eigenvector router built from the checkpoint's own experts; alpha 0 is the learned router
+    expect 0 "eval --router ev --alpha 0 reproduces the top-k model" "test accuracy: $acc" -- \
+        "$bin" eval "$run/checkpoint.safetensors" --router ev --alpha 0 --threads 1
+    expect 0 "eval --router ev builds the descriptors" "ev router: descriptors built" -- \
+        "$bin" eval "$run/checkpoint.safetensors" --router ev --alpha 0.5 --ev-c 3 --threads 1
+    expect 2 "training with the ev router refused" "built from a trained topk model" -- "$bin" train --router ev
     expect 1 "resume with other model flags refused" "does not match" -- \
         "$bin" train --per-class 300 --epochs 3 --arch dense:64,moe:32 --experts 8 --out "$tmp/run2" --resume "$run/checkpoint.safetensors"
     # SR-MoE: a short model with spectral penalties, analyze, and a miniature one-shot benchmark

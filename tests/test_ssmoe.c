@@ -2,6 +2,8 @@
  * documented sign convention, the signed (not absolute) alignment with the router row, and input checks. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "specmoe.h"
 #include "specmoe/ssmoe.h"
@@ -58,4 +60,68 @@ Test(ssmoe, bad_input_refused) {
     cr_expect_eq(sm_ev_descriptor(out, W, 2, 2, NULL, 1, &err), SM_ERR_NUMERIC);
     cr_expect_eq(sm_ev_descriptor(out, W, 0, 2, NULL, 1, &err), SM_ERR_ARG);
     cr_expect_eq(sm_ev_descriptor(out, W, 2, 2, NULL, 0, &err), SM_ERR_ARG);
+}
+
+#include "testutil.h"
+
+/* A top-k model converted to the ev router: alpha = 0 reproduces the model exactly, the stored
+ * descriptors are those of sm_ev_descriptor on W1 and W2^T, and alpha > 0 changes the routing. */
+Test(ssmoe, ev_router_from_a_topk_checkpoint) {
+    sm_model_config cfg;
+    sm_model_config_default(&cfg);
+    sm_error err;
+    cr_assert_eq(sm_model_parse_arch(&cfg, "dense:12,moe:10", &err), SM_OK);
+    cfg.in_dim = 6;
+    cfg.n_classes = 3;
+    cfg.moe.router.E = 4;
+    cfg.moe.router.k = 2;
+    sm_rng r;
+    sm_rng_seed(&r, 5);
+    sm_model *m = sm_model_create(&cfg, 16, &r, &err);
+    cr_assert(m, "%s", err.msg);
+    char path[256];
+    snprintf(path, sizeof path, "%s/topk.safetensors", tu_tmpdir());
+    cr_assert_eq(sm_checkpoint_save(path, m, NULL, NULL, &err), SM_OK, "%s", err.msg);
+    float x[16 * 6];
+    for (int i = 0; i < 16 * 6; i++) x[i] = (float)sm_rng_normal(&r);
+    sm_real ref[16 * 3];
+    memcpy(ref, sm_model_forward(m, x, 16, NULL, 0), sizeof ref);
+
+    sm_model_config ec = cfg;
+    strcpy(ec.moe.router.name, "ev");
+    ec.moe.router.alpha = 0;
+    ec.moe.router.ev_c = 3;
+    sm_model *ev = sm_model_create(&ec, 16, NULL, &err);
+    cr_assert(ev, "%s", err.msg);
+    cr_assert_eq(sm_checkpoint_load(path, ev, NULL, NULL, &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(sm_model_build_ev(ev, &err), SM_OK, "%s", err.msg);
+    const sm_real *out = sm_model_forward(ev, x, 16, NULL, 0);
+    for (int i = 0; i < 16 * 3; i++) cr_expect_float_eq(out[i], ref[i], 1e-5, "alpha 0 differs at %d", i);
+    /* descriptors of expert 2: W1 as stored and W2 transposed */
+    sm_moe *moe = sm_model_moe(ev, 0);
+    const int d = moe->d, H = moe->H, e = 2;
+    float w1[10 * 12], w2t[10 * 12], row[12];
+    for (int h = 0; h < H; h++)
+        for (int k = 0; k < d; k++) {
+            w1[h * d + k] = (float)moe->w1[((size_t)e * H + h) * d + k];
+            w2t[h * d + k] = (float)moe->w2[((size_t)e * d + k) * H + h];
+        }
+    const sm_real *rw = sm_params_data(&ev->params, sm_params_find(&ev->params, "layers.1.router.weight"));
+    for (int k = 0; k < d; k++) row[k] = (float)rw[e * d + k];
+    double d1[12], d2[12];
+    cr_assert_eq(sm_ev_descriptor(d1, w1, H, d, row, 3, &err), SM_OK);
+    cr_assert_eq(sm_ev_descriptor(d2, w2t, H, d, row, 3, &err), SM_OK);
+    const sm_real *evp = sm_params_data(&ev->params, sm_params_find(&ev->params, "layers.1.router.ev"));
+    for (int k = 0; k < d; k++) {
+        cr_expect_float_eq(evp[(e * 2 + 0) * d + k], d1[k], 1e-6);
+        cr_expect_float_eq(evp[(e * 2 + 1) * d + k], d2[k], 1e-6);
+    }
+    /* the mixture moves the routing away from the learned router's */
+    sm_model_set_dials(ev, 1.0, -1);
+    sm_model_forward(ev, x, 16, NULL, 0);
+    double diff = 0;
+    for (int i = 0; i < 16 * 4; i++) diff += fabs((double)moe->route.probs[i] - 0.25);
+    cr_expect(diff > 1e-3, "EV routing is uniform: descriptors not used");
+    sm_model_free(m);
+    sm_model_free(ev);
 }

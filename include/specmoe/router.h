@@ -44,6 +44,9 @@ typedef struct {
     uint64_t seed;       /* seed of parameter-free stochastic routers (random) */
     /* prototype (SR-MoE): logits -dist(z, mu_e), gate temperature = tau */
     int proto_sq;        /* squared Euclidean distance instead of Euclidean */
+    /* ev (SSMoE): P = alpha softmax(EV logits) + (1 - alpha) softmax(router logits) */
+    int ev_c;            /* right singular vectors kept per descriptor (top-c by signed alignment) */
+    int ev_avg;          /* router-free "averaged EV": top-c by singular value */
 } sm_router_config;
 
 void sm_router_config_default(sm_router_config *c);

@@ -18,6 +18,7 @@
 #define SPECMOE_SSMOE_H
 
 #include "specmoe/core.h"
+#include "specmoe/model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,6 +32,10 @@ sm_status sm_ev_descriptor(double *out, const float *W, int nrow, int d, const f
  * brute-force reference of the tests. */
 sm_status sm_ev_descriptor_eig(double *out, const float *W, int nrow, int d, const float *router_row, int c,
                                sm_error *err);
+
+/* Fills the descriptors of every "ev" router of m from its experts (W1 as stored, W2 transposed) and
+ * its learned router rows, with the router's ev_c and ev_avg. Run once after loading a trained model. */
+sm_status sm_model_build_ev(sm_model *m, sm_error *err);
 
 #ifdef __cplusplus
 }
