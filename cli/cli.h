@@ -19,6 +19,7 @@ int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
+int cmd_ssmoe(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bench_routing(int argc, char **argv);
 int cmd_bench_alpha(int argc, char **argv);

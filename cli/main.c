@@ -575,6 +575,7 @@ static void usage(void) {
            "  eval CHECKPOINT  evaluate a checkpoint\n"
            "  info CHECKPOINT  print the model and tensor table of a checkpoint\n"
            "  analyze CHECKPOINT  spectral norm, stable rank, effective rank of every weight matrix\n"
+           "  ssmoe prune CHECKPOINT  SSMoE expert dropping (router / ssmoe / random ranking)\n"
            "  bench layer      time forward+backward+Adam of one MoE layer against plain sgemm\n"
            "  bingham-z        Kume-Wood saddle-point Bingham normaliser vs Monte Carlo (GrMoE Sec. 6.4.4)\n");
 }
@@ -588,6 +589,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "eval")) return cmd_eval(argc, argv);
     if (!strcmp(argv[1], "info")) return cmd_info(argc, argv);
     if (!strcmp(argv[1], "analyze")) return cmd_analyze(argc, argv);
+    if (!strcmp(argv[1], "ssmoe")) return cmd_ssmoe(argc, argv);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc, argv);
     if (!strcmp(argv[1], "bingham-z")) return cmd_bingham_z(argc, argv);
     fprintf(stderr, "specmoe: unknown command '%s' (see specmoe --help)\n", argv[1]);

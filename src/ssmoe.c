@@ -137,3 +137,102 @@ sm_status sm_model_build_ev(sm_model *m, sm_error *err) {
     }
     return SM_OK;
 }
+
+sm_status sm_expert_scores(sm_model *m, const float *x, int n, sm_expert_rank rank, double alpha, int c, int avg,
+                           uint64_t seed, double *score, sm_error *err) {
+    const int L = sm_model_n_moe(m), E = m->cfg.moe.router.E;
+    if (strcmp(m->cfg.moe.router.name, "topk") != 0)
+        return sm_fail(err, SM_ERR_ARG, "expert scores: the model's router is '%s'; ranking needs a topk model",
+                       m->cfg.moe.router.name);
+    if (n < 1) return sm_fail(err, SM_ERR_ARG, "expert scores: no calibration inputs");
+    for (int i = 0; i < L * E; i++) score[i] = 0;
+    if (rank == SM_RANK_RANDOM) {
+        sm_rng r;
+        sm_rng_seed(&r, seed);
+        for (int i = 0; i < L * E; i++) score[i] = sm_rng_uniform(&r);
+        return SM_OK;
+    }
+    sm_model *ev = NULL;
+    if (rank == SM_RANK_SSMOE) { /* the same weights under the ev router, descriptors built from them */
+        sm_model_config ec = m->cfg;
+        strcpy(ec.moe.router.name, "ev");
+        ec.moe.router.alpha = alpha;
+        ec.moe.router.ev_c = c;
+        ec.moe.router.ev_avg = avg;
+        ev = sm_model_create(&ec, m->max_T, NULL, err);
+        if (!ev) return SM_ERR_ARG;
+        for (int i = 0; i < m->params.n; i++) {
+            int j = sm_params_find(&ev->params, m->params.p[i].name);
+            if (j >= 0) memcpy(sm_params_data(&ev->params, j), sm_params_data(&m->params, i), sizeof(sm_real) * m->params.p[i].numel);
+        }
+        sm_status st = sm_model_build_ev(ev, err);
+        if (st != SM_OK) {
+            sm_model_free(ev);
+            return st;
+        }
+    }
+    sm_model *use = ev ? ev : m;
+    for (int i = 0; i < n; i += use->max_T) {
+        int B = n - i < use->max_T ? n - i : use->max_T;
+        sm_model_forward(use, x + (size_t)i * use->cfg.in_dim, B, NULL, 0);
+        /* route->probs is p_r for topk, and for ev the gate's softmax of log P, i.e. P itself */
+        for (int l = 0; l < L; l++) {
+            const sm_route *r = &sm_model_moe(use, l)->route;
+            for (int t = 0; t < B; t++)
+                for (int e = 0; e < E; e++) score[l * E + e] += (double)r->probs[(size_t)t * E + e] / n;
+        }
+    }
+    sm_model_free(ev);
+    return SM_OK;
+}
+
+sm_model *sm_model_prune_experts(const sm_model *m, const int *keep, int E_keep, sm_error *err) {
+    const int E = m->cfg.moe.router.E, L = sm_model_n_moe(m);
+    if (E_keep < 1 || E_keep > E) {
+        sm_fail(err, SM_ERR_ARG, "prune: kept experts must be in [1, %d] (got %d)", E, E_keep);
+        return NULL;
+    }
+    for (int l = 0; l < L; l++)
+        for (int j = 0; j < E_keep; j++)
+            if (keep[l * E_keep + j] < 0 || keep[l * E_keep + j] >= E) {
+                sm_fail(err, SM_ERR_ARG, "prune: expert index %d out of range", keep[l * E_keep + j]);
+                return NULL;
+            }
+    sm_model_config pc = m->cfg;
+    pc.moe.router.E = E_keep;
+    if (pc.moe.router.k > E_keep) pc.moe.router.k = E_keep;
+    sm_model *p = sm_model_create(&pc, m->max_T, NULL, err);
+    if (!p) return NULL;
+    /* every tensor by name; tensors with a leading expert dimension keep the chosen slices */
+    for (int i = 0; i < p->params.n; i++) {
+        const sm_param *q = &p->params.p[i];
+        int j = sm_params_find(&m->params, q->name);
+        if (j < 0) {
+            sm_fail(err, SM_ERR_MISMATCH, "prune: tensor '%s' missing in the source model", q->name);
+            sm_model_free(p);
+            return NULL;
+        }
+        const sm_param *src = &m->params.p[j];
+        sm_real *dst = sm_params_data(&p->params, i);
+        const sm_real *from = sm_params_data(&m->params, j);
+        int per_expert = src->shape[0] == E && q->shape[0] == E_keep && E_keep != E &&
+                         (strstr(q->name, ".experts.") || strstr(q->name, ".router."));
+        if (src->numel == q->numel && !per_expert) {
+            memcpy(dst, from, sizeof(sm_real) * q->numel);
+            continue;
+        }
+        int layer = -1; /* which MoE layer this tensor belongs to */
+        sscanf(q->name, "layers.%d.", &layer);
+        int l = 0;
+        for (int t = 0; t < m->n_layers && t < layer; t++) l += m->layers[t].kind == SM_LAYER_MOE;
+        size_t slice = src->numel / (size_t)E;
+        if (!per_expert || layer < 0 || l >= L) {
+            sm_fail(err, SM_ERR_MISMATCH, "prune: cannot map tensor '%s'", q->name);
+            sm_model_free(p);
+            return NULL;
+        }
+        for (int k = 0; k < E_keep; k++)
+            memcpy(dst + (size_t)k * slice, from + (size_t)keep[l * E_keep + k] * slice, sizeof(sm_real) * slice);
+    }
+    return p;
+}

@@ -101,6 +101,12 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     expect 0 "eval --router ev builds the descriptors" "ev router: descriptors built" -- \
         "$bin" eval "$run/checkpoint.safetensors" --router ev --alpha 0.5 --ev-c 3 --threads 1
     expect 2 "training with the ev router refused" "built from a trained topk model" -- "$bin" train --router ev
+    expect 0 "ssmoe prune writes a checkpoint with 3 of 4 experts" "3 of 4 experts" -- \
+        "$bin" ssmoe prune "$run/checkpoint.safetensors" --keep 0.75 --rank ssmoe --calib 200 --out "$tmp/pruned.safetensors"
+    expect 0 "the pruned checkpoint has the experts physically removed" "layers.1.experts.w1 +F32 +\[3,32,64\]" -- \
+        "$bin" info "$tmp/pruned.safetensors"
+    expect 0 "the pruned checkpoint evaluates" "test accuracy: 0\." -- "$bin" eval "$tmp/pruned.safetensors" --threads 1
+    expect 2 "ssmoe prune: unknown ranking refused" "--rank" -- "$bin" ssmoe prune "$run/checkpoint.safetensors" --rank best --out "$tmp/x"
     expect 1 "resume with other model flags refused" "does not match" -- \
         "$bin" train --per-class 300 --epochs 3 --arch dense:64,moe:32 --experts 8 --out "$tmp/run2" --resume "$run/checkpoint.safetensors"
     # SR-MoE: a short model with spectral penalties, analyze, and a miniature one-shot benchmark

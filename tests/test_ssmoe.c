@@ -125,3 +125,52 @@ Test(ssmoe, ev_router_from_a_topk_checkpoint) {
     sm_model_free(m);
     sm_model_free(ev);
 }
+
+/* Pruning keeps the chosen experts' slices and router rows; with renormalised top-k routing, a token
+ * whose chosen experts all survive is routed with the same weights (softmax ratios do not depend on
+ * the dropped logits), so its output is unchanged. */
+Test(ssmoe, pruned_model_keeps_slices_and_surviving_tokens) {
+    sm_model_config cfg;
+    sm_model_config_default(&cfg);
+    sm_error err;
+    cr_assert_eq(sm_model_parse_arch(&cfg, "dense:12,moe:10", &err), SM_OK);
+    cfg.in_dim = 6;
+    cfg.n_classes = 3;
+    cfg.moe.router.E = 4;
+    cfg.moe.router.k = 2;
+    sm_rng r;
+    sm_rng_seed(&r, 8);
+    sm_model *m = sm_model_create(&cfg, 64, &r, &err);
+    cr_assert(m, "%s", err.msg);
+    float x[64 * 6];
+    for (int i = 0; i < 64 * 6; i++) x[i] = (float)sm_rng_normal(&r);
+    sm_real ref[64 * 3];
+    memcpy(ref, sm_model_forward(m, x, 64, NULL, 0), sizeof ref);
+    int top[64][2];
+    const sm_route *ro = &sm_model_moe(m, 0)->route;
+    for (int a = 0; a < ro->n_assign; a++) {
+        int e = 0;
+        while (ro->offset[e + 1] <= a) e++;
+        top[ro->token[a]][ro->slot[a]] = e;
+    }
+    int keep[2] = {1, 3};
+    sm_model *p = sm_model_prune_experts(m, keep, 2, &err);
+    cr_assert(p, "%s", err.msg);
+    cr_expect_eq(p->cfg.moe.router.E, 2);
+    const sm_moe *a = sm_model_moe(m, 0), *b = sm_model_moe(p, 0);
+    for (int j = 0; j < 2; j++)
+        for (size_t i = 0; i < (size_t)a->H * a->d; i++) cr_expect(b->w1[(size_t)j * a->H * a->d + i] == a->w1[(size_t)keep[j] * a->H * a->d + i]);
+    const sm_real *out = sm_model_forward(p, x, 64, NULL, 0);
+    int same = 0;
+    for (int t = 0; t < 64; t++) {
+        int kept = (top[t][0] == 1 || top[t][0] == 3) && (top[t][1] == 1 || top[t][1] == 3);
+        if (!kept) continue;
+        same++;
+        for (int v = 0; v < 3; v++) cr_expect_float_eq(out[t * 3 + v], ref[t * 3 + v], 1e-5, "token %d", t);
+    }
+    cr_expect(same > 0, "no token had both its experts kept: the check did not run");
+    int bad[2] = {1, 7};
+    cr_expect_null(sm_model_prune_experts(m, bad, 2, &err));
+    sm_model_free(m);
+    sm_model_free(p);
+}

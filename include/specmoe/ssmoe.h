@@ -37,6 +37,19 @@ sm_status sm_ev_descriptor_eig(double *out, const float *W, int nrow, int d, con
  * its learned router rows, with the router's ev_c and ev_avg. Run once after loading a trained model. */
 sm_status sm_model_build_ev(sm_model *m, sm_error *err);
 
+typedef enum { SM_RANK_RANDOM = 0, SM_RANK_ROUTER, SM_RANK_SSMOE } sm_expert_rank;
+
+/* Expert importance per MoE layer on calibration inputs x (n, in_dim), written to score (n_moe, E):
+ *   router: mean learned-router probability softmax(x W_r^T / T) per expert;
+ *   ssmoe:  mean mixed probability P = alpha p_ev + (1 - alpha) p_r (descriptors built with c, avg);
+ *   random: a seeded random score.
+ * m must use the topk router. */
+sm_status sm_expert_scores(sm_model *m, const float *x, int n, sm_expert_rank rank, double alpha, int c, int avg,
+                           uint64_t seed, double *score, sm_error *err);
+/* A copy of m with only the experts keep (n_moe, E_keep) of each MoE layer (physically removed:
+ * expert tensors and router rows shrink to E_keep, k = min(k, E_keep)). */
+sm_model *sm_model_prune_experts(const sm_model *m, const int *keep, int E_keep, sm_error *err);
+
 #ifdef __cplusplus
 }
 #endif
