@@ -236,3 +236,25 @@ sm_model *sm_model_prune_experts(const sm_model *m, const int *keep, int E_keep,
     }
     return p;
 }
+
+double sm_mean_abs_offdiag_corr(const sm_real *V, int E, int d) {
+    if (E < 2 || d < 2) return 0;
+    double *z = malloc(sizeof(double) * (size_t)E * d);
+    if (!z) return NAN;
+    for (int e = 0; e < E; e++) { /* standardise each row */
+        double mu = 0, var = 0;
+        for (int i = 0; i < d; i++) mu += V[(size_t)e * d + i] / d;
+        for (int i = 0; i < d; i++) var += (V[(size_t)e * d + i] - mu) * (V[(size_t)e * d + i] - mu);
+        double sd = sqrt(var > 1e-300 ? var : 1e-300);
+        for (int i = 0; i < d; i++) z[(size_t)e * d + i] = (V[(size_t)e * d + i] - mu) / sd;
+    }
+    double acc = 0;
+    for (int a = 0; a < E; a++)
+        for (int b = a + 1; b < E; b++) {
+            double c = 0;
+            for (int i = 0; i < d; i++) c += z[(size_t)a * d + i] * z[(size_t)b * d + i];
+            acc += fabs(c);
+        }
+    free(z);
+    return acc / (E * (E - 1) / 2.0);
+}

@@ -174,3 +174,14 @@ Test(ssmoe, pruned_model_keeps_slices_and_surviving_tokens) {
     sm_model_free(m);
     sm_model_free(p);
 }
+
+Test(ssmoe, collapse_correlation) {
+    /* identical rows: correlation 1; independent random rows in high dimension: near 0 */
+    sm_real same[3 * 50], rnd[3 * 2000];
+    sm_rng r;
+    sm_rng_seed(&r, 4);
+    for (int i = 0; i < 50; i++) same[i] = same[50 + i] = same[100 + i] = (sm_real)sm_rng_normal(&r);
+    cr_expect_float_eq(sm_mean_abs_offdiag_corr(same, 3, 50), 1.0, 1e-9);
+    for (int i = 0; i < 3 * 2000; i++) rnd[i] = (sm_real)sm_rng_normal(&r);
+    cr_expect(sm_mean_abs_offdiag_corr(rnd, 3, 2000) < 0.08);
+}

@@ -37,6 +37,12 @@ sm_status sm_ev_descriptor_eig(double *out, const float *W, int nrow, int d, con
  * its learned router rows, with the router's ev_c and ev_avg. Run once after loading a trained model. */
 sm_status sm_model_build_ev(sm_model *m, sm_error *err);
 
+/* Router-collapse diagnostics (SSMoE Fig. 1/6, App. D.6; the exact metric is UNCONFIRMED, this is
+ * the natural reading): the mean absolute off-diagonal Pearson correlation between the rows of V
+ * (E, d) - the learned router's expert embeddings, or the mean EV descriptors. High values mean the
+ * experts' embeddings have collapsed onto a common direction. */
+double sm_mean_abs_offdiag_corr(const sm_real *V, int E, int d);
+
 typedef enum { SM_RANK_RANDOM = 0, SM_RANK_ROUTER, SM_RANK_SSMOE } sm_expert_rank;
 
 /* Expert importance per MoE layer on calibration inputs x (n, in_dim), written to score (n_moe, E):
