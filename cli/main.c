@@ -598,6 +598,9 @@ static void usage(void) {
            "  analyze CHECKPOINT  spectral norm, stable rank, effective rank of every weight matrix\n"
            "  ssmoe prune CHECKPOINT  SSMoE expert dropping (router / ssmoe / random ranking)\n"
            "  bench layer      time forward+backward+Adam of one MoE layer against plain sgemm\n"
+           "  bench routing    GrMoE's synthetic routing benchmark (Table 1)\n"
+           "  bench alpha      post-hoc sparsity: entropy vs alpha / inverse temperature\n"
+           "  bench oneshot    SR-MoE one-shot interference (Tables 1-2)\n"
            "  bingham-z        Kume-Wood saddle-point Bingham normaliser vs Monte Carlo (GrMoE Sec. 6.4.4)\n");
 }
 
