@@ -601,6 +601,7 @@ static void usage(void) {
            "  bench routing    GrMoE's synthetic routing benchmark (Table 1)\n"
            "  bench alpha      post-hoc sparsity: entropy vs alpha / inverse temperature\n"
            "  bench oneshot    SR-MoE one-shot interference (Tables 1-2)\n"
+           "  bench ssmoe      SSMoE eigenvector routing and expert dropping (Tables 1, 6)\n"
            "  bingham-z        Kume-Wood saddle-point Bingham normaliser vs Monte Carlo (GrMoE Sec. 6.4.4)\n");
 }
 

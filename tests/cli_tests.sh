@@ -107,6 +107,14 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
         "$bin" info "$tmp/pruned.safetensors"
     expect 0 "the pruned checkpoint evaluates" "test accuracy: 0\." -- "$bin" eval "$tmp/pruned.safetensors" --threads 1
     expect 2 "ssmoe prune: unknown ranking refused" "--rank" -- "$bin" ssmoe prune "$run/checkpoint.safetensors" --rank best --out "$tmp/x"
+    out=$("$bin" bench ssmoe --seeds 1 --epochs 1 --configs 4:2 --arch dense:16,moe:16,moe:16 --alphas 0,1 --cs 5 \
+          --calib 100 --threads 1 --out "$tmp/bs" 2>&1); rc=$?
+    if [ $rc -eq 0 ] && [ -s "$tmp/bs/ssmoe.json" ] && echo "$out" | grep -q "SSMoE-drop"; then
+        ok "bench ssmoe compares the methods and writes Markdown + JSON"
+    else
+        bad "bench ssmoe compares the methods and writes Markdown + JSON" "exit $rc: $(echo "$out" | tail -n 3)"
+    fi
+    expect 2 "bench ssmoe: k > E refused" "" -- "$bin" bench ssmoe --configs 16:20
     expect 1 "resume with other model flags refused" "does not match" -- \
         "$bin" train --per-class 300 --epochs 3 --arch dense:64,moe:32 --experts 8 --out "$tmp/run2" --resume "$run/checkpoint.safetensors"
     # SR-MoE: a short model with spectral penalties, analyze, and a miniature one-shot benchmark
