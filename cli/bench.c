@@ -207,6 +207,7 @@ int cmd_bench(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[2], "alpha")) return cmd_bench_alpha(argc, argv);
     if (argc >= 3 && !strcmp(argv[2], "oneshot")) return cmd_bench_oneshot(argc, argv);
     if (argc >= 3 && !strcmp(argv[2], "ssmoe")) return cmd_bench_ssmoe(argc, argv);
+    if (argc >= 3 && !strcmp(argv[2], "ssmoe-build")) return cmd_bench_ssmoe_build(argc, argv);
     if (argc < 3 || strcmp(argv[2], "layer") != 0) {
         fprintf(stderr, "specmoe bench: expected layer, routing or alpha (usage: specmoe bench layer|routing|alpha [flags])\n");
         return (argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) ? 0 : CLI_EXIT_USAGE;

@@ -590,3 +590,62 @@ int cmd_bench_ssmoe(int argc, char **argv) {
     sm_dataset_free(&test);
     return (w1 || w2 || failed) ? CLI_EXIT_RUNTIME : 0;
 }
+
+/* ---------------------------------------------------------------------------------------------- */
+/* bench ssmoe-build: the one-off cost of building an EV router for one MoE layer of SwiGLU experts
+ * (gate and up as stored, down transposed: 3 descriptors per expert), experts spread over the
+ * OpenMP threads. Random weights: the SVD cost does not depend on the values. */
+
+int cmd_bench_ssmoe_build(int argc, char **argv) {
+    int E, d, I, c, threads;
+    uint64_t seed;
+    fl_flag fl[] = {
+        {"experts", FL_INT, &E, "64", "experts in the layer", 0},
+        {"d", FL_INT, &d, "2048", "model width", 0},
+        {"inter", FL_INT, &I, "1024", "expert intermediate width I (SwiGLU)", 0},
+        {"ev-c", FL_INT, &c, "50", "singular vectors per descriptor (the paper's language-model setting)", 0},
+        {"threads", FL_INT, &threads, "2", "OpenMP threads (experts in parallel)", 0},
+        {"seed", FL_U64, &seed, "1", "seed of the random weights", 0},
+    };
+    int npos;
+    const char *pos[1];
+    int rc = fl_parse(fl, 6, argc, argv, 3, "bench ssmoe-build", "[flags]", pos, 0, &npos);
+    if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
+    if (E < 1 || d < 1 || I < 1 || c < 1 || threads < 1 || (double)I * d > 1e9) {
+        fprintf(stderr, "specmoe bench ssmoe-build: --experts, --d, --inter, --ev-c, --threads must be >= 1 (I*d <= 1e9)\n");
+        return CLI_EXIT_USAGE;
+    }
+    cli_set_threads(threads);
+    int failed = 0;
+    double t0 = sm_time_now();
+#pragma omp parallel
+    {
+        float *w = malloc(sizeof(float) * (size_t)I * d), *row = malloc(sizeof(float) * (size_t)d);
+        double *desc = malloc(sizeof(double) * (size_t)d);
+#pragma omp for schedule(dynamic, 1)
+        for (int e = 0; e < E; e++) {
+            sm_rng r;
+            sm_rng_seed(&r, seed * 1000003 + (uint64_t)e);
+            for (int k = 0; k < d; k++) row[k] = (float)sm_rng_normal(&r);
+            for (int j = 0; j < 3; j++) { /* gate, up, down^T: each (I, d) */
+                for (size_t i = 0; i < (size_t)I * d; i++) w[i] = (float)(sm_rng_normal(&r) * 0.02);
+                sm_error err;
+                if (!w || !row || !desc || sm_ev_descriptor(desc, w, I, d, row, c, &err) != SM_OK) {
+#pragma omp atomic
+                    failed++;
+                }
+            }
+        }
+        free(w);
+        free(row);
+        free(desc);
+    }
+    double secs = sm_time_now() - t0;
+    if (failed) {
+        fprintf(stderr, "specmoe: bench ssmoe-build: %d descriptor builds failed\n", failed);
+        return CLI_EXIT_RUNTIME;
+    }
+    printf("bench-ssmoe-build experts=%d d=%d I=%d matrices=%d c=%d threads=%d seconds=%.2f per_expert_ms=%.1f\n", E, d,
+           I, 3 * E, c, threads, secs, 1e3 * secs / E);
+    return 0;
+}

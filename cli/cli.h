@@ -25,6 +25,7 @@ int cmd_bench_routing(int argc, char **argv);
 int cmd_bench_alpha(int argc, char **argv);
 int cmd_bench_oneshot(int argc, char **argv);
 int cmd_bench_ssmoe(int argc, char **argv);
+int cmd_bench_ssmoe_build(int argc, char **argv);
 int cmd_bingham_z(int argc, char **argv);
 
 #endif

@@ -602,6 +602,7 @@ static void usage(void) {
            "  bench alpha      post-hoc sparsity: entropy vs alpha / inverse temperature\n"
            "  bench oneshot    SR-MoE one-shot interference (Tables 1-2)\n"
            "  bench ssmoe      SSMoE eigenvector routing and expert dropping (Tables 1, 6)\n"
+           "  bench ssmoe-build  time of building the EV router of one SwiGLU MoE layer\n"
            "  bingham-z        Kume-Wood saddle-point Bingham normaliser vs Monte Carlo (GrMoE Sec. 6.4.4)\n");
 }
 

@@ -115,6 +115,8 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
         bad "bench ssmoe compares the methods and writes Markdown + JSON" "exit $rc: $(echo "$out" | tail -n 3)"
     fi
     expect 2 "bench ssmoe: k > E refused" "" -- "$bin" bench ssmoe --configs 16:20
+    expect 0 "bench ssmoe-build times the EV build of a SwiGLU layer" "bench-ssmoe-build experts=3" -- \
+        "$bin" bench ssmoe-build --experts 3 --d 64 --inter 32 --ev-c 5
     expect 1 "resume with other model flags refused" "does not match" -- \
         "$bin" train --per-class 300 --epochs 3 --arch dense:64,moe:32 --experts 8 --out "$tmp/run2" --resume "$run/checkpoint.safetensors"
     # SR-MoE: a short model with spectral penalties, analyze, and a miniature one-shot benchmark
