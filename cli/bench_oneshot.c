@@ -335,14 +335,7 @@ static void run_one(const bench_opts *o, const bench_data *bd, int phase, int de
     }
     /* train: AdamW, cosine schedule, the same data order for the three models of a (phase, depth, seed) */
     sm_train_config tc;
-    sm_train_config_default(&tc);
-    tc.epochs = o->epochs;
-    tc.batch = o->batch;
-    tc.opt.kind = SM_OPT_ADAMW;
-    tc.opt.lr = o->lr;
-    tc.opt.weight_decay = o->wd;
-    tc.seed = 17 + useed * 101 + (uint64_t)phase * 7 + (uint64_t)depth * 3;
-    tc.log_every = 1 << 30;
+    cli_bench_train_config(&tc, o->epochs, o->batch, o->lr, o->wd, 17 + useed * 101 + (uint64_t)phase * 7 + (uint64_t)depth * 3);
     sm_train_result tres;
     double t0 = sm_time_now();
     if (sm_train(m, tr, NULL, &tc, NULL, NULL, &tres, &err) != SM_OK) goto fail;

@@ -220,14 +220,7 @@ static sm_status one_run(const bench_opts *o, int ci, int seed, const sm_dataset
     m = sm_model_create(&mc, maxT, &init, err);
     if (!m) return SM_ERR_ARG;
     sm_train_config tc;
-    sm_train_config_default(&tc);
-    tc.epochs = o->epochs;
-    tc.batch = o->batch;
-    tc.opt.kind = SM_OPT_ADAMW;
-    tc.opt.lr = o->lr;
-    tc.opt.weight_decay = o->wd;
-    tc.seed = 17 + us * 101 + (uint64_t)E;
-    tc.log_every = 1 << 30;
+    cli_bench_train_config(&tc, o->epochs, o->batch, o->lr, o->wd, 17 + us * 101 + (uint64_t)E);
     sm_train_result tres;
     double t0 = sm_time_now();
     st = sm_train(m, train, NULL, &tc, NULL, NULL, &tres, err);

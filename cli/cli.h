@@ -12,6 +12,9 @@
 int cli_fail(sm_status st, const sm_error *err);
 /* Writes text to path; 0 on success (the write and the close both checked). */
 int cli_write_text(const char *path, const char *text);
+/* The benchmarks' training setup: AdamW (lr, decoupled weight decay wd), the default cosine schedule,
+ * no logging; the caller keeps everything else of sm_train_config_default. */
+void cli_bench_train_config(sm_train_config *tc, int epochs, int batch, double lr, double wd, uint64_t seed);
 /* Sets the OpenMP (and so OpenBLAS-OpenMP) thread count; <= 0 leaves the default. */
 void cli_set_threads(int n);
 

@@ -21,6 +21,17 @@ int cli_write_text(const char *path, const char *text) {
     return (fclose(f) != 0 || bad) ? -1 : 0;
 }
 
+void cli_bench_train_config(sm_train_config *tc, int epochs, int batch, double lr, double wd, uint64_t seed) {
+    sm_train_config_default(tc);
+    tc->epochs = epochs;
+    tc->batch = batch;
+    tc->opt.kind = SM_OPT_ADAMW;
+    tc->opt.lr = lr;
+    tc->opt.weight_decay = wd;
+    tc->seed = seed;
+    tc->log_every = 1 << 30; /* silent: the benchmark prints its own summary */
+}
+
 void cli_set_threads(int n) {
     if (n > 0) omp_set_num_threads(n);
 }

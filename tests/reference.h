@@ -4,6 +4,7 @@
 #define SPECMOE_TESTS_REFERENCE_H
 
 #include <criterion/criterion.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "specmoe/safetensors.h"
@@ -16,6 +17,19 @@ static inline void ref_open_file(sm_safetensors *st, const char *path, const cha
     const char *magic = sm_safetensors_meta(st, "magic"), *version = sm_safetensors_meta(st, "version");
     cr_assert(magic && strcmp(magic, "specmoe-reference") == 0, "%s: bad magic '%s'", path, magic ? magic : "(none)");
     cr_assert(version && strcmp(version, "1") == 0, "%s: unsupported version '%s'", path, version ? version : "(none)");
+}
+
+/* Tensor t (F32/F16/BF16) as a malloc'd sm_real[t->numel]; path names the file in messages. */
+static inline sm_real *ref_tensor_to_real(const sm_st_tensor *t, const char *path) {
+    size_t n = t->numel;
+    float *f = malloc(sizeof(float) * (n ? n : 1));
+    sm_real *r = malloc(sizeof(sm_real) * (n ? n : 1));
+    cr_assert(f && r, "%s: out of memory", path);
+    sm_error err = {{0}};
+    cr_assert_eq(sm_st_tensor_to_f32(t, f, n, &err), SM_OK, "%s", err.msg);
+    for (size_t i = 0; i < n; i++) r[i] = (sm_real)f[i];
+    free(f);
+    return r;
 }
 
 #endif

@@ -53,15 +53,7 @@ static sm_real *ref_get(const sm_safetensors *st, const char *c, const char *wha
               t->ndim > 1 ? (long long)t->shape[1] : 0LL, t->ndim > 2 ? ", " : "",
               t->ndim > 2 ? (long long)t->shape[2] : 0LL, t->ndim > 3 ? ", " : "",
               t->ndim > 3 ? (long long)t->shape[3] : 0LL, t->ndim, d0, d1, d2, d3);
-    size_t n = t->numel;
-    float *f = malloc(sizeof(float) * (n ? n : 1));
-    sm_real *r = malloc(sizeof(sm_real) * (n ? n : 1));
-    cr_assert(f && r);
-    sm_error err = {{0}};
-    cr_assert_eq(sm_st_tensor_to_f32(t, f, n, &err), SM_OK, "%s", err.msg);
-    for (size_t i = 0; i < n; i++) r[i] = (sm_real)f[i];
-    free(f);
-    return r;
+    return ref_tensor_to_real(t, REF_PATH);
 }
 
 static int json_int(const cJSON *o, const char *key, const char *what) {

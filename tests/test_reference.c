@@ -44,14 +44,7 @@ static sm_real *ref_get(const sm_safetensors *st, const char *name, size_t numel
     cr_assert(t, "%s: tensor '%s' missing", REF_PATH, name);
     cr_assert_eq(t->numel, numel, "%s: tensor '%s' has %zu values, expected %zu", REF_PATH, name, t->numel,
                  numel);
-    float *f = malloc(sizeof(float) * (numel ? numel : 1));
-    sm_real *r = malloc(sizeof(sm_real) * (numel ? numel : 1));
-    cr_assert(f && r);
-    sm_error err = {{0}};
-    cr_assert_eq(sm_st_tensor_to_f32(t, f, numel, &err), SM_OK, "%s", err.msg);
-    for (size_t i = 0; i < numel; i++) r[i] = (sm_real)f[i];
-    free(f);
-    return r;
+    return ref_tensor_to_real(t, REF_PATH);
 }
 
 static double json_num(const cJSON *o, const char *key, const char *what) {

@@ -64,21 +64,29 @@ Test(ssmoe, bad_input_refused) {
 
 #include "testutil.h"
 
+/* 6 -> dense 12 -> MoE (4 experts d -> 10 -> d, top-2, renormalised) -> 3 classes, seeded; r is left
+ * ready for drawing inputs. */
+static sm_model *small_topk_model(sm_model_config *cfg, sm_rng *r, uint64_t seed, int max_T) {
+    sm_model_config_default(cfg);
+    sm_error err;
+    cr_assert_eq(sm_model_parse_arch(cfg, "dense:12,moe:10", &err), SM_OK);
+    cfg->in_dim = 6;
+    cfg->n_classes = 3;
+    cfg->moe.router.E = 4;
+    cfg->moe.router.k = 2;
+    sm_rng_seed(r, seed);
+    sm_model *m = sm_model_create(cfg, max_T, r, &err);
+    cr_assert(m, "%s", err.msg);
+    return m;
+}
+
 /* A top-k model converted to the ev router: alpha = 0 reproduces the model exactly, the stored
  * descriptors are those of sm_ev_descriptor on W1 and W2^T, and alpha > 0 changes the routing. */
 Test(ssmoe, ev_router_from_a_topk_checkpoint) {
     sm_model_config cfg;
-    sm_model_config_default(&cfg);
     sm_error err;
-    cr_assert_eq(sm_model_parse_arch(&cfg, "dense:12,moe:10", &err), SM_OK);
-    cfg.in_dim = 6;
-    cfg.n_classes = 3;
-    cfg.moe.router.E = 4;
-    cfg.moe.router.k = 2;
     sm_rng r;
-    sm_rng_seed(&r, 5);
-    sm_model *m = sm_model_create(&cfg, 16, &r, &err);
-    cr_assert(m, "%s", err.msg);
+    sm_model *m = small_topk_model(&cfg, &r, 5, 16);
     char path[256];
     snprintf(path, sizeof path, "%s/topk.safetensors", tu_tmpdir());
     cr_assert_eq(sm_checkpoint_save(path, m, NULL, NULL, &err), SM_OK, "%s", err.msg);
@@ -131,17 +139,9 @@ Test(ssmoe, ev_router_from_a_topk_checkpoint) {
  * the dropped logits), so its output is unchanged. */
 Test(ssmoe, pruned_model_keeps_slices_and_surviving_tokens) {
     sm_model_config cfg;
-    sm_model_config_default(&cfg);
     sm_error err;
-    cr_assert_eq(sm_model_parse_arch(&cfg, "dense:12,moe:10", &err), SM_OK);
-    cfg.in_dim = 6;
-    cfg.n_classes = 3;
-    cfg.moe.router.E = 4;
-    cfg.moe.router.k = 2;
     sm_rng r;
-    sm_rng_seed(&r, 8);
-    sm_model *m = sm_model_create(&cfg, 64, &r, &err);
-    cr_assert(m, "%s", err.msg);
+    sm_model *m = small_topk_model(&cfg, &r, 8, 64);
     float x[64 * 6];
     for (int i = 0; i < 64 * 6; i++) x[i] = (float)sm_rng_normal(&r);
     sm_real ref[64 * 3];
