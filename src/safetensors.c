@@ -108,6 +108,26 @@ static uint64_t rd_u64le(const uint8_t *p) {
     return (uint64_t)rd_u32le(p) | ((uint64_t)rd_u32le(p + 4) << 32);
 }
 
+/* n little-endian F32/F16/BF16 values at p -> floats (other dtypes are refused by the callers) */
+static void convert_f32(sm_dtype dt, const uint8_t *p, float *out, size_t n) {
+    switch (dt) {
+    case SM_DT_F32:
+        for (size_t i = 0; i < n; i++) {
+            uint32_t b = rd_u32le(p + 4 * i);
+            memcpy(&out[i], &b, sizeof b);
+        }
+        break;
+    case SM_DT_F16:
+        for (size_t i = 0; i < n; i++) out[i] = f16_to_f32(rd_u16le(p + 2 * i));
+        break;
+    case SM_DT_BF16:
+        for (size_t i = 0; i < n; i++) out[i] = bf16_to_f32(rd_u16le(p + 2 * i));
+        break;
+    default:
+        break;
+    }
+}
+
 sm_status sm_st_tensor_to_f32(const sm_st_tensor *t, float *out, size_t n, sm_error *err) {
     if (!t) return sm_fail(err, SM_ERR_ARG, "sm_st_tensor_to_f32: no tensor");
     const char *name = t->name ? t->name : "?";
@@ -122,23 +142,7 @@ sm_status sm_st_tensor_to_f32(const sm_st_tensor *t, float *out, size_t n, sm_er
     if (t->end < t->begin || t->end - t->begin != n * es || (n && (!t->data || !out)))
         return sm_fail(err, SM_ERR_ARG, "tensor '%s': byte range [%zu, %zu) does not hold %zu %s values",
                        name, t->begin, t->end, n, sm_dtype_name(t->dtype));
-    const uint8_t *p = t->data;
-    switch (t->dtype) {
-    case SM_DT_F32:
-        for (size_t i = 0; i < n; i++) {
-            uint32_t b = rd_u32le(p + 4 * i);
-            memcpy(&out[i], &b, sizeof b);
-        }
-        break;
-    case SM_DT_F16:
-        for (size_t i = 0; i < n; i++) out[i] = f16_to_f32(rd_u16le(p + 2 * i));
-        break;
-    case SM_DT_BF16:
-        for (size_t i = 0; i < n; i++) out[i] = bf16_to_f32(rd_u16le(p + 2 * i));
-        break;
-    default:
-        break; /* unreachable: refused above */
-    }
+    convert_f32(t->dtype, t->data, out, n);
     return SM_OK;
 }
 
@@ -311,20 +315,17 @@ void sm_safetensors_free(sm_safetensors *st) {
         free(st->meta[i].value);
     }
     free(st->meta);
+    free(st->path);
     if (st->owns_buf) free(st->buf);
     memset(st, 0, sizeof *st);
 }
 
-sm_status sm_safetensors_parse(sm_safetensors *st, const uint8_t *buf, size_t size, const char *what,
-                               sm_error *err) {
-    if (!what) what = "<memory>";
-    if (!st) return sm_fail(err, SM_ERR_ARG, "%s: no output struct", what);
-    memset(st, 0, sizeof *st);
-    if (!buf && size) return sm_fail(err, SM_ERR_ARG, "%s: NULL buffer of %zu bytes", what, size);
+/* Checks the 8-byte length prefix p of a file of `size` bytes; the header length goes to *hlen. */
+static sm_status check_prefix(const uint8_t *p, size_t size, const char *what, size_t *hlen, sm_error *err) {
     if (size < 8)
         return sm_fail(err, SM_ERR_FORMAT, "%s: truncated: %zu bytes, shorter than the 8-byte header length",
                        what, size);
-    uint64_t n = rd_u64le(buf);
+    uint64_t n = rd_u64le(p);
     if (n > ST_MAX_HEADER)
         return sm_fail(err, SM_ERR_FORMAT, "%s: header length %llu (file offset 0) exceeds the 100 MiB limit",
                        what, (unsigned long long)n);
@@ -332,13 +333,20 @@ sm_status sm_safetensors_parse(sm_safetensors *st, const uint8_t *buf, size_t si
         return sm_fail(err, SM_ERR_FORMAT,
                        "%s: truncated: header length %llu (file offset 0) runs past the end of the %zu-byte file",
                        what, (unsigned long long)n, size);
-    size_t hlen = (size_t)n, data_at = 8 + hlen, data_len = size - data_at;
+    *hlen = (size_t)n;
+    return SM_OK;
+}
 
+/* Parses the JSON header hbytes[0..hlen) of a file of `size` bytes into st (names, dtypes, shapes,
+ * offsets; data pointers left NULL) and checks that the tensors tile the data section. */
+static sm_status parse_header(sm_safetensors *st, const uint8_t *hbytes, size_t hlen, size_t size,
+                              const char *what, sm_error *err) {
+    size_t data_at = 8 + hlen, data_len = size - data_at;
     /* cJSON gets its own NUL-terminated copy: the caller's buffer need not be terminated, and a
      * terminator bounds any read that runs past the stated length. */
     char *hdr = malloc(hlen + 1);
     if (!hdr) return sm_fail(err, SM_ERR_NOMEM, "%s: out of memory for a %zu-byte header", what, hlen);
-    memcpy(hdr, buf + 8, hlen);
+    memcpy(hdr, hbytes, hlen);
     hdr[hlen] = '\0';
     const char *end = NULL;
     cJSON *root = NULL;
@@ -494,8 +502,6 @@ sm_status sm_safetensors_parse(sm_safetensors *st, const uint8_t *buf, size_t si
                      what, data_len, covered, data_len - covered, data_at + covered);
         goto done;
     }
-    for (int i = 0; i < st->n_tensors; i++) st->tensors[i].data = buf + data_at + st->tensors[i].begin;
-    st->buf = (uint8_t *)buf; /* borrowed: owns_buf stays 0 */
     st->size = size;
     st->header_len = hlen;
 
@@ -505,6 +511,21 @@ done:
     free(hdr);
     if (rc != SM_OK) sm_safetensors_free(st); /* owns_buf is 0 here: the caller's buffer survives */
     return rc;
+}
+
+sm_status sm_safetensors_parse(sm_safetensors *st, const uint8_t *buf, size_t size, const char *what,
+                               sm_error *err) {
+    if (!what) what = "<memory>";
+    if (!st) return sm_fail(err, SM_ERR_ARG, "%s: no output struct", what);
+    memset(st, 0, sizeof *st);
+    if (!buf && size) return sm_fail(err, SM_ERR_ARG, "%s: NULL buffer of %zu bytes", what, size);
+    size_t hlen;
+    sm_status rc = check_prefix(buf, size, what, &hlen, err);
+    if (rc == SM_OK) rc = parse_header(st, buf + 8, hlen, size, what, err);
+    if (rc != SM_OK) return rc;
+    for (int i = 0; i < st->n_tensors; i++) st->tensors[i].data = buf + 8 + hlen + st->tensors[i].begin;
+    st->buf = (uint8_t *)buf; /* borrowed: owns_buf stays 0 */
+    return SM_OK;
 }
 
 sm_status sm_safetensors_load(sm_safetensors *st, const char *path, sm_error *err) {
@@ -559,6 +580,96 @@ sm_status sm_safetensors_load(sm_safetensors *st, const char *path, sm_error *er
     return SM_OK;
 }
 
+sm_status sm_safetensors_open(sm_safetensors *st, const char *path, sm_error *err) {
+    if (!st || !path) return sm_fail(err, SM_ERR_ARG, "sm_safetensors_open: NULL argument");
+    memset(st, 0, sizeof *st);
+    FILE *f = fopen(path, "rb");
+    if (!f) return sm_fail(err, SM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    sm_status rc = SM_OK;
+    uint8_t pre[8], *hdr = NULL;
+    size_t hlen = 0;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 0 ||
+        (uint64_t)sb.st_size > (uint64_t)SIZE_MAX)
+        rc = sm_fail(err, SM_ERR_IO, "%s: not a readable regular file", path);
+    size_t size = rc == SM_OK ? (size_t)sb.st_size : 0;
+    if (rc == SM_OK) {
+        size_t got = fread(pre, 1, size < 8 ? size : 8, f);
+        rc = got == (size < 8 ? size : 8) ? check_prefix(pre, size, path, &hlen, err)
+                                         : sm_fail(err, SM_ERR_IO, "%s: read failed at offset 0", path);
+    }
+    if (rc == SM_OK && !(hdr = malloc(hlen ? hlen : 1)))
+        rc = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory for a %zu-byte header", path, hlen);
+    if (rc == SM_OK && fread(hdr, 1, hlen, f) != hlen)
+        rc = sm_fail(err, SM_ERR_IO, "%s: header read failed (file offset 8)", path);
+    fclose(f);
+    if (rc == SM_OK) rc = parse_header(st, hdr, hlen, size, path, err);
+    free(hdr);
+    if (rc != SM_OK) return rc;
+    if (!(st->path = dup_str(path))) {
+        sm_safetensors_free(st);
+        return sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
+    }
+    return SM_OK;
+}
+
+sm_status sm_st_read_bytes(const sm_safetensors *st, const sm_st_tensor *t, size_t off, size_t n, void *out,
+                           sm_error *err) {
+    if (!st || !t || (n && !out)) return sm_fail(err, SM_ERR_ARG, "sm_st_read_bytes: NULL argument");
+    char nb[80];
+    if (off > t->end - t->begin || n > t->end - t->begin - off)
+        return sm_fail(err, SM_ERR_ARG, "tensor '%s': bytes [%zu, %zu) outside its %zu bytes", shown(nb, t->name),
+                       off, off + n, t->end - t->begin);
+    if (t->data) { /* in memory */
+        memcpy(out, t->data + off, n);
+        return SM_OK;
+    }
+    if (!st->path) return sm_fail(err, SM_ERR_ARG, "tensor '%s': neither in memory nor backed by a file", nb);
+    int fd = open(st->path, O_RDONLY);
+    if (fd < 0) return sm_fail(err, SM_ERR_IO, "%s: cannot open: %s", st->path, strerror(errno));
+    size_t at = 8 + st->header_len + t->begin + off, done = 0;
+    while (done < n) {
+        ssize_t r = pread(fd, (uint8_t *)out + done, n - done, (off_t)(at + done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = errno;
+            close(fd);
+            return sm_fail(err, SM_ERR_IO, "%s: tensor '%s': read at file offset %zu failed: %s", st->path,
+                           shown(nb, t->name), at + done, r == 0 ? "file shorter than its header says" : strerror(e));
+        }
+        done += (size_t)r;
+    }
+    close(fd);
+    return SM_OK;
+}
+
+sm_status sm_st_read_f32(const sm_safetensors *st, const sm_st_tensor *t, size_t first, size_t n, float *out,
+                         sm_error *err) {
+    if (!t) return sm_fail(err, SM_ERR_ARG, "sm_st_read_f32: no tensor");
+    char nb[80];
+    if (t->dtype != SM_DT_F32 && t->dtype != SM_DT_F16 && t->dtype != SM_DT_BF16)
+        return sm_fail(err, SM_ERR_FORMAT, "tensor '%s': dtype %s cannot be converted to float (only F32, F16, BF16)",
+                       shown(nb, t->name), sm_dtype_name(t->dtype));
+    if (first > t->numel || n > t->numel - first)
+        return sm_fail(err, SM_ERR_ARG, "tensor '%s': elements [%zu, %zu) outside its %zu", shown(nb, t->name), first,
+                       first + n, t->numel);
+    size_t es = sm_dtype_size(t->dtype);
+    /* stage the raw bytes at the far end of out (es <= 4 = sizeof(float)): converting front to back
+     * never overwrites a byte still to be read */
+    uint8_t *raw = (uint8_t *)out + n * (sizeof(float) - es);
+    sm_status rc = sm_st_read_bytes(st, t, first * es, n * es, raw, err);
+    if (rc != SM_OK) return rc;
+    if (es == sizeof(float)) {
+        convert_f32(t->dtype, raw, out, n);
+        return SM_OK;
+    }
+    for (size_t i = 0; i < n; i++) { /* out[i] (bytes 4i..4i+3) ends before element i+1's raw bytes at 2n+2i+2 */
+        uint16_t h = rd_u16le(raw + 2 * i);
+        out[i] = t->dtype == SM_DT_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+    }
+    return SM_OK;
+}
+
 const sm_st_tensor *sm_safetensors_find(const sm_safetensors *st, const char *name) {
     if (!st || !name) return NULL;
     for (int i = 0; i < st->n_tensors; i++)
@@ -589,8 +700,9 @@ void sm_st_writer_free(sm_st_writer *w) {
     memset(w, 0, sizeof *w);
 }
 
-/* numel * 4 of a writer tensor, or 0 with *ok = 0 on overflow */
+/* numel * dtype size of a writer tensor, or 0 with *ok = 0 on overflow */
 static size_t out_bytes(const sm_st_out_tensor *t, int *ok) {
+    size_t es = sm_dtype_size(t->dtype);
     size_t n = 1;
     *ok = 1;
     for (int i = 0; i < t->ndim; i++) {
@@ -602,16 +714,31 @@ static size_t out_bytes(const sm_st_out_tensor *t, int *ok) {
         }
         n *= (size_t)d;
     }
-    if (n > SIZE_MAX / 4) {
+    if (es == 0 || n > SIZE_MAX / es) {
         *ok = 0;
         return 0;
     }
-    return n * 4;
+    return n * es;
 }
 
 sm_status sm_st_writer_add(sm_st_writer *w, const char *name, int ndim, const int64_t *shape,
                            const float *data, sm_error *err) {
+    sm_status rc = sm_st_writer_add_layout(w, name, SM_DT_F32, ndim, shape, err);
+    if (rc != SM_OK) return rc;
+    int ok;
+    size_t nb = out_bytes(&w->t[w->n - 1], &ok);
+    if (nb && !data) {
+        w->n--;
+        return sm_fail(err, SM_ERR_ARG, "tensor '%s': NULL data for %zu bytes", name, nb);
+    }
+    w->t[w->n - 1].data = data;
+    return SM_OK;
+}
+
+sm_status sm_st_writer_add_layout(sm_st_writer *w, const char *name, sm_dtype dtype, int ndim, const int64_t *shape,
+                                  sm_error *err) {
     if (!w || !name) return sm_fail(err, SM_ERR_ARG, "sm_st_writer_add: NULL writer or name");
+    if (sm_dtype_size(dtype) == 0) return sm_fail(err, SM_ERR_ARG, "tensor '%s': unknown dtype %d", name, (int)dtype);
     if (!name[0] || strcmp(name, "__metadata__") == 0)
         return sm_fail(err, SM_ERR_ARG, "tensor name '%s' is reserved or empty", name);
     if (ndim < 0 || ndim > SM_ST_MAX_DIMS || (ndim > 0 && !shape))
@@ -622,6 +749,7 @@ sm_status sm_st_writer_add(sm_st_writer *w, const char *name, int ndim, const in
     sm_st_out_tensor t;
     memset(&t, 0, sizeof t);
     t.name = name;
+    t.dtype = dtype;
     t.ndim = ndim;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0 || (double)shape[i] > ST_MAX_JSON_INT)
@@ -631,8 +759,7 @@ sm_status sm_st_writer_add(sm_st_writer *w, const char *name, int ndim, const in
     int ok;
     size_t nb = out_bytes(&t, &ok);
     if (!ok) return sm_fail(err, SM_ERR_ARG, "tensor '%s': shape overflows the addressable size", name);
-    if (nb && !data) return sm_fail(err, SM_ERR_ARG, "tensor '%s': NULL data for %zu bytes", name, nb);
-    t.data = data;
+    (void)nb;
     if (w->n == w->cap) {
         int cap = w->cap ? 2 * w->cap : 16;
         sm_st_out_tensor *p = realloc(w->t, sizeof *p * (size_t)cap);
@@ -730,42 +857,20 @@ static void sb_json_str(strbuf *b, const char *s) {
     sb_put(b, "\"", 1);
 }
 
-/* Writes n floats little-endian through a small staging buffer (host byte order independent). */
-static int write_f32le(FILE *f, const float *x, size_t n) {
-    uint8_t chunk[4096];
-    while (n > 0) {
-        size_t m = n < sizeof chunk / 4 ? n : sizeof chunk / 4;
-        for (size_t i = 0; i < m; i++) {
-            uint32_t u;
-            memcpy(&u, &x[i], sizeof u);
-            chunk[4 * i] = (uint8_t)u;
-            chunk[4 * i + 1] = (uint8_t)(u >> 8);
-            chunk[4 * i + 2] = (uint8_t)(u >> 16);
-            chunk[4 * i + 3] = (uint8_t)(u >> 24);
-        }
-        if (fwrite(chunk, 4, m, f) != m) return -1;
-        x += m;
-        n -= m;
-    }
-    return 0;
-}
-
-sm_status sm_st_writer_write(const sm_st_writer *w, const char *path, sm_error *err) {
-    if (!w || !path) return sm_fail(err, SM_ERR_ARG, "sm_st_writer_write: NULL argument");
-
-    /* header: {"__metadata__":{...},"name":{"dtype":"F32","shape":[..],"data_offsets":[b,e]},...} */
-    strbuf h = {0};
-    sb_str(&h, "{");
+/* The header of w: {"__metadata__":{...},"name":{"dtype":..,"shape":[..],"data_offsets":[b,e]},...},
+ * space-padded so the data section starts 8-byte aligned; *data_len gets the data section's size. */
+static sm_status build_header(const sm_st_writer *w, strbuf *h, size_t *data_len, const char *path, sm_error *err) {
+    sb_str(h, "{");
     int first = 1;
     if (w->n_meta > 0) {
-        sb_str(&h, "\"__metadata__\":{");
+        sb_str(h, "\"__metadata__\":{");
         for (int i = 0; i < w->n_meta; i++) {
-            if (i) sb_str(&h, ",");
-            sb_json_str(&h, w->meta[i].key);
-            sb_str(&h, ":");
-            sb_json_str(&h, w->meta[i].value);
+            if (i) sb_str(h, ",");
+            sb_json_str(h, w->meta[i].key);
+            sb_str(h, ":");
+            sb_json_str(h, w->meta[i].value);
         }
-        sb_str(&h, "}");
+        sb_str(h, "}");
         first = 0;
     }
     size_t off = 0;
@@ -773,94 +878,181 @@ sm_status sm_st_writer_write(const sm_st_writer *w, const char *path, sm_error *
         const sm_st_out_tensor *t = &w->t[i];
         int ok;
         size_t nb = out_bytes(t, &ok);
-        if (!ok || off > SIZE_MAX - nb) {
-            free(h.s);
+        if (!ok || off > SIZE_MAX - nb)
             return sm_fail(err, SM_ERR_ARG, "%s: tensor '%s': data section overflows", path, t->name);
-        }
-        if (!first) sb_str(&h, ",");
+        if (!first) sb_str(h, ",");
         first = 0;
-        sb_json_str(&h, t->name);
-        sb_str(&h, ":{\"dtype\":\"F32\",\"shape\":[");
+        sb_json_str(h, t->name);
+        sb_str(h, ":{\"dtype\":\"");
+        sb_str(h, sm_dtype_name(t->dtype));
+        sb_str(h, "\",\"shape\":[");
         for (int d = 0; d < t->ndim; d++) {
-            if (d) sb_str(&h, ",");
-            sb_u64(&h, (uint64_t)t->shape[d]);
+            if (d) sb_str(h, ",");
+            sb_u64(h, (uint64_t)t->shape[d]);
         }
-        sb_str(&h, "],\"data_offsets\":[");
-        sb_u64(&h, off);
-        sb_str(&h, ",");
-        sb_u64(&h, off + nb);
-        sb_str(&h, "]}");
+        sb_str(h, "],\"data_offsets\":[");
+        sb_u64(h, off);
+        sb_str(h, ",");
+        sb_u64(h, off + nb);
+        sb_str(h, "]}");
         off += nb;
     }
-    sb_str(&h, "}");
-    /* pad with spaces so the data section starts at a multiple of 8 (8 + N, N % 8 == 0) */
-    while (!h.failed && h.len % 8 != 0) sb_str(&h, " ");
-    if (h.failed) {
-        free(h.s);
-        return sm_fail(err, SM_ERR_NOMEM, "%s: out of memory building the header", path);
-    }
+    sb_str(h, "}");
+    while (!h->failed && h->len % 8 != 0) sb_str(h, " ");
+    if (h->failed) return sm_fail(err, SM_ERR_NOMEM, "%s: out of memory building the header", path);
+    *data_len = off;
+    return SM_OK;
+}
 
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    if (!tmp) {
+void sm_st_stream_abort(sm_st_stream *s) {
+    if (!s) return;
+    if (s->f) fclose(s->f);
+    if (s->tmp) remove(s->tmp);
+    free(s->tmp);
+    free(s->path);
+    memset(s, 0, sizeof *s);
+}
+
+sm_status sm_st_stream_begin(sm_st_stream *s, const sm_st_writer *w, const char *path, sm_error *err) {
+    if (!s || !w || !path) return sm_fail(err, SM_ERR_ARG, "sm_st_stream_begin: NULL argument");
+    memset(s, 0, sizeof *s);
+    strbuf h = {0};
+    size_t data_len = 0;
+    sm_status rc = build_header(w, &h, &data_len, path, err);
+    if (rc != SM_OK) {
         free(h.s);
+        return rc;
+    }
+    size_t plen = strlen(path);
+    s->path = dup_str(path);
+    s->tmp = malloc(plen + 5);
+    if (!s->path || !s->tmp) {
+        free(h.s);
+        sm_st_stream_abort(s);
         return sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
     }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-
-    sm_status rc = SM_OK;
-    const char *step = NULL;
-    int e = 0;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        e = errno;
-        rc = sm_fail(err, SM_ERR_IO, "%s: cannot create %s: %s", path, tmp, strerror(e));
-        free(tmp);
+    memcpy(s->tmp, path, plen);
+    memcpy(s->tmp + plen, ".tmp", 5);
+    s->f = fopen(s->tmp, "wb");
+    if (!s->f) {
+        int e = errno;
+        rc = sm_fail(err, SM_ERR_IO, "%s: cannot create %s: %s", path, s->tmp, strerror(e));
+        free(s->tmp); /* nothing to remove */
+        s->tmp = NULL;
         free(h.s);
+        sm_st_stream_abort(s);
         return rc;
     }
     uint8_t len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)h.len >> (8 * i));
-    if (fwrite(len8, 1, 8, f) != 8 || fwrite(h.s, 1, h.len, f) != h.len) step = "write header";
-    for (int i = 0; !step && i < w->n; i++) {
-        int ok;
-        size_t nb = out_bytes(&w->t[i], &ok);
-        if (nb && write_f32le(f, w->t[i].data, nb / 4) != 0) step = "write tensor data";
+    int bad = fwrite(len8, 1, 8, s->f) != 8 || fwrite(h.s, 1, h.len, s->f) != h.len;
+    free(h.s);
+    if (bad) {
+        int e = errno;
+        sm_st_stream_abort(s);
+        return sm_fail(err, SM_ERR_IO, "%s: write header failed: %s", path, strerror(e));
     }
-    if (!step && fflush(f) != 0) step = "flush";
+    s->expected = data_len;
+    return SM_OK;
+}
+
+sm_status sm_st_stream_write(sm_st_stream *s, const void *bytes, size_t n, sm_error *err) {
+    if (!s || !s->f || (n && !bytes)) return sm_fail(err, SM_ERR_ARG, "sm_st_stream_write: stream not open");
+    if (n > s->expected - s->written) {
+        char *p = s->path;
+        s->path = NULL;
+        sm_st_stream_abort(s);
+        sm_status rc = sm_fail(err, SM_ERR_ARG, "%s: more tensor bytes written than the header declares", p);
+        free(p);
+        return rc;
+    }
+    if (n && fwrite(bytes, 1, n, s->f) != n) {
+        int e = errno;
+        char *p = s->path;
+        s->path = NULL;
+        sm_st_stream_abort(s);
+        sm_status rc = sm_fail(err, SM_ERR_IO, "%s: write tensor data failed: %s", p, strerror(e));
+        free(p);
+        return rc;
+    }
+    s->written += n;
+    return SM_OK;
+}
+
+sm_status sm_st_stream_finish(sm_st_stream *s, sm_error *err) {
+    if (!s || !s->f) return sm_fail(err, SM_ERR_ARG, "sm_st_stream_finish: stream not open");
+    const char *step = NULL;
+    int e = 0;
+    if (s->written != s->expected) step = "check byte count";
+    if (!step && fflush(s->f) != 0) step = "flush";
     /* fsync before rename: otherwise a crash can leave the new name pointing at unwritten blocks */
-    if (!step && fsync(fileno(f)) != 0) step = "fsync";
-    if (!step) e = 0;
+    if (!step && fsync(fileno(s->f)) != 0) step = "fsync";
     if (step) e = errno;
-    if (fclose(f) != 0 && !step) {
+    if (fclose(s->f) != 0 && !step) {
         e = errno;
         step = "close";
     }
-    if (!step && rename(tmp, path) != 0) {
+    s->f = NULL;
+    if (!step && rename(s->tmp, s->path) != 0) {
         e = errno;
         step = "rename";
     }
+    sm_status rc = SM_OK;
     if (step) {
-        remove(tmp);
-        rc = sm_fail(err, SM_ERR_IO, "%s: %s failed: %s", path, step, strerror(e));
-    } else {
-        /* make the rename itself durable; best effort, the data is already safe on disk */
-        char *slash = strrchr(path, '/');
-        char *dir = slash ? malloc((size_t)(slash - path) + 2) : NULL;
-        if (dir) {
-            size_t dl = slash == path ? 1 : (size_t)(slash - path);
-            memcpy(dir, path, dl);
-            dir[dl] = '\0';
-        }
-        int fd = open(dir ? dir : ".", O_RDONLY);
-        if (fd >= 0) {
-            (void)fsync(fd);
-            close(fd);
-        }
-        free(dir);
+        if (s->written != s->expected)
+            rc = sm_fail(err, SM_ERR_ARG, "%s: %zu of the %zu declared tensor bytes were written", s->path, s->written,
+                         s->expected);
+        else
+            rc = sm_fail(err, SM_ERR_IO, "%s: %s failed: %s", s->path, step, strerror(e));
+        sm_st_stream_abort(s);
+        return rc;
     }
-    free(tmp);
-    free(h.s);
-    return rc;
+    /* make the rename itself durable; best effort, the data is already safe on disk */
+    char *slash = strrchr(s->path, '/');
+    char *dir = slash ? malloc((size_t)(slash - s->path) + 2) : NULL;
+    if (dir) {
+        size_t dl = slash == s->path ? 1 : (size_t)(slash - s->path);
+        memcpy(dir, s->path, dl);
+        dir[dl] = '\0';
+    }
+    int fd = open(dir ? dir : ".", O_RDONLY);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+    free(dir);
+    free(s->tmp);
+    s->tmp = NULL; /* renamed: nothing to remove */
+    sm_st_stream_abort(s);
+    return SM_OK;
+}
+
+sm_status sm_st_writer_write(const sm_st_writer *w, const char *path, sm_error *err) {
+    if (!w || !path) return sm_fail(err, SM_ERR_ARG, "sm_st_writer_write: NULL argument");
+    for (int i = 0; i < w->n; i++) {
+        int ok;
+        if (w->t[i].dtype != SM_DT_F32 || (out_bytes(&w->t[i], &ok) && !w->t[i].data))
+            return sm_fail(err, SM_ERR_ARG, "%s: tensor '%s' has no F32 data (layout-only tensors need a stream)", path,
+                           w->t[i].name);
+    }
+    sm_st_stream s;
+    sm_status rc = sm_st_stream_begin(&s, w, path, err);
+    uint8_t chunk[4096];
+    for (int i = 0; rc == SM_OK && i < w->n; i++) { /* little-endian through a staging buffer */
+        const float *x = w->t[i].data;
+        int ok;
+        size_t n = out_bytes(&w->t[i], &ok) / 4;
+        while (rc == SM_OK && n > 0) {
+            size_t m = n < sizeof chunk / 4 ? n : sizeof chunk / 4;
+            for (size_t j = 0; j < m; j++) {
+                uint32_t u;
+                memcpy(&u, &x[j], sizeof u);
+                for (int b = 0; b < 4; b++) chunk[4 * j + b] = (uint8_t)(u >> (8 * b));
+            }
+            rc = sm_st_stream_write(&s, chunk, 4 * m, err);
+            x += m;
+            n -= m;
+        }
+    }
+    return rc == SM_OK ? sm_st_stream_finish(&s, err) : rc;
 }

@@ -492,3 +492,75 @@ Test(safetensors, escaped_names_round_trip) {
     }
     sm_safetensors_free(&st);
 }
+
+/* Header-only open + ranged reads give the same values as the whole-file load, for F32 and BF16
+ * written by the streaming writer; a stream that gets too few or too many bytes leaves no file. */
+Test(safetensors, stream_write_and_ranged_read) {
+    const char *dir = tu_tmpdir();
+    char path[256], tmp[264];
+    snprintf(path, sizeof path, "%s/stream.safetensors", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    sm_error err = {{0}};
+    sm_st_writer w;
+    sm_st_writer_init(&w);
+    int64_t sa[2] = {3, 4}, sb[1] = {5};
+    cr_assert_eq(sm_st_writer_add_layout(&w, "a", SM_DT_F32, 2, sa, &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(sm_st_writer_add_layout(&w, "b", SM_DT_BF16, 1, sb, &err), SM_OK, "%s", err.msg);
+    /* layout-only tensors cannot go through the in-memory writer */
+    cr_expect_eq(sm_st_writer_write(&w, path, &err), SM_ERR_ARG);
+    float a[12];
+    uint8_t abytes[48], bbytes[10];
+    for (int i = 0; i < 12; i++) {
+        a[i] = 0.5f * (float)i - 2.0f;
+        uint32_t u;
+        memcpy(&u, &a[i], 4);
+        for (int k = 0; k < 4; k++) abytes[4 * i + k] = (uint8_t)(u >> (8 * k));
+    }
+    for (int i = 0; i < 5; i++) { /* bf16 = the high half of a float: 1, 2, 3, 4, 5 */
+        float v = (float)(i + 1);
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        bbytes[2 * i] = (uint8_t)(u >> 16);
+        bbytes[2 * i + 1] = (uint8_t)(u >> 24);
+    }
+    sm_st_stream s;
+    cr_assert_eq(sm_st_stream_begin(&s, &w, path, &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(sm_st_stream_write(&s, abytes, 20, &err), SM_OK); /* in uneven pieces */
+    cr_assert_eq(sm_st_stream_write(&s, abytes + 20, 28, &err), SM_OK);
+    cr_assert_eq(sm_st_stream_write(&s, bbytes, 10, &err), SM_OK);
+    cr_assert_eq(sm_st_stream_finish(&s, &err), SM_OK, "%s", err.msg);
+    cr_expect(!file_exists(tmp));
+
+    sm_safetensors st;
+    cr_assert_eq(sm_safetensors_open(&st, path, &err), SM_OK, "%s", err.msg);
+    const sm_st_tensor *ta = sm_safetensors_find(&st, "a"), *tb = sm_safetensors_find(&st, "b");
+    cr_assert(ta && tb && !ta->data && tb->dtype == SM_DT_BF16);
+    float got[12];
+    cr_assert_eq(sm_st_read_f32(&st, ta, 5, 7, got, &err), SM_OK, "%s", err.msg);
+    for (int i = 0; i < 7; i++) cr_expect_eq(got[i], a[5 + i]);
+    cr_assert_eq(sm_st_read_f32(&st, tb, 1, 4, got, &err), SM_OK, "%s", err.msg);
+    for (int i = 0; i < 4; i++) cr_expect_eq(got[i], (float)(i + 2));
+    cr_expect_neq(sm_st_read_f32(&st, tb, 3, 3, got, &err), SM_OK); /* past the end */
+    cr_expect(strstr(err.msg, "'b'") != NULL, "%s", err.msg);
+    sm_safetensors_free(&st);
+
+    /* too few bytes: refused at finish, nothing left behind; too many: refused at write */
+    cr_assert_eq(sm_st_stream_begin(&s, &w, path, &err), SM_OK);
+    cr_assert_eq(sm_st_stream_write(&s, abytes, 48, &err), SM_OK);
+    cr_expect_neq(sm_st_stream_finish(&s, &err), SM_OK);
+    cr_expect(strstr(err.msg, "48 of the 58") != NULL, "%s", err.msg);
+    cr_expect(!file_exists(tmp));
+    cr_assert_eq(sm_st_stream_begin(&s, &w, path, &err), SM_OK);
+    uint8_t big[64] = {0};
+    cr_expect_neq(sm_st_stream_write(&s, big, 64, &err), SM_OK);
+    cr_expect(!file_exists(tmp));
+    sm_st_writer_free(&w);
+
+    /* a file truncated after its header was parsed: the read fails with the path */
+    cr_assert_eq(sm_safetensors_open(&st, path, &err), SM_OK); /* the good file from above */
+    cr_assert_eq(truncate(path, 8 + (off_t)st.header_len + 30), 0);
+    cr_expect_neq(sm_st_read_f32(&st, sm_safetensors_find(&st, "b"), 0, 5, got, &err), SM_OK);
+    cr_expect(strstr(err.msg, path) != NULL, "%s", err.msg);
+    sm_safetensors_free(&st);
+    cr_expect_neq(sm_safetensors_open(&st, path, &err), SM_OK); /* and reopening refuses it */
+}
