@@ -62,9 +62,14 @@ $(BUILD)/tests/test_%: tests/test_%.c $(wildcard tests/*.h) $(BUILD)/libspecmoe.
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(OMP) -o $@ $< $(BUILD)/libspecmoe.a -lcriterion $(LIBS)
 
+# the Hugging Face fixture generator the CLI checks use (tests/hf_fixture.h)
+$(BUILD)/tests/hf_gen: tests/hf_gen.c tests/hf_fixture.h $(BUILD)/libspecmoe.a
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(OMP) -o $@ $< $(BUILD)/libspecmoe.a $(LIBS)
+
 # `make test` builds everything and runs every test binary plus the CLI checks.
-test: all $(TESTS) install-check
-	@SPECMOE_BIN=$(abspath $(BUILD)/specmoe) tests/run_tests.sh $(TESTS)
+test: all $(TESTS) $(BUILD)/tests/hf_gen install-check
+	@SPECMOE_BIN=$(abspath $(BUILD)/specmoe) SPECMOE_HF_GEN=$(abspath $(BUILD)/tests/hf_gen) tests/run_tests.sh $(TESTS)
 
 # install into a scratch prefix, then build and run examples/hello_moe.c with the flags pkg-config gives
 install-check: all
@@ -104,8 +109,8 @@ clean:
 FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
 FUZZ_DIR     := build-fuzz
-FUZZ_NAMES   := safetensors idx
-FUZZ_SRC     := src/core.c src/safetensors.c src/data.c
+FUZZ_NAMES   := safetensors idx hf
+FUZZ_SRC     := src/core.c src/safetensors.c src/data.c src/hf_config.c
 FUZZ_OBJ     := $(FUZZ_SRC:src/%.c=$(FUZZ_DIR)/obj/%.o)
 # keep the objects: they are intermediates of a pattern chain, which make would otherwise delete
 .SECONDARY: $(FUZZ_OBJ)

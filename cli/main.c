@@ -608,6 +608,8 @@ static void usage(void) {
            "  info CHECKPOINT  print the model and tensor table of a checkpoint\n"
            "  analyze CHECKPOINT  spectral norm, stable rank, effective rank of every weight matrix\n"
            "  ssmoe prune CHECKPOINT  SSMoE expert dropping (router / ssmoe / random ranking)\n"
+           "  ssmoe build --hf DIR    EV router + collapse report of a Hugging Face MoE model\n"
+           "  ssmoe prune --hf DIR    expert dropping on a Hugging Face MoE model (streamed)\n"
            "  bench layer      time forward+backward+Adam of one MoE layer against plain sgemm\n"
            "  bench routing    GrMoE's synthetic routing benchmark (Table 1)\n"
            "  bench alpha      post-hoc sparsity: entropy vs alpha / inverse temperature\n"

@@ -26,6 +26,7 @@
  *   spectral.h    SR-MoE spectral-norm, stable-rank and diversity penalties; SVD diagnostics
  *   synth.h       GrMoE's synthetic routing task
  *   ssmoe.h       SSMoE eigenvector descriptors of expert weights
+ *   hf.h          Hugging Face MoE checkpoints: streamed reads, SSMoE descriptors, expert pruning
  *   mlp.h         the two-layer MLP expert
  *   router.h      the router interface every router implements (router_*.c): topk, switch,
  *                 expert-choice, hash, random, soft (SoftMoE), vmf, grassmann (GrMoE)
@@ -50,6 +51,7 @@
 #include "specmoe/conv.h"
 #include "specmoe/core.h"
 #include "specmoe/data.h"
+#include "specmoe/hf.h"
 #include "specmoe/hungarian.h"
 #include "specmoe/metrics.h"
 #include "specmoe/mlp.h"

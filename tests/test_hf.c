@@ -1,0 +1,303 @@
+/* Hugging Face MoE checkpoints: every layout is generated (tests/hf_fixture.h), read back, turned
+ * into SSMoE descriptors that must equal the brute-force ones (eigenvectors of W^T W from LAPACKE
+ * dsyev on the generator's own weights, same sign convention), scored on calibration inputs against
+ * a direct computation, and pruned; the pruned directory must open again with the kept experts'
+ * bytes intact. Malformed directories are refused with a message naming the tensor or file. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <sys/stat.h>
+
+#include "hf_fixture.h"
+#include "specmoe/hf.h"
+#include "specmoe/ssmoe.h"
+#include "testutil.h"
+
+static const hf_spec layouts[] = {
+    /* type          storage    d   I   E  k  layers shards bf16 seed */
+    {"mixtral", "split", 16, 12, 4, 2, 2, 2, 0, 11, NULL},
+    {"olmoe", "split", 20, 8, 5, 2, 2, 1, 1, 12, NULL},
+    {"qwen2_moe", "split", 16, 10, 6, 2, 3, 3, 0, 13, NULL}, /* layer 0 dense; shared expert + its gate */
+    {"deepseek_v3", "split", 18, 8, 6, 2, 3, 2, 1, 14, NULL}, /* layer 0 dense; bias; sigmoid; groups */
+    {"mixtral", "fused", 16, 12, 4, 2, 2, 2, 0, 15, NULL},
+    {"olmoe", "fused_t", 20, 8, 5, 3, 2, 1, 0, 16, NULL},
+    {"qwen3_moe", "fused", 16, 8, 4, 2, 2, 2, 1, 17, NULL}, /* d == 2I: the down_proj shape decides */
+    {"qwen3_moe", "fused_t", 16, 8, 4, 2, 2, 1, 0, 18, NULL},
+};
+#define N_LAYOUTS ((int)(sizeof layouts / sizeof layouts[0]))
+#define C_EV 3
+
+static const char *make_model(const hf_spec *s) {
+    const char *dir = tu_tmpdir();
+    cr_assert_eq(hf_fixture_write(dir, s), 0, "fixture %s/%s not written", s->type, s->storage);
+    return dir;
+}
+
+/* Brute-force descriptors of logical layer L: (E, 3, d) via sm_ev_descriptor_eig. */
+static void brute_ev(const hf_spec *s, int L, double *ev) {
+    const int d = s->d, I = s->I, E = s->E;
+    float *router = malloc(sizeof(float) * (size_t)E * d), *m = malloc(sizeof(float) * (size_t)I * d);
+    float *w = malloc(sizeof(float) * (size_t)I * d);
+    hf_fix_logical(s, L, 0, -1, router);
+    sm_error err;
+    for (int e = 0; e < E; e++)
+        for (int j = 0; j < 3; j++) {
+            hf_fix_logical(s, L, e, j, m);
+            for (int i = 0; i < I; i++) /* down (d, I) transposed to (I, d) */
+                for (int k = 0; k < d; k++) w[(size_t)i * d + k] = j < 2 ? m[(size_t)i * d + k] : m[(size_t)k * I + i];
+            cr_assert_eq(sm_ev_descriptor_eig(ev + ((size_t)e * 3 + j) * d, w, I, d, router + (size_t)e * d, C_EV, &err),
+                         SM_OK, "%s", err.msg);
+        }
+    free(router);
+    free(m);
+    free(w);
+}
+
+/* Every layout: layers found, expert matrices exact, descriptors equal to the brute force. */
+Test(hf, layouts_read_and_ev_matches_brute_force) {
+    for (int c = 0; c < N_LAYOUTS; c++) {
+        const hf_spec *s = &layouts[c];
+        const char *dir = make_model(s);
+        sm_hf_model m;
+        sm_error err;
+        cr_assert_eq(sm_hf_open(&m, dir, &err), SM_OK, "%s/%s: %s", s->type, s->storage, err.msg);
+        int n_moe = 0;
+        for (int L = 0; L < s->layers; L++) n_moe += hf_fix_is_moe(s, L);
+        cr_assert_eq(m.n_moe, n_moe, "%s: %d MoE layers, want %d", s->type, m.n_moe, n_moe);
+        sm_hf_storage want = !strcmp(s->storage, "split") ? SM_HF_SPLIT : !strcmp(s->storage, "fused") ? SM_HF_FUSED : SM_HF_FUSED_T;
+        const int d = s->d, I = s->I, E = s->E;
+        float *got = malloc(sizeof(float) * (size_t)I * d), *ref = malloc(sizeof(float) * (size_t)I * d);
+        float *router = malloc(sizeof(float) * (size_t)E * d), *ev = malloc(sizeof(float) * (size_t)E * 3 * d);
+        double *bev = malloc(sizeof(double) * (size_t)E * 3 * d);
+        for (int l = 0; l < m.n_moe; l++) {
+            int L = m.moe[l].layer;
+            cr_expect(hf_fix_is_moe(s, L));
+            cr_expect_eq(m.moe[l].storage, want, "%s/%s layer %d: storage %d", s->type, s->storage, L, m.moe[l].storage);
+            cr_expect_eq(m.moe[l].has_bias, !strcmp(s->type, "deepseek_v3"));
+            for (int e = 0; e < E; e++)
+                for (int j = 0; j < 3; j++) {
+                    cr_assert_eq(sm_hf_read_expert(&m, l, e, j, got, &err), SM_OK, "%s", err.msg);
+                    hf_fix_logical(s, L, e, j, ref);
+                    for (int i = 0; i < I; i++)
+                        for (int k = 0; k < d; k++) {
+                            float r = j < 2 ? ref[(size_t)i * d + k] : ref[(size_t)k * I + i];
+                            cr_assert_eq(got[(size_t)i * d + k], r, "%s/%s L%d e%d m%d (%d,%d)", s->type, s->storage, L,
+                                         e, j, i, k);
+                        }
+                }
+            cr_assert_eq(sm_hf_read_router(&m, l, router, &err), SM_OK, "%s", err.msg);
+            cr_assert_eq(sm_hf_build_ev(&m, l, C_EV, 0, router, ev, &err), SM_OK, "%s", err.msg);
+            brute_ev(s, L, bev);
+            double worst = 0;
+            for (size_t i = 0; i < (size_t)E * 3 * d; i++) worst = fmax(worst, fabs(ev[i] - bev[i]));
+            cr_expect_lt(worst, 1e-4, "%s/%s layer %d: descriptors differ from the brute force by %g", s->type, s->storage,
+                         L, worst);
+        }
+        free(got); free(ref); free(router); free(ev); free(bev);
+        sm_hf_close(&m);
+    }
+}
+
+/* Routing statistics against a direct computation (softmax, or DeepSeek-V3's normalised sigmoid). */
+Test(hf, route_stats_match_direct_computation) {
+    for (int c = 0; c < N_LAYOUTS; c++) {
+        const hf_spec *s = &layouts[c];
+        const char *dir = make_model(s);
+        sm_hf_model m;
+        sm_error err;
+        cr_assert_eq(sm_hf_open(&m, dir, &err), SM_OK, "%s", err.msg);
+        const int d = s->d, E = s->E, T = 37, k = s->k;
+        const double alpha = 0.6;
+        float *x = malloc(sizeof(float) * (size_t)T * d), *router = malloc(sizeof(float) * (size_t)E * d);
+        float *ev = malloc(sizeof(float) * (size_t)E * 3 * d);
+        double mr[8], mm[8], ov, br[8] = {0}, bm[8] = {0}, bov = 0;
+        hf_fix_fill(s, "calib", (size_t)T * d, 1.0, x);
+        cr_assert_eq(sm_hf_read_router(&m, 0, router, &err), SM_OK);
+        cr_assert_eq(sm_hf_build_ev(&m, 0, C_EV, 0, router, ev, &err), SM_OK);
+        cr_assert_eq(sm_hf_route_stats(&m, router, ev, x, T, alpha, mr, mm, &ov, &err), SM_OK, "%s", err.msg);
+        for (int t = 0; t < T; t++) {
+            double pr[8], pe[8], P[8], zr = 0, ze = 0;
+            for (int e = 0; e < E; e++) {
+                double lr = 0, le = 0;
+                for (int i = 0; i < d; i++) {
+                    lr += (double)x[t * d + i] * router[e * d + i];
+                    le += (double)x[t * d + i] * (ev[(e * 3) * d + i] + ev[(e * 3 + 1) * d + i] + ev[(e * 3 + 2) * d + i]) / 3;
+                }
+                pr[e] = m.cfg.sigmoid ? 1 / (1 + exp(-lr)) : exp(lr);
+                pe[e] = exp(le);
+                zr += pr[e];
+                ze += pe[e];
+            }
+            for (int e = 0; e < E; e++) {
+                pr[e] /= zr;
+                P[e] = alpha * pe[e] / ze + (1 - alpha) * pr[e];
+                br[e] += pr[e] / T;
+                bm[e] += P[e] / T;
+            }
+            int both = 0; /* top-k of each by brute force: rank = number of strictly larger entries */
+            for (int e = 0; e < E; e++) {
+                int r1 = 0, r2 = 0;
+                for (int f = 0; f < E; f++) {
+                    r1 += pr[f] > pr[e];
+                    r2 += P[f] > P[e];
+                }
+                both += r1 < k && r2 < k;
+            }
+            bov += (double)both / k / T;
+        }
+        for (int e = 0; e < E; e++) {
+            cr_expect_float_eq(mr[e], br[e], 1e-5, "%s router mean e%d", s->type, e);
+            cr_expect_float_eq(mm[e], bm[e], 1e-5, "%s mixed mean e%d", s->type, e);
+        }
+        cr_expect_float_eq(ov, bov, 1e-9, "%s overlap %g vs %g", s->type, ov, bov);
+        free(x); free(router); free(ev);
+        sm_hf_close(&m);
+    }
+}
+
+/* Pruning keeps exactly the chosen experts, renumbered, bytes intact, and the result opens again. */
+Test(hf, prune_keeps_chosen_experts_byte_for_byte) {
+    for (int c = 0; c < N_LAYOUTS; c++) {
+        const hf_spec *s = &layouts[c];
+        const char *dir = make_model(s);
+        sm_hf_model m, p;
+        sm_error err;
+        cr_assert_eq(sm_hf_open(&m, dir, &err), SM_OK, "%s", err.msg);
+        const int E = s->E, d = s->d, I = s->I, E_keep = E / 2 + (c % 2); /* 2..4 of 4..6 */
+        int keep[16];
+        for (int l = 0; l < m.n_moe; l++) /* a different ascending choice per layer */
+            for (int j = 0; j < E_keep; j++) keep[l * E_keep + j] = (j * E) / E_keep + (l % 2 && j == 0 && E_keep * 2 <= E);
+        const char *out = tu_tmpdir();
+        cr_assert_eq(sm_hf_prune(&m, keep, E_keep, out, &err), SM_OK, "%s/%s: %s", s->type, s->storage, err.msg);
+        cr_assert_eq(sm_hf_open(&p, out, &err), SM_OK, "%s/%s pruned: %s", s->type, s->storage, err.msg);
+        cr_expect_eq(p.cfg.E, E_keep);
+        cr_expect_eq(p.cfg.k, s->k < E_keep ? s->k : E_keep);
+        cr_expect_eq(p.n_moe, m.n_moe);
+        cr_expect_eq(p.n_shards, m.n_shards);
+        cr_expect_eq(p.indexed, m.indexed);
+        if (!strcmp(s->type, "deepseek_v3")) cr_expect_eq(p.cfg.n_group, E_keep % 2 ? 1 : 2);
+        float *a = malloc(sizeof(float) * (size_t)I * d), *b = malloc(sizeof(float) * (size_t)I * d);
+        float *ra = malloc(sizeof(float) * (size_t)E * d), *rb = malloc(sizeof(float) * (size_t)E * d);
+        for (int l = 0; l < m.n_moe; l++) {
+            cr_assert_eq(sm_hf_read_router(&m, l, ra, &err), SM_OK);
+            cr_assert_eq(sm_hf_read_router(&p, l, rb, &err), SM_OK);
+            for (int j = 0; j < E_keep; j++) {
+                int e = keep[l * E_keep + j];
+                cr_expect(memcmp(rb + (size_t)j * d, ra + (size_t)e * d, sizeof(float) * d) == 0, "router row %d", j);
+                for (int q = 0; q < 3; q++) {
+                    cr_assert_eq(sm_hf_read_expert(&m, l, e, q, a, &err), SM_OK);
+                    cr_assert_eq(sm_hf_read_expert(&p, l, j, q, b, &err), SM_OK, "%s", err.msg);
+                    cr_expect(memcmp(a, b, sizeof(float) * (size_t)I * d) == 0, "%s/%s layer %d: pruned expert %d != "
+                              "source expert %d (matrix %d)", s->type, s->storage, l, j, e, q);
+                }
+            }
+        }
+        /* every other tensor byte-identical, dtype kept */
+        const sm_hf_entry *ea = sm_hf_find(&m, "lm_head.weight"), *eb = sm_hf_find(&p, "lm_head.weight");
+        cr_assert(ea && eb);
+        cr_expect_eq(eb->t->dtype, s->bf16 ? SM_DT_BF16 : SM_DT_F32);
+        size_t nb = ea->t->end - ea->t->begin;
+        unsigned char *x = malloc(nb), *y = malloc(nb);
+        cr_assert_eq(sm_st_read_bytes(&m.shard[ea->shard], ea->t, 0, nb, x, &err), SM_OK);
+        cr_assert_eq(sm_st_read_bytes(&p.shard[eb->shard], eb->t, 0, nb, y, &err), SM_OK);
+        cr_expect(memcmp(x, y, nb) == 0);
+        cr_expect_lt(p.n_entries, m.n_entries + (strcmp(s->storage, "split") ? 1 : 0));
+        char path[512];
+        snprintf(path, sizeof path, "%s/tokenizer.json", out);
+        cr_expect(access(path, F_OK) == 0, "tokenizer.json not carried over");
+        free(a); free(b); free(ra); free(rb); free(x); free(y);
+        sm_hf_close(&p);
+        /* the source directory itself is refused as the output */
+        cr_expect_neq(sm_hf_prune(&m, keep, E_keep, dir, &err), SM_OK);
+        sm_hf_close(&m);
+    }
+}
+
+static void expect_refusal(const hf_spec *s, const char *needle1, const char *needle2) {
+    const char *dir = make_model(s);
+    sm_hf_model m;
+    sm_error err = {{0}};
+    cr_assert_neq(sm_hf_open(&m, dir, &err), SM_OK, "%s accepted", s->breakage);
+    cr_expect(strstr(err.msg, needle1) != NULL, "%s: message '%s' lacks '%s'", s->breakage, err.msg, needle1);
+    cr_expect(strstr(err.msg, needle2) != NULL, "%s: message '%s' lacks '%s'", s->breakage, err.msg, needle2);
+}
+
+Test(hf, malformed_directories_refused_naming_tensor_or_file) {
+    hf_spec s = layouts[0];
+    s.breakage = "missing-tensor";
+    expect_refusal(&s, "model.layers.1.block_sparse_moe.experts.1.w2.weight", "missing");
+    s.breakage = "config-mismatch";
+    expect_refusal(&s, "model.layers.0.block_sparse_moe.gate.weight", "config.json implies [5, 16]");
+    s.breakage = "missing-shard";
+    expect_refusal(&s, "model-00002-of-00002.safetensors", "index");
+    s.breakage = "index-extra";
+    expect_refusal(&s, "model.layers.0.extra.weight", "no shard holds it");
+    hf_spec f = layouts[4]; /* fused: a missing down_proj */
+    f.breakage = "missing-tensor";
+    expect_refusal(&f, "model.layers.1.block_sparse_moe.experts.down_proj", "missing");
+    /* an empty directory */
+    sm_hf_model m;
+    sm_error err;
+    cr_expect_neq(sm_hf_open(&m, tu_tmpdir(), &err), SM_OK);
+    cr_expect(strstr(err.msg, "config.json") != NULL, "%s", err.msg);
+}
+
+Test(hf, config_and_index_parsers_refuse_bad_input) {
+    static const struct { const char *json, *needle; } bad[] = {
+        {"[1, 2]", "not a JSON object"},
+        {"{\"model_type\": \"llama\", \"hidden_size\": 8}", "not a supported MoE layout"},
+        {"{\"model_type\": \"mixtral\", \"num_hidden_layers\": 2}", "\"hidden_size\" is missing"},
+        {"{\"model_type\": \"mixtral\", \"hidden_size\": 8, \"num_hidden_layers\": 2, \"num_local_experts\": 4, "
+         "\"intermediate_size\": 4, \"num_experts_per_tok\": 5}", "\"num_experts_per_tok\" is not valid"},
+        {"{\"model_type\": \"olmoe\", \"hidden_size\": -8}", "\"hidden_size\" is not valid"},
+        {"{\"model_type\": \"qwen2_moe\", \"hidden_size\": 8, \"num_hidden_layers\": 2, \"num_experts\": 4, "
+         "\"moe_intermediate_size\": 4, \"num_experts_per_tok\": 2, \"mlp_only_layers\": [7]}", "mlp_only_layers"},
+        {"{\"model_type\": \"deepseek_v3\", \"hidden_size\": 8, \"num_hidden_layers\": 2, \"n_routed_experts\": 4, "
+         "\"moe_intermediate_size\": 4, \"num_experts_per_tok\": 2, \"scoring_func\": \"relu\"}", "scoring_func"},
+        {"{\"model_type\": \"mixtral\", \"hidden_size\": 8.5}", "\"hidden_size\" is not valid"},
+        {"{\"model_type\": \"mixtral\"", "not valid JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sm_hf_config c;
+        sm_error err = {{0}};
+        cr_expect_neq(sm_hf_config_parse(&c, bad[i].json, strlen(bad[i].json), "cfg", &err), SM_OK, "accepted %s", bad[i].json);
+        cr_expect(strstr(err.msg, bad[i].needle) != NULL, "'%s' lacks '%s'", err.msg, bad[i].needle);
+    }
+    static const struct { const char *json, *needle; } badi[] = {
+        {"{\"weight_map\": {\"a\": \"../evil.safetensors\"}}", "not a .safetensors file in the model directory"},
+        {"{\"weight_map\": {\"a\": \"sub/x.safetensors\"}}", "not a .safetensors file"},
+        {"{\"weight_map\": {\"a\": 3}}", "is not a tensor name mapped"},
+        {"{\"weight_map\": {}}", "has 0 entries"},
+        {"{\"metadata\": {}}", "no \"weight_map\""},
+        {"nope", "not valid JSON"},
+    };
+    for (size_t i = 0; i < sizeof badi / sizeof badi[0]; i++) {
+        char **n, **f;
+        int cnt;
+        sm_error err = {{0}};
+        cr_expect_neq(sm_hf_index_parse(badi[i].json, strlen(badi[i].json), "idx", &n, &f, &cnt, &err), SM_OK);
+        cr_expect(strstr(err.msg, badi[i].needle) != NULL, "'%s' lacks '%s'", err.msg, badi[i].needle);
+    }
+}
+
+/* Calibration files: per-block tensors or one "hidden_states"; wrong widths refused. */
+Test(hf, calibration_file) {
+    const hf_spec *s = &layouts[0];
+    const char *dir = tu_tmpdir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/calib.safetensors", dir);
+    cr_assert_eq(hf_fixture_write_calib(path, s, 9, 0), 0);
+    float *x;
+    int T;
+    sm_error err;
+    cr_assert_eq(sm_hf_read_calib(path, "model.layers.1.block_sparse_moe", s->d, &x, &T, &err), SM_OK, "%s", err.msg);
+    cr_expect_eq(T, 9);
+    free(x);
+    cr_expect_neq(sm_hf_read_calib(path, "model.layers.1.block_sparse_moe", s->d + 1, &x, &T, &err), SM_OK);
+    cr_expect(strstr(err.msg, "(T, 17)") != NULL, "%s", err.msg);
+    cr_expect_neq(sm_hf_read_calib(path, "model.layers.7.mlp", s->d, &x, &T, &err), SM_OK);
+    cr_expect(strstr(err.msg, "hidden_states") != NULL, "%s", err.msg);
+    cr_assert_eq(hf_fixture_write_calib(path, s, 5, 1), 0);
+    cr_assert_eq(sm_hf_read_calib(path, "model.layers.7.mlp", s->d, &x, &T, &err), SM_OK, "%s", err.msg);
+    cr_expect_eq(T, 5);
+    free(x);
+}
