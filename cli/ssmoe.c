@@ -327,8 +327,20 @@ static int hf_build(int argc, char **argv) {
     return st == SM_OK ? 0 : cli_fail(st == SM_ERR_ARG ? SM_ERR_FORMAT : st, &err);
 }
 
+/* Descriptors of MoE layer l from an EV router file written by `ssmoe build`: ev (E, 3, d). */
+static sm_status read_cached_ev(const sm_safetensors *f, const sm_hf_model *m, int l, float *ev, sm_error *err) {
+    char name[160];
+    snprintf(name, sizeof name, "%s.ev_gate.weight", m->moe[l].block);
+    const sm_st_tensor *t = sm_safetensors_find(f, name);
+    if (!t) return sm_fail(err, SM_ERR_FORMAT, "%s: no tensor '%s' (was it built from this model?)", f->path, name);
+    if (t->ndim != 2 || t->shape[0] != 3 * (int64_t)m->cfg.E || t->shape[1] != m->cfg.d)
+        return sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' is not (%d, %d): built from another model?", f->path, name,
+                       3 * m->cfg.E, m->cfg.d);
+    return sm_st_read_f32(f, t, 0, t->numel, ev, err);
+}
+
 static int hf_prune(int argc, char **argv) {
-    const char *dir, *out, *rank_s, *calib;
+    const char *dir, *out, *rank_s, *calib, *ev_path;
     double keep, alpha;
     int c, avg, threads;
     uint64_t seed;
@@ -341,13 +353,14 @@ static int hf_prune(int argc, char **argv) {
         {"alpha", FL_DOUBLE, &alpha, "0.5", "ssmoe ranking: weight of the EV router in the mix", 0},
         {"ev-c", FL_INT, &c, "50", "ssmoe ranking: singular vectors per descriptor", 0},
         {"ev-avg", FL_BOOL, &avg, "0", "ssmoe ranking: averaged-EV descriptors", 0},
+        {"ev", FL_STRING, &ev_path, NULL, "ssmoe ranking: descriptors cached by `ssmoe build` (no SVDs are run)", 0},
         {"seed", FL_U64, &seed, "1", "random ranking: seed", 0},
         {"threads", FL_INT, &threads, "2", "OpenMP threads (experts in parallel)", 0},
     };
+    const int nfl = (int)(sizeof fl / sizeof fl[0]);
     int npos;
     const char *pos[1];
-    int rc = fl_parse(fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, 3, "ssmoe prune", "--hf DIR --out DIR [flags]",
-                      pos, 0, &npos);
+    int rc = fl_parse(fl, nfl, argc, argv, 3, "ssmoe prune", "--hf DIR --out DIR [flags]", pos, 0, &npos);
     if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
     sm_expert_rank rank;
     if (parse_rank("ssmoe prune", rank_s, &rank)) return CLI_EXIT_USAGE;
@@ -366,6 +379,18 @@ static int hf_prune(int argc, char **argv) {
     sm_hf_model m;
     if (open_model(dir, &m)) return CLI_EXIT_RUNTIME;
     sm_status st = SM_OK;
+    sm_safetensors evf = {0};
+    if (ev_path && rank == SM_RANK_SSMOE) { /* the cache must match what the flags ask for */
+        st = sm_safetensors_open(&evf, ev_path, &err);
+        const char *fc = st == SM_OK ? sm_safetensors_meta(&evf, "ev_c") : NULL;
+        const char *fa = st == SM_OK ? sm_safetensors_meta(&evf, "ev_avg") : NULL;
+        if (st == SM_OK && (!fc || !fa))
+            st = sm_fail(&err, SM_ERR_FORMAT, "%s: no ev_c / ev_avg metadata: not written by `specmoe ssmoe build`", ev_path);
+        if (st == SM_OK && ((fl_find(fl, nfl, "ev-c")->set && atoi(fc) != c) || (fl_find(fl, nfl, "ev-avg")->set && atoi(fa) != avg)))
+            st = sm_fail(&err, SM_ERR_FORMAT, "%s: built with ev_c %s, ev_avg %s; the flags ask for %d, %d", ev_path, fc, fa,
+                         c, avg);
+        if (st == SM_OK) printf("descriptors from %s (ev_c %s, ev_avg %s)\n", ev_path, fc, fa);
+    }
     const int E = m.cfg.E, d = m.cfg.d, L = m.n_moe;
     int E_keep = (int)lround(keep * E);
     if (E_keep < 1) E_keep = 1;
@@ -386,7 +411,8 @@ static int hf_prune(int argc, char **argv) {
             float *x = NULL;
             int T = 0;
             st = sm_hf_read_router(&m, l, router, &err);
-            if (st == SM_OK && ev) st = sm_hf_build_ev(&m, l, c, avg, router, ev, &err);
+            if (st == SM_OK && ev)
+                st = evf.path ? read_cached_ev(&evf, &m, l, ev, &err) : sm_hf_build_ev(&m, l, c, avg, router, ev, &err);
             if (st == SM_OK) st = sm_hf_read_calib(calib, m.moe[l].block, d, &x, &T, &err);
             if (st == SM_OK) st = sm_hf_route_stats(&m, router, ev, x, T, alpha, mr, mm, NULL, &err);
             free(x);
@@ -427,6 +453,7 @@ static int hf_prune(int argc, char **argv) {
         print_memory(&m);
     }
     free(router); free(ev); free(mr); free(mm); free(score); free(kept);
+    sm_safetensors_free(&evf);
     sm_hf_close(&m);
     return st == SM_OK ? 0 : cli_fail(st == SM_ERR_ARG ? SM_ERR_FORMAT : st, &err);
 }

@@ -186,6 +186,14 @@ if [ -x "$gen" ]; then
         && ok "ev_router.json holds per-layer collapse statistics" || bad "ev_router.json holds per-layer collapse statistics"
     expect 0 "ssmoe prune --hf --rank ssmoe keeps 6 of 8 experts" "6 of 8 experts in each of 3 MoE layers" -- \
         "$bin" ssmoe prune --hf "$hf" --out "$tmp/hf-pruned" --rank ssmoe --calib "$tmp/hf-calib.safetensors"
+    k1=$(grep -o '"kept":[^]]*' "$tmp/hf-pruned/specmoe_prune.json" | tr -d ' \t\n')
+    "$bin" ssmoe prune --hf "$hf" --out "$tmp/hf-pruned-cached" --rank ssmoe --calib "$tmp/hf-calib.safetensors" \
+        --ev "$hf/ev_router.safetensors" >/dev/null 2>&1
+    k2=$(grep -o '"kept":[^]]*' "$tmp/hf-pruned-cached/specmoe_prune.json" 2>/dev/null | tr -d ' \t\n')
+    [ -n "$k1" ] && [ "$k1" = "$k2" ] && ok "ssmoe prune --ev (cached descriptors) keeps the same experts" \
+        || bad "ssmoe prune --ev (cached descriptors) keeps the same experts" "$k1 vs $k2"
+    expect 1 "ssmoe prune --ev refuses a cache built with another c" "built with ev_c 50" -- \
+        "$bin" ssmoe prune --hf "$hf" --out "$tmp/x" --calib "$tmp/hf-calib.safetensors" --ev "$hf/ev_router.safetensors" --ev-c 5
     expect 0 "the pruned directory opens again" "6 experts" -- "$bin" ssmoe build --hf "$tmp/hf-pruned" --out "$tmp/ev2.safetensors"
     expect 0 "ssmoe prune --hf --rank random needs no calibration" "4 of 8 experts" -- \
         "$bin" ssmoe prune --hf "$hf" --out "$tmp/hf-rand" --rank random --keep 0.5 --seed 3
