@@ -530,6 +530,12 @@ int cmd_eval(int argc, char **argv) {
         code = cli_fail(st, &err);
     } else {
         print_routing(split, &ev);
+        for (int l = 0; l < sm_model_n_moe(m); l++) { /* SSMoE App. D.6, ev routers only */
+            double ov = sm_ev_router_take_overlap(sm_model_moe(m, l)->router);
+            if (ov == ov)
+                printf("moe layer %d: %.4f of the experts picked under the mix are also the learned router's top-%d\n", l,
+                       ov, mc.moe.router.k);
+        }
         printf("%s accuracy: %.4f (loss %.4f, %ld examples)\n", split, ev.acc, ev.loss, ev.n);
     }
     sm_dataset_free(&ds);

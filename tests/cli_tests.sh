@@ -98,6 +98,8 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     # SSMoE: the eigenvector router built from the checkpoint's own experts; alpha 0 is the learned router
     expect 0 "eval --router ev --alpha 0 reproduces the top-k model" "test accuracy: $acc" -- \
         "$bin" eval "$run/checkpoint.safetensors" --router ev --alpha 0 --threads 1
+    expect 0 "eval --router ev --alpha 0: the learned router picks every expert the mix picks (D.6 overlap 1)" \
+        "moe layer 0: 1.0000 of the experts picked" -- "$bin" eval "$run/checkpoint.safetensors" --router ev --alpha 0 --threads 1
     expect 0 "eval --router ev builds the descriptors" "ev router: descriptors built" -- \
         "$bin" eval "$run/checkpoint.safetensors" --router ev --alpha 0.5 --ev-c 3 --threads 1
     expect 2 "training with the ev router refused" "built from a trained topk model" -- "$bin" train --router ev

@@ -43,6 +43,11 @@ sm_status sm_model_build_ev(sm_model *m, sm_error *err);
  * experts' embeddings have collapsed onto a common direction. */
 double sm_mean_abs_offdiag_corr(const sm_real *V, int E, int d);
 
+/* SSMoE App. D.6 for an "ev" router: the fraction of the experts picked by top-k on the mixed P that
+ * the learned router's own top-k also picks, over every token routed since the last call (which
+ * resets the count). NaN for other routers or before any token. */
+double sm_ev_router_take_overlap(sm_router *r);
+
 typedef enum { SM_RANK_RANDOM = 0, SM_RANK_ROUTER, SM_RANK_SSMOE } sm_expert_rank;
 
 /* Expert importance per MoE layer on calibration inputs x (n, in_dim), written to score (n_moe, E):
