@@ -22,14 +22,17 @@
 #include "specmoe/hf.h"
 #include <cjson/cJSON.h>
 
-/* kept (E_keep) = the experts with the E_keep highest scores (ties to the lower index), ascending;
- * prints the layer's line. */
-static void keep_top(const double *score, int E, int E_keep, int *kept, int layer, const char *rank_s) {
+/* kept (E_keep) = the experts with the highest scores (ties to the lower index), ascending: the
+ * E_keep / groups best of each of `groups` equal blocks of consecutive experts (1: of all of them).
+ * Prints the layer's line. */
+static void keep_top(const double *score, int E, int E_keep, int groups, int *kept, int layer, const char *rank_s) {
+    const int per = E_keep / groups, size = E / groups;
     for (int j = 0; j < E_keep; j++) {
+        const int g = j / per;
         int best = -1;
-        for (int e = 0; e < E; e++) {
+        for (int e = g * size; e < (g + 1) * size; e++) {
             int taken = 0;
-            for (int q = 0; q < j; q++) taken |= kept[q] == e;
+            for (int q = g * per; q < j; q++) taken |= kept[q] == e;
             if (!taken && (best < 0 || score[e] > score[best])) best = e;
         }
         kept[j] = best;
@@ -40,7 +43,7 @@ static void keep_top(const double *score, int E, int E_keep, int *kept, int laye
             kept[b] = kept[b - 1];
             kept[b - 1] = t;
         }
-    printf("moe layer %d (%s ranking): kept", layer, rank_s);
+    printf("moe layer %d (%s ranking%s): kept", layer, rank_s, groups > 1 ? ", per expert group" : "");
     for (int j = 0; j < E_keep; j++) printf(" %d", kept[j]);
     printf(" of %d; scores", E);
     for (int e = 0; e < E; e++) printf(" %.4f", score[e]);
@@ -127,7 +130,7 @@ int cmd_ssmoe(int argc, char **argv) {
     sm_model *p = NULL;
     st = sm_expert_scores(m, ds.x, calib, rank, alpha, c, avg, seed, score, &err);
     if (st == SM_OK) {
-        for (int l = 0; l < L; l++) keep_top(score + l * E, E, E_keep, kept + l * E_keep, l, rank_s);
+        for (int l = 0; l < L; l++) keep_top(score + l * E, E, E_keep, 1, kept + l * E_keep, l, rank_s);
         p = sm_model_prune_experts(m, kept, E_keep, &err);
         if (!p) st = SM_ERR_ARG;
     }
@@ -389,7 +392,11 @@ static int hf_prune(int argc, char **argv) {
         if (st == SM_OK && ((fl_find(fl, nfl, "ev-c")->set && atoi(fc) != c) || (fl_find(fl, nfl, "ev-avg")->set && atoi(fa) != avg)))
             st = sm_fail(&err, SM_ERR_FORMAT, "%s: built with ev_c %s, ev_avg %s; the flags ask for %d, %d", ev_path, fc, fa,
                          c, avg);
-        if (st == SM_OK) printf("descriptors from %s (ev_c %s, ev_avg %s)\n", ev_path, fc, fa);
+        if (st == SM_OK) {
+            printf("descriptors from %s (ev_c %s, ev_avg %s)\n", ev_path, fc, fa);
+            c = atoi(fc); /* what the report records */
+            avg = atoi(fa);
+        }
     }
     const int E = m.cfg.E, d = m.cfg.d, L = m.n_moe;
     int E_keep = (int)lround(keep * E);
@@ -418,7 +425,7 @@ static int hf_prune(int argc, char **argv) {
             free(x);
             for (int e = 0; e < E && st == SM_OK; e++) sc[e] = rank == SM_RANK_ROUTER ? mr[e] : mm[e];
         }
-        if (st == SM_OK) keep_top(sc, E, E_keep, kept + (size_t)l * E_keep, m.moe[l].layer, rank_s);
+        if (st == SM_OK) keep_top(sc, E, E_keep, sm_hf_pruned_groups(&m.cfg, E_keep), kept + (size_t)l * E_keep, m.moe[l].layer, rank_s);
     }
     /* pass 2: the pruned copy, streamed tensor by tensor */
     if (st == SM_OK) st = sm_hf_prune(&m, kept, E_keep, out, &err);

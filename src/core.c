@@ -2,11 +2,41 @@
 #define _POSIX_C_SOURCE 200809L
 #include "specmoe/core.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+
+FILE *sm_open_regular(const char *path, size_t *size, sm_error *err) {
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever */
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    if (fd < 0) {
+        sm_fail(err, SM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 0 || (uint64_t)sb.st_size > (uint64_t)SIZE_MAX) {
+        close(fd);
+        sm_fail(err, SM_ERR_IO, "%s: not a regular file", path);
+        return NULL;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl != -1) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        sm_fail(err, SM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (size) *size = (size_t)sb.st_size;
+    return f;
+}
 
 sm_status sm_fail(sm_error *err, sm_status code, const char *fmt, ...) {
     if (err) {

@@ -41,17 +41,40 @@ static char *pjoin(const char *dir, const char *name) {
     return p;
 }
 
+/* The expert number at r ("12.w1.weight" -> 12, *after -> ".w1.weight"): canonical decimal digits
+ * followed by '.', below E; -1 otherwise ("01", "1x", "99" of 8 experts). */
+static int expert_index(const char *r, int E, const char **after) {
+    if (!isdigit((unsigned char)r[0]) || (r[0] == '0' && isdigit((unsigned char)r[1]))) return -1;
+    long e = 0;
+    const char *p = r;
+    for (; isdigit((unsigned char)*p) && e <= E; p++) e = 10 * e + (*p - '0');
+    if (*p != '.' || e >= E) return -1;
+    if (after) *after = p;
+    return (int)e;
+}
+
+/* A name fit for a message: at most 100 characters, control bytes shown as '?'. */
+static const char *shown(char out[112], const char *s) {
+    size_t i = 0;
+    for (; s && s[i] && i < 100; i++) out[i] = ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) ? '?' : s[i];
+    if (s && s[i]) {
+        memcpy(out + i, "...", 3);
+        i += 3;
+    }
+    out[i] = '\0';
+    return out;
+}
+
 /* Whole text file (at most HF_MAX_JSON bytes); *out is NUL-terminated and malloc'd. */
 static sm_status read_text(const char *path, char **out, size_t *len, sm_error *err) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return sm_fail(err, SM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 0 || (size_t)sb.st_size > HF_MAX_JSON) {
+    size_t n;
+    FILE *f = sm_open_regular(path, &n, err);
+    if (!f) return SM_ERR_IO;
+    if (n > HF_MAX_JSON) {
         fclose(f);
-        return sm_fail(err, SM_ERR_FORMAT, "%s: not a regular file of at most %zu bytes", path, HF_MAX_JSON);
+        return sm_fail(err, SM_ERR_FORMAT, "%s: %zu bytes, more than the %zu allowed", path, n, HF_MAX_JSON);
     }
-    size_t n = (size_t)sb.st_size;
     char *buf = malloc(n + 1);
     if (!buf) {
         fclose(f);
@@ -186,37 +209,36 @@ static sm_status open_shards(sm_hf_model *m, sm_error *err) {
     qsort(m->entry, (size_t)m->n_entries, sizeof *m->entry, cmp_entry);
     for (int i = 1; i < m->n_entries; i++)
         if (strcmp(m->entry[i - 1].name, m->entry[i].name) == 0) {
-            st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%.100s' is in both %s and %s", m->dir, m->entry[i].name,
+            char b1[112];
+            st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' is in both %s and %s", m->dir, shown(b1, m->entry[i].name),
                          m->shard_file[m->entry[i - 1].shard], m->shard_file[m->entry[i].shard]);
             goto done;
         }
     if (m->indexed) { /* the index and the shards must agree, both ways */
-        if (count != m->n_entries) {
-            /* find the culprit for the message */
-            for (int i = 0; i < m->n_entries; i++) {
-                int found = 0;
-                for (int j = 0; j < count && !found; j++) found = strcmp(names[j], m->entry[i].name) == 0;
-                if (!found) {
-                    st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%.100s' in shard %s is not in the index", ipath,
-                                 m->entry[i].name, m->shard_file[m->entry[i].shard]);
-                    goto done;
-                }
-            }
-        }
+        char b1[112];
         for (int j = 0; j < count; j++) {
             const sm_hf_entry *e = sm_hf_find(m, names[j]);
             if (!e) {
-                st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%.100s' is mapped to %s but no shard holds it", ipath,
-                             names[j], files[j]);
+                st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' is mapped to %s but no shard holds it", ipath,
+                             shown(b1, names[j]), files[j]);
                 goto done;
             }
             if (strcmp(m->shard_file[e->shard], files[j]) != 0) {
-                st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%.100s' is mapped to %s but sits in %s", ipath, names[j],
+                st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' is mapped to %s but sits in %s", ipath, shown(b1, names[j]),
                              files[j], m->shard_file[e->shard]);
                 goto done;
             }
         }
-        if (count != m->n_entries) {
+        if (count != m->n_entries) { /* a tensor of a shard the index does not list (or a repeated key) */
+            qsort(names, (size_t)count, sizeof *names, cmp_str_ptr);
+            for (int i = 0; i < m->n_entries; i++) {
+                const char *key = m->entry[i].name;
+                if (!bsearch(&key, names, (size_t)count, sizeof *names, cmp_str_ptr)) {
+                    st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' in shard %s is not in the index", ipath,
+                                 shown(b1, key), m->shard_file[m->entry[i].shard]);
+                    goto done;
+                }
+            }
             st = sm_fail(err, SM_ERR_FORMAT, "%s: the index lists %d tensors, the shards hold %d", ipath, count,
                          m->n_entries);
             goto done;
@@ -320,6 +342,20 @@ static sm_status check_layer(sm_hf_model *m, int L, sm_error *err) {
                 if ((st = need(m, name, 2, sh, why, err)) != SM_OK) return st;
             }
     }
+    /* numbered expert tensors must be the canonical 0..E-1: "experts.01" or "experts.8" of 8 would be
+     * renamed onto a real expert by pruning */
+    char pre[128];
+    int pl = snprintf(pre, sizeof pre, "%s.experts.", q->block);
+    for (int i = 0; i < m->n_entries; i++) {
+        const char *nm = m->entry[i].name;
+        if (strncmp(nm, pre, (size_t)pl) != 0 || !isdigit((unsigned char)nm[pl])) continue;
+        if (expert_index(nm + pl, c->E, NULL) < 0 || q->storage != SM_HF_SPLIT) {
+            char b1[112];
+            return sm_fail(err, SM_ERR_FORMAT, "%s/%s: tensor '%s' is not one of experts 0..%d of the %s layout (%s)", m->dir,
+                           m->shard_file[m->entry[i].shard], shown(b1, nm), c->E - 1,
+                           q->storage == SM_HF_SPLIT ? "per-expert" : "fused", why);
+        }
+    }
     if (c->shared) {
         const int64_t S = c->n_shared_rows;
         for (int j = 0; j < 3; j++) {
@@ -385,7 +421,13 @@ sm_status sm_hf_read_router(const sm_hf_model *m, int l, float *w, sm_error *err
     if (l < 0 || l >= m->n_moe) return sm_fail(err, SM_ERR_ARG, "MoE layer %d out of range", l);
     char name[160];
     snprintf(name, sizeof name, "%s.gate.weight", m->moe[l].block);
-    return read_named(m, name, 0, (size_t)m->cfg.E * m->cfg.d, w, err);
+    size_t n = (size_t)m->cfg.E * m->cfg.d;
+    sm_status st = read_named(m, name, 0, n, w, err);
+    for (size_t i = 0; i < n && st == SM_OK; i++)
+        if (!isfinite(w[i]))
+            st = sm_fail(err, SM_ERR_FORMAT, "%s/%s: tensor '%s' holds a non-finite value at row %zu, column %zu", m->dir,
+                         m->shard_file[sm_hf_find(m, name)->shard], name, i / (size_t)m->cfg.d, i % (size_t)m->cfg.d);
+    return st;
 }
 
 sm_status sm_hf_read_expert(const sm_hf_model *m, int l, int e, int j, float *out, sm_error *err) {
@@ -460,8 +502,12 @@ sm_status sm_hf_build_ev(const sm_hf_model *m, int l, int c, int avg, const floa
             sm_status st = (w && desc) ? SM_OK : sm_fail(&e2, SM_ERR_NOMEM, "out of memory for a %dx%d expert matrix", nI, d);
             for (int j = 0; j < 3 && st == SM_OK; j++) {
                 st = sm_hf_read_expert(m, l, e, j, w, &e2);
-                if (st == SM_OK)
-                    st = sm_ev_descriptor(desc, w, nI, d, avg ? NULL : router + (size_t)e * d, c, &e2);
+                if (st == SM_OK && (st = sm_ev_descriptor(desc, w, nI, d, avg ? NULL : router + (size_t)e * d, c, &e2)) != SM_OK) {
+                    static const char *mat[3] = {"gate", "up", "down"};
+                    char msg[sizeof e2.msg];
+                    memcpy(msg, e2.msg, sizeof msg);
+                    sm_fail(&e2, st, "%s: %s.experts: expert %d, %s matrix: %.300s", m->dir, m->moe[l].block, e, mat[j], msg);
+                }
                 for (int k = 0; k < d && st == SM_OK; k++) ev[((size_t)e * 3 + j) * d + k] = (float)desc[k];
             }
             if (st != SM_OK) {
@@ -626,13 +672,12 @@ static prune_action classify(const sm_hf_model *m, const char *name, const int *
         if (strncmp(name, B, bl) != 0 || name[bl] != '.') continue;
         const char *rest = name + bl + 1;
         *layer = l;
-        if (!strcmp(rest, "gate.weight") || !strcmp(rest, "gate.e_score_correction_bias")) return P_SLICE;
+        if (!strncmp(rest, "gate.", 5)) return P_SLICE; /* router weight, bias, e_score_correction_bias */
         if (strncmp(rest, "experts.", 8) != 0) return P_COPY; /* shared experts, shared_expert_gate, ... */
-        const char *r2 = rest + 8;
-        if (!isdigit((unsigned char)r2[0])) return P_SLICE; /* fused (E, ...) tensors */
-        char *endp;
-        long e = strtol(r2, &endp, 10);
-        if (*endp != '.') return P_COPY;
+        const char *r2 = rest + 8, *endp;
+        if (!isdigit((unsigned char)r2[0])) return P_SLICE; /* fused (E, ...) tensors and their biases */
+        int e = expert_index(r2, m->cfg.E, &endp); /* canonical: checked by sm_hf_open */
+        if (e < 0) return P_DROP;
         for (int j = 0; j < E_keep; j++)
             if (keep[l * E_keep + j] == e) {
                 size_t n = strlen(name) + 16;
@@ -741,11 +786,17 @@ static sm_status copy_other_files(const sm_hf_model *m, const char *out_dir, uin
         struct stat sb;
         if (!src || !dst) st = sm_fail(err, SM_ERR_NOMEM, "out of memory");
         else if (stat(src, &sb) == 0 && S_ISREG(sb.st_mode)) {
-            FILE *in = fopen(src, "rb"), *o = fopen(dst, "wb");
-            if (!in || !o) st = sm_fail(err, SM_ERR_IO, "copy %s -> %s: %s", src, dst, strerror(errno));
+            FILE *in = sm_open_regular(src, NULL, err);
+            /* O_NOFOLLOW: a symlink planted at the destination must not redirect the write */
+            int fd = in ? open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644) : -1;
+            FILE *o = fd >= 0 ? fdopen(fd, "wb") : NULL;
+            if (!in) st = SM_ERR_IO;
+            else if (!o) st = sm_fail(err, SM_ERR_IO, "copy %s -> %s: %s", src, dst, strerror(errno));
+            if (!o && fd >= 0) close(fd);
             size_t r;
             while (st == SM_OK && (r = fread(buf, 1, HF_COPY_CHUNK, in)) > 0)
                 if (fwrite(buf, 1, r, o) != r) st = sm_fail(err, SM_ERR_IO, "%s: write failed", dst);
+            if (st == SM_OK && ferror(in)) st = sm_fail(err, SM_ERR_IO, "%s: read failed", src);
             if (in) fclose(in);
             if (o && fclose(o) != 0 && st == SM_OK) st = sm_fail(err, SM_ERR_IO, "%s: close failed", dst);
         }
@@ -754,6 +805,25 @@ static sm_status copy_other_files(const sm_hf_model *m, const char *out_dir, uin
     }
     closedir(dp);
     return st;
+}
+
+int sm_hf_pruned_groups(const sm_hf_config *c, int E_keep) {
+    const int G = c->n_group;
+    if (G <= 1 || E_keep % G != 0 || c->E % G != 0) return 1;
+    const int per = E_keep / G;
+    return per >= 2 && c->topk_group * per >= (c->k < E_keep ? c->k : E_keep) ? G : 1;
+}
+
+/* root[key] = v, replacing or adding. */
+static int set_number(cJSON *root, const char *key, double v) {
+    cJSON *n = cJSON_CreateNumber(v);
+    if (!n) return 0;
+    if (cJSON_GetObjectItemCaseSensitive(root, key)) {
+        if (cJSON_ReplaceItemInObjectCaseSensitive(root, key, n)) return 1;
+        cJSON_Delete(n);
+        return 0;
+    }
+    return cJSON_AddItemToObject(root, key, n);
 }
 
 /* config.json with the new expert count (and what depends on it). */
@@ -765,13 +835,11 @@ static sm_status write_config(const sm_hf_model *m, int E_keep, const char *out_
     if (st == SM_OK && !root) st = sm_fail(err, SM_ERR_FORMAT, "%s: not valid JSON", cpath);
     if (st == SM_OK) {
         const sm_hf_config *c = &m->cfg;
-        cJSON_ReplaceItemInObjectCaseSensitive(root, c->expert_key, cJSON_CreateNumber(E_keep));
-        if (c->k > E_keep) cJSON_ReplaceItemInObjectCaseSensitive(root, "num_experts_per_tok", cJSON_CreateNumber(E_keep));
-        if (c->n_group > 1 && E_keep % c->n_group != 0) { /* group-limited routing needs equal groups */
-            cJSON_ReplaceItemInObjectCaseSensitive(root, "n_group", cJSON_CreateNumber(1));
-            cJSON_ReplaceItemInObjectCaseSensitive(root, "topk_group", cJSON_CreateNumber(1));
-        }
-        char *out = cJSON_Print(root);
+        int ok = set_number(root, c->expert_key, E_keep);
+        if (c->k > E_keep) ok = ok && set_number(root, "num_experts_per_tok", E_keep);
+        if (c->n_group > 1 && sm_hf_pruned_groups(c, E_keep) == 1) /* group-limited routing no longer fits */
+            ok = ok && set_number(root, "n_group", 1) && set_number(root, "topk_group", 1);
+        char *out = ok ? cJSON_Print(root) : NULL;
         st = out ? write_atomic(opath, out, strlen(out), err) : sm_fail(err, SM_ERR_NOMEM, "out of memory");
         free(out);
     }
@@ -790,6 +858,15 @@ sm_status sm_hf_prune(const sm_hf_model *m, const int *keep, int E_keep, const c
             int e = keep[l * E_keep + j];
             if (e < 0 || e >= E || (j > 0 && e <= keep[l * E_keep + j - 1]))
                 return sm_fail(err, SM_ERR_ARG, "prune: layer %d: kept experts must be ascending indices in [0, %d)", l, E);
+        }
+    const int G = sm_hf_pruned_groups(&m->cfg, E_keep);
+    for (int l = 0; l < m->n_moe && G > 1; l++)
+        for (int g = 0; g < G; g++) {
+            int n = 0;
+            for (int j = 0; j < E_keep; j++) n += keep[l * E_keep + j] / (E / G) == g;
+            if (n != E_keep / G)
+                return sm_fail(err, SM_ERR_ARG, "prune: layer %d keeps %d experts of group %d; grouped routing (%d groups) "
+                               "needs %d from each", l, n, g, G, E_keep / G);
         }
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
         return sm_fail(err, SM_ERR_IO, "%s: cannot create: %s", out_dir, strerror(errno));
@@ -813,6 +890,11 @@ sm_status sm_hf_prune(const sm_hf_model *m, const int *keep, int E_keep, const c
         st = text && ipath ? write_atomic(ipath, text, strlen(text), err) : sm_fail(err, SM_ERR_NOMEM, "out of memory");
         free(text);
         free(ipath);
+    }
+    if (st == SM_OK && !index) { /* a single-file result: an index left by an earlier run would shadow it */
+        char *stale = pjoin(out_dir, "model.safetensors.index.json");
+        if (stale) (void)remove(stale);
+        free(stale);
     }
     if (st == SM_OK) st = write_config(m, E_keep, out_dir, err);
     if (st == SM_OK) st = copy_other_files(m, out_dir, buf, err);

@@ -16,7 +16,7 @@
 /* The supported families: where E and I live in config.json, the block and matrix names. */
 static const struct family {
     const char *type, *e_key, *i_key, *block, *w0, *w1, *w2, *shared;
-    int qwen, deepseek, norm_default;
+    int qwen, deepseek, norm_default; /* deepseek: 1 (v1, v2) or 3 (v3, whose defaults differ) */
 } families[] = {
     {"mixtral", "num_local_experts", "intermediate_size", "block_sparse_moe", "w1", "w3", "w2", NULL, 0, 0, 1},
     {"olmoe", "num_experts", "intermediate_size", "mlp", "gate_proj", "up_proj", "down_proj", NULL, 0, 0, 0},
@@ -24,7 +24,7 @@ static const struct family {
     {"qwen3_moe", "num_experts", "moe_intermediate_size", "mlp", "gate_proj", "up_proj", "down_proj", NULL, 1, 0, 0},
     {"deepseek", "n_routed_experts", "moe_intermediate_size", "mlp", "gate_proj", "up_proj", "down_proj", "shared_experts", 0, 1, 0},
     {"deepseek_v2", "n_routed_experts", "moe_intermediate_size", "mlp", "gate_proj", "up_proj", "down_proj", "shared_experts", 0, 1, 0},
-    {"deepseek_v3", "n_routed_experts", "moe_intermediate_size", "mlp", "gate_proj", "up_proj", "down_proj", "shared_experts", 0, 1, 0},
+    {"deepseek_v3", "n_routed_experts", "moe_intermediate_size", "mlp", "gate_proj", "up_proj", "down_proj", "shared_experts", 0, 3, 1},
 };
 #define N_FAMILIES ((int)(sizeof families / sizeof families[0]))
 
@@ -139,13 +139,18 @@ sm_status sm_hf_config_parse(sm_hf_config *cfg, const char *text, size_t n, cons
         }
     }
     if (f->deepseek) {
+        /* absent keys take transformers' defaults: DeepseekV3Config has one shared expert, three dense
+         * layers, 8 groups (top 4) and sigmoid scores; V2 none of these */
+        const int v3 = f->deepseek == 3, g_def = v3 && cfg->E % 8 == 0 ? 8 : 1;
         int n_shared, first_dense, freq;
-        if ((st = cfg_need(root, "n_shared_experts", 0, 1 << 10, &n_shared, 0, 0, what, err)) != SM_OK ||
-            (st = cfg_need(root, "first_k_dense_replace", 0, cfg->n_layers, &first_dense, 0, 0, what, err)) != SM_OK ||
+        if ((st = cfg_need(root, "n_shared_experts", 0, 1 << 10, &n_shared, v3, 0, what, err)) != SM_OK ||
+            (st = cfg_need(root, "first_k_dense_replace", 0, cfg->n_layers, &first_dense,
+                           v3 ? (cfg->n_layers < 3 ? cfg->n_layers : 3) : 0, 0, what, err)) != SM_OK ||
             (st = cfg_need(root, "moe_layer_freq", 1, 1 << 12, &freq, 1, 0, what, err)) != SM_OK ||
-            (st = cfg_need(root, "n_group", 1, cfg->E, &cfg->n_group, 1, 0, what, err)) != SM_OK ||
-            (st = cfg_need(root, "topk_group", 1, cfg->n_group, &cfg->topk_group, 1, 0, what, err)) != SM_OK)
+            (st = cfg_need(root, "n_group", 1, cfg->E, &cfg->n_group, g_def, 0, what, err)) != SM_OK ||
+            (st = cfg_need(root, "topk_group", 1, cfg->n_group, &cfg->topk_group, g_def > 1 ? 4 : 1, 0, what, err)) != SM_OK)
             goto done;
+        cfg->sigmoid = v3;
         if ((long)n_shared * cfg->inter > (1L << 22)) {
             st = sm_fail(err, SM_ERR_FORMAT, "%s: n_shared_experts * moe_intermediate_size is implausibly large", what);
             goto done;
@@ -224,8 +229,13 @@ sm_status sm_hf_index_parse(const char *text, size_t n, const char *what, char *
             goto done;
         }
         if (!plain_shard_name(e->valuestring)) {
-            st = sm_fail(err, SM_ERR_FORMAT, "%s: weight_map maps '%.80s' to '%.80s', not a .safetensors file in the "
-                         "model directory", what, e->string, e->valuestring);
+            char a[88], b[88];
+            snprintf(a, sizeof a, "%.80s", e->string);
+            snprintf(b, sizeof b, "%.80s", e->valuestring);
+            for (char *p = a; *p; p++) *p = (unsigned char)*p < 0x20 ? '?' : *p;
+            for (char *p = b; *p; p++) *p = (unsigned char)*p < 0x20 ? '?' : *p;
+            st = sm_fail(err, SM_ERR_FORMAT, "%s: weight_map maps '%s' to '%s', not a .safetensors file in the model "
+                         "directory", what, a, b);
             goto done;
         }
         names[k] = strdup(e->string);

@@ -531,29 +531,13 @@ sm_status sm_safetensors_parse(sm_safetensors *st, const uint8_t *buf, size_t si
 sm_status sm_safetensors_load(sm_safetensors *st, const char *path, sm_error *err) {
     if (!st || !path) return sm_fail(err, SM_ERR_ARG, "sm_safetensors_load: NULL argument");
     memset(st, 0, sizeof *st);
-    FILE *f = fopen(path, "rb");
-    if (!f) return sm_fail(err, SM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0) {
-        int e = errno;
+    size_t size;
+    FILE *f = sm_open_regular(path, &size, err);
+    if (!f) return SM_ERR_IO;
+    if ((uint64_t)size > ST_MAX_FILE) {
         fclose(f);
-        return sm_fail(err, SM_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+        return sm_fail(err, SM_ERR_FORMAT, "%s: file of %zu bytes exceeds the 64 GiB limit", path, size);
     }
-    if (!S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return sm_fail(err, SM_ERR_IO, "%s: not a regular file", path);
-    }
-    if (sb.st_size < 0 || (uint64_t)sb.st_size > ST_MAX_FILE) {
-        fclose(f);
-        return sm_fail(err, SM_ERR_FORMAT, "%s: file of %lld bytes exceeds the 64 GiB limit", path,
-                       (long long)sb.st_size);
-    }
-    if ((uint64_t)sb.st_size > (uint64_t)SIZE_MAX) {
-        fclose(f);
-        return sm_fail(err, SM_ERR_NOMEM, "%s: file of %lld bytes does not fit in memory", path,
-                       (long long)sb.st_size);
-    }
-    size_t size = (size_t)sb.st_size;
     uint8_t *buf = malloc(size ? size : 1);
     if (!buf) {
         fclose(f);
@@ -583,16 +567,12 @@ sm_status sm_safetensors_load(sm_safetensors *st, const char *path, sm_error *er
 sm_status sm_safetensors_open(sm_safetensors *st, const char *path, sm_error *err) {
     if (!st || !path) return sm_fail(err, SM_ERR_ARG, "sm_safetensors_open: NULL argument");
     memset(st, 0, sizeof *st);
-    FILE *f = fopen(path, "rb");
-    if (!f) return sm_fail(err, SM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
+    size_t size = 0;
+    FILE *f = sm_open_regular(path, &size, err);
+    if (!f) return SM_ERR_IO;
     sm_status rc = SM_OK;
     uint8_t pre[8], *hdr = NULL;
     size_t hlen = 0;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 0 ||
-        (uint64_t)sb.st_size > (uint64_t)SIZE_MAX)
-        rc = sm_fail(err, SM_ERR_IO, "%s: not a readable regular file", path);
-    size_t size = rc == SM_OK ? (size_t)sb.st_size : 0;
     if (rc == SM_OK) {
         size_t got = fread(pre, 1, size < 8 ? size : 8, f);
         rc = got == (size < 8 ? size : 8) ? check_prefix(pre, size, path, &hlen, err)
@@ -625,7 +605,7 @@ sm_status sm_st_read_bytes(const sm_safetensors *st, const sm_st_tensor *t, size
         return SM_OK;
     }
     if (!st->path) return sm_fail(err, SM_ERR_ARG, "tensor '%s': neither in memory nor backed by a file", nb);
-    int fd = open(st->path, O_RDONLY);
+    int fd = open(st->path, O_RDONLY | O_NONBLOCK); /* never wait on a FIFO swapped in */
     if (fd < 0) return sm_fail(err, SM_ERR_IO, "%s: cannot open: %s", st->path, strerror(errno));
     size_t at = 8 + st->header_len + t->begin + off, done = 0;
     while (done < n) {

@@ -215,6 +215,11 @@ if [ -x "$gen" ]; then
     rm "$b/model-00002-of-00002.safetensors"
     expect 1 "an index pointing to a missing shard is refused, naming it" "model-00002-of-00002.safetensors" -- \
         "$bin" ssmoe build --hf "$b"
+    fifo=$tmp/hf-fifo
+    "$gen" "$fifo" olmoe split 16 8 4 2 2 1 0
+    rm "$fifo/model.safetensors" && mkfifo "$fifo/model.safetensors"
+    expect 1 "a FIFO in place of a shard is refused, not waited on" "model.safetensors: not a regular file" -- \
+        timeout 20 "$bin" ssmoe build --hf "$fifo"
     if /usr/bin/python3 -c "import torch" 2>/dev/null; then
         expect 0 "PyTorch loads the pruned Mixtral and the EV router beside it (tools/hf_check.py)" "ok: .*6 experts.*finite" -- \
             /usr/bin/python3 "$root/tools/hf_check.py" "$tmp/hf-pruned" --ev "$tmp/ev2.safetensors"

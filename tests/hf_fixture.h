@@ -10,7 +10,8 @@
  * the logical weights equal what is stored.
  *
  * `breakage` spoils one thing for the refusal tests: "missing-tensor", "config-mismatch",
- * "missing-shard", "index-extra". Used by tests/test_hf.c and by tests/hf_gen.c (for the CLI tests).
+ * "missing-shard", "index-extra", "extra-expert" (a tensor "experts.01.*"), "router-inf"; or adds
+ * "router-bias" (a gate.bias (E) per MoE layer). Used by tests/test_hf.c and by tests/hf_gen.c (for the CLI tests).
  */
 #ifndef SPECMOE_HF_FIXTURE_H
 #define SPECMOE_HF_FIXTURE_H
@@ -46,6 +47,8 @@ static inline int hf_fix_shared_rows(const hf_spec *s) {
     if (!strcmp(s->type, "deepseek_v3")) return s->I; /* n_shared_experts 1 */
     return 0;
 }
+
+static inline int hf_fix_broken(const hf_spec *s, const char *what) { return s->breakage && !strcmp(s->breakage, what); }
 
 static inline float hf_fix_round(const hf_spec *s, float v) {
     if (!s->bf16) return v;
@@ -177,7 +180,17 @@ static inline int hf_fixture_write(const char *dir, const hf_spec *s) {
             continue;
         }
         snprintf(name, sizeof name, "model.layers.%d.%s.gate.weight", L, B);
-        hf_fix_logical(s, L, 0, -1, hf_fix_add(&l, sh, name, 2, E, d, 0));
+        float *rw = hf_fix_add(&l, sh, name, 2, E, d, 0);
+        hf_fix_logical(s, L, 0, -1, rw);
+        if (hf_fix_broken(s, "router-inf") && L == s->layers - 1) rw[d + 1] = INFINITY;
+        if (hf_fix_broken(s, "router-bias")) { /* a router with a bias: pruning must slice it */
+            snprintf(name, sizeof name, "model.layers.%d.%s.gate.bias", L, B);
+            hf_fix_other(s, &l, sh, name, 1, E, 0);
+        }
+        if (hf_fix_broken(s, "extra-expert") && !strcmp(s->storage, "split")) { /* "experts.01": not canonical */
+            snprintf(name, sizeof name, "model.layers.%d.%s.experts.01.%s.weight", L, B, hf_fix_w(s, 0));
+            hf_fix_other(s, &l, sh, name, 2, I, d);
+        }
         if (!strcmp(s->type, "deepseek_v3")) {
             snprintf(name, sizeof name, "model.layers.%d.%s.gate.e_score_correction_bias", L, B);
             hf_fix_other(s, &l, sh, name, 1, E, 0);
@@ -313,7 +326,7 @@ static inline int hf_fixture_write_calib(const char *path, const hf_spec *s, int
     char (*names)[128] = calloc((size_t)s->layers, sizeof *names);
     int64_t sh[2] = {T, s->d};
     for (int L = 0; L < s->layers; L++) {
-        if (!hf_fix_is_moe(s, L) || (shared_name && L > 0)) continue;
+        if (shared_name ? L > 0 : !hf_fix_is_moe(s, L)) continue; /* one shared tensor, or one per MoE block */
         if (shared_name) snprintf(names[L], sizeof names[L], "hidden_states");
         else snprintf(names[L], sizeof names[L], "model.layers.%d.%s", L, hf_fix_block(s));
         hf_fix_fill(s, names[L], (size_t)T * s->d, 1.0, x + (size_t)L * T * s->d);

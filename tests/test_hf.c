@@ -22,6 +22,8 @@ static const hf_spec layouts[] = {
     {"olmoe", "fused_t", 20, 8, 5, 3, 2, 1, 0, 16, NULL},
     {"qwen3_moe", "fused", 16, 8, 4, 2, 2, 2, 1, 17, NULL}, /* d == 2I: the down_proj shape decides */
     {"qwen3_moe", "fused_t", 16, 8, 4, 2, 2, 1, 0, 18, NULL},
+    {"mixtral", "split", 8, 4, 12, 2, 11, 3, 0, 19, NULL}, /* experts.1 vs experts.10, layers.1 vs layers.10 */
+    {"olmoe", "fused", 12, 12, 4, 2, 2, 1, 0, 20, "router-bias"}, /* d == I; a router bias to slice */
 };
 #define N_LAYOUTS ((int)(sizeof layouts / sizeof layouts[0]))
 #define C_EV 3
@@ -109,20 +111,22 @@ Test(hf, route_stats_match_direct_computation) {
         const double alpha = 0.6;
         float *x = malloc(sizeof(float) * (size_t)T * d), *router = malloc(sizeof(float) * (size_t)E * d);
         float *ev = malloc(sizeof(float) * (size_t)E * 3 * d);
-        double mr[8], mm[8], ov, br[8] = {0}, bm[8] = {0}, bov = 0;
+        double mr[16], mm[16], ov, br[16] = {0}, bm[16] = {0}, bov = 0;
         hf_fix_fill(s, "calib", (size_t)T * d, 1.0, x);
         cr_assert_eq(sm_hf_read_router(&m, 0, router, &err), SM_OK);
         cr_assert_eq(sm_hf_build_ev(&m, 0, C_EV, 0, router, ev, &err), SM_OK);
         cr_assert_eq(sm_hf_route_stats(&m, router, ev, x, T, alpha, mr, mm, &ov, &err), SM_OK, "%s", err.msg);
+        const int sig = !strcmp(s->type, "deepseek_v3"); /* the fixture's scoring_func, not the parser's reading */
+        cr_assert_eq(m.cfg.sigmoid, sig, "%s: sigmoid scoring %d", s->type, m.cfg.sigmoid);
         for (int t = 0; t < T; t++) {
-            double pr[8], pe[8], P[8], zr = 0, ze = 0;
+            double pr[16], pe[16], P[16], zr = 0, ze = 0;
             for (int e = 0; e < E; e++) {
                 double lr = 0, le = 0;
                 for (int i = 0; i < d; i++) {
                     lr += (double)x[t * d + i] * router[e * d + i];
                     le += (double)x[t * d + i] * (ev[(e * 3) * d + i] + ev[(e * 3 + 1) * d + i] + ev[(e * 3 + 2) * d + i]) / 3;
                 }
-                pr[e] = m.cfg.sigmoid ? 1 / (1 + exp(-lr)) : exp(lr);
+                pr[e] = sig ? 1 / (1 + exp(-lr)) : exp(lr);
                 pe[e] = exp(le);
                 zr += pr[e];
                 ze += pe[e];
@@ -163,7 +167,7 @@ Test(hf, prune_keeps_chosen_experts_byte_for_byte) {
         sm_error err;
         cr_assert_eq(sm_hf_open(&m, dir, &err), SM_OK, "%s", err.msg);
         const int E = s->E, d = s->d, I = s->I, E_keep = E / 2 + (c % 2); /* 2..4 of 4..6 */
-        int keep[16];
+        int keep[256];
         for (int l = 0; l < m.n_moe; l++) /* a different ascending choice per layer */
             for (int j = 0; j < E_keep; j++) keep[l * E_keep + j] = (j * E) / E_keep + (l % 2 && j == 0 && E_keep * 2 <= E);
         const char *out = tu_tmpdir();
@@ -200,7 +204,41 @@ Test(hf, prune_keeps_chosen_experts_byte_for_byte) {
         cr_assert_eq(sm_st_read_bytes(&m.shard[ea->shard], ea->t, 0, nb, x, &err), SM_OK);
         cr_assert_eq(sm_st_read_bytes(&p.shard[eb->shard], eb->t, 0, nb, y, &err), SM_OK);
         cr_expect(memcmp(x, y, nb) == 0);
-        cr_expect_lt(p.n_entries, m.n_entries + (strcmp(s->storage, "split") ? 1 : 0));
+        if (!strcmp(s->storage, "split")) /* every dropped expert takes its three tensors along */
+            cr_expect_eq(p.n_entries, m.n_entries - 3 * (E - E_keep) * m.n_moe, "%d entries of %d", p.n_entries, m.n_entries);
+        else
+            cr_expect_eq(p.n_entries, m.n_entries);
+        /* sliced vectors (router bias, DeepSeek-V3 correction bias) hold the kept experts' entries;
+         * shared-expert tensors are untouched */
+        for (int l = 0; l < m.n_moe; l++) {
+            static const char *vec[2] = {"gate.bias", "gate.e_score_correction_bias"};
+            for (int v = 0; v < 2; v++) {
+                char nm[160];
+                snprintf(nm, sizeof nm, "%s.%s", m.moe[l].block, vec[v]);
+                const sm_hf_entry *va = sm_hf_find(&m, nm), *vb = sm_hf_find(&p, nm);
+                cr_expect_eq(va != NULL, vb != NULL, "%s", nm);
+                if (!va || !vb) continue;
+                cr_assert_eq(vb->t->shape[0], E_keep, "%s not sliced", nm);
+                float fa[16], fb[16];
+                cr_assert_eq(sm_st_read_f32(&m.shard[va->shard], va->t, 0, (size_t)E, fa, &err), SM_OK);
+                cr_assert_eq(sm_st_read_f32(&p.shard[vb->shard], vb->t, 0, (size_t)E_keep, fb, &err), SM_OK);
+                for (int j = 0; j < E_keep; j++) cr_expect_eq(fb[j], fa[keep[l * E_keep + j]], "%s[%d]", nm, j);
+            }
+            if (hf_fix_shared_rows(s)) {
+                char nm[160];
+                snprintf(nm, sizeof nm, "%s.%s.%s.weight", m.moe[l].block,
+                         !strcmp(s->type, "qwen2_moe") ? "shared_expert" : "shared_experts", hf_fix_w(s, 2));
+                const sm_hf_entry *sa = sm_hf_find(&m, nm), *sb = sm_hf_find(&p, nm);
+                cr_assert(sa && sb, "%s", nm);
+                size_t n = sa->t->end - sa->t->begin;
+                unsigned char *u = malloc(n), *v = malloc(n);
+                cr_assert_eq(sm_st_read_bytes(&m.shard[sa->shard], sa->t, 0, n, u, &err), SM_OK);
+                cr_assert_eq(sm_st_read_bytes(&p.shard[sb->shard], sb->t, 0, n, v, &err), SM_OK);
+                cr_expect(memcmp(u, v, n) == 0, "%s changed", nm);
+                free(u);
+                free(v);
+            }
+        }
         char path[512];
         snprintf(path, sizeof path, "%s/tokenizer.json", out);
         cr_expect(access(path, F_OK) == 0, "tokenizer.json not carried over");
@@ -231,6 +269,8 @@ Test(hf, malformed_directories_refused_naming_tensor_or_file) {
     expect_refusal(&s, "model-00002-of-00002.safetensors", "index");
     s.breakage = "index-extra";
     expect_refusal(&s, "model.layers.0.extra.weight", "no shard holds it");
+    s.breakage = "extra-expert";
+    expect_refusal(&s, "model.layers.0.block_sparse_moe.experts.01.w1.weight", "not one of experts 0..3");
     hf_spec f = layouts[4]; /* fused: a missing down_proj */
     f.breakage = "missing-tensor";
     expect_refusal(&f, "model.layers.1.block_sparse_moe.experts.down_proj", "missing");
@@ -300,4 +340,52 @@ Test(hf, calibration_file) {
     cr_assert_eq(sm_hf_read_calib(path, "model.layers.7.mlp", s->d, &x, &T, &err), SM_OK, "%s", err.msg);
     cr_expect_eq(T, 5);
     free(x);
+}
+
+/* A non-finite router weight is refused when read, naming the tensor and the entry. */
+Test(hf, non_finite_router_refused) {
+    hf_spec s = layouts[0];
+    s.breakage = "router-inf";
+    const char *dir = make_model(&s);
+    sm_hf_model m;
+    sm_error err;
+    cr_assert_eq(sm_hf_open(&m, dir, &err), SM_OK, "%s", err.msg);
+    float *w = malloc(sizeof(float) * (size_t)s.E * s.d);
+    cr_expect_eq(sm_hf_read_router(&m, 0, w, &err), SM_OK);
+    cr_expect_neq(sm_hf_read_router(&m, 1, w, &err), SM_OK);
+    cr_expect(strstr(err.msg, "model.layers.1.block_sparse_moe.gate.weight") && strstr(err.msg, "row 1, column 1"), "%s",
+              err.msg);
+    free(w);
+    sm_hf_close(&m);
+}
+
+/* DeepSeek-V3 group-limited routing survives pruning only with equal groups of >= 2 that can still
+ * supply k experts; the pruner refuses a keep list that breaks a kept grouping. */
+Test(hf, deepseek_groups_after_pruning) {
+    sm_hf_config c = {0};
+    c.E = 8;
+    c.k = 2;
+    c.n_group = 2;
+    c.topk_group = 1;
+    cr_expect_eq(sm_hf_pruned_groups(&c, 6), 2); /* 3 per group, top-1 group supplies 3 >= 2 */
+    cr_expect_eq(sm_hf_pruned_groups(&c, 4), 2);
+    cr_expect_eq(sm_hf_pruned_groups(&c, 2), 1); /* 1 per group: group top-2 impossible */
+    cr_expect_eq(sm_hf_pruned_groups(&c, 5), 1); /* unequal groups */
+    c.k = 4;
+    cr_expect_eq(sm_hf_pruned_groups(&c, 6), 1); /* one group of 3 cannot supply k = 4 */
+    c.n_group = 1;
+    cr_expect_eq(sm_hf_pruned_groups(&c, 6), 1);
+
+    const hf_spec *s = &layouts[3]; /* deepseek_v3: E 6, n_group 2, topk_group 1, k 2 */
+    const char *dir = make_model(s);
+    sm_hf_model m;
+    sm_error err;
+    cr_assert_eq(sm_hf_open(&m, dir, &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(m.cfg.n_group, 2);
+    int uneven[4] = {0, 1, 2, 3}; /* 3 of group 0, 1 of group 1, in each MoE layer */
+    int bad[8];
+    for (int l = 0; l < m.n_moe; l++) memcpy(bad + 4 * l, uneven, sizeof(int) * 4);
+    cr_expect_eq(sm_hf_prune(&m, bad, 4, tu_tmpdir(), &err), SM_ERR_ARG);
+    cr_expect(strstr(err.msg, "needs 2 from each") != NULL, "%s", err.msg);
+    sm_hf_close(&m);
 }

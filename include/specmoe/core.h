@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -58,6 +59,10 @@ uint32_t sm_rng_below(sm_rng *r, uint32_t n); /* uniform in [0, n), unbiased */
 double sm_rng_uniform(sm_rng *r);             /* uniform in [0, 1) with 53 random bits */
 double sm_rng_normal(sm_rng *r);              /* standard normal (Box-Muller, no cached pair) */
 void sm_rng_shuffle(sm_rng *r, int *a, int n); /* Fisher-Yates */
+
+/* Opens path for reading only if it is a regular file, without ever blocking on a FIFO or device
+ * (outside data may name one); *size gets its size. NULL with err set otherwise. */
+FILE *sm_open_regular(const char *path, size_t *size, sm_error *err);
 
 /* Peak resident set size of this process in bytes (getrusage). */
 size_t sm_peak_rss_bytes(void);

@@ -122,10 +122,17 @@ sm_status sm_hf_route_stats(const sm_hf_model *m, const float *router, const flo
  * BF16. *x is malloc'd. */
 sm_status sm_hf_read_calib(const char *path, const char *block, int d, float **x, int *T, sm_error *err);
 
+/* Expert groups a pruned model keeps (DeepSeek-V3 group-limited routing, n_group groups of E/n_group
+ * consecutive experts): n_group when E_keep splits into equal groups of at least 2 from which
+ * topk_group groups still supply k experts - the pruner must then keep E_keep/n_group per group, so
+ * renumbering keeps every expert in its group; otherwise 1, and the pruned config routes ungrouped. */
+int sm_hf_pruned_groups(const sm_hf_config *cfg, int E_keep);
+
 /* Writes a copy of the model to out_dir with only the experts keep (n_moe, E_keep) of each MoE layer
  * (ascending), renumbered 0..E_keep-1: router rows, bias entries, per-expert tensors and fused slices
  * follow; every other tensor and file is copied byte for byte; config.json gets the new expert count
- * (and k = min(k, E_keep); DeepSeek group routing falls back to one group if E_keep does not divide).
+ * (and k = min(k, E_keep); n_group = topk_group = 1 when sm_hf_pruned_groups says 1). With groups kept,
+ * keep must hold E_keep / n_group experts of every group (refused otherwise).
  * Streams through a fixed buffer: memory does not grow with the model. */
 sm_status sm_hf_prune(const sm_hf_model *m, const int *keep, int E_keep, const char *out_dir, sm_error *err);
 
