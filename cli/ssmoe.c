@@ -180,24 +180,6 @@ static void print_memory(const sm_hf_model *m) {
            (double)layer / 1048576.0, layer ? peak / (double)layer : 0.0);
 }
 
-/* Writes n floats little-endian to the stream. */
-static sm_status stream_floats(sm_st_stream *s, const float *x, size_t n, sm_error *err) {
-    uint8_t chunk[4096];
-    sm_status st = SM_OK;
-    while (n > 0 && st == SM_OK) {
-        size_t c = n < sizeof chunk / 4 ? n : sizeof chunk / 4;
-        for (size_t i = 0; i < c; i++) {
-            uint32_t u;
-            memcpy(&u, &x[i], 4);
-            for (int b = 0; b < 4; b++) chunk[4 * i + b] = (uint8_t)(u >> (8 * b));
-        }
-        st = sm_st_stream_write(s, chunk, 4 * c, err);
-        x += c;
-        n -= c;
-    }
-    return st;
-}
-
 static int hf_build(int argc, char **argv) {
     const char *dir, *out, *report, *calib;
     int c, avg, threads;
@@ -279,13 +261,10 @@ static int hf_build(int argc, char **argv) {
         double tl = sm_time_now();
         st = sm_hf_read_router(&m, l, router, &err);
         if (st == SM_OK) st = sm_hf_build_ev(&m, l, c, avg, router, ev, &err);
-        if (st == SM_OK) st = stream_floats(&s, ev, (size_t)E * 3 * d, &err);
+        if (st == SM_OK) st = sm_st_stream_write_f32(&s, ev, (size_t)E * 3 * d, &err);
         if (st != SM_OK) break;
         double secs = sm_time_now() - tl;
-        for (int e = 0; e < E; e++)
-            for (int i = 0; i < d; i++)
-                dbar[(size_t)e * d + i] = (ev[(size_t)(3 * e) * d + i] + ev[(size_t)(3 * e + 1) * d + i] +
-                                           ev[(size_t)(3 * e + 2) * d + i]) / 3.0f;
+        sm_hf_ev_mean(ev, E, d, dbar);
         double rcorr = sm_mean_abs_offdiag_corr(router, E, d), ecorr = sm_mean_abs_offdiag_corr(dbar, E, d);
         double overlap = NAN;
         if (calib) {

@@ -39,8 +39,7 @@ void sm_gate_free(sm_gate *g) {
     memset(g, 0, sizeof *g);
 }
 
-/* Indices of the k largest of p (E values), larger first, ties to the lower index. */
-static void topk_select(int *idx, const sm_real *p, int E, int k) {
+void sm_gate_topk(int *idx, const sm_real *p, int E, int k) {
     for (int j = 0; j < k; j++) idx[j] = -1;
     for (int e = 0; e < E; e++) {
         int pos = k;
@@ -51,8 +50,6 @@ static void topk_select(int *idx, const sm_real *p, int E, int k) {
     }
 }
 
-static inline int expert_of(int c) { return c < 0 ? -1 - c : c; }
-
 void sm_gate_forward(sm_gate *g, sm_route *route, const sm_real *logits, int T) {
     const int E = g->E, k = g->k;
     sm_softmax_forward(route->probs, logits, (sm_real)g->cfg->temperature, T, E);
@@ -60,7 +57,7 @@ void sm_gate_forward(sm_gate *g, sm_route *route, const sm_real *logits, int T) 
         const sm_real *p = route->probs + (size_t)t * E;
         int *ch = g->choice + (size_t)t * k;
         sm_real *w = g->wsel + (size_t)t * k;
-        topk_select(ch, p, E, k);
+        sm_gate_topk(ch, p, E, k);
         sm_real sum = 0;
         for (int j = 0; j < k; j++) sum += p[ch[j]];
         for (int j = 0; j < k; j++) w[j] = g->cfg->renorm ? p[ch[j]] / sum : p[ch[j]];
@@ -126,11 +123,11 @@ void sm_gate_backward(sm_gate *g, sm_real *dlogits, const sm_route *route, int T
             /* w_j = p_j / S with S over all k chosen (dropped included):
              * dL/dp_i = (dw_i - sum_j dw_j w_j) / S */
             sm_real S = 0, dot = 0;
-            for (int j = 0; j < k; j++) S += p[expert_of(ch[j])];
-            for (int j = 0; j < k; j++) dot += gw[j] * p[expert_of(ch[j])] / S;
-            for (int j = 0; j < k; j++) dpt[expert_of(ch[j])] += (gw[j] - dot) / S;
+            for (int j = 0; j < k; j++) S += p[sm_gate_expert(ch[j])];
+            for (int j = 0; j < k; j++) dot += gw[j] * p[sm_gate_expert(ch[j])] / S;
+            for (int j = 0; j < k; j++) dpt[sm_gate_expert(ch[j])] += (gw[j] - dot) / S;
         } else {
-            for (int j = 0; j < k; j++) dpt[expert_of(ch[j])] += gw[j];
+            for (int j = 0; j < k; j++) dpt[sm_gate_expert(ch[j])] += gw[j];
         }
         if (g->cfg->balance_coef > 0) /* d/dp_te of coef * E * sum_e f_e mean_t p_te */
             for (int e = 0; e < E; e++) dpt[e] += (sm_real)(g->cfg->balance_coef * E * g->frac[e] / T);

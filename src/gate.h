@@ -29,6 +29,11 @@ typedef struct {
     int *count;      /* (E) capacity counters */
 } sm_gate;
 
+/* Indices of the k largest of p (E values), larger first, ties to the lower index: the gate's choice. */
+void sm_gate_topk(int *idx, const sm_real *p, int E, int k);
+/* The expert of a choice entry (dropped ones are stored as -1-e). */
+static inline int sm_gate_expert(int c) { return c < 0 ? -1 - c : c; }
+
 sm_status sm_gate_init(sm_gate *g, const sm_router_config *c, int max_T, sm_error *err);
 void sm_gate_free(sm_gate *g);
 void sm_gate_forward(sm_gate *g, sm_route *route, const sm_real *logits, int T);

@@ -528,6 +528,13 @@ sm_status sm_hf_build_ev(const sm_hf_model *m, int l, int c, int avg, const floa
     return SM_OK;
 }
 
+void sm_hf_ev_mean(const float *ev, int E, int d, float *dbar) {
+    for (int e = 0; e < E; e++)
+        for (int i = 0; i < d; i++)
+            dbar[(size_t)e * d + i] = (ev[((size_t)e * 3) * d + i] + ev[((size_t)e * 3 + 1) * d + i] +
+                                       ev[((size_t)e * 3 + 2) * d + i]) / 3.0f;
+}
+
 /* Row-wise softmax of s (T, E) in place. */
 static void softmax_rows(float *s, int T, int E) {
     for (int t = 0; t < T; t++) {
@@ -539,7 +546,8 @@ static void softmax_rows(float *s, int T, int E) {
     }
 }
 
-/* Marks the k largest entries of p (E) in sel (ties to the lower index). */
+/* Marks the k largest entries of p (E) in sel, ties to the lower index: the order of the routers'
+ * gate (src/gate.c), on floats. */
 static void topk_mark(const float *p, int E, int k, unsigned char *sel) {
     memset(sel, 0, (size_t)E);
     for (int a = 0; a < k; a++) {
@@ -573,10 +581,7 @@ sm_status sm_hf_route_stats(const sm_hf_model *m, const float *router, const flo
         softmax_rows(pr, T, E);
     }
     if (ev) { /* EV logits: x . (mean of the expert's three descriptors), no temperature */
-        for (int e = 0; e < E; e++)
-            for (int i = 0; i < d; i++)
-                dbar[(size_t)e * d + i] = (ev[((size_t)e * 3) * d + i] + ev[((size_t)e * 3 + 1) * d + i] +
-                                           ev[((size_t)e * 3 + 2) * d + i]) / 3.0f;
+        sm_hf_ev_mean(ev, E, d, dbar);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, E, d, 1.0f, x, d, dbar, d, 0.0f, pe, E);
         softmax_rows(pe, T, E);
     }

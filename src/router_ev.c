@@ -30,20 +30,9 @@ typedef struct {
     sm_real *dbar;  /* (E,d) mean descriptor per expert */
     sm_real *lr;    /* (T,E) router logits, then p_r */
     sm_real *lev;   /* (T,E) EV logits, then p_ev, then the mixture's log for the gate */
-    unsigned char *mark; /* (2,E) top-k marks of p_r and of P for one token */
-    long agree, chosen;  /* SSMoE App. D.6: top-k picks of P that p_r also picks, and all picks */
+    int *rtop;      /* (k) the learned router's own top-k for one token */
+    long agree, chosen; /* SSMoE App. D.6: the gate's picks on P that p_r's top-k shares, and all picks */
 } ev_state;
-
-/* Marks the k largest entries of p (E) in sel, ties to the lower index (the gate's order). */
-static void mark_topk(const sm_real *p, int E, int k, unsigned char *sel) {
-    memset(sel, 0, (size_t)E);
-    for (int a = 0; a < k; a++) {
-        int b = -1;
-        for (int e = 0; e < E; e++)
-            if (!sel[e] && (b < 0 || p[e] > p[b])) b = e;
-        sel[b] = 1;
-    }
-}
 
 static sm_status ev_declare(sm_router *r, sm_params *ps, const char *prefix, sm_error *err) {
     ev_state *s = calloc(1, sizeof *s);
@@ -73,8 +62,8 @@ static sm_status ev_reserve(sm_router *r, int max_T, sm_error *err) {
     s->dbar = calloc((size_t)r->cfg.E * r->d, sizeof(sm_real));
     s->lr = calloc(n, sizeof(sm_real));
     s->lev = calloc(n, sizeof(sm_real));
-    s->mark = calloc(2 * (size_t)r->cfg.E, 1);
-    if (!s->dbar || !s->lr || !s->lev || !s->mark) return sm_fail(err, SM_ERR_NOMEM, "router ev: out of memory for %d tokens", max_T);
+    s->rtop = calloc((size_t)r->cfg.k, sizeof(int));
+    if (!s->dbar || !s->lr || !s->lev || !s->rtop) return sm_fail(err, SM_ERR_NOMEM, "router ev: out of memory for %d tokens", max_T);
     return sm_gate_init(&s->gate, &r->cfg, max_T, err);
 }
 
@@ -95,17 +84,19 @@ static void ev_forward(sm_router *r, sm_route *route, const sm_real *x, int T, s
     sm_linear_forward(s->lev, x, s->dbar, NULL, T, d, E);
     sm_softmax_forward(s->lev, s->lev, 1, T, E);
     /* the gate applies softmax(l / temperature): l = temperature * log P gives back P exactly */
-    const int k = r->cfg.k < E ? r->cfg.k : E;
-    for (int t = 0; t < T; t++) {
-        sm_real *pe = s->lev + (size_t)t * E, *pr = s->lr + (size_t)t * E;
-        for (int e = 0; e < E; e++) pe[e] = (sm_real)(a * pe[e] + (1 - a) * pr[e]); /* P */
-        mark_topk(pr, E, k, s->mark);
-        mark_topk(pe, E, k, s->mark + E);
-        for (int e = 0; e < E; e++) s->agree += s->mark[e] && s->mark[E + e];
-        s->chosen += k;
-        for (int e = 0; e < E; e++) pe[e] = (sm_real)(temp * log(pe[e] > 1e-300 ? (double)pe[e] : 1e-300));
+    for (size_t i = 0; i < (size_t)T * E; i++) {
+        double P = a * s->lev[i] + (1 - a) * s->lr[i];
+        s->lev[i] = (sm_real)(temp * log(P > 1e-300 ? P : 1e-300));
     }
     sm_gate_forward(&s->gate, route, s->lev, T);
+    /* App. D.6: how many of the gate's picks (top-k on P) p_r's own top-k also makes */
+    const int k = r->cfg.k;
+    for (int t = 0; t < T; t++) {
+        sm_gate_topk(s->rtop, s->lr + (size_t)t * E, E, k);
+        for (int j = 0; j < k; j++)
+            for (int q = 0; q < k; q++) s->agree += sm_gate_expert(s->gate.choice[(size_t)t * k + j]) == s->rtop[q];
+        s->chosen += k;
+    }
 }
 
 static void ev_backward(sm_router *r, sm_real *dx, const sm_route *route, const sm_real *x, int T) {
@@ -119,7 +110,7 @@ static void ev_destroy(sm_router *r) {
     free(s->dbar);
     free(s->lr);
     free(s->lev);
-    free(s->mark);
+    free(s->rtop);
     free(s);
     r->state = NULL;
 }

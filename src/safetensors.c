@@ -1017,22 +1017,26 @@ sm_status sm_st_writer_write(const sm_st_writer *w, const char *path, sm_error *
     }
     sm_st_stream s;
     sm_status rc = sm_st_stream_begin(&s, w, path, err);
-    uint8_t chunk[4096];
-    for (int i = 0; rc == SM_OK && i < w->n; i++) { /* little-endian through a staging buffer */
-        const float *x = w->t[i].data;
+    for (int i = 0; rc == SM_OK && i < w->n; i++) {
         int ok;
-        size_t n = out_bytes(&w->t[i], &ok) / 4;
-        while (rc == SM_OK && n > 0) {
-            size_t m = n < sizeof chunk / 4 ? n : sizeof chunk / 4;
-            for (size_t j = 0; j < m; j++) {
-                uint32_t u;
-                memcpy(&u, &x[j], sizeof u);
-                for (int b = 0; b < 4; b++) chunk[4 * j + b] = (uint8_t)(u >> (8 * b));
-            }
-            rc = sm_st_stream_write(&s, chunk, 4 * m, err);
-            x += m;
-            n -= m;
-        }
+        rc = sm_st_stream_write_f32(&s, w->t[i].data, out_bytes(&w->t[i], &ok) / 4, err);
     }
     return rc == SM_OK ? sm_st_stream_finish(&s, err) : rc;
+}
+
+sm_status sm_st_stream_write_f32(sm_st_stream *s, const float *x, size_t n, sm_error *err) {
+    uint8_t chunk[4096]; /* little-endian through a staging buffer, whatever the host byte order */
+    sm_status rc = SM_OK;
+    while (rc == SM_OK && n > 0) {
+        size_t m = n < sizeof chunk / 4 ? n : sizeof chunk / 4;
+        for (size_t j = 0; j < m; j++) {
+            uint32_t u;
+            memcpy(&u, &x[j], sizeof u);
+            for (int b = 0; b < 4; b++) chunk[4 * j + b] = (uint8_t)(u >> (8 * b));
+        }
+        rc = sm_st_stream_write(s, chunk, 4 * m, err);
+        x += m;
+        n -= m;
+    }
+    return rc;
 }

@@ -139,12 +139,20 @@ static inline int hf_fix_write_shard(const hf_spec *s, const hf_fix_list *l, int
     for (int i = 0; i < l->n; i++) {
         if (l->t[i].shard != shard) continue;
         size_t n = hf_fix_numel(&l->t[i]);
+        if (!s->bf16) {
+            if (sm_st_stream_write_f32(&st, l->t[i].data, n, &err) != SM_OK) return -1;
+            continue;
+        }
+        uint8_t *b = malloc(2 * (n ? n : 1)); /* BF16: the high half of each (already rounded) float */
         for (size_t k = 0; k < n; k++) {
             uint32_t u;
             memcpy(&u, &l->t[i].data[k], 4);
-            uint8_t b[4] = {(uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16), (uint8_t)(u >> 24)};
-            if (sm_st_stream_write(&st, s->bf16 ? b + 2 : b, s->bf16 ? 2 : 4, &err) != SM_OK) return -1;
+            b[2 * k] = (uint8_t)(u >> 16);
+            b[2 * k + 1] = (uint8_t)(u >> 24);
         }
+        int bad = sm_st_stream_write(&st, b, 2 * n, &err) != SM_OK;
+        free(b);
+        if (bad) return -1;
     }
     int rc = sm_st_stream_finish(&st, &err) == SM_OK ? 0 : -1;
     sm_st_writer_free(&w);

@@ -4,6 +4,8 @@
 #define SPECMOE_TESTS_REFERENCE_H
 
 #include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +32,44 @@ static inline sm_real *ref_tensor_to_real(const sm_st_tensor *t, const char *pat
     for (size_t i = 0; i < n; i++) r[i] = (sm_real)f[i];
     free(f);
     return r;
+}
+
+/* The worst max|diff| / tol seen, per test and over the run, with where it came from. */
+typedef struct {
+    double worst;          /* since the caller last reset it (one test) */
+    double worst_all;      /* over the whole run */
+    double worst_diff;     /* max|diff| of that tensor */
+    char worst_name[64];
+} ref_stats;
+
+/* max|got - ref| <= rtol (1 + max|ref|); on a mismatch prints the first `show` values of both. */
+static inline int ref_compare(ref_stats *s, const char *name, const sm_real *got, const sm_real *ref, size_t n,
+                              double rtol, size_t show) {
+    double maxdiff = 0, maxref = 0;
+    size_t at = 0;
+    int finite = 1;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)ref[i]);
+        if (!isfinite((double)got[i])) finite = 0;
+        if (d > maxdiff) maxdiff = d, at = i;
+        if (fabs((double)ref[i]) > maxref) maxref = fabs((double)ref[i]);
+    }
+    double tol = rtol * (1 + maxref);
+    if (maxdiff / tol > s->worst) s->worst = maxdiff / tol;
+    if (maxdiff / tol > s->worst_all) {
+        s->worst_all = maxdiff / tol;
+        s->worst_diff = maxdiff;
+        snprintf(s->worst_name, sizeof s->worst_name, "%s", name);
+    }
+    int ok = finite && maxdiff <= tol;
+    if (!ok) {
+        fprintf(stderr, "MISMATCH %s: max|diff| %.3e at [%zu] > tol %.3e%s\n", name, maxdiff, at, tol,
+                finite ? "" : " (non-finite values)");
+        for (size_t i = 0; i < n && i < show; i++)
+            fprintf(stderr, "  [%zu] specmoe % .8f  torch % .8f\n", i, (double)got[i], (double)ref[i]);
+        fprintf(stderr, "  [%zu] specmoe % .8f  torch % .8f  (worst)\n", at, (double)got[at], (double)ref[at]);
+    }
+    return ok;
 }
 
 #endif

@@ -64,39 +64,8 @@ static int json_int(const cJSON *o, const char *key, const char *what) {
 
 /* ------------------------------------------------------------------------------------- comparing */
 
-static double g_worst;          /* largest max|diff| / tol seen in this test, for the summary line */
-static double g_worst_all;      /* ... over the whole run (printed by the last test) */
-static char g_worst_name[64];   /* the tensor it came from */
-static double g_worst_diff;     /* and its max|diff| */
+static ref_stats g_stats; /* worst max|diff| / tol per case and over the run */
 
-/* max|got - ref| <= RTOL (1 + max|ref|); on a mismatch prints the first values of both. */
-static int compare(const char *c, const char *what, const sm_real *got, const sm_real *ref, size_t n) {
-    double maxdiff = 0, maxref = 0;
-    size_t at = 0;
-    int finite = 1;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - (double)ref[i]);
-        if (!isfinite((double)got[i])) finite = 0;
-        if (d > maxdiff) maxdiff = d, at = i;
-        if (fabs((double)ref[i]) > maxref) maxref = fabs((double)ref[i]);
-    }
-    double tol = RTOL * (1 + maxref);
-    if (maxdiff / tol > g_worst) g_worst = maxdiff / tol;
-    if (maxdiff / tol > g_worst_all) {
-        g_worst_all = maxdiff / tol;
-        g_worst_diff = maxdiff;
-        snprintf(g_worst_name, sizeof g_worst_name, "%s.%s", c, what);
-    }
-    int ok = finite && maxdiff <= tol;
-    if (!ok) {
-        fprintf(stderr, "MISMATCH %s.%s: max|diff| %.3e at [%zu] > tol %.3e%s\n", c, what, maxdiff, at, tol,
-                finite ? "" : " (non-finite values)");
-        for (size_t i = 0; i < n && i < SHOW; i++)
-            fprintf(stderr, "  [%zu] specmoe % .8f  torch % .8f\n", i, (double)got[i], (double)ref[i]);
-        fprintf(stderr, "  [%zu] specmoe % .8f  torch % .8f  (worst)\n", at, (double)got[at], (double)ref[at]);
-    }
-    return ok;
-}
 
 /* ---------------------------------------------------------------------------------------- cases */
 
@@ -123,7 +92,9 @@ static void case_cmp(ref_case *k, const sm_safetensors *st, const char *what, co
                      int d2, int d3) {
     sm_real *ref = ref_get(st, k->name, what, d0, d1, d2, d3);
     size_t n = d1 < 0 ? (size_t)d0 : (size_t)d0 * d1 * d2 * d3;
-    k->bad += !compare(k->name, what, got, ref, n);
+    char name[64];
+    snprintf(name, sizeof name, "%s.%s", k->name, what);
+    k->bad += !ref_compare(&g_stats, name, got, ref, n, RTOL, SHOW);
     k->n++;
     free(ref);
 }
@@ -218,13 +189,13 @@ static void check_case(const char *name, const char *expect_op) {
     k.C = json_int(j, "C", key);
     k.H = json_int(j, "H", key);
     k.W = json_int(j, "W", key);
-    g_worst = 0;
+    g_stats.worst = 0;
     if (strcmp(expect_op, "conv2d") == 0)
         run_conv(&k, &st, j, key);
     else
         run_pool(&k, &st, j, key, expect_op);
     printf("reference %-9s %-19s (%d,%d,%d,%d) -> (%d,%d): %d tensors, %d mismatched, worst max|diff|/tol %.3g\n",
-           name, expect_op, k.B, k.C, k.H, k.W, k.OH, k.OW, k.n, k.bad, g_worst);
+           name, expect_op, k.B, k.C, k.H, k.W, k.OH, k.OW, k.n, k.bad, g_stats.worst);
     fflush(stdout);
     cJSON_Delete(j);
     free(k.x);
@@ -264,8 +235,8 @@ Test(conv_reference, all_cases) {
         {"adaptive1", "adaptive_avg_pool2d"}, /* 6x6 -> 1x1 */
         {"adaptive2", "adaptive_avg_pool2d"}, /* 3x4 -> 5x6 */
     };
-    g_worst_all = 0;
+    g_stats.worst_all = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(cases[i][0], cases[i][1]);
     printf("reference conv: worst max|diff|/tol over all tensors %.3g (%s, max|diff| %.3g; tol = %g (1 + max|ref|))\n",
-           g_worst_all, g_worst_name, g_worst_diff, RTOL);
+           g_stats.worst_all, g_stats.worst_name, g_stats.worst_diff, RTOL);
 }

@@ -63,35 +63,12 @@ static cJSON *meta_json(const sm_safetensors *st, const char *key) {
 
 /* ------------------------------------------------------------------------------------- comparing */
 
-static double g_worst; /* largest max|diff| / tol seen in this test, for the summary line */
+static ref_stats g_stats; /* worst max|diff| / tol seen in this test, for the summary line */
 
-/* max|got - ref| <= RTOL (1 + max|ref|); on a mismatch prints the first values of both. */
-static int compare(const char *name, const sm_real *got, const sm_real *ref, size_t n) {
-    double maxdiff = 0, maxref = 0;
-    size_t at = 0;
-    int finite = 1;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - (double)ref[i]);
-        if (!isfinite((double)got[i])) finite = 0;
-        if (d > maxdiff) maxdiff = d, at = i;
-        if (fabs((double)ref[i]) > maxref) maxref = fabs((double)ref[i]);
-    }
-    double tol = RTOL * (1 + maxref);
-    if (maxdiff / tol > g_worst) g_worst = maxdiff / tol;
-    int ok = finite && maxdiff <= tol;
-    if (!ok) {
-        fprintf(stderr, "MISMATCH %s: max|diff| %.3e at [%zu] > tol %.3e%s\n", name, maxdiff, at, tol,
-                finite ? "" : " (non-finite values)");
-        for (size_t i = 0; i < n && i < SHOW; i++)
-            fprintf(stderr, "  [%zu] specmoe % .8f  torch % .8f\n", i, (double)got[i], (double)ref[i]);
-        fprintf(stderr, "  [%zu] specmoe % .8f  torch % .8f  (worst)\n", at, (double)got[at], (double)ref[at]);
-    }
-    return ok;
-}
 
 static int compare_ref(const sm_safetensors *st, const char *name, const sm_real *got, size_t n) {
     sm_real *ref = ref_get(st, name, n);
-    int ok = compare(name, got, ref, n);
+    int ok = ref_compare(&g_stats, name, got, ref, n, RTOL, SHOW);
     free(ref);
     return ok;
 }
@@ -201,7 +178,7 @@ static void check_forward_backward(const char *name) {
     ref_case c;
     case_open(&c, &st, name);
     case_step(&c);
-    g_worst = 0;
+    g_stats.worst = 0;
     int bad = 0, n = 0;
     char key[SM_NAME_MAX + 32];
     size_t Td = (size_t)c.T * c.d;
@@ -235,7 +212,7 @@ static void check_forward_backward(const char *name) {
     }
     n += 2;
     printf("reference %s forward/backward: %d tensors, %d mismatched, dropped %ld, worst max|diff|/tol %.3g\n",
-           name, n, bad, c.m->route.dropped, g_worst);
+           name, n, bad, c.m->route.dropped, g_stats.worst);
     free(dropped);
     case_close(&c);
     sm_safetensors_free(&st);
@@ -279,7 +256,7 @@ static void check_optimiser(const char *name) {
     sm_optim o;
     sm_error err = {{0}};
     cr_assert_eq(sm_optim_init(&o, &oc, &c.ps, &err), SM_OK, "%s", err.msg);
-    g_worst = 0;
+    g_stats.worst = 0;
     int bad = 0, n = 0;
     for (int s = 1; s <= steps; s++) {
         case_step(&c);
@@ -290,7 +267,7 @@ static void check_optimiser(const char *name) {
         }
     }
     printf("reference %s %s x%d: %d tensors, %d mismatched, worst max|diff|/tol %.3g\n", name,
-           sm_opt_name(oc.kind), steps, n, bad, g_worst);
+           sm_opt_name(oc.kind), steps, n, bad, g_stats.worst);
     sm_optim_free(&o);
     case_close(&c);
     sm_safetensors_free(&st);

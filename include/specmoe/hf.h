@@ -107,6 +107,9 @@ size_t sm_hf_layer_expert_bytes(const sm_hf_model *m, int l);
  * rows select the singular vectors (avg = 0) or the top-c by singular value do (avg = 1). */
 sm_status sm_hf_build_ev(const sm_hf_model *m, int l, int c, int avg, const float *router, float *ev, sm_error *err);
 
+/* dbar (E, d) = each expert's mean descriptor, from ev (E, 3, d): EV logits are x . dbar_e. */
+void sm_hf_ev_mean(const float *ev, int E, int d, float *dbar);
+
 /* Routing statistics of layer l on calibration tokens x (T, d):
  *   mean_router (E): mean learned-router probability (softmax of x W^T; sigmoid scores normalised to
  *                    sum 1 for DeepSeek-V3);

@@ -112,6 +112,8 @@ typedef struct {
 } sm_st_stream;
 sm_status sm_st_stream_begin(sm_st_stream *s, const sm_st_writer *layout, const char *path, sm_error *err);
 sm_status sm_st_stream_write(sm_st_stream *s, const void *bytes, size_t n, sm_error *err);
+/* n floats as F32 little-endian bytes. */
+sm_status sm_st_stream_write_f32(sm_st_stream *s, const float *x, size_t n, sm_error *err);
 sm_status sm_st_stream_finish(sm_st_stream *s, sm_error *err);
 void sm_st_stream_abort(sm_st_stream *s);
 
