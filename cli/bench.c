@@ -44,7 +44,8 @@ static void expert_gemms_sgemm(int n, int d, int h, const float *X, const float 
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d, h, 1, Hb, h, W1, d, 0, dX, d); /* dX = dH W1 */
 }
 
-static double bench_layer_shape(shape s, double seconds, uint64_t seed, int verbose) {
+/* peak: the machine's measured fp32 multiply-add bound in GFLOP/s (cli_fma_peak) */
+static double bench_layer_shape(shape s, double seconds, uint64_t seed, int verbose, double peak) {
     sm_error err;
     sm_moe_config cfg;
     sm_moe_config_default(&cfg);
@@ -124,12 +125,17 @@ static double bench_layer_shape(shape s, double seconds, uint64_t seed, int verb
     }
     double gemm_s = (g1 - g0) / g_iters;
     double ours = flops / step_s / 1e9, plain = flops / gemm_s / 1e9;
+    /* the roofline: no fp32 implementation does the expert GEMMs alone faster than flops / peak */
+    double floor_s = flops / (peak * 1e9);
     printf("bench-layer T=%d d=%d h=%d E=%d k=%d threads=%d ms_per_step=%.4f tokens_per_s=%.0f expert_gflops=%.2f "
-           "sgemm_gflops=%.2f gemm_ratio=%.3f\n",
-           s.T, s.d, s.h, s.E, s.k, omp_get_max_threads(), 1e3 * step_s, s.T / step_s, ours, plain, ours / plain);
+           "sgemm_gflops=%.2f gemm_ratio=%.3f floor_ms=%.4f max_tokens_per_s=%.0f\n",
+           s.T, s.d, s.h, s.E, s.k, omp_get_max_threads(), 1e3 * step_s, s.T / step_s, ours, plain, ours / plain,
+           1e3 * floor_s, s.T / floor_s);
     if (verbose) {
         printf("  (expert GEMM rate counts the whole step - router, gather/scatter, Adam - as GEMM time; "
-               "sgemm runs the same %d GEMM calls back to back)\n", 6 * E);
+               "sgemm runs the same %d GEMM calls back to back; floor_ms is the expert GEMMs' %.1f MFLOP at "
+               "the measured peak, max_tokens_per_s the rate no fp32 implementation of this step exceeds)\n",
+               6 * E, flops / 1e6);
     }
     fflush(stdout);
     free(W1); free(W2); free(dW1); free(dW2); free(X); free(Hb); free(Y); free(dX);
@@ -188,16 +194,23 @@ static double bench_router(const char *name, int amortize, int T, int d, int E, 
     return (t1 - t0) / iters;
 }
 
-static void bench_routing_step(double seconds) {
+/* peak: as in bench_layer_shape. GrMoE's affinities ||U_e^T x||^2 for all experts are one GEMM
+ * Z = X [U_1 .. U_E] (T x d x E k_r) forward and two backward (dU = X^T dZ, dx = dZ U^T): 6 T d E k_r
+ * FLOPs that no implementation avoids, so floor_ms = those FLOPs at the peak, and min_ratio_vs_topk
+ * = floor / (the topk router's measured time) is the smallest ratio any fp32 GrMoE router reaches
+ * against this topk router on this machine. */
+static void bench_routing_step(double seconds, double peak) {
     const int T = 4096, d = 512, E = 16, kr = 32;
     double base = bench_router("topk", 0, T, d, E, 2, kr, seconds);
     printf("bench-routing router=topk T=%d d=%d E=%d k=2 ms_per_step=%.4f ratio_vs_topk=1.000\n", T, d, E, 1e3 * base);
+    double floor_s = 6.0 * T * d * E * kr / (peak * 1e9);
     const struct { const char *label; int amortize, k; } g[] = {{"grassmann", 0, E}, {"grassmann+amortizer", 1, E},
                                                                  {"grassmann-top2", 0, 2}};
     for (int i = 0; i < 3; i++) {
         double t = bench_router("grassmann", g[i].amortize, T, d, E, g[i].k, kr, seconds);
-        printf("bench-routing router=%s T=%d d=%d E=%d k=%d k_r=%d ms_per_step=%.4f ratio_vs_topk=%.3f\n", g[i].label, T,
-               d, E, g[i].k, kr, 1e3 * t, t / base);
+        printf("bench-routing router=%s T=%d d=%d E=%d k=%d k_r=%d ms_per_step=%.4f ratio_vs_topk=%.3f floor_ms=%.4f "
+               "min_ratio_vs_topk=%.3f\n",
+               g[i].label, T, d, E, g[i].k, kr, 1e3 * t, t / base, 1e3 * floor_s, floor_s / base);
     }
     fflush(stdout);
 }
@@ -239,8 +252,16 @@ int cmd_bench(int argc, char **argv) {
         return CLI_EXIT_USAGE;
     }
     cli_set_threads(threads);
+    double one, all;
+    const char *isa;
+    double peak = cli_fma_peak(threads, &one, &all, &isa);
+    printf("bench-peak threads=%d isa=%s fma_gflops_1thread=%.1f fma_gflops_all=%.1f peak_gflops=%.1f\n", threads, isa,
+           one, all, peak);
+    if (verbose)
+        printf("  (fp32 multiply-add rate with no memory traffic: peak_gflops = max(all threads, threads x one "
+               "thread) bounds every GEMM below)\n");
     for (int i = 0; i < n; i++)
-        if (bench_layer_shape(sh[i], seconds, seed, verbose) < 0) return CLI_EXIT_RUNTIME;
-    if (routing) bench_routing_step(seconds);
+        if (bench_layer_shape(sh[i], seconds, seed, verbose, peak) < 0) return CLI_EXIT_RUNTIME;
+    if (routing) bench_routing_step(seconds, peak);
     return 0;
 }

@@ -17,6 +17,10 @@ int cli_write_text(const char *path, const char *text);
 void cli_bench_train_config(sm_train_config *tc, int epochs, int batch, double lr, double wd, uint64_t seed);
 /* Sets the OpenMP (and so OpenBLAS-OpenMP) thread count; <= 0 leaves the default. */
 void cli_set_threads(int n);
+/* The machine's fp32 multiply-add peak in GFLOP/s, measured (cli/bench_peak.c): the rate of one
+ * thread, of `threads` threads, and the bound max(all, threads x one) that no fp32 computation
+ * on this machine beats; *isa names the vector instructions used. */
+double cli_fma_peak(int threads, double *one_thread, double *all_threads, const char **isa);
 
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

@@ -4,6 +4,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "specmoe/stiefel.h"
 
@@ -131,6 +134,67 @@ static void stiefel_step(sm_optim *o, const sm_param *q, sm_real *w, const sm_re
     }
 }
 
+/* Adam's element update on one span (torch semantics: denom = sqrt(v) / sqrt(bc2) + eps;
+ * w -= lr/bc1 * m / denom). Built for AVX-512, AVX2 and the baseline ISA, chosen at load time:
+ * the operations are element-wise multiplies, adds, one sqrt and one divide, never contracted
+ * into FMAs (-std=c11 sets -ffp-contract=off), so every version gives the same bits. */
+typedef struct {
+    sm_real b1, b2, eps, step_size, isbc2, decay, l2;
+} adam_coef;
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void adam_span(sm_real *restrict w, const sm_real *restrict g, sm_real *restrict m, sm_real *restrict v,
+                      size_t n, adam_coef c) {
+#pragma omp simd
+    for (size_t j = 0; j < n; j++) {
+        sm_real gj = g[j] + c.l2 * w[j];
+        sm_real wj = w[j] * c.decay;
+        sm_real mj = c.b1 * m[j] + (1 - c.b1) * gj;
+        sm_real vj = c.b2 * v[j] + (1 - c.b2) * gj * gj;
+        m[j] = mj;
+        v[j] = vj;
+        w[j] = wj - c.step_size * mj / (R_SQRT(vj) * c.isbc2 + c.eps);
+    }
+}
+
+/* Adam / AdamW over every plain (not frozen, not Stiefel) tensor. The tensors lie in one block,
+ * so the element range [0, ps->total) is cut into one contiguous slice per thread and each thread
+ * updates the parts of the tensors inside its slice: many small tensors (an MoE layer's experts)
+ * are spread over the threads instead of each running alone. Element-wise, so the bits do not
+ * depend on the thread count. */
+static void adam_all(const sm_optim *o, sm_params *ps, double lr, double bc1, double bc2) {
+    const sm_optim_config *c = &o->cfg;
+    int decoupled = c->kind == SM_OPT_ADAMW;
+    adam_coef base = {(sm_real)c->beta1, (sm_real)c->beta2, (sm_real)c->eps, (sm_real)(lr / bc1),
+                      (sm_real)(1 / sqrt(bc2)), 1, 0};
+    const size_t total = ps->total;
+#pragma omp parallel if (total > 65536)
+    {
+        int nt = 1, id = 0;
+#ifdef _OPENMP
+        nt = omp_get_num_threads();
+        id = omp_get_thread_num();
+#endif
+        const size_t lo = total * (size_t)id / (size_t)nt, hi = total * (size_t)(id + 1) / (size_t)nt;
+        for (int i = 0; i < ps->n; i++) {
+            const sm_param *q = &ps->p[i];
+            if (q->flags & (SM_PARAM_FROZEN | SM_PARAM_STIEFEL)) continue;
+            size_t a = q->offset > lo ? q->offset : lo, b = q->offset + q->numel < hi ? q->offset + q->numel : hi;
+            if (a >= b) continue;
+            /* torch applies weight decay to every parameter by default; NO_DECAY flags are honoured
+             * only for AdamW, where the decay is a separate, explicit regulariser */
+            double wd = c->weight_decay;
+            if (decoupled && (q->flags & SM_PARAM_NO_DECAY)) wd = 0;
+            adam_coef k = base;
+            k.decay = (sm_real)(decoupled ? 1 - lr * wd : 1);
+            k.l2 = (sm_real)(decoupled ? 0 : wd);
+            adam_span(ps->data + a, ps->grad + a, o->m + a, o->v + a, b - a, k);
+        }
+    }
+}
+
 void sm_optim_step(sm_optim *o, sm_params *ps, double lr) {
     const sm_optim_config *c = &o->cfg;
     o->step++;
@@ -145,44 +209,18 @@ void sm_optim_step(sm_optim *o, sm_params *ps, double lr) {
             stiefel_step(o, q, w, g, m, v, lr, bc1, bc2);
             continue;
         }
-        /* torch applies weight decay to every parameter by default; NO_DECAY flags are honoured only
-         * for AdamW, where the decay is a separate, explicit regulariser */
-        switch (c->kind) {
-        case SM_OPT_SGD:
-            for (size_t j = 0; j < n; j++) {
-                double gj = (double)g[j] + c->weight_decay * w[j];
-                if (c->momentum > 0) {
-                    /* torch: buf = g on the first step, then buf = mu*buf + g */
-                    m[j] = (sm_real)(o->step == 1 ? gj : c->momentum * m[j] + gj);
-                    gj = m[j];
-                }
-                w[j] = (sm_real)(w[j] - lr * gj);
+        if (c->kind != SM_OPT_SGD) continue; /* Adam / AdamW: all tensors at once below */
+        for (size_t j = 0; j < n; j++) {
+            double gj = (double)g[j] + c->weight_decay * w[j];
+            if (c->momentum > 0) {
+                /* torch: buf = g on the first step, then buf = mu*buf + g */
+                m[j] = (sm_real)(o->step == 1 ? gj : c->momentum * m[j] + gj);
+                gj = m[j];
             }
-            break;
-        case SM_OPT_ADAM:
-        case SM_OPT_ADAMW: {
-            double wd = c->weight_decay;
-            int decoupled = c->kind == SM_OPT_ADAMW;
-            if (decoupled && (q->flags & SM_PARAM_NO_DECAY)) wd = 0;
-            /* torch: denom = sqrt(v) / sqrt(bc2) + eps; w -= lr/bc1 * m / denom. Element-wise, so the
-             * parallel loop gives the same bits for any thread count. */
-            const sm_real b1 = (sm_real)c->beta1, b2 = (sm_real)c->beta2, eps = (sm_real)c->eps;
-            const sm_real step_size = (sm_real)(lr / bc1), isbc2 = (sm_real)(1 / sqrt(bc2));
-            const sm_real decay = (sm_real)(decoupled ? 1 - lr * wd : 1), l2 = (sm_real)(decoupled ? 0 : wd);
-#pragma omp parallel for simd if (n > 65536) schedule(static)
-            for (size_t j = 0; j < n; j++) {
-                sm_real gj = g[j] + l2 * w[j];
-                sm_real wj = w[j] * decay;
-                sm_real mj = b1 * m[j] + (1 - b1) * gj;
-                sm_real vj = b2 * v[j] + (1 - b2) * gj * gj;
-                m[j] = mj;
-                v[j] = vj;
-                w[j] = wj - step_size * mj / (R_SQRT(vj) * isbc2 + eps);
-            }
-            break;
-        }
+            w[j] = (sm_real)(w[j] - lr * gj);
         }
     }
+    if (c->kind != SM_OPT_SGD) adam_all(o, ps, lr, bc1, bc2);
 }
 
 double sm_clip_grad_norm(sm_params *ps, double max_norm) {

@@ -48,6 +48,17 @@ expect 2 "unknown router refused"    "unknown router"        -- "$bin" train --r
 expect 2 "unknown optimiser refused" "unknown optimiser"     -- "$bin" train --optim lion
 expect 2 "bad class list refused"    "class"                 -- "$bin" train --classes 3,3
 expect 2 "bad bench shapes refused"  "--shapes"              -- "$bin" bench layer --shapes 1,2,3
+# the roofline: a measured step can never beat the expert GEMMs' FLOPs at the measured peak, so a
+# floor above the step time, or plain sgemm above the peak, would mean the peak is wrong
+out=$("$bin" bench layer --shapes 64,32,64,4,2 --seconds 0.05 --routing 0 2>&1)
+if echo "$out" | awk '/^bench-peak /    { for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] } peak = f["peak_gflops"] + 0 }
+                     /^bench-layer /   { for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+                                         ms = f["ms_per_step"] + 0; fl = f["floor_ms"] + 0; sg = f["sgemm_gflops"] + 0; seen = 1 }
+                     END { exit !(seen && peak > 1 && fl > 0 && fl < ms && sg < peak) }'; then
+    ok "bench layer: measured peak bounds the step and plain sgemm"
+else
+    bad "bench layer: measured peak bounds the step and plain sgemm" "$(echo "$out" | head -n 3)"
+fi
 expect 1 "missing data dir"          "specmoe: .*nonexistent" -- "$bin" train --data "$tmp/nonexistent" --epochs 1
 expect 1 "info on a missing file"    "specmoe: "             -- "$bin" info "$tmp/none.safetensors"
 printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a":' > "$tmp/trunc.safetensors"

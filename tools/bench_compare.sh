@@ -3,8 +3,10 @@
 #
 # Runs `build/specmoe bench layer --threads N`, takes the shapes it reports, runs the PyTorch peer
 # (tools/bench_peer.py, HF-Mixtral-style layer + Adam) on exactly those shapes, and prints one row
-# per shape: tokens/s of both and the ratio specmoe / pytorch (> 1: specmoe is faster), then the
-# geometric mean of the ratios. Fields are read by name (T= d= h= E= k= tokens_per_s=) from the
+# per shape: tokens/s of both, the ratio specmoe / pytorch (> 1: specmoe is faster) and the ceiling:
+# the largest ratio any fp32 implementation could reach against this PyTorch run on this machine
+# (specmoe's max_tokens_per_s, the expert GEMMs' FLOPs at the measured multiply-add peak, over
+# PyTorch's tokens/s), then the geometric mean of the ratios. Fields are read by name (T= d= h= E= k= tokens_per_s=) from the
 # lines `bench-layer ...` and `bench-peer ...`, so their order and any extra fields do not matter.
 #
 # Usage: tools/bench_compare.sh [--threads N] [--seconds S] [--bin PATH] [--python PATH]
@@ -63,7 +65,8 @@ echo "# pytorch: $(show "${py_cmd[@]}")"
     >"$tmp/py.out" 2>"$tmp/py.err" || { cat "$tmp/py.err" >&2; die "bench_peer.py failed"; }
 grep '^#' "$tmp/py.err" || true   # torch / OpenBLAS threads in use, cpu/wall per shape
 
-printf '%-6s %-5s %-6s %-4s %-3s %14s %14s %9s\n' T d h E k specmoe_tok/s pytorch_tok/s ratio
+grep '^bench-peak ' "$tmp/c.out" | sed 's/^/# /' || true
+printf '%-6s %-5s %-6s %-4s %-3s %14s %14s %9s %9s\n' T d h E k specmoe_tok/s pytorch_tok/s ratio ceiling
 logsum=0; n=0
 while IFS= read -r line; do
     T=$(field "$line" T); d=$(field "$line" d); h=$(field "$line" h); E=$(field "$line" E); k=$(field "$line" k)
@@ -77,11 +80,13 @@ while IFS= read -r line; do
         fi
     done < <(grep '^bench-peer ' "$tmp/py.out")
     if [ -z "$c_tps" ] || [ -z "$p_tps" ]; then
-        printf '%-6s %-5s %-6s %-4s %-3s %14s %14s %9s\n' "$T" "$d" "$h" "$E" "$k" "${c_tps:-?}" "${p_tps:-?}" "-"
+        printf '%-6s %-5s %-6s %-4s %-3s %14s %14s %9s %9s\n' "$T" "$d" "$h" "$E" "$k" "${c_tps:-?}" "${p_tps:-?}" "-" "-"
         continue
     fi
     ratio=$(awk -v a="$c_tps" -v b="$p_tps" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
-    printf '%-6s %-5s %-6s %-4s %-3s %14.0f %14.0f %9s\n' "$T" "$d" "$h" "$E" "$k" "$c_tps" "$p_tps" "$ratio"
+    max_tps=$(field "$line" max_tokens_per_s)
+    ceiling=$(awk -v a="${max_tps:-0}" -v b="$p_tps" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else printf "-" }')
+    printf '%-6s %-5s %-6s %-4s %-3s %14.0f %14.0f %9s %9s\n' "$T" "$d" "$h" "$E" "$k" "$c_tps" "$p_tps" "$ratio" "$ceiling"
     if awk -v a="$c_tps" -v b="$p_tps" 'BEGIN { exit !(a > 0 && b > 0) }'; then
         logsum=$(awk -v s="$logsum" -v a="$c_tps" -v b="$p_tps" 'BEGIN { printf "%.12g", s + log(a / b) }')
         n=$((n + 1))
