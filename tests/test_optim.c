@@ -92,24 +92,23 @@ static sm_real *run(sm_opt_kind kind, int threads) {
         reference_step(&oc, &ps, w, m, v, ps.grad, s, 1e-2);
     }
     omp_set_num_threads(saved);
-    {
-        size_t mism = 0, first = N;
-        for (size_t j = 0; j < N; j++)
-            if (memcmp(&w[j], &ps.data[j], sizeof(sm_real)) || memcmp(&m[j], &opt.m[j], sizeof(sm_real)) ||
-                memcmp(&v[j], &opt.v[j], sizeof(sm_real))) {
-                if (first == N) first = j;
-                mism++;
-            }
-        cr_assert_eq(mism, 0, "%s, %d threads: %zu of %zu elements differ from the serial loop (first at %zu)",
-                     sm_opt_name(kind), threads, mism, N, first);
-        int c = sm_params_find(&ps, "c");
-        const sm_param *qc = &ps.p[c];
-        cr_assert(!memcmp(ps.data + qc->offset, frozen0 + qc->offset, qc->numel * sizeof(sm_real)),
-                  "the frozen tensor changed");
-        /* the parameters really moved (a no-op optimiser would also "match" a no-op reference) */
-        int a = sm_params_find(&ps, "a");
-        cr_assert_neq(ps.data[ps.p[a].offset], frozen0[ps.p[a].offset], "parameters did not move");
-    }
+    /* the block pass against the serial loop */
+    size_t mism = 0, first = N;
+    for (size_t j = 0; j < N; j++)
+        if (memcmp(&w[j], &ps.data[j], sizeof(sm_real)) || memcmp(&m[j], &opt.m[j], sizeof(sm_real)) ||
+            memcmp(&v[j], &opt.v[j], sizeof(sm_real))) {
+            if (first == N) first = j;
+            mism++;
+        }
+    cr_assert_eq(mism, 0, "%s, %d threads: %zu of %zu elements differ from the serial loop (first at %zu)",
+                 sm_opt_name(kind), threads, mism, N, first);
+    int c = sm_params_find(&ps, "c");
+    const sm_param *qc = &ps.p[c];
+    cr_assert(!memcmp(ps.data + qc->offset, frozen0 + qc->offset, qc->numel * sizeof(sm_real)),
+              "the frozen tensor changed");
+    /* the parameters really moved (a no-op optimiser would also "match" a no-op reference) */
+    int a = sm_params_find(&ps, "a");
+    cr_assert_neq(ps.data[ps.p[a].offset], frozen0[ps.p[a].offset], "parameters did not move");
     sm_real *out = malloc(N * sizeof(sm_real));
     memcpy(out, ps.data, N * sizeof(sm_real));
     free(w); free(m); free(v); free(frozen0);
