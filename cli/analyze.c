@@ -39,7 +39,7 @@ int cmd_analyze(int argc, char **argv) {
     fl_flag fl[] = {{"optim", FL_BOOL, &optim, "0", "also analyse optimiser moments (optim.*)", 0}};
     int npos;
     const char *pos[1];
-    int rc = fl_parse(fl, 1, argc, argv, 2, "analyze", "CHECKPOINT", pos, 1, &npos);
+    int rc = fl_parse(fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, 2, "analyze", "CHECKPOINT", pos, 1, &npos);
     if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
     if (npos != 1) {
         fprintf(stderr, "specmoe analyze: expected one checkpoint path (see specmoe analyze --help)\n");

@@ -239,7 +239,7 @@ int cmd_bench(int argc, char **argv) {
     };
     int npos;
     const char *pos[1];
-    int rc = fl_parse(fl, 6, argc, argv, 3, "bench layer", "[flags]", pos, 0, &npos);
+    int rc = fl_parse(fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, 3, "bench layer", "[flags]", pos, 0, &npos);
     if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
     shape sh[32];
     int n = parse_shapes(shapes_s, sh, 32);

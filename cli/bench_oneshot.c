@@ -38,7 +38,6 @@
  */
 #include <math.h>
 #include <omp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -572,32 +571,6 @@ static void path_str(char *buf, size_t n, int pid, int S, int E) {
 
 
 /* appends to a growing string */
-typedef struct {
-    char *s;
-    size_t n, cap;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) return;
-        if (b->s && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t nc = b->cap ? b->cap * 2 : 65536;
-        while (nc < b->n + (size_t)k + 1) nc *= 2;
-        char *ns = realloc(b->s, nc);
-        if (!ns) return;
-        b->s = ns;
-        b->cap = nc;
-    }
-}
-
 static double mean_dom_frac(const run_result *r, int C) {
     double a = 0;
     for (int c = 0; c < C; c++) a += r->dom_frac[c];
@@ -789,12 +762,12 @@ int cmd_bench_oneshot(int argc, char **argv) {
     /* report */
     mkdir("runs", 0755);
     mkdir(out_dir, 0755);
-    sbuf md = {0}, js = {0};
+    cli_buf md = {0}, js = {0};
     char clsnames[256] = "";
     for (int c = 0; c < o.C; c++)
         snprintf(clsnames + strlen(clsnames), sizeof clsnames - strlen(clsnames), "%s%s (%d)", c ? ", " : "",
                  sm_fashion_class_name(o.classes[c]), o.classes[c]);
-    sb_printf(&md,
+    cli_bprintf(&md,
               "## One-shot interference (SR-MoE Tables 1-2) on Fashion-MNIST\n\n"
               "Classes: %s. Novel images: %d per class (held out of training). Test: %d images. %d seeds; "
               "training %d epochs AdamW lr %g batch %d; one-shot step: %s lr %g, anchor batch %d. "
@@ -803,10 +776,10 @@ int cmd_bench_oneshot(int argc, char **argv) {
               clsnames, o.novel, bd.test.n, o.seeds, o.epochs, o.lr, o.batch, optim_s, o.update_lr, o.anchor, o.alpha,
               o.sigma_t, o.rho_t, o.on_prototypes ? "prototypes" : "gate (linear map feeding each router)", o.beta, o.tau,
               secs, o.threads);
-    sb_printf(&js,
+    cli_bprintf(&js,
               "{\"classes\":[");
-    for (int c = 0; c < o.C; c++) sb_printf(&js, "%s%d", c ? "," : "", o.classes[c]);
-    sb_printf(&js,
+    for (int c = 0; c < o.C; c++) cli_bprintf(&js, "%s%d", c ? "," : "", o.classes[c]);
+    cli_bprintf(&js,
               "],\"novel_per_class\":%d,\"test_images\":%d,\"seeds\":%d,\"epochs\":%d,\"lr\":%g,\"batch\":%d,"
               "\"update_optim\":\"%s\",\"update_lr\":%g,\"anchor\":%d,\"spectral_alpha\":%g,\"sigma_t\":%g,\"rho_t\":%g,"
               "\"penalty_target\":\"%s\",\"diversity_beta\":%g,\"tau\":%g,\"width\":%d,\"seconds\":%.1f,\"threads\":%d,"
@@ -826,14 +799,14 @@ int cmd_bench_oneshot(int argc, char **argv) {
     for (int p = 0; p < o.n_phases; p++)
         for (int d = 0; d < o.n_depths; d++) {
             const int S = o.stages[d], E = o.experts[d];
-            sb_printf(&md, "\n### N = %d per class, %d stages x %d experts\n\n| Metric | %s | %s | %s |\n|---|---|---|---|\n",
+            cli_bprintf(&md, "\n### N = %d per class, %d stages x %d experts\n\n| Metric | %s | %s | %s |\n|---|---|---|---|\n",
                       o.phases[p], S, E, kModelNames[0], kModelNames[1], kModelNames[2]);
             /* rows: rowfn(model) -> value per seed */
             const run_result *rr[N_MODELS];
 #define RUN(mdl, s) (&res[((p * o.n_depths + d) * N_MODELS + (mdl)) * o.seeds + (s)])
 #define ROW(label, prec, sign, scale, expr)                                                           \
     do {                                                                                       \
-        sb_printf(&md, "| %s |", label);                                                       \
+        cli_bprintf(&md, "| %s |", label);                                                       \
         for (int mdl = 0; mdl < N_MODELS; mdl++) {                                             \
             int cnt = 0;                                                                       \
             for (int s = 0; s < o.seeds; s++) {                                                \
@@ -842,13 +815,13 @@ int cmd_bench_oneshot(int argc, char **argv) {
             }                                                                                  \
             double mu, hw;                                                                     \
             sm_mean_ci95(v, cnt, &mu, &hw);                                                    \
-            sb_printf(&md, sign ? " %+.*f ± %.*f |" : " %.*f ± %.*f |", prec, mu, prec, hw);     \
+            cli_bprintf(&md, sign ? " %+.*f ± %.*f |" : " %.*f ± %.*f |", prec, mu, prec, hw);     \
         }                                                                                      \
-        sb_printf(&md, "\n");                                                                  \
+        cli_bprintf(&md, "\n");                                                                  \
     } while (0)
             ROW("Initial test accuracy %", 2, 0, 100.0, r->acc0);
             for (int var = 0; var < 2; var++) {
-                sb_printf(&md, "| *Δ, %s update* | | | |\n", var ? "surgical (top-1 path experts only)" : "standard (all parameters)");
+                cli_bprintf(&md, "| *Δ, %s update* | | | |\n", var ? "surgical (top-1 path experts only)" : "standard (all parameters)");
                 for (int c = 0; c < o.C; c++) {
                     char lab[96];
                     snprintf(lab, sizeof lab, "— %s", sm_fashion_class_name(o.classes[c]));
@@ -861,7 +834,7 @@ int cmd_bench_oneshot(int argc, char **argv) {
             ROW("Share of each class on its dominant path %", 1, 0, 100.0, mean_dom_frac(r, o.C));
             ROW("Novel images on their class's dominant path %", 1, 0, 100.0, r->novel_same_path);
             /* distinct dominant paths across classes + per-class dominant path of the first seed */
-            sb_printf(&md, "| Classes with distinct dominant paths |");
+            cli_bprintf(&md, "| Classes with distinct dominant paths |");
             for (int mdl = 0; mdl < N_MODELS; mdl++) {
                 int cnt = 0;
                 for (int s = 0; s < o.seeds; s++) {
@@ -877,31 +850,31 @@ int cmd_bench_oneshot(int argc, char **argv) {
                 }
                 double mu, hw;
                 sm_mean_ci95(v, cnt, &mu, &hw);
-                sb_printf(&md, " %.1f of %d |", mu, o.C);
+                cli_bprintf(&md, " %.1f of %d |", mu, o.C);
             }
-            sb_printf(&md, "\n| Dominant path per class (seed %d; stage experts, share) |", o.seed_offset);
+            cli_bprintf(&md, "\n| Dominant path per class (seed %d; stage experts, share) |", o.seed_offset);
             for (int mdl = 0; mdl < N_MODELS; mdl++) {
                 rr[mdl] = RUN(mdl, 0);
                 if (!rr[mdl]->ok) {
-                    sb_printf(&md, " failed |");
+                    cli_bprintf(&md, " failed |");
                     continue;
                 }
                 for (int c = 0; c < o.C; c++) {
                     char ps[64];
                     path_str(ps, sizeof ps, rr[mdl]->dom_path[c], S, E);
-                    sb_printf(&md, "%s%s: %s (%.0f%%)", c ? "; " : " ", sm_fashion_class_name(o.classes[c]), ps, 100 * rr[mdl]->dom_frac[c]);
+                    cli_bprintf(&md, "%s%s: %s (%.0f%%)", c ? "; " : " ", sm_fashion_class_name(o.classes[c]), ps, 100 * rr[mdl]->dom_frac[c]);
                 }
-                sb_printf(&md, " |");
+                cli_bprintf(&md, " |");
             }
-            sb_printf(&md, "\n");
+            cli_bprintf(&md, "\n");
             /* gradient vitality: rank-sorted per stage (expert ids are arbitrary per seed), mean over seeds */
-            sb_printf(&md, "\nGradient vitality (standard update): L2 norm of each expert's gradient per stage, experts "
+            cli_bprintf(&md, "\nGradient vitality (standard update): L2 norm of each expert's gradient per stage, experts "
                            "sorted by norm within each stage and run, mean over seeds and novel images; "
                            "last column: largest / smallest.\n\n| Model | Stage |");
-            for (int e = 0; e < E; e++) sb_printf(&md, " rank %d |", e + 1);
-            sb_printf(&md, " max/min |\n|---|---|");
-            for (int e = 0; e <= E; e++) sb_printf(&md, "---|");
-            sb_printf(&md, "\n");
+            for (int e = 0; e < E; e++) cli_bprintf(&md, " rank %d |", e + 1);
+            cli_bprintf(&md, " max/min |\n|---|---|");
+            for (int e = 0; e <= E; e++) cli_bprintf(&md, "---|");
+            cli_bprintf(&md, "\n");
             double gs[N_MODELS][MAX_S][MAX_E];
             memset(gs, 0, sizeof gs);
             for (int mdl = 0; mdl < N_MODELS; mdl++) {
@@ -918,12 +891,12 @@ int cmd_bench_oneshot(int argc, char **argv) {
                     }
                 }
                 for (int l = 0; l < S; l++) {
-                    sb_printf(&md, "| %s | %d |", kModelNames[mdl], l);
+                    cli_bprintf(&md, "| %s | %d |", kModelNames[mdl], l);
                     for (int e = 0; e < E; e++) {
                         gs[mdl][l][e] /= cnt ? cnt : 1;
-                        sb_printf(&md, " %.3g |", gs[mdl][l][e]);
+                        cli_bprintf(&md, " %.3g |", gs[mdl][l][e]);
                     }
-                    sb_printf(&md, " %.3g |\n", gs[mdl][l][E - 1] > 0 ? gs[mdl][l][0] / gs[mdl][l][E - 1] : INFINITY);
+                    cli_bprintf(&md, " %.3g |\n", gs[mdl][l][E - 1] > 0 ? gs[mdl][l][0] / gs[mdl][l][E - 1] : INFINITY);
                 }
             }
             /* plot data: one gnuplot index block per (setting, model) */
@@ -953,48 +926,48 @@ int cmd_bench_oneshot(int argc, char **argv) {
             for (int mdl = 0; mdl < N_MODELS; mdl++)
                 for (int s = 0; s < o.seeds; s++) {
                     const run_result *r = RUN(mdl, s);
-                    sb_printf(&js, "%s{\"train_per_class\":%d,\"stages\":%d,\"experts\":%d,\"model\":\"%s\",\"seed\":%d,\"ok\":%d",
+                    cli_bprintf(&js, "%s{\"train_per_class\":%d,\"stages\":%d,\"experts\":%d,\"model\":\"%s\",\"seed\":%d,\"ok\":%d",
                               first_setting ? "" : ",", o.phases[p], S, E, kModelNames[mdl], s + o.seed_offset, r->ok);
                     first_setting = 0;
                     if (!r->ok) {
-                        sb_printf(&js, ",\"error\":\"run failed\"}");
+                        cli_bprintf(&js, ",\"error\":\"run failed\"}");
                         continue;
                     }
-                    sb_printf(&js, ",\"initial_acc\":%.5f,\"delta_standard\":[", r->acc0);
-                    for (int c = 0; c < o.C; c++) sb_printf(&js, "%s%.6f", c ? "," : "", r->delta[0][c]);
-                    sb_printf(&js, "],\"delta_surgical\":[");
-                    for (int c = 0; c < o.C; c++) sb_printf(&js, "%s%.6f", c ? "," : "", r->delta[1][c]);
-                    sb_printf(&js, "],\"mean_delta_standard\":%.6f,\"mean_delta_surgical\":%.6f,\"distinct_paths\":%d,"
+                    cli_bprintf(&js, ",\"initial_acc\":%.5f,\"delta_standard\":[", r->acc0);
+                    for (int c = 0; c < o.C; c++) cli_bprintf(&js, "%s%.6f", c ? "," : "", r->delta[0][c]);
+                    cli_bprintf(&js, "],\"delta_surgical\":[");
+                    for (int c = 0; c < o.C; c++) cli_bprintf(&js, "%s%.6f", c ? "," : "", r->delta[1][c]);
+                    cli_bprintf(&js, "],\"mean_delta_standard\":%.6f,\"mean_delta_surgical\":%.6f,\"distinct_paths\":%d,"
                                    "\"paths_over_1pct\":%d,\"novel_on_dominant_path\":%.4f,\"dominant_path\":[",
                               r->delta_mean[0], r->delta_mean[1], r->n_paths, r->n_paths1, r->novel_same_path);
                     for (int c = 0; c < o.C; c++) {
                         char ps[64];
                         path_str(ps, sizeof ps, r->dom_path[c], S, E);
-                        sb_printf(&js, "%s{\"path\":\"%s\",\"share\":%.4f}", c ? "," : "", ps, r->dom_frac[c]);
+                        cli_bprintf(&js, "%s{\"path\":\"%s\",\"share\":%.4f}", c ? "," : "", ps, r->dom_frac[c]);
                     }
-                    sb_printf(&js, "],\"usage\":[");
+                    cli_bprintf(&js, "],\"usage\":[");
                     for (int c = 0; c < o.C; c++) {
-                        sb_printf(&js, "%s[", c ? "," : "");
+                        cli_bprintf(&js, "%s[", c ? "," : "");
                         for (int l = 0; l < S; l++) {
-                            sb_printf(&js, "%s[", l ? "," : "");
-                            for (int e = 0; e < E; e++) sb_printf(&js, "%s%.4f", e ? "," : "", r->usage[c][l][e]);
-                            sb_printf(&js, "]");
+                            cli_bprintf(&js, "%s[", l ? "," : "");
+                            for (int e = 0; e < E; e++) cli_bprintf(&js, "%s%.4f", e ? "," : "", r->usage[c][l][e]);
+                            cli_bprintf(&js, "]");
                         }
-                        sb_printf(&js, "]");
+                        cli_bprintf(&js, "]");
                     }
-                    sb_printf(&js, "],\"grad_norm\":[");
+                    cli_bprintf(&js, "],\"grad_norm\":[");
                     for (int l = 0; l < S; l++) {
-                        sb_printf(&js, "%s[", l ? "," : "");
-                        for (int e = 0; e < E; e++) sb_printf(&js, "%s%.6g", e ? "," : "", r->gnorm[l][e]);
-                        sb_printf(&js, "]");
+                        cli_bprintf(&js, "%s[", l ? "," : "");
+                        for (int e = 0; e < E; e++) cli_bprintf(&js, "%s%.6g", e ? "," : "", r->gnorm[l][e]);
+                        cli_bprintf(&js, "]");
                     }
-                    sb_printf(&js, "],\"train_seconds\":%.1f,\"oneshot_seconds\":%.1f}", r->train_s, r->shot_s);
+                    cli_bprintf(&js, "],\"train_seconds\":%.1f,\"oneshot_seconds\":%.1f}", r->train_s, r->shot_s);
                 }
 #undef ROW
 #undef RUN
         }
-    sb_printf(&js, "]}\n");
-    if (failed) sb_printf(&md, "\n%d of %d runs failed (see stderr); they are left out of the statistics.\n", failed, nruns);
+    cli_bprintf(&js, "]}\n");
+    if (failed) cli_bprintf(&md, "\n%d of %d runs failed (see stderr); they are left out of the statistics.\n", failed, nruns);
     free(v);
     if (fu) fclose(fu);
     if (fg) fclose(fg);
@@ -1045,7 +1018,15 @@ int cmd_bench_oneshot(int argc, char **argv) {
         gok = system(cmd) == 0;
     }
     secs = sm_time_now() - t_start;
-    sb_printf(&md, "\nTotal wall time: %.1f s (%d runs on %d threads).\n", secs, nruns, o.threads);
+    cli_bprintf(&md, "\nTotal wall time: %.1f s (%d runs on %d threads).\n", secs, nruns, o.threads);
+    if (md.failed || js.failed || !md.s || !js.s) {
+        fprintf(stderr, "specmoe: bench oneshot: out of memory for the report\n");
+        free(md.s);
+        free(js.s);
+        free(res);
+        free_data(&bd, o.n_phases);
+        return CLI_EXIT_RUNTIME;
+    }
     fputs(md.s, stdout);
     snprintf(path, sizeof path, "%s/oneshot.md", out_dir);
     int w1 = cli_write_text(path, md.s);

@@ -27,7 +27,6 @@
  */
 #include <math.h>
 #include <omp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,30 +68,6 @@ typedef struct {
 
 /* ---------------------------------------------------------------------------------------------- */
 /* small helpers */
-
-typedef struct {
-    char *s;
-    size_t n, cap;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    va_list ap;
-    for (;;) {
-        va_start(ap, fmt);
-        int w = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (w < 0) return;
-        if (b->s && b->n + (size_t)w < b->cap) {
-            b->n += (size_t)w;
-            return;
-        }
-        size_t cap = (b->cap ? 2 * b->cap : 4096) + (size_t)w;
-        char *s = realloc(b->s, cap);
-        if (!s) return;
-        b->s = s;
-        b->cap = cap;
-    }
-}
 
 /* "0,0.3,0.5" -> values; -1 on a malformed list. */
 static int parse_doubles(const char *s, double *v, int max) {
@@ -343,26 +318,26 @@ static void seed_stat(const run_result *res, const bench_opts *o, int ci, size_t
 
 #define OFF(field) offsetof(run_result, field)
 
-static void json_seeds(sbuf *j, const run_result *res, const bench_opts *o, int ci, size_t off) {
-    sb_printf(j, "[");
+static void json_seeds(cli_buf *j, const run_result *res, const bench_opts *o, int ci, size_t off) {
+    cli_bprintf(j, "[");
     int first = 1;
     for (int s = 0; s < o->seeds; s++) {
         const run_result *r = &res[ci * o->seeds + s];
         if (!r->ok) continue;
-        sb_printf(j, "%s%.4f", first ? "" : ",", 100 * *(const double *)((const char *)r + off));
+        cli_bprintf(j, "%s%.4f", first ? "" : ",", 100 * *(const double *)((const char *)r + off));
         first = 0;
     }
-    sb_printf(j, "]");
+    cli_bprintf(j, "]");
 }
 
 /* one "value ± ci" Markdown cell and the matching JSON object */
-static void cell(sbuf *md, sbuf *js, const char *key, const run_result *res, const bench_opts *o, int ci, size_t off) {
+static void cell(cli_buf *md, cli_buf *js, const char *key, const run_result *res, const bench_opts *o, int ci, size_t off) {
     double mean, half;
     seed_stat(res, o, ci, off, 100, &mean, &half, NULL);
-    sb_printf(md, " %.2f ± %.2f |", mean, half);
-    sb_printf(js, "\"%s\":{\"mean\":%.4f,\"ci95\":%.4f,\"per_seed\":", key, mean, half);
+    cli_bprintf(md, " %.2f ± %.2f |", mean, half);
+    cli_bprintf(js, "\"%s\":{\"mean\":%.4f,\"ci95\":%.4f,\"per_seed\":", key, mean, half);
     json_seeds(js, res, o, ci, off);
-    sb_printf(js, "}");
+    cli_bprintf(js, "}");
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -480,15 +455,15 @@ int cmd_bench_ssmoe(int argc, char **argv) {
     int failed = 0;
     for (int i = 0; i < runs; i++) failed += !res[i].ok;
 
-    sbuf md = {0}, js = {0};
-    sb_printf(&md,
+    cli_buf md = {0}, js = {0};
+    cli_bprintf(&md,
               "SSMoE on Fashion-MNIST (arch %s, residual off, topk + renorm), %d seeds (from %d), %d epochs x batch %d, "
               "AdamW lr %g wd %g cosine; drop keeps %.0f%% of experts ranked on %d calibration images; mixed routing "
               "alpha %g, c %d; corrupted = clip(x + N(0, %g^2)); mean ± 95%% CI of test accuracy %% over seeds; "
               "%.0f s wall on %d threads%s\n",
               o.arch, o.seeds, o.seed_offset, o.epochs, o.batch, o.lr, o.wd, 100 * o.keep, o.calib, o.alpha, o.ev_c, o.severity,
               secs, o.threads, failed ? " (SOME RUNS FAILED, see stderr)" : "");
-    sb_printf(&js, "{\"arch\":\"%s\",\"seeds\":%d,\"seed_offset\":%d,\"epochs\":%d,\"batch\":%d,\"lr\":%g,\"wd\":%g,"
+    cli_bprintf(&js, "{\"arch\":\"%s\",\"seeds\":%d,\"seed_offset\":%d,\"epochs\":%d,\"batch\":%d,\"lr\":%g,\"wd\":%g,"
                    "\"keep\":%g,\"calib\":%d,\"alpha\":%g,\"ev_c\":%d,\"severity\":%g,\"seconds\":%.1f,\"threads\":%d,"
                    "\"failed_runs\":%d,\"configs\":[",
               o.arch, o.seeds, o.seed_offset, o.epochs, o.batch, o.lr, o.wd, o.keep, o.calib, o.alpha, o.ev_c, o.severity, secs,
@@ -500,65 +475,65 @@ int cmd_bench_ssmoe(int argc, char **argv) {
         if (E_keep < 1) E_keep = 1;
         double mt, ht;
         seed_stat(res, &o, ci, OFF(train_s), 1, &mt, &ht, &cnt);
-        sb_printf(&md, "\n### %d experts, top-%d (%d runs, %.0f s training per run)\n\n"
+        cli_bprintf(&md, "\n### %d experts, top-%d (%d runs, %.0f s training per run)\n\n"
                        "| Method | Routing at test | Experts | Clean acc. %% | Corrupted acc. %% |\n|---|---|---|---|---|\n",
                   E, k, cnt, mt);
-        sb_printf(&js, "%s{\"E\":%d,\"k\":%d,\"E_keep\":%d,\"runs\":%d,\"train_seconds\":%.1f,\"methods\":[", ci ? "," : "", E,
+        cli_bprintf(&js, "%s{\"E\":%d,\"k\":%d,\"E_keep\":%d,\"runs\":%d,\"train_seconds\":%.1f,\"methods\":[", ci ? "," : "", E,
                   k, E_keep, cnt, mt);
         for (int mth = 0; mth < N_METHODS; mth++) {
             int dropped = mth >= M_RAND;
-            sb_printf(&md, "| %s | %s | %d/%d |", kNames[mth], kRouting[mth], dropped ? E_keep : E, E);
-            sb_printf(&js, "%s{\"method\":\"%s\",\"routing\":\"%s\",\"experts\":%d,", mth ? "," : "", kNames[mth],
+            cli_bprintf(&md, "| %s | %s | %d/%d |", kNames[mth], kRouting[mth], dropped ? E_keep : E, E);
+            cli_bprintf(&js, "%s{\"method\":\"%s\",\"routing\":\"%s\",\"experts\":%d,", mth ? "," : "", kNames[mth],
                       kRouting[mth], dropped ? E_keep : E);
             cell(&md, &js, "clean", res, &o, ci, OFF(acc) + sizeof(double) * (size_t)(2 * mth));
-            sb_printf(&js, ",");
+            cli_bprintf(&js, ",");
             cell(&md, &js, "corrupted", res, &o, ci, OFF(acc) + sizeof(double) * (size_t)(2 * mth + 1));
-            sb_printf(&md, "\n");
-            sb_printf(&js, "}");
+            cli_bprintf(&md, "\n");
+            cli_bprintf(&js, "}");
         }
-        sb_printf(&js, "],\"alpha_sweep\":[");
-        sb_printf(&md, "\nSSMoE-full, alpha sweep (c = %d; alpha 0 = the learned router alone)\n\n"
+        cli_bprintf(&js, "],\"alpha_sweep\":[");
+        cli_bprintf(&md, "\nSSMoE-full, alpha sweep (c = %d; alpha 0 = the learned router alone)\n\n"
                        "| alpha | Clean acc. %% | Corrupted acc. %% |\n|---|---|---|\n", o.ev_c);
         for (int j = 0; j < o.n_alpha; j++) {
-            sb_printf(&md, "| %g |", o.alphas[j]);
-            sb_printf(&js, "%s{\"alpha\":%g,", j ? "," : "", o.alphas[j]);
+            cli_bprintf(&md, "| %g |", o.alphas[j]);
+            cli_bprintf(&js, "%s{\"alpha\":%g,", j ? "," : "", o.alphas[j]);
             cell(&md, &js, "clean", res, &o, ci, OFF(acc_alpha) + sizeof(double) * (size_t)(2 * j));
-            sb_printf(&js, ",");
+            cli_bprintf(&js, ",");
             cell(&md, &js, "corrupted", res, &o, ci, OFF(acc_alpha) + sizeof(double) * (size_t)(2 * j + 1));
-            sb_printf(&md, "\n");
-            sb_printf(&js, "}");
+            cli_bprintf(&md, "\n");
+            cli_bprintf(&js, "}");
         }
-        sb_printf(&js, "],\"c_sweep\":[");
-        sb_printf(&md, "\nSSMoE-full, top-c sweep (alpha = %g)\n\n| c | Clean acc. %% | Corrupted acc. %% |\n|---|---|---|\n",
+        cli_bprintf(&js, "],\"c_sweep\":[");
+        cli_bprintf(&md, "\nSSMoE-full, top-c sweep (alpha = %g)\n\n| c | Clean acc. %% | Corrupted acc. %% |\n|---|---|---|\n",
                   o.alpha);
         for (int j = 0; j < o.n_c; j++) {
-            sb_printf(&md, "| %d |", o.cs[j]);
-            sb_printf(&js, "%s{\"c\":%d,", j ? "," : "", o.cs[j]);
+            cli_bprintf(&md, "| %d |", o.cs[j]);
+            cli_bprintf(&js, "%s{\"c\":%d,", j ? "," : "", o.cs[j]);
             cell(&md, &js, "clean", res, &o, ci, OFF(acc_c) + sizeof(double) * (size_t)(2 * j));
-            sb_printf(&js, ",");
+            cli_bprintf(&js, ",");
             cell(&md, &js, "corrupted", res, &o, ci, OFF(acc_c) + sizeof(double) * (size_t)(2 * j + 1));
-            sb_printf(&md, "\n");
-            sb_printf(&js, "}");
+            cli_bprintf(&md, "\n");
+            cli_bprintf(&js, "}");
         }
         int L = 0;
         for (int s = 0; s < o.seeds; s++)
             if (res[ci * o.seeds + s].ok) L = res[ci * o.seeds + s].n_moe;
         if (L > MAX_L) L = MAX_L;
-        sb_printf(&md, "\nCollapse diagnostic: mean |off-diagonal Pearson correlation| between experts' embeddings\n\n"
+        cli_bprintf(&md, "\nCollapse diagnostic: mean |off-diagonal Pearson correlation| between experts' embeddings\n\n"
                        "| MoE layer | learned router rows | mean EV descriptors (c = %d) |\n|---|---|---|\n", o.ev_c);
-        sb_printf(&js, "],\"collapse\":[");
+        cli_bprintf(&js, "],\"collapse\":[");
         for (int l = 0; l < L; l++) {
             double mr, hr, me, he;
             seed_stat(res, &o, ci, OFF(corr_router) + sizeof(double) * (size_t)l, 1, &mr, &hr, NULL);
             seed_stat(res, &o, ci, OFF(corr_ev) + sizeof(double) * (size_t)l, 1, &me, &he, NULL);
-            sb_printf(&md, "| %d | %.4f ± %.4f | %.4f ± %.4f |\n", l, mr, hr, me, he);
-            sb_printf(&js, "%s{\"layer\":%d,\"router_corr\":%.5f,\"router_corr_ci95\":%.5f,\"ev_corr\":%.5f,\"ev_corr_ci95\":%.5f}",
+            cli_bprintf(&md, "| %d | %.4f ± %.4f | %.4f ± %.4f |\n", l, mr, hr, me, he);
+            cli_bprintf(&js, "%s{\"layer\":%d,\"router_corr\":%.5f,\"router_corr_ci95\":%.5f,\"ev_corr\":%.5f,\"ev_corr_ci95\":%.5f}",
                       l ? "," : "", l, mr, hr, me, he);
         }
-        sb_printf(&js, "]}");
+        cli_bprintf(&js, "]}");
     }
-    sb_printf(&js, "]}\n");
-    if (!md.s || !js.s) {
+    cli_bprintf(&js, "]}\n");
+    if (md.failed || js.failed || !md.s || !js.s) {
         fprintf(stderr, "specmoe: bench ssmoe: out of memory for the report\n");
         free(md.s); free(js.s); free(res);
         sm_dataset_free(&train);
@@ -602,7 +577,7 @@ int cmd_bench_ssmoe_build(int argc, char **argv) {
     };
     int npos;
     const char *pos[1];
-    int rc = fl_parse(fl, 6, argc, argv, 3, "bench ssmoe-build", "[flags]", pos, 0, &npos);
+    int rc = fl_parse(fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, 3, "bench ssmoe-build", "[flags]", pos, 0, &npos);
     if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
     if (E < 1 || d < 1 || I < 1 || c < 1 || threads < 1 || (double)I * d > 1e9) {
         fprintf(stderr, "specmoe bench ssmoe-build: --experts, --d, --inter, --ev-c, --threads must be >= 1 (I*d <= 1e9)\n");

@@ -10,8 +10,17 @@
 
 /* Prints "specmoe: <message>" and returns the exit code for st. */
 int cli_fail(sm_status st, const sm_error *err);
-/* Writes text to path; 0 on success (the write and the close both checked). */
+/* Writes text to path; 0 on success (the write and the close both checked); -1 for NULL text. */
 int cli_write_text(const char *path, const char *text);
+/* A growing text buffer for the benchmarks' Markdown and JSON reports. cli_bprintf appends; s stays
+ * NUL-terminated (NULL before the first append). If memory runs out, failed is set, the append is
+ * dropped and later appends are ignored, so the caller checks failed once before using s. */
+typedef struct {
+    char *s;
+    size_t n, cap;
+    int failed;
+} cli_buf;
+void cli_bprintf(cli_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The benchmarks' training setup: AdamW (lr, decoupled weight decay wd), the default cosine schedule,
  * no logging; the caller keeps everything else of sm_train_config_default. */
 void cli_bench_train_config(sm_train_config *tc, int epochs, int batch, double lr, double wd, uint64_t seed);

@@ -1,6 +1,7 @@
 /* specmoe command-line tool: train, eval, info, bench. */
 #include <math.h>
 #include <omp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +16,38 @@ int cli_fail(sm_status st, const sm_error *err) {
 }
 
 int cli_write_text(const char *path, const char *text) {
+    if (!text) return -1;
     FILE *f = fopen(path, "w");
     if (!f) return -1;
     int bad = fputs(text, f) < 0;
     return (fclose(f) != 0 || bad) ? -1 : 0;
+}
+
+void cli_bprintf(cli_buf *b, const char *fmt, ...) {
+    if (b->failed) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int w = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (w < 0) {
+            b->failed = 1;
+            return;
+        }
+        if (b->s && b->n + (size_t)w < b->cap) {
+            b->n += (size_t)w;
+            return;
+        }
+        size_t cap = b->cap ? 2 * b->cap : 65536;
+        while (cap < b->n + (size_t)w + 1) cap *= 2;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->failed = 1;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
 }
 
 void cli_bench_train_config(sm_train_config *tc, int epochs, int batch, double lr, double wd, uint64_t seed) {
@@ -551,7 +580,7 @@ int cmd_info(int argc, char **argv) {
     fl_flag fl[] = {{"verbose", FL_BOOL, &dummy, "0", "also print every metadata entry", 0}};
     int npos;
     const char *pos[1];
-    int rc = fl_parse(fl, 1, argc, argv, 2, "info", "CHECKPOINT", pos, 1, &npos);
+    int rc = fl_parse(fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, 2, "info", "CHECKPOINT", pos, 1, &npos);
     if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
     if (npos != 1) {
         fprintf(stderr, "specmoe info: expected one checkpoint path (see specmoe info --help)\n");
