@@ -140,3 +140,8 @@ fuzz: $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
 THREADS ?= 2
 bench-peer: $(BUILD)/specmoe
 	tools/bench_compare.sh --threads $(THREADS) --bin $(BUILD)/specmoe
+
+# golden_gen writes tests/data/golden_v0.safetensors (see tests/golden_cases.h); not part of `test`
+$(BUILD)/tests/golden_gen: tests/golden_gen.c tests/golden_cases.h $(BUILD)/libspecmoe.a
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(OMP) -o $@ $< $(BUILD)/libspecmoe.a $(LIBS)

@@ -127,7 +127,14 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     else
         bad "bench ssmoe compares the methods and writes Markdown + JSON" "exit $rc: $(echo "$out" | tail -n 3)"
     fi
-    expect 2 "bench ssmoe: k > E refused" "" -- "$bin" bench ssmoe --configs 16:20
+    # checkpoints written by the code before the module refactor (commit 007f635, one thread) load and
+# evaluate to the accuracy that code printed for them
+for fx in "topk 0.6506" "grassmann 0.6136" "srmoe 0.2091"; do
+    read -r kind facc <<< "$fx"
+    expect 0 "a $kind checkpoint from before the module refactor evaluates to $facc" "test accuracy: $facc " -- \
+        "$bin" eval "$root/tests/data/ckpt_v0_$kind.safetensors" --threads 1
+done
+expect 2 "bench ssmoe: k > E refused" "" -- "$bin" bench ssmoe --configs 16:20
     expect 0 "bench ssmoe-build times the EV build of a SwiGLU layer" "bench-ssmoe-build experts=3" -- \
         "$bin" bench ssmoe-build --experts 3 --d 64 --inter 32 --ev-c 5
     expect 1 "resume with other model flags refused" "does not match" -- \

@@ -1,0 +1,107 @@
+/* The refactor guard: every model of tests/golden_cases.h, rebuilt from the model JSON stored in
+ * tests/data/golden_v0.safetensors (written by tests/golden_gen.c from the code before the module
+ * refactor), on the stored parameters, must give the stored logits (train and eval forward), loss
+ * and parameter gradients bit for bit, on one thread. */
+#include <criterion/criterion.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "golden_cases.h"
+
+#define GOLDEN_FILE "tests/data/golden_v0.safetensors"
+
+static sm_safetensors g_st;
+
+static void setup(void) {
+    sm_error err = {{0}};
+    cr_assert_eq(sm_safetensors_load(&g_st, GOLDEN_FILE, &err), SM_OK, "%s (run from the repo root)", err.msg);
+    const char *magic = sm_safetensors_meta(&g_st, "magic");
+    cr_assert(magic && !strcmp(magic, "specmoe-golden"), GOLDEN_FILE ": bad magic");
+    omp_set_num_threads(1);
+}
+static void teardown(void) { sm_safetensors_free(&g_st); }
+
+static const sm_st_tensor *get(const char *cs, const char *what, size_t numel) {
+    char name[256];
+    snprintf(name, sizeof name, "%s.%s", cs, what);
+    const sm_st_tensor *t = sm_safetensors_find(&g_st, name);
+    cr_assert(t, GOLDEN_FILE ": no tensor '%s'", name);
+    cr_assert_eq(t->numel, numel, "%s: %zu values, the model has %zu", name, t->numel, numel);
+    return t;
+}
+
+static float *floats(const sm_st_tensor *t) {
+    float *f = malloc(sizeof(float) * (t->numel ? t->numel : 1));
+    sm_error err = {{0}};
+    cr_assert_eq(sm_st_tensor_to_f32(t, f, t->numel, &err), SM_OK, "%s", err.msg);
+    return f;
+}
+
+/* bit-for-bit: the float the old code produced and the float of ours */
+static void same(const char *cs, const char *what, const sm_real *got, size_t n) {
+    float *ref = floats(get(cs, what, n));
+    size_t bad = 0, first = n;
+    for (size_t i = 0; i < n; i++)
+        if ((float)got[i] != ref[i] && !(got[i] != got[i] && ref[i] != ref[i])) {
+            if (first == n) first = i;
+            bad++;
+        }
+    cr_expect_eq(bad, 0, "%s %s: %zu of %zu values differ; first at %zu: %.9g vs %.9g", cs, what, bad, n, first,
+                 first < n ? (double)got[first] : 0.0, first < n ? (double)ref[first] : 0.0);
+    free(ref);
+}
+
+static void run_case(const golden_case *c) {
+    sm_error err = {{0}};
+    char key[128];
+    snprintf(key, sizeof key, "%s.model", c->name);
+    const char *json = sm_safetensors_meta(&g_st, key);
+    cr_assert(json, "%s: no model JSON", c->name);
+    sm_model_config cfg;
+    cr_assert_eq(sm_model_config_from_json(&cfg, json, &err), SM_OK, "%s: %s", c->name, err.msg);
+    sm_model *m = sm_model_create(&cfg, GOLDEN_T, NULL, &err);
+    cr_assert(m, "%s: %s", c->name, err.msg);
+    for (int i = 0; i < m->params.n; i++) {
+        const sm_param *p = &m->params.p[i];
+        char what[160];
+        snprintf(what, sizeof what, "p.%s", p->name);
+        float *f = floats(get(c->name, what, p->numel));
+        for (size_t j = 0; j < p->numel; j++) sm_params_data(&m->params, i)[j] = (sm_real)f[j];
+        free(f);
+    }
+    if (!strcmp(c->router, "ev")) cr_assert_eq(sm_model_build_ev(m, &err), SM_OK, "%s", err.msg);
+    const int T = GOLDEN_T, D = cfg.in_dim, V = cfg.n_classes;
+    float *x = floats(get(c->name, "x", (size_t)T * D)), *yf = floats(get(c->name, "y", (size_t)T));
+    int y[GOLDEN_T];
+    for (int t = 0; t < T; t++) y[t] = (int)yf[t];
+    size_t ci = (size_t)(c - kGoldenCases);
+    sm_rng fr;
+    sm_rng_seed(&fr, GOLDEN_SEED * 3 + ci);
+    sm_params_zero_grad(&m->params);
+    same(c->name, "logits", sm_model_forward(m, x, T, &fr, 1), (size_t)T * V);
+    double loss = sm_model_loss(m, y, NULL, T);
+    sm_model_backward(m, T);
+    snprintf(key, sizeof key, "%s.loss", c->name);
+    double ref_loss = strtod(sm_safetensors_meta(&g_st, key), NULL);
+    cr_expect_eq(loss, ref_loss, "%s: loss %.17g, stored %.17g", c->name, loss, ref_loss);
+    for (int i = 0; i < m->params.n; i++) {
+        char what[160];
+        snprintf(what, sizeof what, "g.%s", m->params.p[i].name);
+        same(c->name, what, sm_params_grad(&m->params, i), m->params.p[i].numel);
+    }
+    same(c->name, "logits_eval", sm_model_forward(m, x, T, NULL, 0), (size_t)T * V);
+    free(x);
+    free(yf);
+    sm_model_free(m);
+}
+
+Test(golden, every_case_is_stored, .init = setup, .fini = teardown) {
+    const char *cases = sm_safetensors_meta(&g_st, "cases");
+    cr_assert(cases);
+    for (size_t i = 0; i < N_GOLDEN; i++) cr_expect(strstr(cases, kGoldenCases[i].name), "%s missing", kGoldenCases[i].name);
+}
+
+Test(golden, same_outputs_and_gradients_as_before_the_refactor, .init = setup, .fini = teardown) {
+    for (size_t i = 0; i < N_GOLDEN; i++) run_case(&kGoldenCases[i]);
+}
