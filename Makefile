@@ -17,14 +17,15 @@ else
 BLASLIB := -lopenblas
 endif
 CFLAGS  ?= $(OPT) -g
-CPPFLAGS += -Iinclude -D_DEFAULT_SOURCE
+CPPFLAGS += -Iinclude -Isrc -D_DEFAULT_SOURCE
 LIBS    := $(BLASLIB) -llapacke -lcjson -lz -lm
 OMP     := -fopenmp
 
-LIB_SRC := $(sort $(wildcard src/*.c))
+# src/core -> src/nn -> src/methods/<paper> -> src/io -> src/train (docs/ARCHITECTURE.md)
+LIB_SRC := $(sort $(wildcard src/*/*.c src/methods/*/*.c))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 TEST_SRC:= $(sort $(wildcard tests/test_*.c))
-HDRS    := $(wildcard include/*.h include/specmoe/*.h) $(wildcard src/*.h) $(wildcard cli/*.h)
+HDRS    := $(wildcard include/*.h include/specmoe/*/*.h include/specmoe/methods/*/*.h) $(wildcard src/*/*.h) $(wildcard cli/*.h)
 
 LIB_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
 LIB64_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/obj64/%.o)
@@ -95,7 +96,7 @@ install: all
 	install -m 644 $(BUILD)/libspecmoe.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libspecmoe.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 include/specmoe.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 include/specmoe/*.h $(DESTDIR)$(PREFIX)/include/specmoe/
+	cd include && for h in specmoe/*/*.h specmoe/methods/*/*.h; do install -D -m 644 $$h $(DESTDIR)$(PREFIX)/include/$$h; done
 	install -m 755 $(BUILD)/specmoe $(DESTDIR)$(PREFIX)/bin/
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/specmoe.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/specmoe.pc
 	-ldconfig 2>/dev/null || true
@@ -112,11 +113,11 @@ FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
 FUZZ_DIR     := build-fuzz
 FUZZ_NAMES   := safetensors idx hf
-FUZZ_SRC     := src/core.c src/safetensors.c src/data.c src/hf_config.c
+FUZZ_SRC     := src/core/core.c src/io/safetensors.c src/io/data.c src/io/hf_config.c
 FUZZ_OBJ     := $(FUZZ_SRC:src/%.c=$(FUZZ_DIR)/obj/%.o)
 # keep the objects: they are intermediates of a pattern chain, which make would otherwise delete
 .SECONDARY: $(FUZZ_OBJ)
-FUZZ_CFLAGS  := -std=c11 -Wall -Wextra -Werror -Iinclude -D_DEFAULT_SOURCE -g -O1 -fno-omit-frame-pointer \
+FUZZ_CFLAGS  := -std=c11 -Wall -Wextra -Werror -Iinclude -Isrc -D_DEFAULT_SOURCE -g -O1 -fno-omit-frame-pointer \
                 -fno-sanitize-recover=undefined
 
 $(FUZZ_DIR)/obj/%.o: src/%.c $(HDRS)

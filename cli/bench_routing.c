@@ -15,7 +15,7 @@
 
 #include "cli.h"
 #include "flags.h"
-#include "specmoe/synth.h"
+#include "specmoe/methods/grmoe/synth.h"
 
 typedef struct {
     const char *label, *router;

@@ -35,7 +35,7 @@
 
 #include "cli.h"
 #include "flags.h"
-#include "specmoe/synth.h"
+#include "specmoe/methods/grmoe/synth.h"
 
 #define MAX_CFG 4
 #define MAX_L 4

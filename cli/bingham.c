@@ -11,7 +11,7 @@
 
 #include "cli.h"
 #include "flags.h"
-#include "specmoe/bingham.h"
+#include "specmoe/core/bingham.h"
 
 /* Parses a comma-separated list of finite numbers into a malloc'd array; returns the count, or -1
  * after printing what is wrong. */

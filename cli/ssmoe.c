@@ -19,7 +19,7 @@
 
 #include "cli.h"
 #include "flags.h"
-#include "specmoe/hf.h"
+#include "specmoe/io/hf.h"
 #include <cjson/cJSON.h>
 
 /* kept (E_keep) = the experts with the highest scores (ties to the lower index), ascending: the

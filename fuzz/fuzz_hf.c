@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "specmoe/hf.h"
+#include "specmoe/io/hf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "specmoe/data.h"
+#include "specmoe/io/data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

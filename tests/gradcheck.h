@@ -15,7 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "specmoe/core.h"
+#include "specmoe/core/core.h"
 
 #ifndef SPECMOE_DOUBLE
 #error "gradient checks must be compiled with -DSPECMOE_DOUBLE"

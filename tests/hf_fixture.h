@@ -22,8 +22,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "specmoe/core.h"
-#include "specmoe/safetensors.h"
+#include "specmoe/core/core.h"
+#include "specmoe/io/safetensors.h"
 
 typedef struct {
     const char *type;     /* mixtral | olmoe | qwen2_moe | qwen3_moe | deepseek_v3 */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "specmoe/safetensors.h"
+#include "specmoe/io/safetensors.h"
 
 /* Opens path and checks its magic and version; script names the generator for the message. */
 static inline void ref_open_file(sm_safetensors *st, const char *path, const char *script) {

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "specmoe/bingham.h"
+#include "specmoe/core/bingham.h"
 
 #define PI 3.14159265358979323846
 

@@ -24,8 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "specmoe/conv.h"
-#include "specmoe/safetensors.h"
+#include "specmoe/core/conv.h"
+#include "specmoe/io/safetensors.h"
 #include "reference.h"
 
 #define REF_PATH "tests/data/conv_reference.safetensors"

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "gradcheck.h"
-#include "specmoe/conv.h"
+#include "specmoe/core/conv.h"
 
 static double dot(const sm_real *a, const sm_real *b, size_t n) {
     double s = 0;

@@ -3,8 +3,8 @@
 #include <string.h>
 
 #include "gradcheck.h"
-#include "specmoe/mlp.h"
-#include "specmoe/ops.h"
+#include "specmoe/nn/mlp.h"
+#include "specmoe/core/ops.h"
 
 enum { T = 5, C = 7, OC = 4, H = 6, V = 5 };
 

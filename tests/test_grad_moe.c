@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "gradcheck.h"
-#include "specmoe/model.h"
-#include "specmoe/moe.h"
+#include "specmoe/nn/model.h"
+#include "specmoe/nn/moe.h"
 
 typedef struct {
     sm_moe *m;

@@ -3,7 +3,7 @@
 #include <math.h>
 
 #include "gradcheck.h"
-#include "specmoe/spectral.h"
+#include "specmoe/core/spectral.h"
 
 enum { M = 6, N = 4, T = 7, E = 5 };
 

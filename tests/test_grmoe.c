@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "specmoe.h"
-#include "specmoe/synth.h"
+#include "specmoe/methods/grmoe/synth.h"
 
 enum { N = 8, D = 24, KR = 4, T = 64 };
 

@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 
 #include "hf_fixture.h"
-#include "specmoe/hf.h"
-#include "specmoe/ssmoe.h"
+#include "specmoe/io/hf.h"
+#include "specmoe/methods/ssmoe/ssmoe.h"
 #include "testutil.h"
 
 static const hf_spec layouts[] = {

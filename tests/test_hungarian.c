@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "specmoe/hungarian.h"
+#include "specmoe/core/hungarian.h"
 
 /* Minimum over all n! permutations (Heap's algorithm); n <= 8. */
 static double brute_min(const double *c, int n) {

@@ -4,7 +4,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#include "specmoe/data.h"
+#include "specmoe/io/data.h"
 #include "testutil.h"
 
 /* An IDX buffer with the given type byte and dims; data byte i is (i * 7 + 3) & 0xff, or label i % 10

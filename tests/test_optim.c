@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "specmoe/optim.h"
-#include "specmoe/params.h"
+#include "specmoe/core/optim.h"
+#include "specmoe/core/params.h"
 
 #ifdef SPECMOE_DOUBLE
 #define R_SQRT sqrt

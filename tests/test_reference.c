@@ -25,9 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "specmoe/moe.h"
-#include "specmoe/optim.h"
-#include "specmoe/safetensors.h"
+#include "specmoe/nn/moe.h"
+#include "specmoe/core/optim.h"
+#include "specmoe/io/safetensors.h"
 #include "reference.h"
 
 #define REF_PATH "tests/data/moe_reference.safetensors"

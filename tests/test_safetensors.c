@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
-#include "specmoe/safetensors.h"
+#include "specmoe/io/safetensors.h"
 #include "testutil.h"
 
 /* Builds a safetensors file in a fresh malloc'd buffer of exactly the file's size (so ASan sees any

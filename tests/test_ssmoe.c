@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "specmoe.h"
-#include "specmoe/ssmoe.h"
+#include "specmoe/methods/ssmoe/ssmoe.h"
 
 static void fill(float *x, int n, sm_rng *r) {
     for (int i = 0; i < n; i++) x[i] = (float)sm_rng_normal(r);

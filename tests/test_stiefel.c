@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "specmoe/optim.h"
-#include "specmoe/params.h"
-#include "specmoe/stiefel.h"
+#include "specmoe/core/optim.h"
+#include "specmoe/core/params.h"
+#include "specmoe/core/stiefel.h"
 
 #ifdef SPECMOE_DOUBLE
 #define SYEV LAPACKE_dsyev

@@ -1,0 +1,131 @@
+/* Image ops on NCHW tensors for SR-MoE's convolutional stem: 2-D convolution, max pooling, average
+ * pooling, adaptive average pooling. Hand-written forward/backward pairs in the style of llm.c.
+ *
+ * SR-MoE (../shared/papers/004_881e46c1c0506c83.txt, Sec. 3.1.1 "Convolutional Feature Extraction"):
+ * "sequential layers of strided convolutions, non-linear activations, and max-pooling ... An adaptive
+ * average pooling layer followed by a linear projection maps these features into a latent embedding
+ * z_0 in R^d". This header gives those pieces; the activations are sm_act_forward/backward (ops.h)
+ * applied element-wise to the contiguous buffer, and the projection is sm_linear_forward/backward.
+ *
+ * A usage example (one conv -> ReLU -> 2x2 max-pool -> global average pool -> linear):
+ *
+ *   int OH, OW, PH, PW;                                                 // sizes checked once, when
+ *   if (sm_conv2d_shape(H, W, 3, 3, 2, 1, &OH, &OW, &err) != SM_OK ||    // the stem is built; err.msg
+ *       sm_conv2d_shape(OH, OW, 2, 2, 2, 0, &PH, &PW, &err) != SM_OK)    // names the sizes refused
+ *       return SM_ERR_ARG;                                              // (pooling: pad 0)
+ *   sm_real *col = malloc(sizeof(sm_real) * sm_conv2d_col_size(C, H, W, 3, 3, 2, 1));
+ *   sm_conv2d_forward(a, col, x, w, b, B, C, H, W, OC, 3, 3, 2, 1);     // a (B,OC,OH,OW)
+ *   sm_act_forward(h, a, (size_t)B * OC * OH * OW, SM_ACT_RELU);       // a kept for the backward
+ *   sm_maxpool2d_forward(p, idx, h, B, OC, OH, OW, 2, 2);                // p (B,OC,PH,PW)
+ *   sm_adaptive_avgpool2d_forward(g, p, B, OC, PH, PW, 1, 1);            // g (B,OC,1,1) = (B,OC)
+ *   sm_linear_forward(z0, g, proj_w, proj_b, B, OC, d);                  // z0 (B,d)
+ *
+ * Layout and letters: every image tensor is a contiguous row-major (B, C, H, W) buffer - B images,
+ * C channels, H rows, W columns; element (b,c,h,w) sits at ((b*C + c)*H + h)*W + w. The output of a
+ * layer is (B, OC, OH, OW) for a convolution and (B, C, OH, OW) for a pooling. A convolution weight
+ * is (OC, C, KH, KW) and its bias (OC), as in torch.nn.Conv2d; K is a square pooling window and S
+ * its stride.
+ *
+ * Flatten needs no function: a contiguous (B, C, H, W) buffer IS the (B, C*H*W) matrix that
+ * torch.flatten(x, 1) gives, row b being image b in (c, h, w) order, so the same pointer is passed
+ * to sm_linear_forward with T = B and C_in = C*H*W (and its gradient buffer likewise).
+ *
+ * Conventions (ops.h): outputs first, then inputs, then dimensions; every backward ACCUMULATES (+=)
+ * into the gradients it writes; a gradient pointer documented "may be NULL" is skipped. The
+ * forward/backward functions do not check sizes: validate them once with sm_conv2d_shape (pooling
+ * uses it too, with KH = KW = K, stride = S, pad = 0) when the layer is built. Every pointer must
+ * be non-NULL unless documented otherwise, and no output may alias an input.
+ */
+#ifndef SPECMOE_CONV_H
+#define SPECMOE_CONV_H
+
+#include "specmoe/core/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Output size of a convolution or pooling window: OH = floor((H + 2 pad - KH) / stride) + 1, the
+ * same for OW (torch.nn.Conv2d / MaxPool2d with dilation 1 and ceil_mode False). Refuses with
+ * SM_ERR_ARG and a message naming the sizes: KH or KW < 1, stride < 1, pad < 0, a kernel larger than
+ * the padded input (KH > H + 2 pad or KW > W + 2 pad), H or W < 1, or an output too large for int.
+ * OH and OW are written only on success. */
+sm_status sm_conv2d_shape(int H, int W, int KH, int KW, int stride, int pad, int *OH, int *OW, sm_error *err);
+
+/* Number of sm_real in the convolution scratch buffers col and dcol: the im2col matrix of ONE image,
+ * (C*KH*KW, OH*OW). 0 if the sizes are refused by sm_conv2d_shape. */
+size_t sm_conv2d_col_size(int C, int H, int W, int KH, int KW, int stride, int pad);
+
+/* 2-D convolution (cross-correlation, as torch.nn.functional.conv2d), dilation 1, one group, zero
+ * padding `pad` on all four sides, the same `stride` along H and W:
+ *   out[b,o,i,j] = bias[o] + sum_{c,p,q} weight[o,c,p,q] * inp[b,c, i*stride - pad + p, j*stride - pad + q]
+ * computed per image as im2col + one GEMM: col (C*KH*KW, OH*OW) holds the receptive fields, and
+ * out_b (OC, OH*OW) = weight (OC, C*KH*KW) @ col. Images run one after another; each GEMM is
+ * threaded by OpenBLAS.
+ *   out    (B, OC, OH, OW)  written (not accumulated)
+ *   col    (C*KH*KW, OH*OW) scratch, sm_conv2d_col_size(...) values; its content is not needed later
+ *   inp    (B, C, H, W)
+ *   weight (OC, C, KH, KW)
+ *   bias   (OC) or NULL */
+void sm_conv2d_forward(sm_real *out, sm_real *col, const sm_real *inp, const sm_real *weight,
+                       const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW, int stride,
+                       int pad);
+
+/* Backward of sm_conv2d_forward for loss L with dout = dL/dout, per image b:
+ *   dweight (OC, C*KH*KW) += dout_b (OC, OH*OW) @ col_b^T      (col_b rebuilt from inp by im2col)
+ *   dbias   (OC)          += sum over (i,j) of dout_b
+ *   dinp_b                += col2im(weight^T (C*KH*KW, OC) @ dout_b)
+ * col2im adds every column entry back onto the input pixel it was copied from (entries that came
+ * from the zero padding are dropped).
+ *   dinp    (B, C, H, W)      may be NULL (e.g. the first layer, whose input is the data)
+ *   dweight (OC, C, KH, KW)   may be NULL (a frozen stem)
+ *   dbias   (OC)              may be NULL (no bias)
+ *   col     (C*KH*KW, OH*OW)  scratch, as in the forward
+ *   dcol    (C*KH*KW, OH*OW)  scratch, same size as col (unused when dinp is NULL)
+ *   dout    (B, OC, OH, OW)
+ *   inp     (B, C, H, W)      the forward input
+ *   weight  (OC, C, KH, KW) */
+void sm_conv2d_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, sm_real *col, sm_real *dcol,
+                        const sm_real *dout, const sm_real *inp, const sm_real *weight, int B, int C, int H,
+                        int W, int OC, int KH, int KW, int stride, int pad);
+
+/* Max pooling, K x K window, stride S, no padding (torch.nn.functional.max_pool2d(x, K, S)):
+ *   out[b,c,i,j] = max over p,q < K of inp[b,c, i*S + p, j*S + q],  OH = (H - K) / S + 1.
+ * The window is scanned row by row and only a strictly larger value replaces the current maximum,
+ * so a tie goes to the first index in row-major order. A NaN wins over every number (the first NaN of
+ * the window is kept), so a NaN propagates as in PyTorch instead of disappearing silently.
+ *   out (B, C, OH, OW)  written
+ *   idx (B, C, OH, OW)  written: the argmax as a flat index h*W + w into its own (H, W) input plane,
+ *                        as max_pool2d(..., return_indices=True) gives it
+ *   inp (B, C, H, W) */
+void sm_maxpool2d_forward(sm_real *out, int *idx, const sm_real *inp, int B, int C, int H, int W, int K, int S);
+/* dinp[b,c, idx[b,c,i,j]] += dout[b,c,i,j] (the gradient goes to the argmax only; overlapping windows,
+ * S < K, may route several outputs to one pixel and those add up).
+ *   dinp (B, C, H, W)  dout (B, C, OH, OW)  idx (B, C, OH, OW) from the forward */
+void sm_maxpool2d_backward(sm_real *dinp, const sm_real *dout, const int *idx, int B, int C, int H, int W, int K,
+                           int S);
+
+/* Average pooling, K x K window, stride S, no padding (torch.nn.functional.avg_pool2d(x, K, S)):
+ *   out[b,c,i,j] = (1 / K^2) * sum over p,q < K of inp[b,c, i*S + p, j*S + q].
+ *   out (B, C, OH, OW) written;  inp (B, C, H, W) */
+void sm_avgpool2d_forward(sm_real *out, const sm_real *inp, int B, int C, int H, int W, int K, int S);
+/* dinp[b,c, i*S + p, j*S + q] += dout[b,c,i,j] / K^2 for every p,q < K.
+ *   dinp (B, C, H, W)  dout (B, C, OH, OW) */
+void sm_avgpool2d_backward(sm_real *dinp, const sm_real *dout, int B, int C, int H, int W, int K, int S);
+
+/* Adaptive average pooling to a fixed (OH, OW) (torch.nn.functional.adaptive_avg_pool2d), with
+ * PyTorch's bins: output row i averages input rows [floor(i H / OH), ceil((i+1) H / OH)), columns
+ * likewise. The bins cover the input; when OH does not divide H neighbouring bins may share a row and
+ * have different sizes, and OH > H is allowed (rows are repeated). OH = OW = 1 is global average
+ * pooling, whose (B, C, 1, 1) output is the (B, C) matrix a linear head takes.
+ *   out (B, C, OH, OW) written;  inp (B, C, H, W);  OH, OW >= 1 */
+void sm_adaptive_avgpool2d_forward(sm_real *out, const sm_real *inp, int B, int C, int H, int W, int OH, int OW);
+/* dinp += dout[b,c,i,j] / (bin size) over every pixel of bin (i,j).
+ *   dinp (B, C, H, W)  dout (B, C, OH, OW) */
+void sm_adaptive_avgpool2d_backward(sm_real *dinp, const sm_real *dout, int B, int C, int H, int W, int OH,
+                                    int OW);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,85 @@
+/* Elementary modules: hand-written forward/backward pairs in the style of llm.c.
+ *
+ * Argument order: outputs, then inputs, then dimensions. Backward functions ACCUMULATE (+=) into
+ * every gradient they write, so callers zero gradients explicitly once per step.
+ *
+ * Letters: T rows (tokens / batch), C input width, OC output width, V classes, N = T*C elements.
+ * Weights are stored row-major as (OC, C), like torch.nn.Linear.
+ */
+#ifndef SPECMOE_OPS_H
+#define SPECMOE_OPS_H
+
+#include "specmoe/core/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* C(M,N) = alpha * op(A) op(B) + beta * C, row-major; the one place BLAS is called. */
+void sm_gemm(int transA, int transB, int M, int N, int K, sm_real alpha, const sm_real *A, int lda,
+             const sm_real *B, int ldb, sm_real beta, sm_real *C, int ldc);
+
+/* out (T,OC) = inp (T,C) @ weight(OC,C)^T + bias(OC); bias may be NULL. */
+void sm_linear_forward(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias,
+                       int T, int C, int OC);
+/* dinp (T,C), dweight (OC,C), dbias (OC) += ...; any of dinp/dbias may be NULL. */
+void sm_linear_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, const sm_real *dout,
+                        const sm_real *inp, const sm_real *weight, int T, int C, int OC);
+
+typedef enum { SM_ACT_NONE = 0, SM_ACT_RELU, SM_ACT_GELU, SM_ACT_TANH, SM_ACT_SILU } sm_act;
+const char *sm_act_name(sm_act a);
+int sm_act_parse(const char *s, sm_act *out); /* 0 on success */
+
+/* Element-wise activations over N values. out may alias inp in the forward. The backward takes the
+ * forward INPUT (pre-activation) and accumulates dinp += dout * f'(inp). GELU is the exact erf form
+ * (torch.nn.GELU default). */
+void sm_act_forward(sm_real *out, const sm_real *inp, size_t N, sm_act a);
+void sm_act_backward(sm_real *dinp, const sm_real *dout, const sm_real *inp, size_t N, sm_act a);
+/* d (N) *= f'(inp): the backward written over its own input gradient (no accumulation). */
+void sm_act_backward_inplace(sm_real *d, const sm_real *inp, size_t N, sm_act a);
+
+/* LayerNorm over the last dim C: out = (x - mean) * rstd * weight + bias.
+ * mean (T), rstd (T) are saved for the backward. */
+void sm_layernorm_forward(sm_real *out, sm_real *mean, sm_real *rstd, const sm_real *inp,
+                          const sm_real *weight, const sm_real *bias, int T, int C);
+void sm_layernorm_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, const sm_real *dout,
+                           const sm_real *inp, const sm_real *weight, const sm_real *mean,
+                           const sm_real *rstd, int T, int C);
+
+/* Row softmax of inp (T,V) / temperature into probs (T,V). */
+void sm_softmax_forward(sm_real *probs, const sm_real *inp, sm_real temperature, int T, int V);
+/* dinp += J^T dout with J the softmax Jacobian (including the 1/temperature). */
+void sm_softmax_backward(sm_real *dinp, const sm_real *dprobs, const sm_real *probs,
+                         sm_real temperature, int T, int V);
+
+/* Cross-entropy of logits (T,V) against integer targets (T).
+ * mask (V) may be NULL; where given, classes with mask[v] == 0 are excluded from the softmax
+ * (their logits treated as -inf) - the task-incremental "class masking".
+ * probs (T,V) saved for the backward; losses (T) per row; returns the mean loss.
+ * The backward accumulates dlogits += (probs - onehot) * dloss / T for the mean loss. */
+double sm_crossentropy_forward(sm_real *losses, sm_real *probs, const sm_real *logits,
+                               const int *targets, const unsigned char *mask, int T, int V);
+void sm_crossentropy_backward(sm_real *dlogits, const sm_real *probs, const int *targets, sm_real dloss,
+                              int T, int V);
+
+/* Mean squared error: mean over all N = T*C elements of (pred - target)^2. */
+double sm_mse_forward(const sm_real *pred, const sm_real *target, size_t N);
+void sm_mse_backward(sm_real *dpred, const sm_real *pred, const sm_real *target, sm_real dloss,
+                     size_t N);
+
+/* Row-wise L2 normalisation: out (N,C) = v / ||v|| per row, norms (N) kept (floored at 1e-12).
+ * The backward accumulates dv += (dout - out <out, dout>) / ||v||. */
+void sm_l2norm_forward(sm_real *out, sm_real *norms, const sm_real *v, int N, int C);
+void sm_l2norm_backward(sm_real *dv, const sm_real *dout, const sm_real *out, const sm_real *norms, int N, int C);
+
+/* Index of the largest of x (n), ties to the lower index. */
+int sm_argmax(const sm_real *x, int n);
+
+/* Sum of squares and finiteness of a buffer. */
+double sm_sumsq(const sm_real *x, size_t n);
+int sm_all_finite(const sm_real *x, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,72 @@
+/* Parameter table: every trainable tensor of a model lives in ONE contiguous block (and its gradient
+ * in one more), carved into named tensors from a table of sizes (llm.c malloc_and_point_parameters).
+ *
+ * Modules declare their tensors (name, shape, initialiser) with sm_params_add, the owner allocates
+ * once with sm_params_alloc, and each module then takes its pointers with sm_params_data/grad.
+ * Optimiser moments are allocated by the optimiser with the same total size, so per-tensor offsets
+ * carry over.
+ */
+#ifndef SPECMOE_PARAMS_H
+#define SPECMOE_PARAMS_H
+
+#include "specmoe/core/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SM_MAX_DIMS 4
+#define SM_NAME_MAX 96
+
+typedef enum {
+    SM_INIT_ZERO = 0,
+    SM_INIT_ONE,
+    SM_INIT_UNIFORM_FANIN, /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)): torch.nn.Linear's default */
+    SM_INIT_NORMAL,        /* N(0, scale^2) */
+    SM_INIT_CONST,         /* every value = scale */
+    SM_INIT_STIEFEL        /* (..., r, d) blocks with orthonormal rows, Haar-distributed (stiefel.h) */
+} sm_init;
+
+enum {
+    SM_PARAM_NO_DECAY = 1u << 0, /* excluded from weight decay */
+    SM_PARAM_STIEFEL = 1u << 1,  /* lives on a Stiefel manifold (Riemannian optimiser) */
+    SM_PARAM_FROZEN = 1u << 2    /* not updated by the optimiser */
+};
+
+typedef struct {
+    char name[SM_NAME_MAX];
+    int ndim;
+    int64_t shape[SM_MAX_DIMS];
+    size_t numel;
+    size_t offset; /* into the data / grad blocks */
+    sm_init init;
+    int fan_in;
+    double scale;
+    unsigned flags;
+} sm_param;
+
+typedef struct {
+    int n, cap;
+    sm_param *p;
+    size_t total;  /* sum of numel */
+    sm_real *data; /* (total) */
+    sm_real *grad; /* (total) */
+} sm_params;
+
+void sm_params_init_table(sm_params *ps);
+/* Declares a tensor; returns its index or -1 (err filled) on a bad shape or duplicate name. */
+int sm_params_add(sm_params *ps, const char *name, int ndim, const int64_t *shape, sm_init init,
+                  int fan_in, double scale, unsigned flags, sm_error *err);
+sm_status sm_params_alloc(sm_params *ps, sm_error *err);
+void sm_params_free(sm_params *ps);
+/* Fills every tensor from its initialiser, in table order, from rng. */
+void sm_params_initialize(sm_params *ps, sm_rng *rng);
+void sm_params_zero_grad(sm_params *ps);
+int sm_params_find(const sm_params *ps, const char *name);
+static inline sm_real *sm_params_data(const sm_params *ps, int i) { return ps->data + ps->p[i].offset; }
+static inline sm_real *sm_params_grad(const sm_params *ps, int i) { return ps->grad + ps->p[i].offset; }
+
+#ifdef __cplusplus
+}
+#endif
+#endif

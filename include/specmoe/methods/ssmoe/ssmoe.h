@@ -1,0 +1,67 @@
+/* SSMoE (papers/001): training-free eigenvector (EV) descriptors of experts.
+ *
+ * For an expert weight matrix W laid out (nrow, d) - two-layer experts: the first layer as stored, the
+ * second transposed; SwiGLU: gate and up as stored, down transposed - take the right singular
+ * vectors v_1..v_r of W (LAPACKE gesdd, ordered by singular value), score each by the SIGNED dot
+ * product with the expert's learned router row r_e (no absolute value), keep the top-c and average
+ * them (no renormalisation): one descriptor per matrix (SSMoE Alg. 1; REFERENCE-NOTES). The
+ * router-free "averaged EV" variant averages the top-c by singular value instead.
+ *
+ * Sign convention: a singular vector is only defined up to sign and LAPACK implementations differ,
+ * so every right singular vector is canonicalised to make its largest-magnitude component positive
+ * (ties: the first). This makes the signed scores, and so the descriptors, reproducible; the same
+ * convention applied to the eigenvectors of W^T W gives the same descriptors (tests/test_ssmoe.c).
+ *
+ * Letters: nrow rows (not I: complex.h defines I), d columns (token width), c vectors kept.
+ */
+#ifndef SPECMOE_SSMOE_H
+#define SPECMOE_SSMOE_H
+
+#include "specmoe/core/core.h"
+#include "specmoe/nn/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* out (d) = descriptor of W (nrow, d) row-major; router_row (d) or NULL for the averaged-EV variant;
+ * 1 <= c; c is clipped to min(nrow, d). */
+sm_status sm_ev_descriptor(double *out, const float *W, int nrow, int d, const float *router_row, int c, sm_error *err);
+
+/* The same descriptor computed the slow way, from the eigenvectors of W^T W (LAPACKE dsyev): the
+ * brute-force reference of the tests. */
+sm_status sm_ev_descriptor_eig(double *out, const float *W, int nrow, int d, const float *router_row, int c,
+                               sm_error *err);
+
+/* Fills the descriptors of every "ev" router of m from its experts (W1 as stored, W2 transposed) and
+ * its learned router rows, with the router's ev_c and ev_avg. Run once after loading a trained model. */
+sm_status sm_model_build_ev(sm_model *m, sm_error *err);
+
+/* Router-collapse diagnostics (SSMoE Fig. 1/6, App. D.6; the exact metric is UNCONFIRMED, this is
+ * the natural reading): the mean absolute off-diagonal Pearson correlation between the rows of V
+ * (E, d) - the learned router's expert embeddings, or the mean EV descriptors. High values mean the
+ * experts' embeddings have collapsed onto a common direction. */
+double sm_mean_abs_offdiag_corr(const sm_real *V, int E, int d);
+
+/* SSMoE App. D.6 for an "ev" router: the fraction of the experts picked by top-k on the mixed P that
+ * the learned router's own top-k also picks, over every token routed since the last call (which
+ * resets the count). NaN for other routers or before any token. */
+double sm_ev_router_take_overlap(sm_router *r);
+
+typedef enum { SM_RANK_RANDOM = 0, SM_RANK_ROUTER, SM_RANK_SSMOE } sm_expert_rank;
+
+/* Expert importance per MoE layer on calibration inputs x (n, in_dim), written to score (n_moe, E):
+ *   router: mean learned-router probability softmax(x W_r^T / T) per expert;
+ *   ssmoe:  mean mixed probability P = alpha p_ev + (1 - alpha) p_r (descriptors built with c, avg);
+ *   random: a seeded random score.
+ * m must use the topk router. */
+sm_status sm_expert_scores(sm_model *m, const float *x, int n, sm_expert_rank rank, double alpha, int c, int avg,
+                           uint64_t seed, double *score, sm_error *err);
+/* A copy of m with only the experts keep (n_moe, E_keep) of each MoE layer (physically removed:
+ * expert tensors and router rows shrink to E_keep, k = min(k, E_keep)). */
+sm_model *sm_model_prune_experts(const sm_model *m, const int *keep, int E_keep, sm_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,59 @@
+/* Routing statistics of an MoE layer, accumulated over batches (one module shared by every
+ * experiment): per-expert load, dropped assignments, mean routing entropy and effective experts,
+ * coefficient of variation (CV) of load, MaxVio, active-expert ratio, collapse flag.
+ *
+ * Letters: E experts, k choices per token.
+ */
+#ifndef SPECMOE_METRICS_H
+#define SPECMOE_METRICS_H
+
+#include "specmoe/nn/router.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SM_METRICS_MAX_E 1024
+
+/* Load of an expert: its kept assignments for sparse top-k routes; for dense mixtures (every token
+ * to every expert) and SoftMoE, where assignment counts are equal by construction, its probability
+ * mass sum_t p_te (the expected load of GrMoE Thm. 2). */
+typedef struct {
+    int E, k;
+    long tokens;                  /* tokens seen */
+    long assignments;             /* kept assignments */
+    long dropped;                 /* dropped assignments (expert-choice: tokens no expert took) */
+    double entropy_sum;           /* sum over tokens of H(p_t) (nats) */
+    double topk_mass_sum;         /* sum over tokens of the k largest p_te */
+    double load[SM_METRICS_MAX_E];/* per-expert load (see above) */
+} sm_routing_stats;
+
+void sm_routing_stats_reset(sm_routing_stats *s, int E, int k);
+/* Adds one batch's route (after the forward). */
+void sm_routing_stats_add(sm_routing_stats *s, const sm_route *r);
+
+typedef struct {
+    int E;
+    double load_frac[SM_METRICS_MAX_E]; /* load / assignments */
+    double entropy;        /* mean routing entropy, nats */
+    double eff_experts;    /* exp(entropy) */
+    double topk_mass;      /* mean mass of the k largest routing probabilities */
+    double cv;             /* std / mean of per-expert load */
+    double max_vio;        /* max_e |load_e - mean| / mean */
+    double active_ratio;   /* experts with any load / E */
+    double drop_frac;      /* dropped / (assignments + dropped) */
+    int collapsed;         /* some expert received < 1% of the tokens (GrMoE's definition) */
+} sm_routing_summary;
+
+void sm_routing_summarize(const sm_routing_stats *s, sm_routing_summary *out);
+
+/* Routing entropy (nats) and top-k mass of one probability vector p (E). */
+double sm_entropy(const sm_real *p, int E);
+double sm_topk_mass(const sm_real *p, int E, int k);
+/* Top-1 expert of every token (argmax of probs (T,E), ties to the lower index). */
+void sm_route_argmax(int *out, const sm_route *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

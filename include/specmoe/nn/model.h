@@ -1,0 +1,132 @@
+/* Models: input -> [dense | ffn | moe] layers -> linear head, described by a config that is also
+ * what a checkpoint stores (as JSON in the safetensors __metadata__).
+ *
+ *   dense:W  linear in -> W, then the activation
+ *   ffn:H    two-layer MLP width -> H -> width (the dense baseline of an MoE layer with k*H active
+ *            hidden units), optional residual
+ *   moe:H    MoE layer width -> width with experts width -> H -> width (moe.h), optional residual
+ *
+ * All parameters live in one sm_params block; all activations in one arena sized for max_T rows.
+ * Letters: T batch rows, D input width, W layer width, V classes.
+ */
+#ifndef SPECMOE_MODEL_H
+#define SPECMOE_MODEL_H
+
+#include "specmoe/nn/moe.h"
+#include "specmoe/core/params.h"
+#include "specmoe/core/spectral.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SM_MAX_LAYERS 24
+
+typedef enum {
+    SM_LAYER_DENSE = 0, /* dense:W          linear (flattening its input) then the activation */
+    SM_LAYER_FFN,       /* ffn:H            two-layer MLP F -> H -> F */
+    SM_LAYER_MOE,       /* moe:H            MoE layer F -> F, experts F -> H -> F */
+    SM_LAYER_LN,        /* ln               LayerNorm over the F features */
+    SM_LAYER_CONV,      /* conv:OC:K:S:P    2-D convolution (K x K, stride S, padding P) then the activation */
+    SM_LAYER_MAXPOOL,   /* maxpool:K:S */
+    SM_LAYER_AVGPOOL,   /* avgpool:K:S */
+    SM_LAYER_GAP        /* gap              adaptive average pooling to 1 x 1 */
+} sm_layer_kind;
+
+typedef struct {
+    sm_layer_kind kind;
+    int width;   /* dense: output width; ffn / moe: hidden width of the MLP / of each expert; conv: OC */
+    int k, s, p; /* conv / pool: kernel, stride, padding */
+} sm_layer_spec;
+
+typedef struct {
+    int in_dim;             /* D = in_c * in_h * in_w */
+    int in_c, in_h, in_w;   /* input image shape (features only: D x 1 x 1) */
+    int n_classes;          /* V */
+    int n_layers;
+    sm_layer_spec layers[SM_MAX_LAYERS];
+    sm_act act;             /* activation of dense, conv layers and MLPs */
+    int residual;           /* ffn / moe layers add their input to their output */
+    sm_moe_config moe;      /* shared by every moe layer (H comes from the layer spec) */
+    /* SR-MoE penalties on every MoE stage (Eq. 3-6), 0 = off */
+    double spectral_alpha;  /* weight of (sigma_max - sigma_t)^2 + (srank - rho_t)^2 */
+    double sigma_t, rho_t;  /* targets */
+    double diversity_beta;  /* weight of the CV^2 of batch-mean routing weights */
+    int penalty_on_prototypes; /* penalise the router's prototype matrix instead of the linear map feeding it */
+} sm_model_config;
+
+void sm_model_config_default(sm_model_config *c);
+/* Parses "dense:256,moe:256" into c->layers. */
+sm_status sm_model_parse_arch(sm_model_config *c, const char *arch, sm_error *err);
+/* SR-MoE (Sec. 3): conv stem (3x3 stride-2 convs with the given channels, ReLU, 2x2 max-pool,
+ * adaptive average pool, linear projection to width d) -> `stages` stages, each a local processor
+ * z' = LayerNorm(ReLU(Linear(z))) and an MoE layer over K = moe.router.E experts d -> d -> d.
+ * Sets c->layers / n_layers; the router and penalties are the caller's (prototype router, dense). */
+sm_status sm_model_arch_srmoe(sm_model_config *c, int stages, int width, const int *stem, int n_stem, sm_error *err);
+/* Writes the arch string back ("dense:256,moe:256"). */
+void sm_model_format_arch(const sm_model_config *c, char *buf, size_t n);
+/* Config <-> JSON text (malloc'd string / strict parse naming the bad field). */
+char *sm_model_config_to_json(const sm_model_config *c);
+sm_status sm_model_config_from_json(sm_model_config *c, const char *json, sm_error *err);
+
+typedef struct {
+    sm_layer_kind kind;
+    int in, out, hidden;   /* feature counts (in = ic*ih*iw, out = oc*oh*ow) */
+    int ic, ih, iw, oc, oh, ow; /* shapes */
+    int ip[4];             /* parameter indices (dense/ln/conv: w b; ffn: w1 b1 w2 b2) */
+    sm_moe *moe;           /* moe layers */
+    sm_real *pre;          /* (T,out) dense/conv pre-activation; ffn: hidden pre-activation (T,H) */
+    sm_real *hid;          /* ffn: (T,H) activation */
+    sm_real *stats;        /* ln: mean (T), rstd (T) */
+    int *idx;              /* maxpool: argmax (T,out) */
+    sm_real *out_act;      /* (T,out) this layer's output */
+    sm_real *dout;         /* (T,out) gradient w.r.t. this layer's output */
+    int pen_w;             /* parameter penalised by the SR-MoE spectral penalties (-1: none) */
+} sm_layer;
+
+typedef struct {
+    sm_model_config cfg;
+    int max_T;
+    sm_params params;
+    int n_layers;
+    sm_layer layers[SM_MAX_LAYERS];
+    int ip_head[2];         /* head weight (V,W), bias (V) */
+    sm_real *arena;         /* every activation below, one allocation */
+    sm_real *input;         /* (T,D) */
+    sm_real *logits;        /* (T,V) */
+    sm_real *probs;         /* (T,V) */
+    sm_real *losses;        /* (T) */
+    sm_real *dlogits;       /* (T,V) */
+    sm_real *scratch;       /* (T, max width) backward scratch */
+    sm_real *col, *dcol;    /* conv im2col scratch (largest layer) */
+    int *iarena;            /* maxpool indices, one allocation */
+    double aux_loss;        /* sum of routers' auxiliary losses in the last forward */
+    double penalty;         /* SR-MoE penalties of the last sm_model_loss */
+    sm_power_iter *power;        /* (n_layers) persistent power-iteration vectors, penalised layers only */
+    int power_iters;             /* power iterations per step (1; the gradient checks converge them) */
+} sm_model;
+
+/* Builds the model, declares and allocates parameters, and reserves activations for max_T rows.
+ * Parameters are initialised from rng (pass NULL to leave them zero, e.g. before loading). */
+sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm_error *err);
+void sm_model_free(sm_model *m);
+/* Forward of x (T,D) floats; returns logits (T,V) (owned by the model). */
+const sm_real *sm_model_forward(sm_model *m, const float *x, int T, sm_rng *rng, int train);
+/* Mean cross-entropy of the last forward against y (T), plus router aux losses; fills probs.
+ * mask (V) optional class mask (task-incremental). */
+double sm_model_loss(sm_model *m, const int *y, const unsigned char *mask, int T);
+/* Backward of the loss: gradients accumulate into m->params.grad (zero them first). */
+void sm_model_backward(sm_model *m, int T);
+/* Sets the inference-time dials of every MoE router: GrMoE's alpha and the softmax temperature
+ * (negative values leave a dial unchanged). No retraining: the parameters are untouched. */
+void sm_model_set_dials(sm_model *m, double alpha, double temperature);
+/* Number of MoE layers and access to the i-th. */
+int sm_model_n_moe(const sm_model *m);
+sm_moe *sm_model_moe(const sm_model *m, int i);
+/* Active parameters per token (experts counted k times, not E) - for "same active size" baselines. */
+size_t sm_model_active_params(const sm_model *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

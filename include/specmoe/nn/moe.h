@@ -1,0 +1,76 @@
+/* The MoE layer: a router (router.h) picks experts per token; each expert is a two-layer MLP
+ * d -> H -> d; the output is the routing-weighted sum of the chosen experts' outputs plus the sum of
+ * the always-on shared experts (DeepSeek-MoE):
+ *
+ *   out_t = sum_{e in route(t)} w_{t,e} E_e(x_t)  +  sum_s S_s(x_t)
+ *
+ * Experts map d -> H -> O (O = d unless out_dim is set). The layer never looks inside the router. Experts are stored as contiguous [E, ...] blocks so
+ * per-expert statistics, SVDs and spectral penalties are one loop.
+ *
+ * Letters: T tokens, d width, E experts, H expert hidden width, S shared experts,
+ *          A assignments (<= router max_assign(T)).
+ */
+#ifndef SPECMOE_MOE_H
+#define SPECMOE_MOE_H
+
+#include "specmoe/nn/mlp.h"
+#include "specmoe/nn/router.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    sm_router_config router; /* router name, E, k, temperature, noise, renorm, capacity */
+    int H;                   /* expert hidden width */
+    int n_shared;            /* always-on shared experts (same shape as a routed expert) */
+    sm_act act;              /* expert activation */
+    int expert_bias;         /* experts have biases (1) or not (0, Mixtral style) */
+    int out_dim;             /* expert output width O; 0 = the input width d */
+} sm_moe_config;
+
+void sm_moe_config_default(sm_moe_config *c);
+
+typedef struct {
+    sm_moe_config cfg;
+    int d, O, E, S, H, max_T, max_A; /* in width, out width, experts, shared, hidden, ... */
+    sm_router *router;
+    sm_route route;      /* the last forward's routing: loads, dropped, probs */
+    int ip[8];           /* parameter indices: w1 b1 w2 b2 sw1 sb1 sw2 sb2 (-1 if absent) */
+    sm_real *w1, *dw1;   /* (E,H,d) */
+    sm_real *b1, *db1;   /* (E,H) or NULL */
+    sm_real *w2, *dw2;   /* (E,O,H) */
+    sm_real *b2, *db2;   /* (E,O) or NULL */
+    sm_real *sw1, *dsw1; /* (S,H,d) */
+    sm_real *sb1, *dsb1; /* (S,H) */
+    sm_real *sw2, *dsw2; /* (S,O,H) */
+    sm_real *sb2, *dsb2; /* (S,O) */
+    /* activations: one block, carved */
+    sm_real *act_block;
+    sm_real *xg;   /* (A,d) inputs gathered per assignment, expert-major */
+    sm_real *hpre; /* (A,H) */
+    sm_real *h;    /* (A,H) */
+    sm_real *y;    /* (A,O) expert outputs */
+    sm_real *dy;   /* (A,O) scratch for backward */
+    sm_real *dxg;  /* (A,d) scratch for backward */
+    sm_real *dh;   /* (A,H) scratch for backward; also (T,H) for shared experts */
+    sm_real *shpre;/* (S,T,H) */
+    sm_real *sh;   /* (S,T,H) */
+    sm_real *sy;   /* (T,O) shared expert output scratch */
+} sm_moe;
+
+sm_moe *sm_moe_create(const sm_moe_config *cfg, int d, sm_error *err);
+void sm_moe_free(sm_moe *m);
+/* Parameters under prefix: prefix.router.*, prefix.experts.{w1,b1,w2,b2}, prefix.shared.* */
+sm_status sm_moe_declare(sm_moe *m, sm_params *ps, const char *prefix, sm_error *err);
+void sm_moe_bind(sm_moe *m, const sm_params *ps);
+sm_status sm_moe_reserve(sm_moe *m, int max_T, sm_error *err);
+/* out (T,O) = MoE(x (T,d)). rng drives stochastic routers when train != 0. */
+void sm_moe_forward(sm_moe *m, sm_real *out, const sm_real *x, int T, sm_rng *rng, int train);
+/* dx (T,d) += ..., parameter gradients += ..., given dout (T,O) and the same x as the forward. */
+void sm_moe_backward(sm_moe *m, sm_real *dx, const sm_real *dout, const sm_real *x, int T);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,129 @@
+/* The router interface. The MoE layer (moe.h) sees only this: a router turns token features x (T,d)
+ * into an sm_route - (token, expert, weight) assignments grouped by expert - and, in its backward,
+ * turns the gradient w.r.t. each assignment's combine weight into gradients w.r.t. x and its own
+ * parameters. Adding a router means adding one file that fills an sm_router_ops table and one line
+ * in the registry (router.c); the layer is not touched.
+ *
+ * Letters: T tokens, d token width, E experts, k experts per token, A assignments (<= max_assign).
+ */
+#ifndef SPECMOE_ROUTER_H
+#define SPECMOE_ROUTER_H
+
+#include "specmoe/core/core.h"
+#include "specmoe/core/params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Options of every router, set from flags. A router reads the fields it understands. */
+typedef struct {
+    char name[32];       /* "topk", "switch", ... (sm_router_names lists them) */
+    int E;               /* experts */
+    int k;               /* experts per token; k == E gives the dense mixture */
+    double temperature;  /* softmax temperature (> 0) */
+    int noisy;           /* Shazeer noisy top-k gating: + N(0,1) * softplus(x W_noise) at train time */
+    int renorm;          /* renormalise the k selected weights to sum to 1 */
+    double capacity;     /* capacity factor; 0 = unlimited. capacity = ceil(cf * T * k / E);
+                          * expert-choice: each expert takes ceil(cf * T / E) tokens (0 means 1) */
+    double balance_coef; /* Switch load-balancing loss weight (switch default 0.01) */
+    double zloss_coef;   /* router z-loss weight (ST-MoE), 0 = off */
+    /* vmf and grassmann (GrMoE) */
+    double kappa_init;   /* initial concentration kappa_e (learned, > 0) */
+    double alpha;        /* GrMoE sparsity dial: logits = alpha * h(x) * kappa_e * ||U_e^T x||^2 */
+    int kr;              /* GrMoE routing rank k_r (frames in St(k_r, d)) */
+    int amortize;        /* GrMoE amortiser h(x) = E * softmax(MLP(x)) */
+    int amort_hidden;    /* its hidden width */
+    double subspace_beta;/* weight of the subspace-overlap regulariser (GrMoE Eq. 12) */
+    double rho0;         /* overlap threshold: max(0, ||U_e^T U_e'||_F^2 - rho0 * k_r) */
+    int pairs;           /* sampled pairs per step; 0 = 4E (the paper's default), -1 = all pairs */
+    /* soft (SoftMoE) */
+    int slots;           /* slots per expert p; 0 = ceil(group / E) */
+    int soft_group;      /* tokens per SoftMoE group (one observation); 0 = the whole batch */
+    int soft_norm;       /* normalise x and Phi along d, with a learned scale */
+    uint64_t seed;       /* seed of parameter-free stochastic routers (random) */
+    /* prototype (SR-MoE): logits -dist(z, mu_e), gate temperature = tau */
+    int proto_sq;        /* squared Euclidean distance instead of Euclidean */
+    /* ev (SSMoE): P = alpha softmax(EV logits) + (1 - alpha) softmax(router logits) */
+    int ev_c;            /* right singular vectors kept per descriptor (top-c by signed alignment) */
+    int ev_avg;          /* router-free "averaged EV": top-c by singular value */
+} sm_router_config;
+
+void sm_router_config_default(sm_router_config *c);
+
+/* One routing decision for a batch. Buffers are sized once for the largest batch (max_T). */
+typedef enum { SM_ROUTE_SPARSE = 0, SM_ROUTE_SOFT } sm_route_kind;
+
+typedef struct {
+    sm_route_kind kind; /* SPARSE: (token, expert, weight) assignments; SOFT: dispatch/combine */
+    int T, E;
+    int n_assign;       /* assignments kept in this batch (SOFT: slot rows, E * groups * slots) */
+    int *offset;        /* (E+1) assignments of expert e are [offset[e], offset[e+1]) */
+    int *token;         /* (A) token of each assignment, grouped by expert, token order within */
+    int *slot;          /* (A) rank of the expert among the token's choices (0 = first) */
+    sm_real *weight;    /* (A) combine weight */
+    sm_real *dweight;   /* (A) dLoss/dweight, written by the layer before router backward */
+    sm_real *probs;     /* (T,E) routing probabilities (after temperature), for metrics */
+    sm_real *dprobs;    /* (T,E) gradient of outside losses on probs (diversity, ...): zeroed by the
+                         * layer's forward, added to by penalties, consumed by the router backward */
+    int *load;          /* (E) kept assignments per expert */
+    long dropped;       /* assignments dropped by the capacity limit in this batch */
+    double aux_loss;    /* auxiliary loss the router adds to the objective (0 if none) */
+    /* SOFT routes (SoftMoE): tokens form G groups of m; each group has S = E * p slots, slot
+     * s = e * p + j belongs to expert e. Slot inputs are dispatch-weighted sums of the group's
+     * tokens, outputs return to tokens with combine weights. */
+    int groups, group_size, slots; /* G, m, p */
+    sm_real *dispatch;  /* (G, m, S) softmax over the m tokens, per slot */
+    sm_real *combine;   /* (G, m, S) softmax over the S slots, per token */
+    sm_real *ddispatch; /* (G, m, S) written by the layer */
+    sm_real *dcombine;  /* (G, m, S) written by the layer */
+} sm_route;
+
+typedef struct sm_router sm_router;
+
+typedef struct {
+    const char *name;
+    /* Declares the router's parameters under prefix (e.g. "layers.1.router"). */
+    sm_status (*declare)(sm_router *r, sm_params *ps, const char *prefix, sm_error *err);
+    /* Takes pointers into the allocated parameter table. */
+    void (*bind)(sm_router *r, const sm_params *ps);
+    /* Upper bound on assignments (SOFT: slot rows) for a batch of T tokens. */
+    int (*max_assign)(const sm_router *r, int T);
+    /* Route kind this router produces. */
+    sm_route_kind kind;
+    /* SOFT routers: slots per expert for batches of up to max_T tokens (NULL for SPARSE). */
+    int (*max_slots)(const sm_router *r, int max_T);
+    /* Allocates per-batch scratch for up to max_T tokens. */
+    sm_status (*reserve)(sm_router *r, int max_T, sm_error *err);
+    /* x (T,d) -> route. rng is used only when train != 0 and the router is stochastic. */
+    void (*forward)(sm_router *r, sm_route *route, const sm_real *x, int T, sm_rng *rng, int train);
+    /* dx (T,d) += ..., parameter gradients += ..., from route->dweight and the aux loss weight. */
+    void (*backward)(sm_router *r, sm_real *dx, const sm_route *route, const sm_real *x, int T);
+    void (*destroy)(sm_router *r);
+} sm_router_ops;
+
+struct sm_router {
+    const sm_router_ops *ops;
+    sm_router_config cfg;
+    int d;        /* token width */
+    void *state;  /* router-specific */
+};
+
+/* Creates the router named cfg->name for tokens of width d; validates cfg (k <= E, T > 0, ...). */
+sm_router *sm_router_create(const sm_router_config *cfg, int d, sm_error *err);
+void sm_router_free(sm_router *r);
+/* Comma-separated list of registered router names. */
+const char *sm_router_names(void);
+
+/* Allocates a route for up to max_T tokens; SOFT routes also get their (max_T, E*slots) matrices. */
+sm_status sm_route_alloc(sm_route *route, sm_route_kind kind, int max_T, int E, int max_assign, int slots,
+                         sm_error *err);
+void sm_route_free(sm_route *route);
+/* Groups per-token choices into the expert-major layout: choice (T,k) expert ids (-1 = dropped
+ * or unused), w (T,k) weights. Fills offset/token/slot/weight/load. Stable in token order. */
+void sm_route_group(sm_route *route, const int *choice, const sm_real *w, int T, int k);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

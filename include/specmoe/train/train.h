@@ -1,0 +1,76 @@
+/* Supervised training loop: minibatches from an sm_batcher, forward / loss / backward, NaN-Inf
+ * guard, clipping, optimiser step on a schedule, periodic logging to <out>/metrics.jsonl, atomic
+ * checkpoints to <out>/checkpoint.safetensors, exact resume.
+ *
+ * The loop prints nothing: it reports through the on_log callback (the CLI draws a progress bar or
+ * plain lines from it).
+ */
+#ifndef SPECMOE_TRAIN_H
+#define SPECMOE_TRAIN_H
+
+#include "specmoe/io/checkpoint.h"
+#include "specmoe/io/data.h"
+#include "specmoe/nn/metrics.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int epochs;
+    int batch;
+    sm_optim_config opt;
+    sm_sched_kind sched;
+    double final_lr;        /* lr at the end of linear / cosine schedules */
+    long warmup;            /* warm-up steps */
+    double clip;            /* global grad-norm clip (0 = off) */
+    uint64_t seed;          /* init, data order and noise */
+    const char *out_dir;    /* run directory (metrics.jsonl, checkpoint.safetensors); NULL = none */
+    int log_every;          /* steps between log records */
+    long ckpt_every;        /* steps between checkpoints; 0 = at the end of every epoch */
+    const char *resume;     /* checkpoint to continue from, or NULL */
+    long stop_after;        /* stop (with a checkpoint) after this many steps in total; 0 = run to the end */
+    long inject_nan_step;   /* testing aid: poison one gradient at this step (-1 = never) */
+} sm_train_config;
+
+void sm_train_config_default(sm_train_config *c);
+
+/* One log record (also one line of metrics.jsonl). Per-layer routing arrays index MoE layers. */
+typedef struct {
+    long step, total_steps;
+    int epoch;
+    double loss, acc, lr, grad_norm, tokens_per_s, elapsed_s;
+    int n_moe;
+    sm_routing_summary routing[4]; /* first 4 MoE layers */
+    long dropped[4];
+    int final;                     /* 1 on the record written at the end of training */
+} sm_log_record;
+
+typedef void (*sm_log_fn)(const sm_log_record *rec, void *user);
+
+typedef struct {
+    long steps;
+    double final_train_loss;
+    double seconds;
+} sm_train_result;
+
+/* Trains m on train (and, if val is non-NULL, evaluates it at the end of every epoch into the log).
+ * On NaN/Inf returns SM_ERR_NUMERIC with a message naming the step, the tensor and the last good
+ * checkpoint. */
+sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, const sm_train_config *cfg,
+                   sm_log_fn on_log, void *user, sm_train_result *res, sm_error *err);
+
+typedef struct {
+    double loss, acc;
+    long n;
+    int n_moe;
+    sm_routing_stats routing[4];
+} sm_eval_result;
+
+/* Accuracy and mean loss of m on ds (no noise), with routing statistics of the first 4 MoE layers. */
+sm_status sm_evaluate(sm_model *m, const sm_dataset *ds, int batch, sm_eval_result *out, sm_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,313 @@
+/* Image ops on NCHW tensors: conv2d (im2col + GEMM), max / average / adaptive average pooling.
+ * Shapes and conventions: include/specmoe/conv.h. Letters: B images, C input channels, OC output
+ * channels, H x W input, OH x OW output, KH x KW kernel, K x K pooling window, S pooling stride,
+ * P = OH*OW output pixels per plane, CKK = C*KH*KW rows of the im2col matrix.
+ *
+ * Threading: the convolution GEMMs are threaded by OpenBLAS; the loops here split over (image,
+ * channel) planes or over input channels, which write disjoint memory, so results do not depend on
+ * the thread count. Small problems stay serial (the `if` clauses): a parallel region costs more than
+ * a few thousand multiply-adds.
+ * The per-image GEMMs are small (e.g. 64 x 288 x 49 for a 32 -> 64 channel 3x3 layer on 7x7 outputs).
+ * On a machine whose cores are busy with another process, OpenBLAS's OpenMP workers spin-waiting
+ * between them made one such backward 50-100x slower (0.4-1 s instead of 8 ms, measured with 2
+ * threads next to a 2-core benchmark); OMP_WAIT_POLICY=passive removes that, as BENCHMARKS.md already
+ * recommends for the PyTorch peer.
+ */
+#include "specmoe/core/conv.h"
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "specmoe/core/ops.h"
+
+/* below this many values touched a loop is not worth a parallel region */
+#define PAR_MIN 65536
+
+sm_status sm_conv2d_shape(int H, int W, int KH, int KW, int stride, int pad, int *OH, int *OW, sm_error *err) {
+    if (H < 1 || W < 1)
+        return sm_fail(err, SM_ERR_ARG, "conv2d: input is %d x %d, need at least 1 x 1", H, W);
+    if (KH < 1 || KW < 1)
+        return sm_fail(err, SM_ERR_ARG, "conv2d: kernel is %d x %d, need at least 1 x 1", KH, KW);
+    if (stride < 1) return sm_fail(err, SM_ERR_ARG, "conv2d: stride %d, need stride >= 1", stride);
+    if (pad < 0) return sm_fail(err, SM_ERR_ARG, "conv2d: padding %d, need padding >= 0", pad);
+    /* in long long: H + 2 pad may not fit an int */
+    long long ph = (long long)H + 2LL * pad, pw = (long long)W + 2LL * pad;
+    if (KH > ph || KW > pw)
+        return sm_fail(err, SM_ERR_ARG,
+                       "conv2d: kernel %d x %d is larger than the %d x %d input padded by %d on each side "
+                       "(%lld x %lld)",
+                       KH, KW, H, W, pad, ph, pw);
+    long long oh = (ph - KH) / stride + 1, ow = (pw - KW) / stride + 1;
+    if (oh * ow > INT_MAX)
+        return sm_fail(err, SM_ERR_ARG, "conv2d: output %lld x %lld from a %d x %d input has more than %d pixels",
+                       oh, ow, H, W, INT_MAX);
+    if (OH) *OH = (int)oh;
+    if (OW) *OW = (int)ow;
+    return SM_OK;
+}
+
+size_t sm_conv2d_col_size(int C, int H, int W, int KH, int KW, int stride, int pad) {
+    int OH = 0, OW = 0;
+    if (C < 1 || sm_conv2d_shape(H, W, KH, KW, stride, pad, &OH, &OW, NULL) != SM_OK) return 0;
+    /* the GEMMs take int dimensions: refuse what they cannot index */
+    if ((long long)C * KH * KW > INT_MAX) return 0;
+    return (size_t)C * KH * KW * (size_t)OH * OW;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* im2col / col2im for one image */
+
+/* The output columns j whose input column j*stride - pad + q lies inside [0, W): [*lo, *hi). */
+static void valid_range(int *lo, int *hi, int OW, int W, int stride, int pad, int q) {
+    int a = 0, b = OW;
+    while (a < b && a * stride - pad + q < 0) a++;
+    while (b > a && (b - 1) * stride - pad + q >= W) b--;
+    *lo = a;
+    *hi = b;
+}
+
+/* col (CKK, P): row (c, p, q) holds inp[c, i*stride - pad + p, j*stride - pad + q] at column i*OW + j,
+ * 0 where that falls in the padding.  img (C, H, W). */
+static void im2col(sm_real *col, const sm_real *img, int C, int H, int W, int KH, int KW, int stride, int pad,
+                   int OH, int OW) {
+    const size_t P = (size_t)OH * OW;
+#pragma omp parallel for if (C > 1 && (size_t)C * KH * KW * P > PAR_MIN) schedule(static)
+    for (int c = 0; c < C; c++) {
+        for (int p = 0; p < KH; p++) {
+            for (int q = 0; q < KW; q++) {
+                sm_real *row = col + ((size_t)(c * KH + p) * KW + q) * P;
+                int lo, hi;
+                valid_range(&lo, &hi, OW, W, stride, pad, q);
+                const int off = q - pad; /* input column of output column j is j*stride + off */
+                for (int i = 0; i < OH; i++) {
+                    sm_real *dst = row + (size_t)i * OW;
+                    const int ih = i * stride - pad + p;
+                    if (ih < 0 || ih >= H) {
+                        memset(dst, 0, sizeof(sm_real) * OW);
+                        continue;
+                    }
+                    const sm_real *src = img + ((size_t)c * H + ih) * W;
+                    for (int j = 0; j < lo; j++) dst[j] = 0;
+                    if (stride == 1) {
+                        if (hi > lo) memcpy(dst + lo, src + lo + off, sizeof(sm_real) * (hi - lo));
+                    } else {
+                        for (int j = lo; j < hi; j++) dst[j] = src[j * stride + off];
+                    }
+                    for (int j = hi; j < OW; j++) dst[j] = 0;
+                }
+            }
+        }
+    }
+}
+
+/* The adjoint of im2col: img (C, H, W) += every entry of col (CKK, P) added back onto the pixel it was
+ * copied from; padding entries are dropped. Each channel is its own plane of img, so the channel loop
+ * can run in parallel; within a channel the (p, q) rows overlap and stay serial. */
+static void col2im_add(sm_real *img, const sm_real *col, int C, int H, int W, int KH, int KW, int stride, int pad,
+                       int OH, int OW) {
+    const size_t P = (size_t)OH * OW;
+#pragma omp parallel for if (C > 1 && (size_t)C * KH * KW * P > PAR_MIN) schedule(static)
+    for (int c = 0; c < C; c++) {
+        for (int p = 0; p < KH; p++) {
+            for (int q = 0; q < KW; q++) {
+                const sm_real *row = col + ((size_t)(c * KH + p) * KW + q) * P;
+                int lo, hi;
+                valid_range(&lo, &hi, OW, W, stride, pad, q);
+                const int off = q - pad;
+                for (int i = 0; i < OH; i++) {
+                    const int ih = i * stride - pad + p;
+                    if (ih < 0 || ih >= H) continue;
+                    const sm_real *src = row + (size_t)i * OW;
+                    sm_real *dst = img + ((size_t)c * H + ih) * W;
+                    for (int j = lo; j < hi; j++) dst[j * stride + off] += src[j];
+                }
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* conv2d */
+
+void sm_conv2d_forward(sm_real *out, sm_real *col, const sm_real *inp, const sm_real *weight,
+                       const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW, int stride,
+                       int pad) {
+    const int OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
+    const int P = OH * OW, CKK = C * KH * KW;
+    for (int b = 0; b < B; b++) {
+        const sm_real *x = inp + (size_t)b * C * H * W;
+        sm_real *y = out + (size_t)b * OC * P; /* (OC, P) */
+        im2col(col, x, C, H, W, KH, KW, stride, pad, OH, OW);
+        if (bias)
+            for (int o = 0; o < OC; o++)
+                for (int t = 0; t < P; t++) y[(size_t)o * P + t] = bias[o];
+        /* y (OC,P) (+)= weight (OC,CKK) @ col (CKK,P) */
+        sm_gemm(0, 0, OC, P, CKK, 1, weight, CKK, col, P, bias ? 1 : 0, y, P);
+    }
+}
+
+void sm_conv2d_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, sm_real *col, sm_real *dcol,
+                        const sm_real *dout, const sm_real *inp, const sm_real *weight, int B, int C, int H,
+                        int W, int OC, int KH, int KW, int stride, int pad) {
+    const int OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
+    const int P = OH * OW, CKK = C * KH * KW;
+    for (int b = 0; b < B; b++) {
+        const sm_real *dy = dout + (size_t)b * OC * P; /* (OC, P) */
+        if (dweight) {
+            /* the forward's col is gone (the scratch holds one image): rebuild it */
+            im2col(col, inp + (size_t)b * C * H * W, C, H, W, KH, KW, stride, pad, OH, OW);
+            /* dweight (OC,CKK) += dy (OC,P) @ col^T (P,CKK) */
+            sm_gemm(0, 1, OC, CKK, P, 1, dy, P, col, P, 1, dweight, CKK);
+        }
+        if (dbias) {
+            for (int o = 0; o < OC; o++) {
+                const sm_real *d = dy + (size_t)o * P;
+                sm_real s = 0;
+                for (int t = 0; t < P; t++) s += d[t];
+                dbias[o] += s;
+            }
+        }
+        if (dinp) {
+            /* dcol (CKK,P) = weight^T (CKK,OC) @ dy (OC,P), then scattered back onto the image */
+            sm_gemm(1, 0, CKK, P, OC, 1, weight, CKK, dy, P, 0, dcol, P);
+            col2im_add(dinp + (size_t)b * C * H * W, dcol, C, H, W, KH, KW, stride, pad, OH, OW);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* max pooling */
+
+void sm_maxpool2d_forward(sm_real *out, int *idx, const sm_real *inp, int B, int C, int H, int W, int K, int S) {
+    const int OH = (H - K) / S + 1, OW = (W - K) / S + 1;
+    const long planes = (long)B * C;
+#pragma omp parallel for if ((size_t)planes * H * W > PAR_MIN) schedule(static)
+    for (long pl = 0; pl < planes; pl++) {
+        const sm_real *x = inp + (size_t)pl * H * W;
+        sm_real *y = out + (size_t)pl * OH * OW;
+        int *ix = idx + (size_t)pl * OH * OW;
+        for (int i = 0; i < OH; i++) {
+            for (int j = 0; j < OW; j++) {
+                int best = i * S * W + j * S;
+                sm_real m = x[best];
+                for (int p = 0; p < K; p++) {
+                    for (int q = 0; q < K; q++) {
+                        const int at = (i * S + p) * W + j * S + q;
+                        const sm_real v = x[at];
+                        /* strictly larger: ties keep the first index; a NaN beats any number once */
+                        if (v > m || (isnan(v) && !isnan(m))) {
+                            m = v;
+                            best = at;
+                        }
+                    }
+                }
+                y[i * OW + j] = m;
+                ix[i * OW + j] = best;
+            }
+        }
+    }
+}
+
+void sm_maxpool2d_backward(sm_real *dinp, const sm_real *dout, const int *idx, int B, int C, int H, int W, int K,
+                           int S) {
+    const int OH = (H - K) / S + 1, OW = (W - K) / S + 1, P = OH * OW;
+    const long planes = (long)B * C;
+#pragma omp parallel for if ((size_t)planes * P > PAR_MIN) schedule(static)
+    for (long pl = 0; pl < planes; pl++) {
+        sm_real *dx = dinp + (size_t)pl * H * W;
+        const sm_real *dy = dout + (size_t)pl * P;
+        const int *ix = idx + (size_t)pl * P;
+        for (int t = 0; t < P; t++) dx[ix[t]] += dy[t];
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* average pooling */
+
+void sm_avgpool2d_forward(sm_real *out, const sm_real *inp, int B, int C, int H, int W, int K, int S) {
+    const int OH = (H - K) / S + 1, OW = (W - K) / S + 1;
+    const sm_real inv = (sm_real)1 / ((sm_real)K * K);
+    const long planes = (long)B * C;
+#pragma omp parallel for if ((size_t)planes * H * W > PAR_MIN) schedule(static)
+    for (long pl = 0; pl < planes; pl++) {
+        const sm_real *x = inp + (size_t)pl * H * W;
+        sm_real *y = out + (size_t)pl * OH * OW;
+        for (int i = 0; i < OH; i++) {
+            for (int j = 0; j < OW; j++) {
+                sm_real s = 0;
+                for (int p = 0; p < K; p++) {
+                    const sm_real *r = x + (size_t)(i * S + p) * W + j * S;
+                    for (int q = 0; q < K; q++) s += r[q];
+                }
+                y[i * OW + j] = s * inv;
+            }
+        }
+    }
+}
+
+void sm_avgpool2d_backward(sm_real *dinp, const sm_real *dout, int B, int C, int H, int W, int K, int S) {
+    const int OH = (H - K) / S + 1, OW = (W - K) / S + 1;
+    const sm_real inv = (sm_real)1 / ((sm_real)K * K);
+    const long planes = (long)B * C;
+#pragma omp parallel for if ((size_t)planes * H * W > PAR_MIN) schedule(static)
+    for (long pl = 0; pl < planes; pl++) {
+        sm_real *dx = dinp + (size_t)pl * H * W;
+        const sm_real *dy = dout + (size_t)pl * OH * OW;
+        for (int i = 0; i < OH; i++) {
+            for (int j = 0; j < OW; j++) {
+                const sm_real g = dy[i * OW + j] * inv;
+                for (int p = 0; p < K; p++) {
+                    sm_real *r = dx + (size_t)(i * S + p) * W + j * S;
+                    for (int q = 0; q < K; q++) r[q] += g;
+                }
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* adaptive average pooling */
+
+/* PyTorch's bins (aten/src/ATen/native/AdaptiveAveragePooling.cpp, start_index / end_index):
+ * bin i of n over a length L covers [floor(i L / n), ceil((i+1) L / n)). */
+static int bin_start(int i, int n, int L) { return (int)(((long long)i * L) / n); }
+static int bin_end(int i, int n, int L) { return (int)(((long long)(i + 1) * L + n - 1) / n); }
+
+void sm_adaptive_avgpool2d_forward(sm_real *out, const sm_real *inp, int B, int C, int H, int W, int OH, int OW) {
+    const long planes = (long)B * C;
+#pragma omp parallel for if ((size_t)planes * H * W > PAR_MIN) schedule(static)
+    for (long pl = 0; pl < planes; pl++) {
+        const sm_real *x = inp + (size_t)pl * H * W;
+        sm_real *y = out + (size_t)pl * OH * OW;
+        for (int i = 0; i < OH; i++) {
+            const int h0 = bin_start(i, OH, H), h1 = bin_end(i, OH, H);
+            for (int j = 0; j < OW; j++) {
+                const int w0 = bin_start(j, OW, W), w1 = bin_end(j, OW, W);
+                sm_real s = 0;
+                for (int h = h0; h < h1; h++)
+                    for (int w = w0; w < w1; w++) s += x[(size_t)h * W + w];
+                y[i * OW + j] = s / (sm_real)((h1 - h0) * (w1 - w0));
+            }
+        }
+    }
+}
+
+void sm_adaptive_avgpool2d_backward(sm_real *dinp, const sm_real *dout, int B, int C, int H, int W, int OH,
+                                    int OW) {
+    const long planes = (long)B * C;
+#pragma omp parallel for if ((size_t)planes * H * W > PAR_MIN) schedule(static)
+    for (long pl = 0; pl < planes; pl++) {
+        sm_real *dx = dinp + (size_t)pl * H * W;
+        const sm_real *dy = dout + (size_t)pl * OH * OW;
+        for (int i = 0; i < OH; i++) {
+            const int h0 = bin_start(i, OH, H), h1 = bin_end(i, OH, H);
+            for (int j = 0; j < OW; j++) {
+                const int w0 = bin_start(j, OW, W), w1 = bin_end(j, OW, W);
+                const sm_real g = dy[i * OW + j] / (sm_real)((h1 - h0) * (w1 - w0));
+                for (int h = h0; h < h1; h++)
+                    for (int w = w0; w < w1; w++) dx[(size_t)h * W + w] += g;
+            }
+        }
+    }
+}

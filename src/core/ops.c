@@ -1,0 +1,309 @@
+/* Elementary modules (see include/specmoe/ops.h for shapes and conventions). */
+#include "specmoe/core/ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+void sm_gemm(int transA, int transB, int M, int N, int K, sm_real alpha, const sm_real *A, int lda,
+             const sm_real *B, int ldb, sm_real beta, sm_real *C, int ldc) {
+    if (M == 0 || N == 0) return;
+#ifdef SPECMOE_DOUBLE
+    cblas_dgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+                M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#else
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+                M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* linear */
+
+void sm_linear_forward(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias,
+                       int T, int C, int OC) {
+    if (bias) {
+        for (int t = 0; t < T; t++) memcpy(out + (size_t)t * OC, bias, sizeof(sm_real) * OC);
+    }
+    /* out (T,OC) (+)= inp (T,C) @ weight^T (C,OC) */
+    sm_gemm(0, 1, T, OC, C, 1, inp, C, weight, C, bias ? 1 : 0, out, OC);
+}
+
+void sm_linear_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, const sm_real *dout,
+                        const sm_real *inp, const sm_real *weight, int T, int C, int OC) {
+    /* dinp (T,C) += dout (T,OC) @ weight (OC,C) */
+    if (dinp) sm_gemm(0, 0, T, C, OC, 1, dout, OC, weight, C, 1, dinp, C);
+    /* dweight (OC,C) += dout^T (OC,T) @ inp (T,C) */
+    if (dweight) sm_gemm(1, 0, OC, C, T, 1, dout, OC, inp, C, 1, dweight, C);
+    if (dbias) {
+        for (int t = 0; t < T; t++) {
+            const sm_real *d = dout + (size_t)t * OC;
+            for (int o = 0; o < OC; o++) dbias[o] += d[o];
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* activations */
+
+const char *sm_act_name(sm_act a) {
+    switch (a) {
+    case SM_ACT_NONE: return "none";
+    case SM_ACT_RELU: return "relu";
+    case SM_ACT_GELU: return "gelu";
+    case SM_ACT_TANH: return "tanh";
+    case SM_ACT_SILU: return "silu";
+    }
+    return "?";
+}
+
+int sm_act_parse(const char *s, sm_act *out) {
+    static const sm_act all[] = {SM_ACT_NONE, SM_ACT_RELU, SM_ACT_GELU, SM_ACT_TANH, SM_ACT_SILU};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (strcmp(s, sm_act_name(all[i])) == 0) {
+            *out = all[i];
+            return 0;
+        }
+    }
+    return -1;
+}
+
+#ifdef SPECMOE_DOUBLE
+#define R_EXP exp
+#define R_TANH tanh
+#define R_ERF erf
+#define R_SQRT sqrt
+#define R_LOG log
+#else
+#define R_EXP expf
+#define R_TANH tanhf
+#define R_ERF erff
+#define R_SQRT sqrtf
+#define R_LOG logf
+#endif
+
+static const double kInvSqrt2 = 0.70710678118654752440;
+static const double kInvSqrt2Pi = 0.39894228040143267794;
+
+void sm_act_forward(sm_real *out, const sm_real *inp, size_t N, sm_act a) {
+    switch (a) {
+    case SM_ACT_NONE:
+        if (out != inp) memcpy(out, inp, N * sizeof(sm_real));
+        break;
+    case SM_ACT_RELU:
+        for (size_t i = 0; i < N; i++) out[i] = inp[i] > 0 ? inp[i] : 0;
+        break;
+    case SM_ACT_GELU: /* x * Phi(x) */
+        for (size_t i = 0; i < N; i++) {
+            sm_real x = inp[i];
+            out[i] = (sm_real)0.5 * x * (1 + R_ERF(x * (sm_real)kInvSqrt2));
+        }
+        break;
+    case SM_ACT_TANH:
+        for (size_t i = 0; i < N; i++) out[i] = R_TANH(inp[i]);
+        break;
+    case SM_ACT_SILU: /* x * sigmoid(x) */
+        for (size_t i = 0; i < N; i++) out[i] = inp[i] / (1 + R_EXP(-inp[i]));
+        break;
+    }
+}
+
+/* f'(x) for each activation (used by both backward forms). */
+static inline sm_real act_deriv(sm_real x, sm_act a) {
+    switch (a) {
+    case SM_ACT_NONE: return 1;
+    case SM_ACT_RELU: return x > 0 ? 1 : 0;
+    case SM_ACT_GELU: { /* d/dx x Phi(x) = Phi(x) + x phi(x) */
+        sm_real cdf = (sm_real)0.5 * (1 + R_ERF(x * (sm_real)kInvSqrt2));
+        sm_real pdf = (sm_real)kInvSqrt2Pi * R_EXP((sm_real)-0.5 * x * x);
+        return cdf + x * pdf;
+    }
+    case SM_ACT_TANH: {
+        sm_real y = R_TANH(x);
+        return 1 - y * y;
+    }
+    case SM_ACT_SILU: {
+        sm_real s = 1 / (1 + R_EXP(-x));
+        return s * (1 + x * (1 - s));
+    }
+    }
+    return 0;
+}
+
+void sm_act_backward(sm_real *dinp, const sm_real *dout, const sm_real *inp, size_t N, sm_act a) {
+    for (size_t i = 0; i < N; i++) dinp[i] += dout[i] * act_deriv(inp[i], a);
+}
+
+void sm_act_backward_inplace(sm_real *d, const sm_real *inp, size_t N, sm_act a) {
+    if (a == SM_ACT_NONE) return;
+    for (size_t i = 0; i < N; i++) d[i] *= act_deriv(inp[i], a);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* layernorm (llm.c layernorm_forward / layernorm_backward) */
+
+void sm_layernorm_forward(sm_real *out, sm_real *mean, sm_real *rstd, const sm_real *inp,
+                          const sm_real *weight, const sm_real *bias, int T, int C) {
+    const sm_real eps = (sm_real)1e-5; /* torch.nn.LayerNorm default */
+    for (int t = 0; t < T; t++) {
+        const sm_real *x = inp + (size_t)t * C;
+        double m = 0;
+        for (int i = 0; i < C; i++) m += x[i];
+        m /= C;
+        double v = 0;
+        for (int i = 0; i < C; i++) v += (x[i] - m) * (x[i] - m);
+        v /= C;
+        sm_real s = (sm_real)(1.0 / sqrt(v + eps));
+        sm_real *o = out + (size_t)t * C;
+        for (int i = 0; i < C; i++) o[i] = (sm_real)((x[i] - m) * s) * weight[i] + bias[i];
+        mean[t] = (sm_real)m;
+        rstd[t] = s;
+    }
+}
+
+void sm_layernorm_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, const sm_real *dout,
+                           const sm_real *inp, const sm_real *weight, const sm_real *mean,
+                           const sm_real *rstd, int T, int C) {
+    for (int t = 0; t < T; t++) {
+        const sm_real *d = dout + (size_t)t * C, *x = inp + (size_t)t * C;
+        sm_real m = mean[t], s = rstd[t];
+        double dnorm_mean = 0, dnorm_norm_mean = 0;
+        for (int i = 0; i < C; i++) {
+            sm_real n = (x[i] - m) * s;
+            sm_real dn = weight[i] * d[i];
+            dnorm_mean += dn;
+            dnorm_norm_mean += dn * n;
+        }
+        dnorm_mean /= C;
+        dnorm_norm_mean /= C;
+        sm_real *di = dinp + (size_t)t * C;
+        for (int i = 0; i < C; i++) {
+            sm_real n = (x[i] - m) * s;
+            sm_real dn = weight[i] * d[i];
+            dbias[i] += d[i];
+            dweight[i] += n * d[i];
+            di[i] += (sm_real)((dn - dnorm_mean - n * dnorm_norm_mean) * s);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* softmax */
+
+void sm_softmax_forward(sm_real *probs, const sm_real *inp, sm_real temperature, int T, int V) {
+    for (int t = 0; t < T; t++) {
+        const sm_real *x = inp + (size_t)t * V;
+        sm_real *p = probs + (size_t)t * V;
+        sm_real mx = x[0];
+        for (int v = 1; v < V; v++) mx = x[v] > mx ? x[v] : mx;
+        sm_real sum = 0;
+        for (int v = 0; v < V; v++) {
+            p[v] = R_EXP((x[v] - mx) / temperature);
+            sum += p[v];
+        }
+        for (int v = 0; v < V; v++) p[v] /= sum;
+    }
+}
+
+void sm_softmax_backward(sm_real *dinp, const sm_real *dprobs, const sm_real *probs,
+                         sm_real temperature, int T, int V) {
+    for (int t = 0; t < T; t++) {
+        const sm_real *p = probs + (size_t)t * V, *dp = dprobs + (size_t)t * V;
+        sm_real dot = 0;
+        for (int v = 0; v < V; v++) dot += p[v] * dp[v];
+        sm_real *dx = dinp + (size_t)t * V;
+        for (int v = 0; v < V; v++) dx[v] += p[v] * (dp[v] - dot) / temperature;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* losses */
+
+double sm_crossentropy_forward(sm_real *losses, sm_real *probs, const sm_real *logits,
+                               const int *targets, const unsigned char *mask, int T, int V) {
+    double total = 0;
+    for (int t = 0; t < T; t++) {
+        const sm_real *x = logits + (size_t)t * V;
+        sm_real *p = probs + (size_t)t * V;
+        sm_real mx = -INFINITY;
+        for (int v = 0; v < V; v++)
+            if ((!mask || mask[v]) && x[v] > mx) mx = x[v];
+        sm_real sum = 0;
+        for (int v = 0; v < V; v++) {
+            p[v] = (!mask || mask[v]) ? R_EXP(x[v] - mx) : 0;
+            sum += p[v];
+        }
+        for (int v = 0; v < V; v++) p[v] /= sum;
+        /* log p_target computed from the logits, not log(p), so it stays finite for tiny p. */
+        sm_real l = R_LOG(sum) + mx - x[targets[t]];
+        losses[t] = l;
+        total += l;
+    }
+    return total / T;
+}
+
+void sm_crossentropy_backward(sm_real *dlogits, const sm_real *probs, const int *targets, sm_real dloss,
+                              int T, int V) {
+    sm_real scale = dloss / (sm_real)T;
+    for (int t = 0; t < T; t++) {
+        const sm_real *p = probs + (size_t)t * V;
+        sm_real *d = dlogits + (size_t)t * V;
+        for (int v = 0; v < V; v++) d[v] += scale * (p[v] - (v == targets[t] ? 1 : 0));
+    }
+}
+
+double sm_mse_forward(const sm_real *pred, const sm_real *target, size_t N) {
+    double s = 0;
+    for (size_t i = 0; i < N; i++) {
+        double d = (double)pred[i] - (double)target[i];
+        s += d * d;
+    }
+    return s / (double)N;
+}
+
+void sm_mse_backward(sm_real *dpred, const sm_real *pred, const sm_real *target, sm_real dloss,
+                     size_t N) {
+    sm_real scale = 2 * dloss / (sm_real)N;
+    for (size_t i = 0; i < N; i++) dpred[i] += scale * (pred[i] - target[i]);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* row-wise L2 normalisation (SoftMoE's normalised tokens and slots, vMF directions) */
+
+void sm_l2norm_forward(sm_real *out, sm_real *norms, const sm_real *v, int N, int C) {
+    for (int i = 0; i < N; i++) {
+        const sm_real *vi = v + (size_t)i * C;
+        double ss = 0;
+        for (int j = 0; j < C; j++) ss += (double)vi[j] * vi[j];
+        norms[i] = (sm_real)sqrt(ss > 1e-24 ? ss : 1e-24);
+        for (int j = 0; j < C; j++) out[(size_t)i * C + j] = vi[j] / norms[i];
+    }
+}
+
+void sm_l2norm_backward(sm_real *dv, const sm_real *dout, const sm_real *out, const sm_real *norms, int N, int C) {
+    for (int i = 0; i < N; i++) {
+        const sm_real *y = out + (size_t)i * C, *g = dout + (size_t)i * C;
+        double dot = 0;
+        for (int j = 0; j < C; j++) dot += (double)y[j] * g[j];
+        for (int j = 0; j < C; j++) dv[(size_t)i * C + j] += (sm_real)((g[j] - y[j] * dot) / norms[i]);
+    }
+}
+
+int sm_argmax(const sm_real *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+double sm_sumsq(const sm_real *x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+int sm_all_finite(const sm_real *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}

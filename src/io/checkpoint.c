@@ -1,0 +1,217 @@
+/* Checkpoints in safetensors (see include/specmoe/checkpoint.h). */
+#include "specmoe/io/checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "specmoe/io/safetensors.h"
+
+/* Parameters are sm_real in memory (double in the gradient-check build); files are F32. */
+static float *to_f32(const sm_real *x, size_t n) {
+    float *f = malloc((n ? n : 1) * sizeof(float));
+    if (f)
+        for (size_t i = 0; i < n; i++) f[i] = (float)x[i];
+    return f;
+}
+
+sm_status sm_checkpoint_save(const char *path, const sm_model *m, const sm_optim *opt, const sm_train_state *ts,
+                             sm_error *err) {
+    const sm_params *ps = &m->params;
+    sm_st_writer w;
+    sm_st_writer_init(&w);
+    sm_status st = SM_OK;
+    int groups = opt ? 3 : 1;
+    /* float copies of data, m, v: one block each, freed after the write */
+    float *blocks[3] = {NULL, NULL, NULL};
+    const sm_real *src[3] = {ps->data, opt ? opt->m : NULL, opt ? opt->v : NULL};
+    const char *pre[3] = {"", "optim.m.", "optim.v."};
+    char **names = calloc((size_t)ps->n * 3, sizeof(char *));
+    if (!names) return sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
+    for (int g = 0; g < groups && st == SM_OK; g++) {
+        blocks[g] = to_f32(src[g], ps->total);
+        if (!blocks[g]) {
+            st = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
+            break;
+        }
+        for (int i = 0; i < ps->n && st == SM_OK; i++) {
+            const sm_param *q = &ps->p[i];
+            size_t len = strlen(pre[g]) + strlen(q->name) + 1;
+            names[g * ps->n + i] = malloc(len);
+            if (!names[g * ps->n + i]) {
+                st = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
+                break;
+            }
+            snprintf(names[g * ps->n + i], len, "%s%s", pre[g], q->name);
+            st = sm_st_writer_add(&w, names[g * ps->n + i], q->ndim, q->shape, blocks[g] + q->offset, err);
+        }
+    }
+    char *model_json = sm_model_config_to_json(&m->cfg);
+    if (st == SM_OK) st = sm_st_writer_meta(&w, "format", "specmoe", err);
+    if (st == SM_OK) st = sm_st_writer_meta(&w, "version", "1", err);
+    if (st == SM_OK) st = sm_st_writer_meta(&w, "model", model_json ? model_json : "{}", err);
+    if (st == SM_OK && ts) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "step", (double)ts->step);
+        cJSON_AddNumberToObject(o, "epoch", ts->epoch);
+        cJSON_AddNumberToObject(o, "pos", ts->pos);
+        cJSON_AddNumberToObject(o, "optim_step", opt ? (double)opt->step : 0);
+        cJSON_AddStringToObject(o, "optimizer", opt ? sm_opt_name(opt->cfg.kind) : "none");
+        cJSON *rng = cJSON_AddArrayToObject(o, "rng");
+        for (int i = 0; i < 4; i++) {
+            char b[32];
+            snprintf(b, sizeof b, "%" PRIu64, ts->rng.s[i]);
+            cJSON_AddItemToArray(rng, cJSON_CreateString(b));
+        }
+        char *s = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        st = sm_st_writer_meta(&w, "train", s ? s : "{}", err);
+        free(s);
+    }
+    if (st == SM_OK) st = sm_st_writer_write(&w, path, err);
+    free(model_json);
+    sm_st_writer_free(&w);
+    for (int i = 0; i < ps->n * 3; i++) free(names[i]);
+    free(names);
+    for (int g = 0; g < 3; g++) free(blocks[g]);
+    return st;
+}
+
+static sm_status read_model_meta(const sm_safetensors *st, const char *path, sm_model_config *cfg, sm_error *err) {
+    const char *fmt = sm_safetensors_meta(st, "format");
+    const char *json = sm_safetensors_meta(st, "model");
+    if (!fmt || strcmp(fmt, "specmoe") != 0 || !json)
+        return sm_fail(err, SM_ERR_FORMAT, "%s: not a specmoe checkpoint (no __metadata__ format/model)", path);
+    sm_error e2;
+    if (sm_model_config_from_json(cfg, json, &e2) != SM_OK)
+        return sm_fail(err, SM_ERR_FORMAT, "%s: __metadata__.model: %s", path, e2.msg);
+    return SM_OK;
+}
+
+sm_status sm_checkpoint_read_config(const char *path, sm_model_config *cfg, sm_error *err) {
+    sm_safetensors st;
+    sm_status s = sm_safetensors_load(&st, path, err);
+    if (s != SM_OK) return s;
+    s = read_model_meta(&st, path, cfg, err);
+    sm_safetensors_free(&st);
+    return s;
+}
+
+static sm_status load_tensor(const sm_safetensors *st, const char *path, const char *name, const sm_param *q,
+                             sm_real *dst, float *tmp, sm_error *err) {
+    const sm_st_tensor *t = sm_safetensors_find(st, name);
+    if (!t) return sm_fail(err, SM_ERR_MISMATCH, "%s: tensor '%s' missing", path, name);
+    int same = t->ndim == q->ndim;
+    for (int d = 0; same && d < q->ndim; d++) same = t->shape[d] == q->shape[d];
+    if (!same) return sm_fail(err, SM_ERR_MISMATCH, "%s: tensor '%s' has a different shape than the model's", path, name);
+    sm_status s = sm_st_tensor_to_f32(t, tmp, q->numel, err);
+    if (s != SM_OK || !dst) return s; /* dst NULL: validation only */
+    for (size_t i = 0; i < q->numel; i++) dst[i] = (sm_real)tmp[i];
+    return SM_OK;
+}
+
+static sm_status parse_u64(const cJSON *v, uint64_t *out) {
+    if (!cJSON_IsString(v)) return SM_ERR_FORMAT;
+    char *end;
+    unsigned long long x = strtoull(v->valuestring, &end, 10);
+    if (*end || !*v->valuestring) return SM_ERR_FORMAT;
+    *out = (uint64_t)x;
+    return SM_OK;
+}
+
+static sm_status read_train_state(const sm_safetensors *st, const char *path, sm_train_state *ts, long *optim_step,
+                                  sm_error *err) {
+    const char *json = sm_safetensors_meta(st, "train");
+    if (!json) return sm_fail(err, SM_ERR_MISMATCH, "%s: no training state (an inference-only checkpoint?)", path);
+    cJSON *o = cJSON_Parse(json);
+    sm_status s = SM_OK;
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step"), *epoch = cJSON_GetObjectItemCaseSensitive(o, "epoch");
+    const cJSON *pos = cJSON_GetObjectItemCaseSensitive(o, "pos"), *os = cJSON_GetObjectItemCaseSensitive(o, "optim_step");
+    const cJSON *rng = cJSON_GetObjectItemCaseSensitive(o, "rng");
+    if (!cJSON_IsObject(o) || !cJSON_IsNumber(step) || !cJSON_IsNumber(epoch) || !cJSON_IsNumber(pos) ||
+        !cJSON_IsNumber(os) || !cJSON_IsArray(rng) || cJSON_GetArraySize(rng) != 4 || !(step->valuedouble >= 0) ||
+        !(epoch->valuedouble >= 0) || !(pos->valuedouble >= 0) || !(os->valuedouble >= 0) || step->valuedouble > 1e15 ||
+        os->valuedouble > 1e15 || epoch->valuedouble > 2e9 || pos->valuedouble > 2e9) {
+        s = sm_fail(err, SM_ERR_FORMAT, "%s: __metadata__.train is malformed", path);
+    } else {
+        ts->step = (long)step->valuedouble;
+        ts->epoch = (int)epoch->valuedouble;
+        ts->pos = (int)pos->valuedouble;
+        *optim_step = (long)os->valuedouble;
+        for (int i = 0; i < 4 && s == SM_OK; i++)
+            if (parse_u64(cJSON_GetArrayItem(rng, i), &ts->rng.s[i]) != SM_OK)
+                s = sm_fail(err, SM_ERR_FORMAT, "%s: __metadata__.train.rng[%d] is not a u64", path, i);
+    }
+    cJSON_Delete(o);
+    return s;
+}
+
+sm_status sm_checkpoint_load(const char *path, sm_model *m, sm_optim *opt, sm_train_state *ts, sm_error *err) {
+    sm_safetensors st;
+    sm_status s = sm_safetensors_load(&st, path, err);
+    if (s != SM_OK) return s;
+    sm_model_config cfg;
+    s = read_model_meta(&st, path, &cfg, err);
+    char *a = NULL, *b = NULL;
+    int convert_ev = 0;
+    if (s == SM_OK) {
+        /* alpha (GrMoE's sparsity dial) and the softmax temperature are inference-time dials: a
+         * checkpoint loads under any value of them, everything else must match */
+        cfg.moe.router.alpha = m->cfg.moe.router.alpha;
+        cfg.moe.router.temperature = m->cfg.moe.router.temperature;
+        /* a trained top-k model loads under the SSMoE "ev" router: same learned router weight, the
+         * descriptors are then built from the experts (sm_model_build_ev) */
+        if (!strcmp(m->cfg.moe.router.name, "ev") && !strcmp(cfg.moe.router.name, "topk")) {
+            strcpy(cfg.moe.router.name, "ev");
+            convert_ev = 1;
+        }
+        cfg.moe.router.ev_c = m->cfg.moe.router.ev_c;
+        cfg.moe.router.ev_avg = m->cfg.moe.router.ev_avg;
+        a = sm_model_config_to_json(&cfg);
+        b = sm_model_config_to_json(&m->cfg);
+        if (!a || !b || strcmp(a, b) != 0)
+        {
+            /* name the first differing field: the JSON texts share a prefix up to it */
+            size_t i = 0;
+            while (a && b && a[i] && a[i] == b[i]) i++;
+            size_t from = i > 40 ? i - 40 : 0;
+            s = sm_fail(err, SM_ERR_MISMATCH, "%s: the checkpoint's model does not match the requested one; they differ "
+                        "at ...%.60s (checkpoint) vs ...%.60s (requested)", path, a ? a + from : "?", b ? b + from : "?");
+        }
+    }
+    free(a);
+    free(b);
+    const sm_params *ps = &m->params;
+    float *tmp = malloc((ps->total ? ps->total : 1) * sizeof(float));
+    if (!tmp && s == SM_OK) s = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
+    char name[SM_NAME_MAX + 16];
+    /* validate every tensor (and the training state) before touching the model: a failed load leaves
+     * the model and optimiser as they were */
+    for (int pass = 0; pass < 2 && s == SM_OK; pass++) {
+        const int copy = pass == 1;
+        for (int i = 0; i < ps->n && s == SM_OK; i++) {
+            size_t nl = strlen(ps->p[i].name);
+            if (convert_ev && nl > 10 && !strcmp(ps->p[i].name + nl - 10, ".router.ev")) continue; /* built later */
+            s = load_tensor(&st, path, ps->p[i].name, &ps->p[i], copy ? ps->data + ps->p[i].offset : NULL, tmp, err);
+            for (int g = 0; g < 2 && opt && s == SM_OK; g++) {
+                snprintf(name, sizeof name, "optim.%s.%s", g ? "v" : "m", ps->p[i].name);
+                s = load_tensor(&st, path, name, &ps->p[i], copy ? (g ? opt->v : opt->m) + ps->p[i].offset : NULL, tmp, err);
+            }
+        }
+        if (!copy && ts && s == SM_OK) {
+            sm_train_state probe;
+            long optim_step = 0;
+            s = read_train_state(&st, path, &probe, &optim_step, err);
+        }
+    }
+    if (ts && s == SM_OK) {
+        long optim_step = 0;
+        s = read_train_state(&st, path, ts, &optim_step, err);
+        if (opt && s == SM_OK) opt->step = optim_step;
+    }
+    free(tmp);
+    sm_safetensors_free(&st);
+    return s;
+}

@@ -1,0 +1,260 @@
+/* SSMoE eigenvector descriptors (see include/specmoe/ssmoe.h). */
+#include "specmoe/methods/ssmoe/ssmoe.h"
+
+/* lapacke.h pulls in complex.h, whose macro I is the imaginary unit: rows are called nrow here */
+
+#include <lapacke.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Make the largest-magnitude component of v (n) positive. */
+static void canonical_sign(double *v, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (fabs(v[i]) > fabs(v[best])) best = i;
+    if (v[best] < 0)
+        for (int i = 0; i < n; i++) v[i] = -v[i];
+}
+
+/* Shared tail: vectors V (r, d) rows ordered by singular value -> descriptor. */
+static void select_and_average(double *out, double *V, int r, int d, const float *row, int c) {
+    for (int j = 0; j < r; j++) canonical_sign(V + (size_t)j * d, d);
+    if (c > r) c = r;
+    int *idx = malloc(sizeof(int) * (size_t)r);
+    double *score = malloc(sizeof(double) * (size_t)r);
+    for (int j = 0; j < r; j++) {
+        idx[j] = j;
+        double s = 0;
+        if (row)
+            for (int i = 0; i < d; i++) s += V[(size_t)j * d + i] * row[i];
+        score[j] = row ? s : -(double)j; /* averaged EV: by singular value order */
+    }
+    /* partial selection of the c largest scores, ties to the larger singular value (lower j) */
+    for (int a = 0; a < c; a++) {
+        int b = a;
+        for (int j = a + 1; j < r; j++)
+            if (score[idx[j]] > score[idx[b]] || (score[idx[j]] == score[idx[b]] && idx[j] < idx[b])) b = j;
+        int t = idx[a];
+        idx[a] = idx[b];
+        idx[b] = t;
+    }
+    for (int i = 0; i < d; i++) out[i] = 0;
+    for (int a = 0; a < c; a++)
+        for (int i = 0; i < d; i++) out[i] += V[(size_t)idx[a] * d + i] / c;
+    free(idx);
+    free(score);
+}
+
+static sm_status check_args(const float *W, int nrow, int d, int c, sm_error *err) {
+    if (!W || nrow < 1 || d < 1 || c < 1)
+        return sm_fail(err, SM_ERR_ARG, "ev descriptor: need a matrix of at least 1x1 and c >= 1 (got %dx%d, c %d)", nrow, d, c);
+    for (size_t i = 0; i < (size_t)nrow * d; i++)
+        if (!isfinite(W[i])) return sm_fail(err, SM_ERR_NUMERIC, "ev descriptor: non-finite weight at index %zu", i);
+    return SM_OK;
+}
+
+sm_status sm_ev_descriptor(double *out, const float *W, int nrow, int d, const float *row, int c, sm_error *err) {
+    sm_status st = check_args(W, nrow, d, c, err);
+    if (st != SM_OK) return st;
+    int r = nrow < d ? nrow : d;
+    double *a = malloc(sizeof(double) * (size_t)nrow * d), *s = malloc(sizeof(double) * (size_t)r);
+    double *vt = malloc(sizeof(double) * (size_t)r * d), *u = malloc(sizeof(double) * (size_t)nrow * r);
+    if (!a || !s || !vt || !u) {
+        free(a); free(s); free(vt); free(u);
+        return sm_fail(err, SM_ERR_NOMEM, "ev descriptor: out of memory for %dx%d", nrow, d);
+    }
+    for (size_t i = 0; i < (size_t)nrow * d; i++) a[i] = W[i];
+    /* thin SVD in double: W = U diag(s) Vt, Vt (r, d) rows = right singular vectors, descending s */
+    lapack_int info = LAPACKE_dgesdd(LAPACK_ROW_MAJOR, 'S', nrow, d, a, d, s, u, r, vt, d);
+    if (info != 0) st = sm_fail(err, SM_ERR_NUMERIC, "ev descriptor: LAPACKE_dgesdd failed (info %d) on %dx%d", (int)info, nrow, d);
+    else select_and_average(out, vt, r, d, row, c);
+    free(a); free(s); free(vt); free(u);
+    return st;
+}
+
+sm_status sm_ev_descriptor_eig(double *out, const float *W, int nrow, int d, const float *row, int c, sm_error *err) {
+    sm_status st = check_args(W, nrow, d, c, err);
+    if (st != SM_OK) return st;
+    int r = nrow < d ? nrow : d;
+    double *g = calloc((size_t)d * d, sizeof(double)), *w = malloc(sizeof(double) * (size_t)d);
+    double *V = malloc(sizeof(double) * (size_t)r * d);
+    if (!g || !w || !V) {
+        free(g); free(w); free(V);
+        return sm_fail(err, SM_ERR_NOMEM, "ev descriptor: out of memory for %dx%d", nrow, d);
+    }
+    for (int k = 0; k < nrow; k++) /* G = W^T W by brute force */
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < d; j++) g[(size_t)i * d + j] += (double)W[(size_t)k * d + i] * W[(size_t)k * d + j];
+    lapack_int info = LAPACKE_dsyev(LAPACK_ROW_MAJOR, 'V', 'U', d, g, d, w); /* ascending eigenvalues */
+    if (info != 0) {
+        st = sm_fail(err, SM_ERR_NUMERIC, "ev descriptor: LAPACKE_dsyev failed (info %d)", (int)info);
+    } else {
+        /* eigenvector of the j-th largest eigenvalue = column d-1-j of g (row-major) */
+        for (int j = 0; j < r; j++)
+            for (int i = 0; i < d; i++) V[(size_t)j * d + i] = g[(size_t)i * d + (d - 1 - j)];
+        select_and_average(out, V, r, d, row, c);
+    }
+    free(g); free(w); free(V);
+    return st;
+}
+
+sm_status sm_model_build_ev(sm_model *m, sm_error *err) {
+    const sm_params *ps = &m->params;
+    for (int i = 0; i < m->n_layers; i++) {
+        sm_moe *moe = m->layers[i].moe;
+        if (!moe || strcmp(moe->router->cfg.name, "ev") != 0) continue;
+        const sm_router_config *rc = &moe->router->cfg;
+        char name[64];
+        snprintf(name, sizeof name, "layers.%d.router.weight", i);
+        int iw = sm_params_find(ps, name);
+        snprintf(name, sizeof name, "layers.%d.router.ev", i);
+        int iev = sm_params_find(ps, name);
+        if (iw < 0 || iev < 0) return sm_fail(err, SM_ERR_MISMATCH, "ev: layer %d has no router weight / ev tensor", i);
+        const int E = moe->E, d = moe->d, H = moe->H, O = moe->O;
+        if (O != d) return sm_fail(err, SM_ERR_ARG, "ev: layer %d experts map %d -> %d; descriptors need d -> d", i, d, O);
+        float *w = malloc(sizeof(float) * (size_t)H * d), *row = malloc(sizeof(float) * (size_t)d);
+        double *desc = malloc(sizeof(double) * (size_t)d);
+        sm_status st = (w && row && desc) ? SM_OK : sm_fail(err, SM_ERR_NOMEM, "ev: out of memory");
+        sm_real *ev = sm_params_data(ps, iev);
+        for (int e = 0; e < E && st == SM_OK; e++) {
+            for (int k = 0; k < d; k++) row[k] = (float)sm_params_data(ps, iw)[(size_t)e * d + k];
+            for (int j = 0; j < 2 && st == SM_OK; j++) {
+                /* j = 0: W1_e (H, d) as stored; j = 1: W2_e (d, H) transposed to (H, d) */
+                for (int h = 0; h < H; h++)
+                    for (int k = 0; k < d; k++)
+                        w[(size_t)h * d + k] = (float)(j == 0 ? moe->w1[((size_t)e * H + h) * d + k]
+                                                              : moe->w2[((size_t)e * d + k) * H + h]);
+                st = sm_ev_descriptor(desc, w, H, d, rc->ev_avg ? NULL : row, rc->ev_c, err);
+                for (int k = 0; k < d && st == SM_OK; k++) ev[((size_t)e * 2 + j) * d + k] = (sm_real)desc[k];
+            }
+        }
+        free(w);
+        free(row);
+        free(desc);
+        if (st != SM_OK) return st;
+    }
+    return SM_OK;
+}
+
+sm_status sm_expert_scores(sm_model *m, const float *x, int n, sm_expert_rank rank, double alpha, int c, int avg,
+                           uint64_t seed, double *score, sm_error *err) {
+    const int L = sm_model_n_moe(m), E = m->cfg.moe.router.E;
+    if (strcmp(m->cfg.moe.router.name, "topk") != 0)
+        return sm_fail(err, SM_ERR_ARG, "expert scores: the model's router is '%s'; ranking needs a topk model",
+                       m->cfg.moe.router.name);
+    if (n < 1) return sm_fail(err, SM_ERR_ARG, "expert scores: no calibration inputs");
+    for (int i = 0; i < L * E; i++) score[i] = 0;
+    if (rank == SM_RANK_RANDOM) {
+        sm_rng r;
+        sm_rng_seed(&r, seed);
+        for (int i = 0; i < L * E; i++) score[i] = sm_rng_uniform(&r);
+        return SM_OK;
+    }
+    sm_model *ev = NULL;
+    if (rank == SM_RANK_SSMOE) { /* the same weights under the ev router, descriptors built from them */
+        sm_model_config ec = m->cfg;
+        strcpy(ec.moe.router.name, "ev");
+        ec.moe.router.alpha = alpha;
+        ec.moe.router.ev_c = c;
+        ec.moe.router.ev_avg = avg;
+        ev = sm_model_create(&ec, m->max_T, NULL, err);
+        if (!ev) return SM_ERR_ARG;
+        for (int i = 0; i < m->params.n; i++) {
+            int j = sm_params_find(&ev->params, m->params.p[i].name);
+            if (j >= 0) memcpy(sm_params_data(&ev->params, j), sm_params_data(&m->params, i), sizeof(sm_real) * m->params.p[i].numel);
+        }
+        sm_status st = sm_model_build_ev(ev, err);
+        if (st != SM_OK) {
+            sm_model_free(ev);
+            return st;
+        }
+    }
+    sm_model *use = ev ? ev : m;
+    for (int i = 0; i < n; i += use->max_T) {
+        int B = n - i < use->max_T ? n - i : use->max_T;
+        sm_model_forward(use, x + (size_t)i * use->cfg.in_dim, B, NULL, 0);
+        /* route->probs is p_r for topk, and for ev the gate's softmax of log P, i.e. P itself */
+        for (int l = 0; l < L; l++) {
+            const sm_route *r = &sm_model_moe(use, l)->route;
+            for (int t = 0; t < B; t++)
+                for (int e = 0; e < E; e++) score[l * E + e] += (double)r->probs[(size_t)t * E + e] / n;
+        }
+    }
+    sm_model_free(ev);
+    return SM_OK;
+}
+
+sm_model *sm_model_prune_experts(const sm_model *m, const int *keep, int E_keep, sm_error *err) {
+    const int E = m->cfg.moe.router.E, L = sm_model_n_moe(m);
+    if (E_keep < 1 || E_keep > E) {
+        sm_fail(err, SM_ERR_ARG, "prune: kept experts must be in [1, %d] (got %d)", E, E_keep);
+        return NULL;
+    }
+    for (int l = 0; l < L; l++)
+        for (int j = 0; j < E_keep; j++)
+            if (keep[l * E_keep + j] < 0 || keep[l * E_keep + j] >= E) {
+                sm_fail(err, SM_ERR_ARG, "prune: expert index %d out of range", keep[l * E_keep + j]);
+                return NULL;
+            }
+    sm_model_config pc = m->cfg;
+    pc.moe.router.E = E_keep;
+    if (pc.moe.router.k > E_keep) pc.moe.router.k = E_keep;
+    sm_model *p = sm_model_create(&pc, m->max_T, NULL, err);
+    if (!p) return NULL;
+    /* every tensor by name; tensors with a leading expert dimension keep the chosen slices */
+    for (int i = 0; i < p->params.n; i++) {
+        const sm_param *q = &p->params.p[i];
+        int j = sm_params_find(&m->params, q->name);
+        if (j < 0) {
+            sm_fail(err, SM_ERR_MISMATCH, "prune: tensor '%s' missing in the source model", q->name);
+            sm_model_free(p);
+            return NULL;
+        }
+        const sm_param *src = &m->params.p[j];
+        sm_real *dst = sm_params_data(&p->params, i);
+        const sm_real *from = sm_params_data(&m->params, j);
+        int per_expert = src->shape[0] == E && q->shape[0] == E_keep && E_keep != E &&
+                         (strstr(q->name, ".experts.") || strstr(q->name, ".router."));
+        if (src->numel == q->numel && !per_expert) {
+            memcpy(dst, from, sizeof(sm_real) * q->numel);
+            continue;
+        }
+        int layer = -1; /* which MoE layer this tensor belongs to */
+        sscanf(q->name, "layers.%d.", &layer);
+        int l = 0;
+        for (int t = 0; t < m->n_layers && t < layer; t++) l += m->layers[t].kind == SM_LAYER_MOE;
+        size_t slice = src->numel / (size_t)E;
+        if (!per_expert || layer < 0 || l >= L) {
+            sm_fail(err, SM_ERR_MISMATCH, "prune: cannot map tensor '%s'", q->name);
+            sm_model_free(p);
+            return NULL;
+        }
+        for (int k = 0; k < E_keep; k++)
+            memcpy(dst + (size_t)k * slice, from + (size_t)keep[l * E_keep + k] * slice, sizeof(sm_real) * slice);
+    }
+    return p;
+}
+
+double sm_mean_abs_offdiag_corr(const sm_real *V, int E, int d) {
+    if (E < 2 || d < 2) return 0;
+    double *z = malloc(sizeof(double) * (size_t)E * d);
+    if (!z) return NAN;
+    for (int e = 0; e < E; e++) { /* standardise each row */
+        double mu = 0, var = 0;
+        for (int i = 0; i < d; i++) mu += V[(size_t)e * d + i] / d;
+        for (int i = 0; i < d; i++) var += (V[(size_t)e * d + i] - mu) * (V[(size_t)e * d + i] - mu);
+        double sd = sqrt(var > 1e-300 ? var : 1e-300);
+        for (int i = 0; i < d; i++) z[(size_t)e * d + i] = (V[(size_t)e * d + i] - mu) / sd;
+    }
+    double acc = 0;
+    for (int a = 0; a < E; a++)
+        for (int b = a + 1; b < E; b++) {
+            double c = 0;
+            for (int i = 0; i < d; i++) c += z[(size_t)a * d + i] * z[(size_t)b * d + i];
+            acc += fabs(c);
+        }
+    free(z);
+    return acc / (E * (E - 1) / 2.0);
+}

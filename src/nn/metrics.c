@@ -1,0 +1,88 @@
+/* Routing statistics (see include/specmoe/metrics.h). */
+#include "specmoe/nn/metrics.h"
+
+#include "specmoe/core/ops.h"
+
+#include <math.h>
+#include <string.h>
+
+void sm_routing_stats_reset(sm_routing_stats *s, int E, int k) {
+    memset(s, 0, sizeof *s);
+    s->E = E < SM_METRICS_MAX_E ? E : SM_METRICS_MAX_E;
+    s->k = k;
+}
+
+double sm_entropy(const sm_real *p, int E) {
+    double h = 0;
+    for (int e = 0; e < E; e++)
+        if (p[e] > 0) h -= (double)p[e] * log((double)p[e]);
+    return h;
+}
+
+double sm_topk_mass(const sm_real *p, int E, int k) {
+    /* sum of the k largest: k passes, each taking the largest not yet taken (k is small) */
+    double mass = 0, prev = INFINITY;
+    int prev_idx = -1;
+    for (int j = 0; j < k && j < E; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int after = p[e] < prev || (p[e] == prev && e > prev_idx);
+            if (after && (best < 0 || p[e] > p[best])) best = e;
+        }
+        if (best < 0) break;
+        mass += p[best];
+        prev = p[best];
+        prev_idx = best;
+    }
+    return mass;
+}
+
+void sm_route_argmax(int *out, const sm_route *r) {
+    for (int t = 0; t < r->T; t++) out[t] = sm_argmax(r->probs + (size_t)t * r->E, r->E);
+}
+
+void sm_routing_stats_add(sm_routing_stats *s, const sm_route *r) {
+    s->tokens += r->T;
+    s->assignments += r->n_assign;
+    s->dropped += r->dropped;
+    int by_mass = r->kind == SM_ROUTE_SOFT || r->n_assign == r->T * r->E;
+    if (!by_mass)
+        for (int e = 0; e < s->E; e++) s->load[e] += r->load[e];
+    for (int t = 0; t < r->T; t++) {
+        const sm_real *p = r->probs + (size_t)t * r->E;
+        s->entropy_sum += sm_entropy(p, r->E);
+        s->topk_mass_sum += sm_topk_mass(p, r->E, s->k);
+        if (by_mass)
+            for (int e = 0; e < s->E; e++) s->load[e] += p[e];
+    }
+}
+
+void sm_routing_summarize(const sm_routing_stats *s, sm_routing_summary *o) {
+    memset(o, 0, sizeof *o);
+    int E = s->E;
+    o->E = E;
+    if (E == 0) return;
+    double total = 0;
+    for (int e = 0; e < E; e++) total += s->load[e];
+    double mean = total / E, var = 0, vio = 0;
+    int active = 0;
+    o->collapsed = 0;
+    for (int e = 0; e < E; e++) {
+        double l = s->load[e];
+        o->load_frac[e] = total > 0 ? l / total : 0;
+        var += (l - mean) * (l - mean);
+        if (mean > 0 && fabs(l - mean) / mean > vio) vio = fabs(l - mean) / mean;
+        active += s->load[e] > 0;
+        /* collapse (GrMoE Sec. 6.1): an expert receives fewer than 1% of the tokens (its load is a
+         * token count, or for mass-based loads a token-equivalent, since each token's mass sums to 1) */
+        if (s->tokens > 0 && l < 0.01 * (double)s->tokens) o->collapsed = 1;
+    }
+    o->cv = mean > 0 ? sqrt(var / E) / mean : 0;
+    o->max_vio = vio;
+    o->active_ratio = (double)active / E;
+    o->entropy = s->tokens ? s->entropy_sum / (double)s->tokens : 0;
+    o->eff_experts = exp(o->entropy);
+    o->topk_mass = s->tokens ? s->topk_mass_sum / (double)s->tokens : 0;
+    double tot_a = (double)s->assignments;
+    o->drop_frac = (tot_a + (double)s->dropped) > 0 ? (double)s->dropped / (tot_a + (double)s->dropped) : 0;
+}

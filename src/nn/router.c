@@ -1,0 +1,159 @@
+/* Router registry and the route (assignment) buffers shared by every router. */
+#include "specmoe/nn/router.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Each router file exports its ops table; adding a router = one line here. */
+extern const sm_router_ops sm_router_topk_ops, sm_router_switch_ops, sm_router_expert_choice_ops,
+    sm_router_hash_ops, sm_router_random_ops, sm_router_soft_ops, sm_router_vmf_ops, sm_router_grassmann_ops,
+    sm_router_prototype_ops, sm_router_ev_ops;
+
+static const sm_router_ops *const kRouters[] = {
+    &sm_router_topk_ops, &sm_router_switch_ops, &sm_router_expert_choice_ops, &sm_router_hash_ops,
+    &sm_router_random_ops, &sm_router_soft_ops, &sm_router_vmf_ops, &sm_router_grassmann_ops,
+    &sm_router_prototype_ops, &sm_router_ev_ops,
+};
+#define N_ROUTERS (sizeof kRouters / sizeof kRouters[0])
+
+void sm_router_config_default(sm_router_config *c) {
+    memset(c, 0, sizeof *c);
+    strcpy(c->name, "topk");
+    c->E = 8;
+    c->k = 2;
+    c->temperature = 1.0;
+    c->renorm = 1;
+    c->kappa_init = 1.0;
+    c->alpha = 1.0;
+    c->kr = 16;
+    c->amort_hidden = 32;
+    c->subspace_beta = 0.01;
+    c->rho0 = 0.3;
+    c->soft_norm = 1;
+    c->seed = 1;
+    c->ev_c = 5;
+}
+
+const char *sm_router_names(void) { return "topk, switch, expert-choice, hash, random, soft, vmf, grassmann, prototype, ev"; }
+
+sm_router *sm_router_create(const sm_router_config *cfg, int d, sm_error *err) {
+    const sm_router_ops *ops = NULL;
+    for (size_t i = 0; i < N_ROUTERS; i++)
+        if (strcmp(kRouters[i]->name, cfg->name) == 0) ops = kRouters[i];
+    if (!ops) {
+        sm_fail(err, SM_ERR_ARG, "router: unknown router '%s' (known: %s)", cfg->name, sm_router_names());
+        return NULL;
+    }
+    /* every impossible setting is refused here, before any parameter or data is touched */
+    const char *why = NULL;
+    char buf[160];
+    if (cfg->E < 1) why = "number of experts must be >= 1";
+    else if (cfg->k < 1 || cfg->k > cfg->E) why = "top-k must be in [1, E]";
+    else if (!(cfg->temperature > 0)) why = "temperature must be > 0";
+    else if (!(cfg->capacity >= 0)) why = "capacity factor must be > 0, or 0 for unlimited";
+    else if (!(cfg->balance_coef >= 0) || !(cfg->zloss_coef >= 0)) why = "loss coefficients must be >= 0";
+    else if (!(cfg->alpha >= 0)) why = "alpha (the sparsity dial) must be >= 0";
+    else if (!(cfg->kappa_init > 0)) why = "initial concentration kappa must be > 0";
+    else if (!strcmp(cfg->name, "grassmann") && (cfg->kr < 1 || cfg->kr > d)) {
+        snprintf(buf, sizeof buf, "routing rank k_r must be in [1, d=%d]", d);
+        why = buf;
+    } else if (cfg->amortize && cfg->amort_hidden < 1) why = "amortiser hidden width must be >= 1";
+    else if (!(cfg->subspace_beta >= 0) || !(cfg->rho0 >= 0)) why = "subspace beta and rho0 must be >= 0";
+    else if (cfg->pairs < -1) why = "sampled pairs must be >= 1, 0 (4E) or -1 (all)";
+    else if (cfg->slots < 0 || cfg->soft_group < 0) why = "soft slots and group size must be >= 0";
+    else if (d < 1) why = "token width must be >= 1";
+    else if (!strcmp(cfg->name, "ev") && (cfg->ev_c < 1 || cfg->alpha > 1)) why = "ev needs c >= 1 and a mixing alpha in [0, 1]";
+    if (why) {
+        sm_fail(err, SM_ERR_ARG, "router %s: %s (E=%d, k=%d, temperature=%g, capacity=%g, alpha=%g, k_r=%d)",
+                cfg->name, why, cfg->E, cfg->k, cfg->temperature, cfg->capacity, cfg->alpha, cfg->kr);
+        return NULL;
+    }
+    sm_router *r = calloc(1, sizeof *r);
+    if (!r) {
+        sm_fail(err, SM_ERR_NOMEM, "router: out of memory");
+        return NULL;
+    }
+    r->ops = ops;
+    r->cfg = *cfg;
+    r->d = d;
+    return r;
+}
+
+void sm_router_free(sm_router *r) {
+    if (!r) return;
+    if (r->ops && r->ops->destroy) r->ops->destroy(r);
+    free(r);
+}
+
+sm_status sm_route_alloc(sm_route *route, sm_route_kind kind, int max_T, int E, int max_assign, int slots,
+                         sm_error *err) {
+    memset(route, 0, sizeof *route);
+    route->kind = kind;
+    route->E = E;
+    size_t A = max_assign > 0 ? (size_t)max_assign : 1;
+    route->offset = calloc((size_t)E + 1, sizeof(int));
+    route->token = calloc(A, sizeof(int));
+    route->slot = calloc(A, sizeof(int));
+    route->weight = calloc(A, sizeof(sm_real));
+    route->dweight = calloc(A, sizeof(sm_real));
+    route->probs = calloc((size_t)max_T * E, sizeof(sm_real));
+    route->dprobs = calloc((size_t)max_T * E, sizeof(sm_real));
+    route->load = calloc((size_t)E, sizeof(int));
+    int ok = route->offset && route->token && route->slot && route->weight && route->dweight && route->probs &&
+             route->dprobs && route->load;
+    if (ok && kind == SM_ROUTE_SOFT) {
+        size_t n = (size_t)max_T * E * (size_t)slots;
+        route->dispatch = calloc(n, sizeof(sm_real));
+        route->combine = calloc(n, sizeof(sm_real));
+        route->ddispatch = calloc(n, sizeof(sm_real));
+        route->dcombine = calloc(n, sizeof(sm_real));
+        ok = route->dispatch && route->combine && route->ddispatch && route->dcombine;
+    }
+    if (!ok) {
+        sm_route_free(route);
+        return sm_fail(err, SM_ERR_NOMEM, "route: out of memory for %d tokens", max_T);
+    }
+    return SM_OK;
+}
+
+void sm_route_free(sm_route *route) {
+    free(route->offset);
+    free(route->token);
+    free(route->slot);
+    free(route->weight);
+    free(route->dweight);
+    free(route->probs);
+    free(route->dprobs);
+    free(route->load);
+    free(route->dispatch);
+    free(route->combine);
+    free(route->ddispatch);
+    free(route->dcombine);
+    memset(route, 0, sizeof *route);
+}
+
+void sm_route_group(sm_route *route, const int *choice, const sm_real *w, int T, int k) {
+    int E = route->E;
+    memset(route->load, 0, sizeof(int) * (size_t)E);
+    for (int i = 0; i < T * k; i++)
+        if (choice[i] >= 0) route->load[choice[i]]++;
+    route->offset[0] = 0;
+    for (int e = 0; e < E; e++) route->offset[e + 1] = route->offset[e] + route->load[e];
+    route->n_assign = route->offset[E];
+    /* counting sort: a running cursor per expert keeps token order within each expert */
+    int *cursor = route->load; /* reuse as cursor, restore after */
+    for (int e = 0; e < E; e++) cursor[e] = route->offset[e];
+    for (int t = 0; t < T; t++) {
+        for (int j = 0; j < k; j++) {
+            int e = choice[t * k + j];
+            if (e < 0) continue;
+            int a = cursor[e]++;
+            route->token[a] = t;
+            route->slot[a] = j;
+            route->weight[a] = w[t * k + j];
+        }
+    }
+    for (int e = 0; e < E; e++) route->load[e] = route->offset[e + 1] - route->offset[e];
+    route->T = T;
+}

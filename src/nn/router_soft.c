@@ -1,0 +1,205 @@
+/* SoftMoE router (Puigcerver et al. 2024), applied per group of tokens (one observation's tokens
+ * in RL; the whole batch by default here). For a group of m tokens X (m,d) and S = E*p slots:
+ *
+ *   L = normalise(X) (scale * normalise(Phi))^T          (m,S)   [without --soft-norm: X Phi^T]
+ *   D = softmax of L over the m tokens (per slot)        dispatch: slot inputs  X~ = D^T X
+ *   C = softmax of L over the S slots  (per token)       combine:  outputs      Y  = C Y~
+ * Slot s = e*p + j belongs to expert e. Phi is stored as (S,d) rows (one per slot), normalised along
+ * d; scale is a learned scalar initialised at 1 (REFERENCE-NOTES, SoftMoE). The layer (moe.c) does
+ * the dispatch/combine products; this file owns L and the two softmaxes.
+ *
+ * Letters: T tokens, d width, E experts, p slots per expert, S = E p, G groups of m tokens.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "specmoe/core/ops.h"
+#include "specmoe/nn/router.h"
+
+typedef struct {
+    int iphi, iscale, p;
+    sm_real *phi, *dphi;     /* (S,d) */
+    sm_real *scale, *dscale; /* (1) */
+    sm_real *xn, *xnorm;     /* (T,d), (T) */
+    sm_real *phin, *phinorm; /* (S,d), (S) */
+    sm_real *logits;         /* (T,S); reused for dlogits */
+    sm_real *raw;            /* (T,S) Xn Phin^T before the scale (for dscale) */
+    sm_real *colbuf;         /* (T) column softmax scratch */
+    sm_real *dxn;            /* (T,d) */
+    sm_real *dphin;          /* (S,d) */
+} soft_state;
+
+static int soft_slots(const sm_router *r) {
+    if (r->cfg.slots > 0) return r->cfg.slots;
+    return r->cfg.soft_group > 0 ? (r->cfg.soft_group + r->cfg.E - 1) / r->cfg.E : 0;
+}
+
+static sm_status soft_declare(sm_router *r, sm_params *ps, const char *prefix, sm_error *err) {
+    soft_state *s = calloc(1, sizeof *s);
+    if (!s) return sm_fail(err, SM_ERR_NOMEM, "router: out of memory");
+    r->state = s;
+    s->p = soft_slots(r);
+    if (s->p < 1)
+        return sm_fail(err, SM_ERR_ARG, "router soft: slots per expert must be given (--slots) when the group is the whole batch");
+    char name[SM_NAME_MAX];
+    int64_t shape[2] = {(int64_t)r->cfg.E * s->p, r->d}, one[1] = {1};
+    snprintf(name, sizeof name, "%s.phi", prefix);
+    /* LeCun-normal slot embeddings, as in the reference implementation */
+    s->iphi = sm_params_add(ps, name, 2, shape, SM_INIT_NORMAL, r->d, 1.0 / sqrt((double)r->d), 0, err);
+    if (s->iphi < 0) return SM_ERR_ARG;
+    s->iscale = -1;
+    if (r->cfg.soft_norm) {
+        snprintf(name, sizeof name, "%s.scale", prefix);
+        s->iscale = sm_params_add(ps, name, 1, one, SM_INIT_ONE, 1, 0, SM_PARAM_NO_DECAY, err);
+        if (s->iscale < 0) return SM_ERR_ARG;
+    }
+    return SM_OK;
+}
+
+static void soft_bind(sm_router *r, const sm_params *ps) {
+    soft_state *s = r->state;
+    s->phi = sm_params_data(ps, s->iphi);
+    s->dphi = sm_params_grad(ps, s->iphi);
+    if (s->iscale >= 0) {
+        s->scale = sm_params_data(ps, s->iscale);
+        s->dscale = sm_params_grad(ps, s->iscale);
+    }
+}
+
+static int n_groups(const sm_router *r, int T) {
+    int m = r->cfg.soft_group > 0 ? r->cfg.soft_group : T;
+    return (T + m - 1) / m;
+}
+
+static int soft_max_assign(const sm_router *r, int T) { return r->cfg.E * soft_slots(r) * n_groups(r, T); }
+static int soft_max_slots(const sm_router *r, int max_T) {
+    (void)max_T;
+    return soft_slots(r);
+}
+
+static sm_status soft_reserve(sm_router *r, int max_T, sm_error *err) {
+    soft_state *s = r->state;
+    size_t T = (size_t)max_T, d = (size_t)r->d, S = (size_t)r->cfg.E * s->p;
+    s->xn = calloc(T * d, sizeof(sm_real));
+    s->xnorm = calloc(T, sizeof(sm_real));
+    s->phin = calloc(S * d, sizeof(sm_real));
+    s->phinorm = calloc(S, sizeof(sm_real));
+    s->logits = calloc(T * S, sizeof(sm_real));
+    s->raw = calloc(T * S, sizeof(sm_real));
+    s->colbuf = calloc(T, sizeof(sm_real));
+    s->dxn = calloc(T * d, sizeof(sm_real));
+    s->dphin = calloc(S * d, sizeof(sm_real));
+    if (!s->xn || !s->xnorm || !s->phin || !s->phinorm || !s->logits || !s->raw || !s->colbuf || !s->dxn || !s->dphin)
+        return sm_fail(err, SM_ERR_NOMEM, "router soft: out of memory for %d tokens", max_T);
+    return SM_OK;
+}
+
+
+static void soft_forward(sm_router *r, sm_route *route, const sm_real *x, int T, sm_rng *rng, int train) {
+    (void)rng;
+    (void)train;
+    soft_state *s = r->state;
+    const int E = r->cfg.E, d = r->d, p = s->p, S = E * p;
+    const int m = r->cfg.soft_group > 0 ? r->cfg.soft_group : T, G = (T + m - 1) / m;
+    const sm_real *xa = x, *pa = s->phi;
+    sm_real sc = 1;
+    if (r->cfg.soft_norm) {
+        sm_l2norm_forward(s->xn, s->xnorm, x, T, d);
+        sm_l2norm_forward(s->phin, s->phinorm, s->phi, S, d);
+        xa = s->xn;
+        pa = s->phin;
+        sc = s->scale[0];
+    }
+    sm_gemm(0, 1, T, S, d, 1, xa, d, pa, d, 0, s->raw, S); /* L (T,S) = sc * raw */
+    for (size_t i = 0; i < (size_t)T * S; i++) s->logits[i] = sc * s->raw[i];
+    sm_softmax_forward(route->combine, s->logits, 1, T, S);   /* per token over slots */
+    for (int g = 0; g < G; g++) {                             /* per slot over the group's tokens */
+        int t0 = g * m, mg = T - t0 < m ? T - t0 : m;
+        for (int j = 0; j < S; j++) {
+            sm_real mx = s->logits[(size_t)t0 * S + j];
+            for (int t = 1; t < mg; t++) mx = s->logits[(size_t)(t0 + t) * S + j] > mx ? s->logits[(size_t)(t0 + t) * S + j] : mx;
+            double sum = 0;
+            for (int t = 0; t < mg; t++) {
+                s->colbuf[t] = (sm_real)exp((double)(s->logits[(size_t)(t0 + t) * S + j] - mx));
+                sum += s->colbuf[t];
+            }
+            for (int t = 0; t < mg; t++) route->dispatch[(size_t)(t0 + t) * S + j] = (sm_real)(s->colbuf[t] / sum);
+        }
+    }
+    /* routing probabilities for metrics: each token's combine mass per expert */
+    for (int t = 0; t < T; t++)
+        for (int e = 0; e < E; e++) {
+            sm_real a = 0;
+            for (int j = 0; j < p; j++) a += route->combine[(size_t)t * S + e * p + j];
+            route->probs[(size_t)t * E + e] = a;
+        }
+    route->T = T;
+    route->groups = G;
+    route->group_size = m;
+    route->slots = p;
+    route->n_assign = E * G * p;
+    for (int e = 0; e <= E; e++) route->offset[e] = e * G * p;
+    for (int e = 0; e < E; e++) route->load[e] = G * p;
+    route->dropped = 0;
+    route->aux_loss = 0;
+}
+
+static void soft_backward(sm_router *r, sm_real *dx, const sm_route *route, const sm_real *x, int T) {
+    soft_state *s = r->state;
+    const int E = r->cfg.E, d = r->d, p = s->p, S = E * p;
+    const int m = route->group_size, G = route->groups;
+    sm_real *dL = s->logits;
+    /* probs_te = sum_j C_t,(e,j): outside losses on probs reach every slot of expert e */
+    for (int t = 0; t < T; t++)
+        for (int e = 0; e < E; e++)
+            for (int j = 0; j < p; j++) route->dcombine[(size_t)t * S + e * p + j] += route->dprobs[(size_t)t * E + e];
+    /* combine: row softmax backward */
+    memset(dL, 0, sizeof(sm_real) * (size_t)T * S);
+    sm_softmax_backward(dL, route->dcombine, route->combine, 1, T, S);
+    /* dispatch: column softmax backward within each group: dL += D (dD - <D, dD>_column) */
+    for (int g = 0; g < G; g++) {
+        int t0 = g * m, mg = T - t0 < m ? T - t0 : m;
+        for (int j = 0; j < S; j++) {
+            double dot = 0;
+            for (int t = 0; t < mg; t++) {
+                size_t i = (size_t)(t0 + t) * S + j;
+                dot += (double)route->dispatch[i] * route->ddispatch[i];
+            }
+            for (int t = 0; t < mg; t++) {
+                size_t i = (size_t)(t0 + t) * S + j;
+                dL[i] += (sm_real)(route->dispatch[i] * (route->ddispatch[i] - dot));
+            }
+        }
+    }
+    if (!r->cfg.soft_norm) { /* L = X Phi^T */
+        sm_gemm(0, 0, T, d, S, 1, dL, S, s->phi, d, 1, dx, d);
+        sm_gemm(1, 0, S, d, T, 1, dL, S, x, d, 1, s->dphi, d);
+        return;
+    }
+    /* L = sc Xn Phin^T: dsc = <dL, Xn Phin^T>; dXn = sc dL Phin; dPhin = sc dL^T Xn */
+    sm_real sc = s->scale[0];
+    sm_gemm(0, 0, T, d, S, sc, dL, S, s->phin, d, 0, s->dxn, d);
+    sm_gemm(1, 0, S, d, T, sc, dL, S, s->xn, d, 0, s->dphin, d);
+    double ds = 0;
+    for (size_t i = 0; i < (size_t)T * S; i++) ds += (double)dL[i] * s->raw[i];
+    s->dscale[0] += (sm_real)ds;
+    sm_l2norm_backward(dx, s->dxn, s->xn, s->xnorm, T, d);
+    sm_l2norm_backward(s->dphi, s->dphin, s->phin, s->phinorm, S, d);
+}
+
+static void soft_destroy(sm_router *r) {
+    soft_state *s = r->state;
+    if (!s) return;
+    free(s->xn); free(s->xnorm); free(s->phin); free(s->phinorm); free(s->logits); free(s->raw); free(s->colbuf);
+    free(s->dxn); free(s->dphin);
+    free(s);
+    r->state = NULL;
+}
+
+const sm_router_ops sm_router_soft_ops = {
+    .name = "soft", .kind = SM_ROUTE_SOFT, .declare = soft_declare, .bind = soft_bind,
+    .max_assign = soft_max_assign, .max_slots = soft_max_slots, .reserve = soft_reserve,
+    .forward = soft_forward, .backward = soft_backward, .destroy = soft_destroy,
+};

@@ -1,0 +1,280 @@
+/* Supervised training loop (see include/specmoe/train.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "specmoe/train/train.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+void sm_train_config_default(sm_train_config *c) {
+    memset(c, 0, sizeof *c);
+    c->epochs = 10;
+    c->batch = 128;
+    sm_optim_config_default(&c->opt);
+    c->sched = SM_SCHED_COSINE;
+    c->final_lr = 0;
+    c->warmup = 0;
+    c->clip = 0;
+    c->seed = 1;
+    c->log_every = 50;
+    c->inject_nan_step = -1;
+}
+
+/* mkdir -p: creates every missing directory on the path. */
+static int make_dirs(const char *path) {
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) return -1;
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] == '/' || buf[i] == 0) {
+            char c = buf[i];
+            buf[i] = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+            buf[i] = c;
+        }
+    }
+    return 0;
+}
+
+
+sm_status sm_evaluate(sm_model *m, const sm_dataset *ds, int batch, sm_eval_result *out, sm_error *err) {
+    memset(out, 0, sizeof *out);
+    if (ds->dim != m->cfg.in_dim)
+        return sm_fail(err, SM_ERR_MISMATCH, "evaluate: data has %d features, the model expects %d", ds->dim,
+                       m->cfg.in_dim);
+    if (batch < 1) return sm_fail(err, SM_ERR_ARG, "evaluate: batch must be >= 1 (got %d)", batch);
+    if (batch > m->max_T) batch = m->max_T;
+    int V = m->cfg.n_classes;
+    out->n_moe = sm_model_n_moe(m);
+    if (out->n_moe > 4) out->n_moe = 4;
+    for (int l = 0; l < out->n_moe; l++) {
+        sm_moe *moe = sm_model_moe(m, l);
+        sm_routing_stats_reset(&out->routing[l], moe->E, moe->cfg.router.k);
+    }
+    double loss = 0;
+    long correct = 0;
+    for (int i = 0; i < ds->n; i += batch) {
+        int B = ds->n - i < batch ? ds->n - i : batch;
+        for (int t = 0; t < B; t++)
+            if (ds->y[i + t] < 0 || ds->y[i + t] >= V)
+                return sm_fail(err, SM_ERR_MISMATCH, "evaluate: label %d outside the model's %d classes", ds->y[i + t], V);
+        const sm_real *logits = sm_model_forward(m, ds->x + (size_t)i * ds->dim, B, NULL, 0);
+        /* the task loss only: evaluation must not run the penalties' power iterations (they carry
+         * state between training steps) nor count aux losses */
+        loss += sm_crossentropy_forward(m->losses, m->probs, logits, ds->y + i, NULL, B, V) * B;
+        for (int t = 0; t < B; t++) correct += sm_argmax(logits + (size_t)t * V, V) == ds->y[i + t];
+        for (int l = 0; l < out->n_moe; l++) sm_routing_stats_add(&out->routing[l], &sm_model_moe(m, l)->route);
+    }
+    out->n = ds->n;
+    out->loss = ds->n ? loss / ds->n : 0;
+    out->acc = ds->n ? (double)correct / ds->n : 0;
+    return SM_OK;
+}
+
+/* First tensor whose gradient is not finite, or -1. */
+static int first_nonfinite_grad(const sm_params *ps) {
+    for (int i = 0; i < ps->n; i++)
+        if (!sm_all_finite(sm_params_grad(ps, i), ps->p[i].numel)) return i;
+    return -1;
+}
+
+static void write_record(FILE *f, const sm_log_record *r, const char *kind) {
+    if (!f) return;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "kind", kind);
+    cJSON_AddNumberToObject(o, "step", (double)r->step);
+    cJSON_AddNumberToObject(o, "epoch", r->epoch);
+    cJSON_AddNumberToObject(o, "loss", isfinite(r->loss) ? r->loss : -1);
+    cJSON_AddNumberToObject(o, "accuracy", r->acc);
+    cJSON_AddNumberToObject(o, "lr", r->lr);
+    cJSON_AddNumberToObject(o, "grad_norm", r->grad_norm);
+    cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
+    cJSON_AddNumberToObject(o, "elapsed_s", r->elapsed_s);
+    cJSON *layers = cJSON_AddArrayToObject(o, "moe");
+    for (int l = 0; l < r->n_moe; l++) {
+        const sm_routing_summary *s = &r->routing[l];
+        cJSON *L = cJSON_CreateObject();
+        cJSON_AddNumberToObject(L, "routing_entropy", s->entropy);
+        cJSON_AddNumberToObject(L, "effective_experts", s->eff_experts);
+        cJSON_AddNumberToObject(L, "load_cv", s->cv);
+        cJSON_AddNumberToObject(L, "max_vio", s->max_vio);
+        cJSON_AddNumberToObject(L, "dropped_tokens", (double)r->dropped[l]);
+        cJSON_AddBoolToObject(L, "collapsed", s->collapsed);
+        cJSON_AddItemToObject(L, "load", cJSON_CreateDoubleArray(s->load_frac, s->E));
+        cJSON_AddItemToArray(layers, L);
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    if (s) {
+        fprintf(f, "%s\n", s);
+        fflush(f);
+    }
+    free(s);
+    cJSON_Delete(o);
+}
+
+sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, const sm_train_config *cfg,
+                   sm_log_fn on_log, void *user, sm_train_result *res, sm_error *err) {
+    memset(res, 0, sizeof *res);
+    if (cfg->epochs < 1 || cfg->batch < 1 || cfg->batch > m->max_T || cfg->log_every < 1)
+        return sm_fail(err, SM_ERR_ARG, "train: epochs (%d) and log interval must be >= 1, batch (%d) in [1, %d]",
+                       cfg->epochs, cfg->batch, m->max_T);
+    if (train->dim != m->cfg.in_dim)
+        return sm_fail(err, SM_ERR_MISMATCH, "train: data has %d features, the model expects %d", train->dim, m->cfg.in_dim);
+    for (int i = 0; i < train->n; i++)
+        if (train->y[i] < 0 || train->y[i] >= m->cfg.n_classes)
+            return sm_fail(err, SM_ERR_MISMATCH, "train: label %d outside the model's %d classes", train->y[i],
+                           m->cfg.n_classes);
+    char ckpt[4096] = "", metrics_path[4096] = "";
+    FILE *mf = NULL;
+    if (cfg->out_dir) {
+        if (make_dirs(cfg->out_dir) != 0)
+            return sm_fail(err, SM_ERR_IO, "%s: cannot create run directory: %s", cfg->out_dir, strerror(errno));
+        snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", cfg->out_dir);
+        snprintf(metrics_path, sizeof metrics_path, "%s/metrics.jsonl", cfg->out_dir);
+    }
+    sm_optim opt;
+    sm_status st = sm_optim_init(&opt, &cfg->opt, &m->params, err);
+    if (st != SM_OK) return st;
+    sm_batcher bat;
+    st = sm_batcher_init(&bat, train, cfg->batch, cfg->seed, 1, err);
+    if (st != SM_OK) {
+        sm_optim_free(&opt);
+        return st;
+    }
+    sm_train_state ts = {0};
+    sm_rng_seed(&ts.rng, cfg->seed ^ 0x5eedf00dULL);
+    if (cfg->resume) {
+        st = sm_checkpoint_load(cfg->resume, m, &opt, &ts, err);
+        if (st != SM_OK) goto done;
+    }
+    /* metrics.jsonl: appended to on resume so one run directory holds the whole history */
+    if (metrics_path[0]) {
+        mf = fopen(metrics_path, cfg->resume ? "a" : "w");
+        if (!mf) {
+            st = sm_fail(err, SM_ERR_IO, "%s: cannot open: %s", metrics_path, strerror(errno));
+            goto done;
+        }
+    }
+    sm_batcher_seek(&bat, ts.epoch, ts.pos);
+    const long steps_per_epoch = (train->n + cfg->batch - 1) / cfg->batch;
+    const long total_steps = steps_per_epoch * cfg->epochs;
+    const long stop_at = cfg->stop_after > 0 && cfg->stop_after < total_steps ? cfg->stop_after : total_steps;
+    sm_schedule sched = {cfg->sched, cfg->opt.lr, cfg->final_lr, cfg->warmup, total_steps};
+    float *xb = malloc(sizeof(float) * (size_t)cfg->batch * train->dim);
+    int *yb = malloc(sizeof(int) * (size_t)cfg->batch);
+    if (!xb || !yb) {
+        st = sm_fail(err, SM_ERR_NOMEM, "train: out of memory");
+        goto done_buf;
+    }
+    int n_moe = sm_model_n_moe(m);
+    if (n_moe > 4) n_moe = 4;
+    sm_routing_stats win[4];
+    for (int l = 0; l < n_moe; l++) {
+        sm_moe *moe = sm_model_moe(m, l);
+        sm_routing_stats_reset(&win[l], moe->E, moe->cfg.router.k);
+    }
+    double win_loss = 0, win_gn = 0, t_start = sm_time_now(), t_win = t_start;
+    long win_n = 0, win_steps = 0, win_correct = 0, last_good_step = -1;
+    int V = m->cfg.n_classes;
+    if (cfg->resume) last_good_step = ts.step;
+    while (ts.step < stop_at) {
+        int B = sm_batcher_next(&bat, xb, yb);
+        if (B == 0) { /* end of an epoch: the batcher has moved on to the next */
+            if (val && on_log) {
+                sm_eval_result ev;
+                st = sm_evaluate(m, val, m->max_T, &ev, err);
+                if (st != SM_OK) goto done_buf;
+                {
+                    sm_log_record r = {.step = ts.step, .total_steps = total_steps, .epoch = bat.epoch,
+                                       .loss = ev.loss, .acc = ev.acc, .n_moe = ev.n_moe, .final = -1};
+                    for (int l = 0; l < ev.n_moe; l++) sm_routing_summarize(&ev.routing[l], &r.routing[l]);
+                    write_record(mf, &r, "val");
+                    on_log(&r, user);
+                }
+            }
+            if (ckpt[0] && cfg->ckpt_every == 0) {
+                ts.epoch = bat.epoch;
+                ts.pos = bat.pos;
+                st = sm_checkpoint_save(ckpt, m, &opt, &ts, err);
+                if (st != SM_OK) goto done_buf;
+                last_good_step = ts.step;
+            }
+            continue;
+        }
+        double lr = sm_schedule_lr(&sched, ts.step);
+        sm_params_zero_grad(&m->params);
+        const sm_real *logits = sm_model_forward(m, xb, B, &ts.rng, 1);
+        double loss = sm_model_loss(m, yb, NULL, B);
+        sm_model_backward(m, B);
+        if (ts.step == cfg->inject_nan_step) m->params.grad[m->params.total / 2] = NAN;
+        int bad = first_nonfinite_grad(&m->params);
+        if (!isfinite(loss) || bad >= 0) {
+            char good[4200];
+            if (last_good_step >= 0 && ckpt[0])
+                snprintf(good, sizeof good, "last good checkpoint: %s (step %ld)", ckpt, last_good_step);
+            else if (cfg->resume)
+                snprintf(good, sizeof good, "last good checkpoint: %s", cfg->resume);
+            else
+                snprintf(good, sizeof good, "no checkpoint was written before it");
+            if (!isfinite(loss))
+                st = sm_fail(err, SM_ERR_NUMERIC, "step %ld: loss is %s; training stopped; %s", ts.step,
+                             isnan(loss) ? "NaN" : "Inf", good);
+            else
+                st = sm_fail(err, SM_ERR_NUMERIC, "step %ld: gradient of tensor '%s' is not finite; training stopped; %s",
+                             ts.step, m->params.p[bad].name, good);
+            goto done_buf;
+        }
+        double gn = sm_clip_grad_norm(&m->params, cfg->clip);
+        sm_optim_step(&opt, &m->params, lr);
+        ts.step++;
+        ts.epoch = bat.epoch;
+        ts.pos = bat.pos;
+        /* window statistics */
+        win_loss += loss * B;
+        win_gn += gn;
+        win_n += B;
+        win_steps++;
+        for (int t = 0; t < B; t++) win_correct += sm_argmax(logits + (size_t)t * V, V) == yb[t];
+        for (int l = 0; l < n_moe; l++) sm_routing_stats_add(&win[l], &sm_model_moe(m, l)->route);
+        res->final_train_loss = loss;
+        int last = ts.step == stop_at;
+        if (ts.step % cfg->log_every == 0 || last) {
+            double now = sm_time_now();
+            sm_log_record r = {.step = ts.step, .total_steps = total_steps, .epoch = bat.epoch,
+                               .loss = win_loss / (double)win_n, .acc = (double)win_correct / (double)win_n, .lr = lr,
+                               .grad_norm = win_gn / (double)win_steps,
+                               .tokens_per_s = (double)win_n / (now - t_win > 1e-9 ? now - t_win : 1e-9),
+                               .elapsed_s = now - t_start, .n_moe = n_moe, .final = last};
+            for (int l = 0; l < n_moe; l++) {
+                sm_routing_summarize(&win[l], &r.routing[l]);
+                r.dropped[l] = win[l].dropped;
+            }
+            write_record(mf, &r, "train");
+            if (on_log) on_log(&r, user);
+            for (int l = 0; l < n_moe; l++) sm_routing_stats_reset(&win[l], win[l].E, win[l].k);
+            win_loss = win_gn = 0;
+            win_n = win_steps = win_correct = 0;
+            t_win = now;
+        }
+        if (ckpt[0] && ((cfg->ckpt_every > 0 && ts.step % cfg->ckpt_every == 0) || last)) {
+            st = sm_checkpoint_save(ckpt, m, &opt, &ts, err);
+            if (st != SM_OK) goto done_buf;
+            last_good_step = ts.step;
+        }
+    }
+    res->steps = ts.step;
+    res->seconds = sm_time_now() - t_start;
+done_buf:
+    free(xb);
+    free(yb);
+done:
+    if (mf) fclose(mf);
+    sm_batcher_free(&bat);
+    sm_optim_free(&opt);
+    return st;
+}
