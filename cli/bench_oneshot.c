@@ -221,7 +221,7 @@ static double evaluate(sm_model *m, const sm_dataset *ds, int eb, int *paths, fl
         for (int t = 0; t < B; t++) correct += sm_argmax(lg + (size_t)t * V, V) == ds->y[i + t];
         if (cache) {
             const sm_layer *L = &m->layers[first - 1];
-            memcpy(cache + (size_t)i * L->out, L->out_act, sizeof(float) * (size_t)B * L->out);
+            memcpy(cache + (size_t)i * L->out, sm_seq_output(m->body, first - 1), sizeof(float) * (size_t)B * L->out);
         }
         if (paths) {
             for (int t = 0; t < B; t++) paths[i + t] = 0;

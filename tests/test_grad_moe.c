@@ -7,6 +7,7 @@
 #include "gradcheck.h"
 #include "specmoe/nn/model.h"
 #include "specmoe/nn/moe.h"
+#include "specmoe/methods/srmoe/srmoe.h"
 
 typedef struct {
     sm_moe *m;
@@ -330,7 +331,7 @@ Test(grad_moe, whole_srmoe_model_conv_stem_prototype_stages_and_penalties) {
         model_ctx c = {.T = T};
         c.m = sm_model_create(&cfg, T, &r, &err);
         cr_assert(c.m, "%s", err.msg);
-        c.m->power_iters = 300; /* converged power iteration: the loss is then a function of W */
+        sm_srmoe_set_power_iters(c.m, 300); /* converged power iteration: the loss is then a function of W */
         c.x = malloc(sizeof(float) * T * 72);
         c.y = malloc(sizeof(int) * T);
         for (int i = 0; i < T * 72; i++) c.x[i] = (float)sm_rng_normal(&r);

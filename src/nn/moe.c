@@ -1,6 +1,10 @@
 /* The MoE layer (see include/specmoe/moe.h). */
 #include "specmoe/nn/moe.h"
 
+#include <cjson/cJSON.h>
+
+#include "specmoe/core/json.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +15,26 @@ void sm_moe_config_default(sm_moe_config *c) {
     c->H = 256;
     c->act = SM_ACT_RELU;
     c->expert_bias = 1;
+}
+
+void sm_moe_config_to_json(const sm_moe_config *c, cJSON *o) {
+    if (!o) return;
+    sm_router_config_to_json(&c->router, o);
+    cJSON_AddNumberToObject(o, "shared", c->n_shared);
+    cJSON_AddNumberToObject(o, "expert_bias", c->expert_bias);
+    cJSON_AddStringToObject(o, "expert_act", sm_act_name(c->act));
+}
+
+sm_status sm_moe_config_from_json(sm_moe_config *c, const cJSON *o, sm_error *err) {
+    const char *what = "model config";
+    char eact[16];
+    if (!cJSON_IsObject(o)) return sm_fail(err, SM_ERR_FORMAT, "%s: field 'moe' missing", what);
+    sm_status st = sm_router_config_from_json(&c->router, o, what, err);
+    if (st == SM_OK) st = sm_json_int(o, "shared", 0, &c->n_shared, what, err);
+    if (st == SM_OK) st = sm_json_int(o, "expert_bias", 0, &c->expert_bias, what, err);
+    if (st == SM_OK) st = sm_json_str(o, "expert_act", eact, sizeof eact, what, err);
+    if (st == SM_OK && sm_act_parse(eact, &c->act)) st = sm_fail(err, SM_ERR_FORMAT, "%s: unknown activation '%s'", what, eact);
+    return st;
 }
 
 sm_moe *sm_moe_create(const sm_moe_config *cfg, int d, sm_error *err) {
@@ -271,4 +295,82 @@ void sm_moe_backward(sm_moe *m, sm_real *dx, const sm_real *dout, const sm_real 
                         expert_weights(m->sw1, m->sb1, m->sw2, m->sb2, s, d, H, O), m->cfg.act, T, d, H, O);
     }
     m->router->ops->backward(m->router, dx, r, x, T);
+}
+
+/* ---- the MoE layer as a module (include/specmoe/nn/module.h) ---------------------------------- */
+
+#include "nn/module_internal.h"
+
+typedef struct {
+    sm_module base;
+    sm_moe_config cfg;
+    sm_moe *moe;
+    sm_real *scratch; /* (N, d) input gradient when the caller needs none: router and experts write one */
+} moe_mod;
+
+static sm_status moe_mod_declare(sm_module *m, sm_params *ps, sm_error *err) {
+    moe_mod *mm = (moe_mod *)m;
+    int d = sm_shape_width(m->in);
+    if (!(mm->moe = sm_moe_create(&mm->cfg, d, err))) return SM_ERR_ARG;
+    m->out = sm_shape_vec(mm->moe->O);
+    m->out.rows = m->in.rows;
+    return sm_moe_declare(mm->moe, ps, m->name, err);
+}
+static void moe_mod_reserve(sm_module *m, int B, sm_arena *a) {
+    ((moe_mod *)m)->scratch = sm_arena_take(a, (size_t)B * sm_shape_numel(m->in));
+}
+static sm_status moe_mod_setup(sm_module *m, int B, sm_error *err) {
+    return sm_moe_reserve(((moe_mod *)m)->moe, B * m->in.rows, err);
+}
+/* parameters are bound at every call: the view (and so the gradient destination) is the caller's */
+static void moe_mod_forward(sm_module *m, sm_real *out, const sm_real *in, int B, const sm_ctx *ctx) {
+    moe_mod *mm = (moe_mod *)m;
+    sm_moe_bind(mm->moe, ctx->pv);
+    sm_moe_forward(mm->moe, out, in, B * m->in.rows, ctx->rng, ctx->train);
+}
+static void moe_mod_backward(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx) {
+    moe_mod *mm = (moe_mod *)m;
+    int N = B * m->in.rows;
+    sm_real *dx = din;
+    if (!dx) memset(dx = mm->scratch, 0, sizeof(sm_real) * (size_t)N * mm->moe->d);
+    sm_moe_bind(mm->moe, ctx->pv);
+    sm_moe_backward(mm->moe, dx, dout, in, N);
+}
+static void moe_mod_json(const sm_module *m, cJSON *o) {
+    const moe_mod *mm = (const moe_mod *)m;
+    cJSON_AddNumberToObject(o, "hidden", mm->cfg.H);
+    sm_moe_config_to_json(&mm->cfg, cJSON_AddObjectToObject(o, "moe"));
+}
+static void moe_mod_destroy(sm_module *m) {
+    sm_moe_free(((moe_mod *)m)->moe);
+    free(m);
+}
+static const sm_module_ops kMoeOps = {"moe", moe_mod_declare, moe_mod_reserve, moe_mod_setup, moe_mod_forward,
+                                      moe_mod_backward, moe_mod_json, moe_mod_destroy};
+
+sm_module *sm_moe_module(const char *name, const sm_moe_config *cfg, sm_error *err) {
+    moe_mod *mm = calloc(1, sizeof *mm);
+    if (!mm) {
+        sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", name);
+        return NULL;
+    }
+    mm->base.ops = &kMoeOps;
+    snprintf(mm->base.name, sizeof mm->base.name, "%s", name ? name : "");
+    mm->cfg = *cfg;
+    return &mm->base;
+}
+
+sm_moe *sm_moe_of(const sm_module *m) { return m && m->ops == &kMoeOps ? ((const moe_mod *)m)->moe : NULL; }
+
+sm_module *sm_moe_from_json(const cJSON *o, const char *name, sm_error *err) {
+    sm_moe_config c;
+    sm_moe_config_default(&c);
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "hidden");
+    if (!cJSON_IsNumber(h) || h->valuedouble < 1 || h->valuedouble > 1 << 24) {
+        sm_fail(err, SM_ERR_FORMAT, "module '%s': 'hidden' missing or out of range", name);
+        return NULL;
+    }
+    c.H = (int)h->valuedouble;
+    if (sm_moe_config_from_json(&c, cJSON_GetObjectItemCaseSensitive(o, "moe"), err) != SM_OK) return NULL;
+    return sm_moe_module(name, &c, err);
 }

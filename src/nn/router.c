@@ -1,6 +1,10 @@
 /* Router registry and the route (assignment) buffers shared by every router. */
 #include "specmoe/nn/router.h"
 
+#include <stddef.h>
+
+#include "specmoe/core/json.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,4 +160,60 @@ void sm_route_group(sm_route *route, const int *choice, const sm_real *w, int T,
     }
     for (int e = 0; e < E; e++) route->load[e] = route->offset[e + 1] - route->offset[e];
     route->T = T;
+}
+
+/* Router options as stored in a model's JSON ("moe" object): one row per field of sm_router_config.
+ * Fields added after the first checkpoints are optional and keep their defaults when absent. */
+typedef enum { OPT_INT, OPT_NUM, OPT_U64 } opt_type;
+typedef struct {
+    const char *key;
+    opt_type type;
+    size_t offset;
+    int required;
+} router_opt;
+#define OPT(key, type, field, req) {key, type, offsetof(sm_router_config, field), req}
+static const router_opt kOpts[] = {
+    OPT("experts", OPT_INT, E, 1),          OPT("topk", OPT_INT, k, 1),
+    OPT("temperature", OPT_NUM, temperature, 1), OPT("noisy", OPT_INT, noisy, 1),
+    OPT("renorm", OPT_INT, renorm, 1),      OPT("capacity", OPT_NUM, capacity, 1),
+    OPT("balance", OPT_NUM, balance_coef, 0), OPT("zloss", OPT_NUM, zloss_coef, 0),
+    OPT("kappa_init", OPT_NUM, kappa_init, 0), OPT("alpha", OPT_NUM, alpha, 0),
+    OPT("kr", OPT_INT, kr, 0),              OPT("amortize", OPT_INT, amortize, 0),
+    OPT("amort_hidden", OPT_INT, amort_hidden, 0), OPT("subspace_beta", OPT_NUM, subspace_beta, 0),
+    OPT("rho0", OPT_NUM, rho0, 0),          OPT("pairs", OPT_INT, pairs, 0),
+    OPT("slots", OPT_INT, slots, 0),        OPT("soft_group", OPT_INT, soft_group, 0),
+    OPT("soft_norm", OPT_INT, soft_norm, 0), OPT("seed", OPT_U64, seed, 0),
+    OPT("proto_sq", OPT_INT, proto_sq, 0),  OPT("ev_c", OPT_INT, ev_c, 0),
+    OPT("ev_avg", OPT_INT, ev_avg, 0),
+};
+#undef OPT
+
+void sm_router_config_to_json(const sm_router_config *c, cJSON *o) {
+    cJSON_AddStringToObject(o, "router", c->name);
+    for (size_t i = 0; i < sizeof kOpts / sizeof kOpts[0]; i++) {
+        const char *f = (const char *)c + kOpts[i].offset;
+        double v = kOpts[i].type == OPT_INT ? *(const int *)f
+                   : kOpts[i].type == OPT_NUM ? *(const double *)f : (double)*(const uint64_t *)f;
+        cJSON_AddNumberToObject(o, kOpts[i].key, v);
+    }
+}
+
+sm_status sm_router_config_from_json(sm_router_config *c, const cJSON *o, const char *what, sm_error *err) {
+    sm_status st = sm_json_str(o, "router", c->name, sizeof c->name, what, err);
+    for (size_t i = 0; i < sizeof kOpts / sizeof kOpts[0] && st == SM_OK; i++) {
+        char *f = (char *)c + kOpts[i].offset;
+        int opt = !kOpts[i].required;
+        if (kOpts[i].type == OPT_INT) {
+            st = sm_json_int(o, kOpts[i].key, opt, (int *)f, what, err);
+        } else if (kOpts[i].type == OPT_NUM) {
+            st = sm_json_num(o, kOpts[i].key, opt, (double *)f, what, err);
+        } else {
+            double v = (double)*(uint64_t *)f;
+            st = sm_json_num(o, kOpts[i].key, opt, &v, what, err);
+            if (st == SM_OK && !(v >= 0 && v < 18446744073709551616.0))
+                st = sm_fail(err, SM_ERR_FORMAT, "%s: field '%s' is not an unsigned 64-bit integer", what, kOpts[i].key);
+            if (st == SM_OK) *(uint64_t *)f = (uint64_t)v;
+        }
+    }
+    return st;
 }

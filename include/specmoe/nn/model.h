@@ -14,7 +14,7 @@
 
 #include "specmoe/nn/moe.h"
 #include "specmoe/core/params.h"
-#include "specmoe/core/spectral.h"
+#include "specmoe/nn/module.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -69,41 +69,37 @@ void sm_model_format_arch(const sm_model_config *c, char *buf, size_t n);
 char *sm_model_config_to_json(const sm_model_config *c);
 sm_status sm_model_config_from_json(sm_model_config *c, const char *json, sm_error *err);
 
+/* One layer of the stack as the rest of the code sees it; the work is done by its module. */
 typedef struct {
     sm_layer_kind kind;
-    int in, out, hidden;   /* feature counts (in = ic*ih*iw, out = oc*oh*ow) */
-    int ic, ih, iw, oc, oh, ow; /* shapes */
-    int ip[4];             /* parameter indices (dense/ln/conv: w b; ffn: w1 b1 w2 b2) */
-    sm_moe *moe;           /* moe layers */
-    sm_real *pre;          /* (T,out) dense/conv pre-activation; ffn: hidden pre-activation (T,H) */
-    sm_real *hid;          /* ffn: (T,H) activation */
-    sm_real *stats;        /* ln: mean (T), rstd (T) */
-    int *idx;              /* maxpool: argmax (T,out) */
-    sm_real *out_act;      /* (T,out) this layer's output */
-    sm_real *dout;         /* (T,out) gradient w.r.t. this layer's output */
-    int pen_w;             /* parameter penalised by the SR-MoE spectral penalties (-1: none) */
+    int in, out, hidden;   /* feature counts (in = ic*ih*iw, out = oc*oh*ow); hidden: ffn / moe H */
+    sm_module *mod;        /* the layer's module (child of the model's body) */
+    sm_moe *moe;           /* moe layers: the layer inside the module */
 } sm_layer;
 
+typedef struct sm_penalty sm_penalty;
+
+/* A classifier: body (a sequential container of the --arch layers, parameters layers.<i>.*) ->
+ * head (linear, head.*) -> cross-entropy, plus the penalties the config asks for (penalty.h). */
 typedef struct {
     sm_model_config cfg;
     int max_T;
     sm_params params;
     int n_layers;
     sm_layer layers[SM_MAX_LAYERS];
-    int ip_head[2];         /* head weight (V,W), bias (V) */
-    sm_real *arena;         /* every activation below, one allocation */
+    sm_module *body;        /* seq "layers" */
+    sm_module *head;        /* dense "head", no activation */
+    sm_real *arena;         /* the buffers below, one allocation */
     sm_real *input;         /* (T,D) */
     sm_real *logits;        /* (T,V) */
     sm_real *probs;         /* (T,V) */
     sm_real *losses;        /* (T) */
     sm_real *dlogits;       /* (T,V) */
-    sm_real *scratch;       /* (T, max width) backward scratch */
-    sm_real *col, *dcol;    /* conv im2col scratch (largest layer) */
-    int *iarena;            /* maxpool indices, one allocation */
+    sm_real *dtop;          /* (T,W) gradient w.r.t. the body's output */
     double aux_loss;        /* sum of routers' auxiliary losses in the last forward */
-    double penalty;         /* SR-MoE penalties of the last sm_model_loss */
-    sm_power_iter *power;        /* (n_layers) persistent power-iteration vectors, penalised layers only */
-    int power_iters;             /* power iterations per step (1; the gradient checks converge them) */
+    double penalty;         /* penalties of the last sm_model_loss */
+    int n_penalties;
+    sm_penalty *penalties[4];
 } sm_model;
 
 /* Builds the model, declares and allocates parameters, and reserves activations for max_T rows.
@@ -117,6 +113,9 @@ const sm_real *sm_model_forward(sm_model *m, const float *x, int T, sm_rng *rng,
 double sm_model_loss(sm_model *m, const int *y, const unsigned char *mask, int T);
 /* Backward of the loss: gradients accumulate into m->params.grad (zero them first). */
 void sm_model_backward(sm_model *m, int T);
+/* The same into the gradient view pv (sm_params_view of m->params): e.g. a penalty's gradient kept
+ * apart from the loss's. */
+void sm_model_backward_into(sm_model *m, const sm_params *pv, int T);
 /* Sets the inference-time dials of every MoE router: GrMoE's alpha and the softmax temperature
  * (negative values leave a dial unchanged). No retraining: the parameters are untouched. */
 void sm_model_set_dials(sm_model *m, double alpha, double temperature);

@@ -30,6 +30,10 @@ typedef struct {
 } sm_moe_config;
 
 void sm_moe_config_default(sm_moe_config *c);
+/* The config as the "moe" object of a model's JSON (router options plus shared, expert_bias,
+ * expert_act), and back; H is not part of it (it comes from the layer). */
+void sm_moe_config_to_json(const sm_moe_config *c, struct cJSON *o);
+sm_status sm_moe_config_from_json(sm_moe_config *c, const struct cJSON *o, sm_error *err);
 
 typedef struct {
     sm_moe_config cfg;
@@ -69,6 +73,14 @@ sm_status sm_moe_reserve(sm_moe *m, int max_T, sm_error *err);
 void sm_moe_forward(sm_moe *m, sm_real *out, const sm_real *x, int T, sm_rng *rng, int train);
 /* dx (T,d) += ..., parameter gradients += ..., given dout (T,O) and the same x as the forward. */
 void sm_moe_backward(sm_moe *m, sm_real *dx, const sm_real *dout, const sm_real *x, int T);
+
+/* The MoE layer as a module (module.h): parameters are bound to the call's view at every forward
+ * and backward, so gradients go where the caller says. Rows are tokens: an input of R rows per
+ * example routes B*R tokens. */
+#include "specmoe/nn/module.h"
+sm_module *sm_moe_module(const char *name, const sm_moe_config *cfg, sm_error *err);
+/* the layer inside an MoE module (NULL for any other module, or before declare) */
+sm_moe *sm_moe_of(const sm_module *m);
 
 #ifdef __cplusplus
 }

@@ -50,6 +50,11 @@ typedef struct {
 } sm_router_config;
 
 void sm_router_config_default(sm_router_config *c);
+/* The config as JSON fields ("router", "experts", "topk", ...) added to object o, and back (what
+ * names the document in messages; fields added after the first checkpoints are optional). */
+struct cJSON;
+void sm_router_config_to_json(const sm_router_config *c, struct cJSON *o);
+sm_status sm_router_config_from_json(sm_router_config *c, const struct cJSON *o, const char *what, sm_error *err);
 
 /* One routing decision for a batch. Buffers are sized once for the largest batch (max_T). */
 typedef enum { SM_ROUTE_SPARSE = 0, SM_ROUTE_SOFT } sm_route_kind;

@@ -1,0 +1,27 @@
+/* Internal to src/nn: JSON of modules as cJSON objects (module.c, modules.c, moe_module.c). */
+#ifndef SPECMOE_NN_MODULE_INTERNAL_H
+#define SPECMOE_NN_MODULE_INTERNAL_H
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+
+#include "specmoe/nn/module.h"
+
+cJSON *sm_module_json_object(const sm_module *m);
+/* {"kind": ..., "name": ..., "residual": 0|1, args...} -> module (every kind of the registry) */
+sm_module *sm_module_from_json_object(const cJSON *o, sm_error *err);
+sm_module *sm_seq_from_json(const cJSON *o, const char *name, sm_error *err);
+sm_module *sm_moe_from_json(const cJSON *o, const char *name, sm_error *err);
+
+/* "<prefix>.<what>" into buf (SM_NAME_MAX); nonzero when it does not fit */
+static inline int sm_param_name(char *buf, const char *prefix, const char *what) {
+    return snprintf(buf, SM_NAME_MAX, "%s.%s", prefix, what) >= SM_NAME_MAX;
+}
+
+/* the parameter values / gradient of tensor i in the call's view (NULL for i < 0 or no gradient) */
+static inline sm_real *sm_ctx_data(const sm_ctx *c, int i) { return i >= 0 ? sm_params_data(c->pv, i) : NULL; }
+static inline sm_real *sm_ctx_grad(const sm_ctx *c, int i) {
+    return i >= 0 && c->pv->grad ? sm_params_grad(c->pv, i) : NULL;
+}
+
+#endif
