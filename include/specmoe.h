@@ -65,6 +65,7 @@
 #include "specmoe/core/spectral.h"
 #include "specmoe/methods/srmoe/srmoe.h"
 #include "specmoe/methods/ssmoe/ssmoe.h"
+#include "specmoe/nn/loss.h"
 #include "specmoe/nn/module.h"
 #include "specmoe/nn/penalty.h"
 #include "specmoe/core/json.h"

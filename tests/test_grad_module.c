@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gradcheck.h"
+#include "specmoe/nn/loss.h"
 #include "specmoe/nn/module.h"
 #include "specmoe/nn/moe.h"
 
@@ -232,4 +233,33 @@ Test(grad_module, json_round_trip) {
     sm_module_free(m2);
     sm_params_free(&ps2);
     mctx_free(&c);
+}
+
+/* the losses' written gradients against central differences in the prediction */
+typedef struct {
+    int which;
+    sm_real pred[12], target[12], d[12], probs[12], losses[4];
+    int y[4];
+} lctx;
+static double lloss(void *p) {
+    lctx *c = p;
+    sm_real d[12];
+    if (c->which == 0) return sm_loss_crossentropy(d, c->probs, c->losses, c->pred, c->y, NULL, 4, 3, 1);
+    if (c->which == 1) return sm_loss_mse(d, c->pred, c->target, 4, 3, 1);
+    return sm_loss_huber(d, c->pred, c->target, 4, 3, 0.7, 1);
+}
+Test(grad_module, losses_write_their_output_gradient) {
+    const char *names[3] = {"crossentropy", "mse", "huber"};
+    for (int w = 0; w < 3; w++) {
+        lctx c = {.which = w, .y = {0, 2, 1, 2}};
+        sm_rng r;
+        sm_rng_seed(&r, 30 + w);
+        gc_fill_normal(c.pred, 12, 1.0, &r);
+        gc_fill_normal(c.target, 12, 1.0, &r);
+        for (int i = 0; i < 12; i++) c.d[i] = 99; /* written, not accumulated */
+        if (w == 0) sm_loss_crossentropy(c.d, c.probs, c.losses, c.pred, c.y, NULL, 4, 3, 1);
+        if (w == 1) sm_loss_mse(c.d, c.pred, c.target, 4, 3, 1);
+        if (w == 2) sm_loss_huber(c.d, c.pred, c.target, 4, 3, 0.7, 1);
+        gc_check(names[w], c.pred, c.d, 12, lloss, &c, &r, 12);
+    }
 }

@@ -3,6 +3,7 @@
 
 #include "specmoe/core/conv.h"
 #include "specmoe/core/json.h"
+#include "specmoe/nn/loss.h"
 #include "specmoe/nn/penalty.h"
 
 #include <cjson/cJSON.h>
@@ -300,11 +301,8 @@ const sm_real *sm_model_forward(sm_model *m, const float *x, int T, sm_rng *rng,
 }
 
 double sm_model_loss(sm_model *m, const int *y, const unsigned char *mask, int T) {
-    double ce = sm_crossentropy_forward(m->losses, m->probs, m->logits, y, mask, T, m->cfg.n_classes);
     /* the backward starts from dlogits = (probs - onehot) / T */
-    int V = m->cfg.n_classes;
-    memset(m->dlogits, 0, sizeof(sm_real) * (size_t)T * V);
-    sm_crossentropy_backward(m->dlogits, m->probs, y, 1, T, V);
+    double ce = sm_loss_crossentropy(m->dlogits, m->probs, m->losses, m->logits, y, mask, T, m->cfg.n_classes, 1);
     m->penalty = 0;
     for (int i = 0; i < m->n_penalties; i++) m->penalty += m->penalties[i]->ops->apply(m->penalties[i], &m->params, T, 0);
     return ce + m->aux_loss + m->penalty;
