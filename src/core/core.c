@@ -40,6 +40,7 @@ FILE *sm_open_regular(const char *path, size_t *size, sm_error *err) {
 
 sm_status sm_fail(sm_error *err, sm_status code, const char *fmt, ...) {
     if (err) {
+        err->code = code;
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);

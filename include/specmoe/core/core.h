@@ -35,9 +35,11 @@ typedef enum {
     SM_ERR_MISMATCH /* a checkpoint does not match the requested model */
 } sm_status;
 
-/* Human-readable message for the last failure, owned by the caller. */
+/* The last failure, owned by the caller: its status code (so a caller that only got NULL back still
+ * knows whether it was a bad argument, out of memory, ...) and a message a person can act on. */
 typedef struct {
     char msg[512];
+    sm_status code;
 } sm_error;
 
 /* Sets err->msg (printf-style) and returns code; err may be NULL. */
