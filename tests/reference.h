@@ -13,7 +13,7 @@
 
 /* Opens path and checks its magic and version; script names the generator for the message. */
 static inline void ref_open_file(sm_safetensors *st, const char *path, const char *script) {
-    sm_error err = {{0}};
+    sm_error err = {0};
     sm_status s = sm_safetensors_load(st, path, &err);
     cr_assert_eq(s, SM_OK, "%s (run from the repo root; regenerate with /usr/bin/python3 %s)", err.msg, script);
     const char *magic = sm_safetensors_meta(st, "magic"), *version = sm_safetensors_meta(st, "version");
@@ -27,7 +27,7 @@ static inline sm_real *ref_tensor_to_real(const sm_st_tensor *t, const char *pat
     float *f = malloc(sizeof(float) * (n ? n : 1));
     sm_real *r = malloc(sizeof(sm_real) * (n ? n : 1));
     cr_assert(f && r, "%s: out of memory", path);
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_st_tensor_to_f32(t, f, n, &err), SM_OK, "%s", err.msg);
     for (size_t i = 0; i < n; i++) r[i] = (sm_real)f[i];
     free(f);

@@ -51,7 +51,7 @@ Test(bingham, saddle_equal_lambda_identities) {
             int p = ps[ip];
             for (int i = 0; i < p; i++) lam[i] = as[ia];
             double lc[3];
-            sm_error err = {{0}};
+            sm_error err = {0};
             cr_assert_eq(sm_bingham_logc_saddle(lam, p, lc, &err), SM_OK, "%s", err.msg);
             double z = 0.5 * p, exact = sm_sphere_log_area(p) - as[ia];
             double stirling_gap = lgamma(z) - (0.5 * log(2 * PI) + (z - 0.5) * log(z) - z);
@@ -91,7 +91,7 @@ Test(bingham, saddle_shift_equivariance) {
 
 Test(bingham, two_level_closed_forms) {
     double lc, lam[64];
-    sm_error err = {{0}};
+    sm_error err = {0};
     /* lambda = 0: the sphere area; all equal a: exp(-a) area */
     for (int p = 1; p <= 64; p *= 2) {
         for (int i = 0; i < p; i++) lam[i] = 0;
@@ -136,7 +136,7 @@ Test(bingham, saddle_vs_closed_forms_small_p) {
     }
     /* large p: GrMoE-like lambda with d = 2000, k_r = 500 against the exact two-level value */
     static double lam[2000];
-    sm_error err = {{0}};
+    sm_error err = {0};
     double kappas[] = {0.4, 4.2, 50};
     for (size_t k = 0; k < 3; k++) {
         cr_assert_eq(sm_bingham_grmoe_lambda(lam, 2000, 500, kappas[k], &err), SM_OK, "%s", err.msg);
@@ -151,7 +151,7 @@ Test(bingham, saddle_vs_closed_forms_small_p) {
 Test(bingham, saddle_root_converges_everywhere) {
     /* extreme spreads and sizes: all three orders finite */
     static double lam[200000];
-    sm_error err = {{0}};
+    sm_error err = {0};
     double lc[3];
     int p = 200000;
     for (int i = 0; i < p; i++) lam[i] = (i % 3 == 0) ? -1e6 : (i % 3 == 1 ? 0 : 1e8);
@@ -168,7 +168,7 @@ Test(bingham, monte_carlo_closed_forms) {
     sm_rng rng;
     sm_rng_seed(&rng, 9);
     double lam[8] = {0}, lc, se;
-    sm_error err = {{0}};
+    sm_error err = {0};
     /* lambda = 0 and all-equal lambda: every weight is the same, so the estimate is exact */
     cr_assert_eq(sm_bingham_logc_mc(lam, 8, 1000, &rng, &lc, &se, &err), SM_OK, "%s", err.msg);
     expect_close(lc, sm_sphere_log_area(8), 1e-13, "MC lambda = 0");
@@ -211,7 +211,7 @@ static void grmoe_case(int d, int k_r, long samples, uint64_t seed) {
     double lam[64];
     sm_rng rng;
     sm_rng_seed(&rng, seed);
-    sm_error err = {{0}};
+    sm_error err = {0};
     for (int k = 0; k < 5; k++) {
         cr_assert_eq(sm_bingham_grmoe_lambda(lam, d, k_r, kappas[k], &err), SM_OK, "%s", err.msg);
         double sp[3], mc, se, ex;
@@ -236,7 +236,7 @@ Test(bingham, rejects_bad_input) {
     double lam[4] = {0, 1, 2, 3}, lc3[3], lc, se;
     sm_rng rng;
     sm_rng_seed(&rng, 1);
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_expect_eq(sm_bingham_logc_saddle(lam, 0, lc3, &err), SM_ERR_ARG);
     cr_expect(strstr(err.msg, "p = 0") != NULL, "%s", err.msg);
     cr_expect_eq(sm_bingham_logc_saddle(NULL, 4, lc3, &err), SM_ERR_ARG);

@@ -102,7 +102,7 @@ static void case_cmp(ref_case *k, const sm_safetensors *st, const char *what, co
 static void run_conv(ref_case *k, const sm_safetensors *st, const cJSON *j, const char *key) {
     const int OC = json_int(j, "OC", key), KH = json_int(j, "KH", key), KW = json_int(j, "KW", key);
     const int stride = json_int(j, "stride", key), pad = json_int(j, "pad", key), bias = json_int(j, "bias", key);
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_conv2d_shape(k->H, k->W, KH, KW, stride, pad, &k->OH, &k->OW, &err), SM_OK, "%s: %s", key,
                  err.msg);
     case_io(k, st, OC);
@@ -137,7 +137,7 @@ static void run_pool(ref_case *k, const sm_safetensors *st, const cJSON *j, cons
     } else {
         K = json_int(j, "K", key);
         S = json_int(j, "S", key);
-        sm_error err = {{0}};
+        sm_error err = {0};
         cr_assert_eq(sm_conv2d_shape(k->H, k->W, K, K, S, 0, &k->OH, &k->OW, &err), SM_OK, "%s: %s", key, err.msg);
     }
     case_io(k, st, k->C);

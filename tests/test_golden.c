@@ -14,7 +14,7 @@
 static sm_safetensors g_st;
 
 static void setup(void) {
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_safetensors_load(&g_st, GOLDEN_FILE, &err), SM_OK, "%s (run from the repo root)", err.msg);
     const char *magic = sm_safetensors_meta(&g_st, "magic");
     cr_assert(magic && !strcmp(magic, "specmoe-golden"), GOLDEN_FILE ": bad magic");
@@ -33,7 +33,7 @@ static const sm_st_tensor *get(const char *cs, const char *what, size_t numel) {
 
 static float *floats(const sm_st_tensor *t) {
     float *f = malloc(sizeof(float) * (t->numel ? t->numel : 1));
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_st_tensor_to_f32(t, f, t->numel, &err), SM_OK, "%s", err.msg);
     return f;
 }
@@ -53,7 +53,7 @@ static void same(const char *cs, const char *what, const sm_real *got, size_t n)
 }
 
 static void run_case(const golden_case *c) {
-    sm_error err = {{0}};
+    sm_error err = {0};
     char key[128];
     snprintf(key, sizeof key, "%s.model", c->name);
     const char *json = sm_safetensors_meta(&g_st, key);

@@ -63,7 +63,7 @@ typedef struct {
 static void conv_open(conv_ctx *c, const conv_cfg *k, uint64_t seed) {
     memset(c, 0, sizeof *c);
     c->k = *k;
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_conv2d_shape(k->H, k->W, k->KH, k->KW, k->stride, k->pad, &c->OH, &c->OW, &err), SM_OK, "%s",
                  err.msg);
     c->nin = (size_t)k->B * k->C * k->H * k->W;
@@ -317,7 +317,7 @@ Test(grad_conv, threaded_sizes_match_serial_definitions) {
 }
 
 Test(grad_conv, conv2d_shape_refuses_impossible_sizes) {
-    sm_error err = {{0}};
+    sm_error err = {0};
     int OH = -7, OW = -7;
     /* a 4x4 kernel cannot fit a 3x5 input without padding: refused, naming the sizes, outputs untouched */
     cr_expect_eq(sm_conv2d_shape(3, 5, 4, 4, 1, 0, &OH, &OW, &err), SM_ERR_ARG);
@@ -368,7 +368,7 @@ static void pool_open(pool_ctx *c, const pool_cfg *k, uint64_t seed) {
     memset(c, 0, sizeof *c);
     c->k = *k;
     if (k->which != P_ADAPTIVE) {
-        sm_error err = {{0}};
+        sm_error err = {0};
         cr_assert_eq(sm_conv2d_shape(k->H, k->W, k->K, k->K, k->S, 0, &c->k.OH, &c->k.OW, &err), SM_OK, "%s",
                      err.msg);
     }

@@ -31,7 +31,7 @@ static double mloss(void *p) {
 }
 
 static void mctx_init(mctx *c, sm_module *m, sm_shape in, uint64_t seed) {
-    sm_error err = {{0}};
+    sm_error err = {0};
     memset(c, 0, sizeof *c);
     cr_assert(m, "construction failed");
     c->m = m;
@@ -209,7 +209,7 @@ Test(grad_module, json_round_trip) {
     mctx_init(&c, token_net(), sm_shape_image(2, 4, 4), 21);
     char *json = sm_module_to_json(c.m);
     cr_assert(json);
-    sm_error err = {{0}};
+    sm_error err = {0};
     sm_module *m2 = sm_module_from_json(json, &err);
     cr_assert(m2, "%s: %s", json, err.msg);
     sm_params ps2;

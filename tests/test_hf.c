@@ -253,7 +253,7 @@ Test(hf, prune_keeps_chosen_experts_byte_for_byte) {
 static void expect_refusal(const hf_spec *s, const char *needle1, const char *needle2) {
     const char *dir = make_model(s);
     sm_hf_model m;
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_neq(sm_hf_open(&m, dir, &err), SM_OK, "%s accepted", s->breakage);
     cr_expect(strstr(err.msg, needle1) != NULL, "%s: message '%s' lacks '%s'", s->breakage, err.msg, needle1);
     cr_expect(strstr(err.msg, needle2) != NULL, "%s: message '%s' lacks '%s'", s->breakage, err.msg, needle2);
@@ -298,7 +298,7 @@ Test(hf, config_and_index_parsers_refuse_bad_input) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         sm_hf_config c;
-        sm_error err = {{0}};
+        sm_error err = {0};
         cr_expect_neq(sm_hf_config_parse(&c, bad[i].json, strlen(bad[i].json), "cfg", &err), SM_OK, "accepted %s", bad[i].json);
         cr_expect(strstr(err.msg, bad[i].needle) != NULL, "'%s' lacks '%s'", err.msg, bad[i].needle);
     }
@@ -313,7 +313,7 @@ Test(hf, config_and_index_parsers_refuse_bad_input) {
     for (size_t i = 0; i < sizeof badi / sizeof badi[0]; i++) {
         char **n, **f;
         int cnt;
-        sm_error err = {{0}};
+        sm_error err = {0};
         cr_expect_neq(sm_hf_index_parse(badi[i].json, strlen(badi[i].json), "idx", &n, &f, &cnt, &err), SM_OK);
         cr_expect(strstr(err.msg, badi[i].needle) != NULL, "'%s' lacks '%s'", err.msg, badi[i].needle);
     }

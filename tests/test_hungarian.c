@@ -52,7 +52,7 @@ Test(hungarian, random_matrices_match_brute_force) {
                                       : 1e6 * sm_rng_uniform(&rng);
             int a[7];
             double total = NAN;
-            sm_error err = {{0}};
+            sm_error err = {0};
             cr_assert_eq(sm_hungarian_min(c, n, a, &total, &err), SM_OK, "%s", err.msg);
             expect_permutation(a, n);
             double s = 0;
@@ -111,7 +111,7 @@ Test(hungarian, larger_n_is_a_permutation_and_beats_identity) {
 Test(hungarian, rejects_bad_input) {
     double c[4] = {1, 2, NAN, 4};
     int a[2];
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_expect_eq(sm_hungarian_min(c, 2, a, NULL, &err), SM_ERR_ARG);
     cr_expect(strstr(err.msg, "cost[1][0]") != NULL, "%s", err.msg);
     c[2] = INFINITY;

@@ -32,7 +32,7 @@ static uint8_t *make_idx(int type, int ndim, const uint32_t *dims, int labels, s
 
 static void expect_idx_refused(const uint8_t *b, size_t size, const char *needle) {
     sm_idx x;
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_expect_eq(sm_idx_parse(&x, b, size, "bad.idx", &err), SM_ERR_FORMAT, "accepted (%s)", needle);
     cr_expect(strstr(err.msg, "bad.idx") != NULL, "message does not name the file: %s", err.msg);
     cr_expect(strstr(err.msg, needle) != NULL, "message '%s' lacks '%s'", err.msg, needle);
@@ -51,7 +51,7 @@ Test(idx, parse_images_and_labels) {
     size_t size;
     uint8_t *b = make_idx(0x08, 3, dims, 0, &size);
     sm_idx x;
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_idx_parse(&x, b, size, "img.idx", &err), SM_OK, "%s", err.msg);
     cr_expect_eq(x.ndim, 3);
     cr_expect_eq(x.dims[0], 2);
@@ -137,7 +137,7 @@ Test(idx, every_prefix_refused) {
         uint8_t *p = malloc(len ? len : 1);
         memcpy(p, b, len);
         sm_idx x;
-        sm_error err = {{0}};
+        sm_error err = {0};
         cr_expect_eq(sm_idx_parse(&x, p, len, "prefix.idx", &err), SM_ERR_FORMAT, "prefix %zu accepted", len);
         cr_expect(strstr(err.msg, "truncated") != NULL, "len %zu: %s", len, err.msg);
         free(p);
@@ -158,7 +158,7 @@ Test(idx, load_gz_and_plain) {
     cr_assert_eq(tu_write_file(plain, b, size), 0);
 
     sm_idx x;
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_idx_load(&x, gz, 1 << 20, &err), SM_OK, "%s", err.msg);
     cr_expect_eq(x.count, 36);
     cr_expect(memcmp(x.data, b + 16, 36) == 0);
@@ -211,7 +211,7 @@ Test(dataset, load_idx_pair) {
     char ip[256], lp[256];
     write_pair(tu_tmpdir(), 6, 6, -1, ip, lp);
     sm_dataset ds;
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_dataset_load_idx(&ds, ip, lp, &err), SM_OK, "%s", err.msg);
     cr_expect_eq(ds.n, 6);
     cr_expect_eq(ds.dim, 4);
@@ -225,7 +225,7 @@ Test(dataset, load_idx_pair) {
 Test(dataset, load_idx_refusals) {
     char ip[256], lp[256];
     sm_dataset ds;
-    sm_error err = {{0}};
+    sm_error err = {0};
 
     write_pair(tu_tmpdir(), 6, 5, -1, ip, lp);
     cr_expect_neq(sm_dataset_load_idx(&ds, ip, lp, &err), SM_OK);
@@ -244,7 +244,7 @@ Test(dataset, load_idx_refusals) {
 
 Test(dataset, fashion_missing_dir_hint) {
     sm_dataset ds;
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_expect_eq(sm_dataset_load_fashion(&ds, "/nonexistent-specmoe-data", "train", &err), SM_ERR_IO);
     cr_expect(strstr(err.msg, "apt-get install dataset-fashion-mnist") && strstr(err.msg, "--data DIR"), "%s",
               err.msg);
@@ -270,7 +270,7 @@ Test(dataset, select_four_classes_1600_each) {
     sm_dataset ds;
     synth(&ds, 20000); /* 2000 per class */
     int classes[4] = {0, 2, 4, 6};
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_dataset_select(&ds, classes, 4, 1600, 0, &err), SM_OK, "%s", err.msg);
     cr_expect_eq(ds.n, 6400);
     cr_expect_eq(ds.n_classes, 10);
@@ -293,7 +293,7 @@ Test(dataset, select_relabel_and_all) {
     sm_dataset ds;
     synth(&ds, 100);
     int classes[3] = {7, 1, 3};
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_dataset_select(&ds, classes, 3, 0, 1, &err), SM_OK, "%s", err.msg);
     cr_expect_eq(ds.n, 30);
     cr_expect_eq(ds.n_classes, 3);
@@ -307,7 +307,7 @@ Test(dataset, select_relabel_and_all) {
 Test(dataset, select_refusals_leave_dataset_intact) {
     sm_dataset ds;
     synth(&ds, 50);
-    sm_error err = {{0}};
+    sm_error err = {0};
     int bad[2] = {1, 10}, dup[2] = {4, 4}, neg[1] = {-1};
     cr_expect_eq(sm_dataset_select(&ds, bad, 2, 0, 0, &err), SM_ERR_ARG);
     cr_expect(strstr(err.msg, "10") && strstr(err.msg, "out of range"), "%s", err.msg);
@@ -326,7 +326,7 @@ Test(dataset, select_refusals_leave_dataset_intact) {
 
 Test(dataset, parse_class_list) {
     int c[16];
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_expect_eq(sm_parse_class_list("0,1,7", c, 16, 10, &err), 3);
     cr_expect(c[0] == 0 && c[1] == 1 && c[2] == 7);
     cr_expect_eq(sm_parse_class_list(" 3 , 5 ", c, 16, 10, &err), 2);
@@ -368,7 +368,7 @@ static int read_epoch(sm_batcher *b, int *ids, int *batches) {
 Test(batcher, determinism_epochs_and_seek) {
     sm_dataset ds;
     synth(&ds, 37);
-    sm_error err = {{0}};
+    sm_error err = {0};
     sm_batcher a, b;
     cr_assert_eq(sm_batcher_init(&a, &ds, 8, 1234, 1, &err), SM_OK, "%s", err.msg);
     cr_assert_eq(sm_batcher_init(&b, &ds, 8, 1234, 1, &err), SM_OK, "%s", err.msg);
@@ -414,7 +414,7 @@ Test(batcher, determinism_epochs_and_seek) {
 Test(batcher, no_shuffle_is_identity) {
     sm_dataset ds;
     synth(&ds, 20);
-    sm_error err = {{0}};
+    sm_error err = {0};
     sm_batcher b;
     cr_assert_eq(sm_batcher_init(&b, &ds, 6, 99, 0, &err), SM_OK);
     int ids[20], nb;
@@ -435,7 +435,7 @@ Test(fashion, real_data) {
     if (stat(SM_FASHION_MNIST_DIR "/train-images-idx3-ubyte.gz", &sb) != 0)
         cr_skip_test("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)");
     sm_dataset tr, te;
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_dataset_load_fashion(&tr, NULL, "train", &err), SM_OK, "%s", err.msg);
     cr_expect_eq(tr.n, 60000);
     cr_expect_eq(tr.dim, 784);

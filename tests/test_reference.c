@@ -112,7 +112,7 @@ static void case_open(ref_case *c, const sm_safetensors *st, const char *name) {
     cr_assert(cJSON_IsString(act) && sm_act_parse(act->valuestring, &mc.act) == 0, "%s: bad 'act'", key);
     cJSON_Delete(j);
 
-    sm_error err = {{0}};
+    sm_error err = {0};
     c->m = sm_moe_create(&mc, c->d, &err);
     cr_assert(c->m, "%s: %s", name, err.msg);
     sm_params_init_table(&c->ps);
@@ -254,7 +254,7 @@ static void check_optimiser(const char *name) {
     cJSON_Delete(j);
 
     sm_optim o;
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_optim_init(&o, &oc, &c.ps, &err), SM_OK, "%s", err.msg);
     g_stats.worst = 0;
     int bad = 0, n = 0;

@@ -27,7 +27,7 @@ static void expect_refused(const char *json, const void *data, size_t data_len, 
     size_t size;
     uint8_t *b = make_st(json, data, data_len, &size);
     sm_safetensors st;
-    sm_error err = {{0}};
+    sm_error err = {0};
     sm_status rc = sm_safetensors_parse(&st, b, size, "bad.safetensors", &err);
     cr_expect_neq(rc, SM_OK, "accepted: %s", json);
     cr_expect(strstr(err.msg, "bad.safetensors") != NULL, "message does not name the file: %s", err.msg);
@@ -52,7 +52,7 @@ Test(safetensors, round_trip) {
     int64_t sh_w1[2] = {2, 3}, sh_b1[1] = {4}, sh_e[2] = {0, 5};
     sm_st_writer w;
     sm_st_writer_init(&w);
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_st_writer_add(&w, "layer.w1", 2, sh_w1, w1, &err), SM_OK, "%s", err.msg);
     cr_assert_eq(sm_st_writer_add(&w, "layer.b1", 1, sh_b1, b1, &err), SM_OK, "%s", err.msg);
     cr_assert_eq(sm_st_writer_add(&w, "scale", 0, NULL, &s, &err), SM_OK, "%s", err.msg);
@@ -128,7 +128,7 @@ Test(safetensors, empty_file_round_trip) {
     snprintf(path, sizeof path, "%s/empty.safetensors", tu_tmpdir());
     sm_st_writer w;
     sm_st_writer_init(&w);
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_st_writer_write(&w, path, &err), SM_OK, "%s", err.msg);
     sm_st_writer_free(&w);
     sm_safetensors st;
@@ -151,7 +151,7 @@ static void decode16(const char *dtype, const uint16_t *bits, int n, float *out)
     size_t size;
     uint8_t *b = make_st(json, data, 2 * (size_t)n, &size);
     sm_safetensors st;
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_safetensors_parse(&st, b, size, "<memory>", &err), SM_OK, "%s", err.msg);
     cr_assert_eq(st.n_tensors, 1);
     cr_assert_eq(sm_st_tensor_to_f32(&st.tensors[0], out, (size_t)n, &err), SM_OK, "%s", err.msg);
@@ -214,7 +214,7 @@ Test(safetensors, other_dtypes_listed_not_converted) {
                          "\"b\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[8,16]}}",
                          data, 16, &size);
     sm_safetensors st;
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_safetensors_parse(&st, b, size, "<memory>", &err), SM_OK, "%s", err.msg);
     const sm_st_tensor *t = sm_safetensors_find(&st, "a");
     cr_assert_not_null(t);
@@ -240,7 +240,7 @@ Test(safetensors, every_prefix_refused) {
                             "\"b\":{\"dtype\":\"F16\",\"shape\":[4],\"data_offsets\":[16,24]}}",
                             data, 24, &size);
     sm_safetensors st;
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_safetensors_parse(&st, full, size, "<memory>", &err), SM_OK, "%s", err.msg);
     sm_safetensors_free(&st);
     for (size_t len = 0; len < size; len++) {
@@ -258,7 +258,7 @@ Test(safetensors, every_prefix_refused) {
 
 Test(safetensors, short_and_oversized_header_length) {
     sm_safetensors st;
-    sm_error err = {{0}};
+    sm_error err = {0};
     uint8_t b[16] = {0};
     cr_expect_eq(sm_safetensors_parse(&st, b, 7, "short.safetensors", &err), SM_ERR_FORMAT);
     cr_expect(strstr(err.msg, "short.safetensors") && strstr(err.msg, "8-byte"), "%s", err.msg);
@@ -298,7 +298,7 @@ Test(safetensors, nul_in_header) {
     size_t size;
     uint8_t *b = make_st_n("{}\0 ", 4, NULL, 0, &size);
     sm_safetensors st;
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_expect_eq(sm_safetensors_parse(&st, b, size, "nul.safetensors", &err), SM_ERR_FORMAT);
     cr_expect(strstr(err.msg, "UTF-8") && strstr(err.msg, "file offset 10"), "%s", err.msg);
     free(b);
@@ -384,7 +384,7 @@ Test(safetensors, padded_header_accepted) {
     size_t size;
     uint8_t *b = make_st("{\"one\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}     ", d, 4, &size);
     sm_safetensors st;
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_safetensors_parse(&st, b, size, "<memory>", &err), SM_OK, "%s", err.msg);
     float v;
     cr_assert_eq(sm_st_tensor_to_f32(&st.tensors[0], &v, 1, &err), SM_OK);
@@ -399,7 +399,7 @@ Test(safetensors, failed_write_reports_path) {
     int64_t sh[1] = {2};
     sm_st_writer w;
     sm_st_writer_init(&w);
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_st_writer_add(&w, "x", 1, sh, x, &err), SM_OK);
     cr_expect_eq(sm_st_writer_write(&w, path, &err), SM_ERR_IO);
     cr_expect(strstr(err.msg, path) != NULL, "%s", err.msg);
@@ -421,7 +421,7 @@ Test(safetensors, failed_write_reports_path) {
 
 Test(safetensors, load_errors) {
     sm_safetensors st;
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_expect_eq(sm_safetensors_load(&st, "/nonexistent-specmoe/x.safetensors", &err), SM_ERR_IO);
     cr_expect(strstr(err.msg, "/nonexistent-specmoe/x.safetensors") != NULL, "%s", err.msg);
     const char *dir = tu_tmpdir();
@@ -454,7 +454,7 @@ Test(safetensors, load_errors) {
 Test(safetensors, writer_refuses_bad_input) {
     sm_st_writer w;
     sm_st_writer_init(&w);
-    sm_error err = {{0}};
+    sm_error err = {0};
     float x[4] = {0};
     int64_t sh[1] = {4}, neg[1] = {-1};
     cr_expect_eq(sm_st_writer_add(&w, "x", 1, sh, x, &err), SM_OK);
@@ -477,7 +477,7 @@ Test(safetensors, escaped_names_round_trip) {
     float v[3] = {1, 2, 3};
     sm_st_writer w;
     sm_st_writer_init(&w);
-    sm_error err = {{0}};
+    sm_error err = {0};
     for (int i = 0; i < 3; i++) cr_assert_eq(sm_st_writer_add(&w, names[i], 0, NULL, &v[i], &err), SM_OK);
     cr_assert_eq(sm_st_writer_write(&w, path, &err), SM_OK, "%s", err.msg);
     sm_st_writer_free(&w);
@@ -500,7 +500,7 @@ Test(safetensors, stream_write_and_ranged_read) {
     char path[256], tmp[264];
     snprintf(path, sizeof path, "%s/stream.safetensors", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    sm_error err = {{0}};
+    sm_error err = {0};
     sm_st_writer w;
     sm_st_writer_init(&w);
     int64_t sa[2] = {3, 4}, sb[1] = {5};

@@ -31,7 +31,7 @@ static sm_real *alloc_real(size_t n) {
 }
 
 static void haar(sm_real *R, int r, int d, sm_rng *rng) {
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_stiefel_haar(R, r, d, rng, &err), SM_OK, "%s", err.msg);
 }
 
@@ -68,7 +68,7 @@ Test(stiefel, haar_frames_are_orthonormal) {
     sm_rng rng;
     sm_rng_seed(&rng, 1);
     sm_real *R = alloc_real(40 * 200), *R2 = alloc_real(40 * 200), *work = alloc_real(SM_STIEFEL_WORK(40));
-    sm_error err = {{0}};
+    sm_error err = {0};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int r = shapes[s][0], d = shapes[s][1];
         for (int rep = 0; rep < 5; rep++) {
@@ -147,7 +147,7 @@ Test(stiefel, retraction_of_a_tangent_step_is_orthonormal_and_second_order) {
     static const int shapes[][2] = {{1, 6}, {4, 24}, {8, 32}, {12, 12}};
     sm_rng rng;
     sm_rng_seed(&rng, 4);
-    sm_error err = {{0}};
+    sm_error err = {0};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int r = shapes[s][0], d = shapes[s][1];
         size_t n = (size_t)r * d;
@@ -183,7 +183,7 @@ Test(stiefel, retraction_of_a_tangent_step_is_orthonormal_and_second_order) {
 
 Test(stiefel, rejects_bad_input) {
     sm_real R[6] = {1, 0, 0, 0, NAN, 0}, work[SM_STIEFEL_WORK(3)];
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_expect_eq(sm_stiefel_retract_qr(R, 2, 3, work, &err), SM_ERR_NUMERIC);
     cr_expect(isnan(R[4]), "a rejected frame must be left as it was");
     cr_expect_eq(sm_stiefel_retract_qr(R, 3, 2, work, &err), SM_ERR_ARG);
@@ -212,7 +212,7 @@ Test(stiefel, rejects_bad_input) {
 
 /* One table with a single Stiefel tensor (E, r, d), Haar-initialised frame by frame. */
 static void stiefel_table(sm_params *ps, int E, int r, int d, sm_rng *rng) {
-    sm_error err = {{0}};
+    sm_error err = {0};
     sm_params_init_table(ps);
     int64_t shape[3] = {E, r, d};
     cr_assert_geq(sm_params_add(ps, "frames", 3, shape, SM_INIT_ZERO, 0, 0, SM_PARAM_STIEFEL, &err), 0, "%s",
@@ -233,7 +233,7 @@ Test(stiefel, frames_stay_orthonormal_after_10k_adam_steps) {
     oc.kind = SM_OPT_ADAM;
     oc.lr = 1e-2;
     sm_optim o;
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_optim_init(&o, &oc, &ps, &err), SM_OK, "%s", err.msg);
     /* a real objective plus noise: pull every frame toward a fixed random target T_e,
      * loss = sum_e ||R_e - T_e||^2 / 2 + <noise, R>, so the frames keep moving for all 10k steps */
@@ -305,7 +305,7 @@ static toy_result run_toy(sm_opt_kind kind, double lr0, double lr1, double momen
     oc.lr = lr0;
     oc.momentum = momentum;
     sm_optim o;
-    sm_error err = {{0}};
+    sm_error err = {0};
     cr_assert_eq(sm_optim_init(&o, &oc, &ps, &err), SM_OK, "%s", err.msg);
     sm_schedule sch = {.kind = SM_SCHED_COSINE, .base_lr = lr0, .final_lr = lr1, .warmup = 0, .total_steps = steps};
     sm_real *R = ps.data, *G = ps.grad;
@@ -405,7 +405,7 @@ static void mixed_table_case(sm_opt_kind kind, double wd, double momentum) {
     const int n = r * d;
     sm_rng rng;
     sm_rng_seed(&rng, 20 + (uint64_t)kind);
-    sm_error err = {{0}};
+    sm_error err = {0};
     sm_params ps;
     sm_params_init_table(&ps);
     int64_t s_plain[2] = {5, 7}, s_frames[3] = {E, r, d}, s_frozen[3] = {FE, FR, FD}, s_bias[1] = {6};

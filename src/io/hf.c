@@ -491,7 +491,7 @@ sm_status sm_hf_build_ev(const sm_hf_model *m, int l, int c, int avg, const floa
     if (l < 0 || l >= m->n_moe || c < 1 || !router || !ev)
         return sm_fail(err, SM_ERR_ARG, "sm_hf_build_ev: bad arguments (layer %d, c %d)", l, c);
     sm_status first = SM_OK;
-    sm_error first_err = {{0}};
+    sm_error first_err = {0};
 #pragma omp parallel
     {
         float *w = malloc(sizeof(float) * (size_t)nI * d);
