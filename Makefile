@@ -74,12 +74,14 @@ $(BUILD)/tests/hf_gen: tests/hf_gen.c tests/hf_fixture.h $(BUILD)/libspecmoe.a
 test: all $(TESTS) $(BUILD)/tests/hf_gen install-check
 	@SPECMOE_BIN=$(abspath $(BUILD)/specmoe) SPECMOE_HF_GEN=$(abspath $(BUILD)/tests/hf_gen) tests/run_tests.sh $(TESTS)
 
-# install into a scratch prefix, then build and run examples/hello_moe.c with the flags pkg-config gives
+# install into a scratch prefix, then build and run the examples with the flags pkg-config gives
 install-check: all
 	@rm -rf $(BUILD)/prefix && $(MAKE) -s install PREFIX=$(abspath $(BUILD)/prefix) >/dev/null
 	@PKG_CONFIG_PATH=$(abspath $(BUILD)/prefix)/lib/pkgconfig sh -c \
-	  '$(CC) $(CFLAGS) examples/hello_moe.c $$(pkg-config --cflags --libs --static specmoe) -o $(BUILD)/hello_moe' \
-	  && LD_LIBRARY_PATH=$(abspath $(BUILD)/prefix)/lib $(BUILD)/hello_moe && echo 'install-check: pkg-config --cflags --libs specmoe works'
+	  'for e in hello_moe compose_moe; do $(CC) $(CFLAGS) examples/$$e.c $$(pkg-config --cflags --libs --static specmoe) -o $(BUILD)/$$e || exit 1; done' \
+	  && LD_LIBRARY_PATH=$(abspath $(BUILD)/prefix)/lib $(BUILD)/hello_moe \
+	  && LD_LIBRARY_PATH=$(abspath $(BUILD)/prefix)/lib $(BUILD)/compose_moe \
+	  && echo 'install-check: pkg-config --cflags --libs specmoe works (examples/hello_moe.c, examples/compose_moe.c)'
 
 # the whole suite again with AddressSanitizer + UBSan (any report fails the run)
 debug:
