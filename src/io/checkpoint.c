@@ -17,42 +17,57 @@ static float *to_f32(const sm_real *x, size_t n) {
     return f;
 }
 
-sm_status sm_checkpoint_save(const char *path, const sm_model *m, const sm_optim *opt, const sm_train_state *ts,
-                             sm_error *err) {
-    const sm_params *ps = &m->params;
+/* The generic writer: every set's parameters under "<prefix><name>", its optimiser moments under
+ * "<prefix>optim.m.<name>" / "<prefix>optim.v.<name>", and the key/value metadata. */
+sm_status sm_checkpoint_write(const char *path, const sm_ckpt_set *sets, int n_sets, const sm_st_meta *meta, int n_meta,
+                              sm_error *err) {
     sm_st_writer w;
     sm_st_writer_init(&w);
     sm_status st = SM_OK;
-    int groups = opt ? 3 : 1;
-    /* float copies of data, m, v: one block each, freed after the write */
-    float *blocks[3] = {NULL, NULL, NULL};
-    const sm_real *src[3] = {ps->data, opt ? opt->m : NULL, opt ? opt->v : NULL};
-    const char *pre[3] = {"", "optim.m.", "optim.v."};
-    char **names = calloc((size_t)ps->n * 3, sizeof(char *));
-    if (!names) return sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
-    for (int g = 0; g < groups && st == SM_OK; g++) {
-        blocks[g] = to_f32(src[g], ps->total);
-        if (!blocks[g]) {
-            st = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
-            break;
-        }
-        for (int i = 0; i < ps->n && st == SM_OK; i++) {
-            const sm_param *q = &ps->p[i];
-            size_t len = strlen(pre[g]) + strlen(q->name) + 1;
-            names[g * ps->n + i] = malloc(len);
-            if (!names[g * ps->n + i]) {
+    int n_blocks = 0, n_names = 0, cap = 0;
+    for (int k = 0; k < n_sets; k++) cap += sets[k].ps->n * 3;
+    /* float copies of data, m, v of every set: one block each, freed after the write */
+    float **blocks = calloc((size_t)n_sets * 3 + 1, sizeof *blocks);
+    char **names = calloc((size_t)cap + 1, sizeof *names);
+    if (!blocks || !names) st = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
+    for (int k = 0; k < n_sets && st == SM_OK; k++) {
+        const sm_params *ps = sets[k].ps;
+        const sm_optim *opt = sets[k].opt;
+        const sm_real *src[3] = {ps->data, opt ? opt->m : NULL, opt ? opt->v : NULL};
+        const char *pre[3] = {"", "optim.m.", "optim.v."};
+        for (int g = 0; g < (opt ? 3 : 1) && st == SM_OK; g++) {
+            float *f = blocks[n_blocks++] = to_f32(src[g], ps->total);
+            if (!f) {
                 st = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
                 break;
             }
-            snprintf(names[g * ps->n + i], len, "%s%s", pre[g], q->name);
-            st = sm_st_writer_add(&w, names[g * ps->n + i], q->ndim, q->shape, blocks[g] + q->offset, err);
+            for (int i = 0; i < ps->n && st == SM_OK; i++) {
+                const sm_param *q = &ps->p[i];
+                size_t len = strlen(sets[k].prefix) + strlen(pre[g]) + strlen(q->name) + 1;
+                char *nm = names[n_names++] = malloc(len);
+                if (!nm) {
+                    st = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
+                    break;
+                }
+                snprintf(nm, len, "%s%s%s", sets[k].prefix, pre[g], q->name);
+                st = sm_st_writer_add(&w, nm, q->ndim, q->shape, f + q->offset, err);
+            }
         }
     }
-    char *model_json = sm_model_config_to_json(&m->cfg);
-    if (st == SM_OK) st = sm_st_writer_meta(&w, "format", "specmoe", err);
-    if (st == SM_OK) st = sm_st_writer_meta(&w, "version", "1", err);
-    if (st == SM_OK) st = sm_st_writer_meta(&w, "model", model_json ? model_json : "{}", err);
-    if (st == SM_OK && ts) {
+    for (int i = 0; i < n_meta && st == SM_OK; i++) st = sm_st_writer_meta(&w, meta[i].key, meta[i].value, err);
+    if (st == SM_OK) st = sm_st_writer_write(&w, path, err);
+    sm_st_writer_free(&w);
+    for (int i = 0; names && i < n_names; i++) free(names[i]);
+    for (int i = 0; blocks && i < n_blocks; i++) free(blocks[i]);
+    free(names);
+    free(blocks);
+    return st;
+}
+
+sm_status sm_checkpoint_save(const char *path, const sm_model *m, const sm_optim *opt, const sm_train_state *ts,
+                             sm_error *err) {
+    char *model_json = sm_model_config_to_json(&m->cfg), *train_json = NULL;
+    if (ts) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "step", (double)ts->step);
         cJSON_AddNumberToObject(o, "epoch", ts->epoch);
@@ -65,17 +80,15 @@ sm_status sm_checkpoint_save(const char *path, const sm_model *m, const sm_optim
             snprintf(b, sizeof b, "%" PRIu64, ts->rng.s[i]);
             cJSON_AddItemToArray(rng, cJSON_CreateString(b));
         }
-        char *s = cJSON_PrintUnformatted(o);
+        train_json = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
-        st = sm_st_writer_meta(&w, "train", s ? s : "{}", err);
-        free(s);
     }
-    if (st == SM_OK) st = sm_st_writer_write(&w, path, err);
+    sm_st_meta meta[4] = {{"format", "specmoe"}, {"version", "1"}, {"model", model_json ? model_json : "{}"},
+                          {"train", train_json ? train_json : "{}"}};
+    sm_ckpt_set set = {"", &m->params, (sm_optim *)opt}; /* the writer only reads the moments */
+    sm_status st = sm_checkpoint_write(path, &set, 1, meta, ts ? 4 : 3, err);
     free(model_json);
-    sm_st_writer_free(&w);
-    for (int i = 0; i < ps->n * 3; i++) free(names[i]);
-    free(names);
-    for (int g = 0; g < 3; g++) free(blocks[g]);
+    free(train_json);
     return st;
 }
 
@@ -148,6 +161,42 @@ static sm_status read_train_state(const sm_safetensors *st, const char *path, sm
     return s;
 }
 
+sm_status sm_checkpoint_read_sets(const sm_safetensors *st, const char *path, const sm_ckpt_set *sets, int n_sets,
+                                  int (*skip)(const char *name), sm_error *err) {
+    size_t maxn = 1;
+    for (int k = 0; k < n_sets; k++) maxn = sets[k].ps->total > maxn ? sets[k].ps->total : maxn;
+    float *tmp = malloc(maxn * sizeof(float));
+    if (!tmp) return sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
+    sm_status s = SM_OK;
+    char name[SM_NAME_MAX + 64];
+    /* validate every tensor before touching anything: a failed load leaves every set as it was */
+    for (int pass = 0; pass < 2 && s == SM_OK; pass++) {
+        const int copy = pass == 1;
+        for (int k = 0; k < n_sets && s == SM_OK; k++) {
+            const sm_params *ps = sets[k].ps;
+            sm_optim *opt = sets[k].opt;
+            for (int i = 0; i < ps->n && s == SM_OK; i++) {
+                if (skip && skip(ps->p[i].name)) continue;
+                snprintf(name, sizeof name, "%s%s", sets[k].prefix, ps->p[i].name);
+                s = load_tensor(st, path, name, &ps->p[i], copy ? ps->data + ps->p[i].offset : NULL, tmp, err);
+                for (int g = 0; g < 2 && opt && s == SM_OK; g++) {
+                    snprintf(name, sizeof name, "%soptim.%s.%s", sets[k].prefix, g ? "v" : "m", ps->p[i].name);
+                    s = load_tensor(st, path, name, &ps->p[i], copy ? (g ? opt->v : opt->m) + ps->p[i].offset : NULL, tmp,
+                                    err);
+                }
+            }
+        }
+    }
+    free(tmp);
+    return s;
+}
+
+/* the router-ev descriptors of a top-k checkpoint loaded under the ev router are built later */
+static int is_ev_descriptor(const char *name) {
+    size_t nl = strlen(name);
+    return nl > 10 && !strcmp(name + nl - 10, ".router.ev");
+}
+
 sm_status sm_checkpoint_load(const char *path, sm_model *m, sm_optim *opt, sm_train_state *ts, sm_error *err) {
     sm_safetensors st;
     sm_status s = sm_safetensors_load(&st, path, err);
@@ -183,35 +232,18 @@ sm_status sm_checkpoint_load(const char *path, sm_model *m, sm_optim *opt, sm_tr
     }
     free(a);
     free(b);
-    const sm_params *ps = &m->params;
-    float *tmp = malloc((ps->total ? ps->total : 1) * sizeof(float));
-    if (!tmp && s == SM_OK) s = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
-    char name[SM_NAME_MAX + 16];
-    /* validate every tensor (and the training state) before touching the model: a failed load leaves
-     * the model and optimiser as they were */
-    for (int pass = 0; pass < 2 && s == SM_OK; pass++) {
-        const int copy = pass == 1;
-        for (int i = 0; i < ps->n && s == SM_OK; i++) {
-            size_t nl = strlen(ps->p[i].name);
-            if (convert_ev && nl > 10 && !strcmp(ps->p[i].name + nl - 10, ".router.ev")) continue; /* built later */
-            s = load_tensor(&st, path, ps->p[i].name, &ps->p[i], copy ? ps->data + ps->p[i].offset : NULL, tmp, err);
-            for (int g = 0; g < 2 && opt && s == SM_OK; g++) {
-                snprintf(name, sizeof name, "optim.%s.%s", g ? "v" : "m", ps->p[i].name);
-                s = load_tensor(&st, path, name, &ps->p[i], copy ? (g ? opt->v : opt->m) + ps->p[i].offset : NULL, tmp, err);
-            }
-        }
-        if (!copy && ts && s == SM_OK) {
-            sm_train_state probe;
-            long optim_step = 0;
-            s = read_train_state(&st, path, &probe, &optim_step, err);
-        }
+    if (ts && s == SM_OK) { /* the training state is checked before any tensor is copied */
+        sm_train_state probe;
+        long optim_step = 0;
+        s = read_train_state(&st, path, &probe, &optim_step, err);
     }
+    sm_ckpt_set set = {"", &m->params, opt};
+    if (s == SM_OK) s = sm_checkpoint_read_sets(&st, path, &set, 1, convert_ev ? is_ev_descriptor : NULL, err);
     if (ts && s == SM_OK) {
         long optim_step = 0;
         s = read_train_state(&st, path, ts, &optim_step, err);
         if (opt && s == SM_OK) opt->step = optim_step;
     }
-    free(tmp);
     sm_safetensors_free(&st);
     return s;
 }

@@ -76,6 +76,26 @@ sm_status sm_evaluate(sm_model *m, const sm_dataset *ds, int batch, sm_eval_resu
     return SM_OK;
 }
 
+sm_status sm_train_step(sm_optim *opt, sm_params *ps, double lr, double clip, const sm_step_hook *hook, double *grad_norm,
+                        sm_error *err) {
+    if (hook && hook->fn) {
+        sm_status st = hook->fn(ps, hook->user, err);
+        if (st != SM_OK) return st;
+    }
+    for (int i = 0; i < ps->n; i++)
+        if (!sm_all_finite(sm_params_grad(ps, i), ps->p[i].numel))
+            return sm_fail(err, SM_ERR_NUMERIC, "gradient of tensor '%s' is not finite", ps->p[i].name);
+    double gn = sm_optim_apply(opt, ps, lr, clip);
+    if (grad_norm) *grad_norm = gn;
+    return SM_OK;
+}
+
+double sm_optim_apply(sm_optim *opt, sm_params *ps, double lr, double clip) {
+    double gn = sm_clip_grad_norm(ps, clip);
+    sm_optim_step(opt, ps, lr);
+    return gn;
+}
+
 /* First tensor whose gradient is not finite, or -1. */
 static int first_nonfinite_grad(const sm_params *ps) {
     for (int i = 0; i < ps->n; i++)
@@ -212,6 +232,7 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
         double loss = sm_model_loss(m, yb, NULL, B);
         sm_model_backward(m, B);
         if (ts.step == cfg->inject_nan_step) m->params.grad[m->params.total / 2] = NAN;
+        if (cfg->hook.fn && (st = cfg->hook.fn(&m->params, cfg->hook.user, err)) != SM_OK) goto done_buf;
         int bad = first_nonfinite_grad(&m->params);
         if (!isfinite(loss) || bad >= 0) {
             char good[4200];
@@ -229,8 +250,7 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
                              ts.step, m->params.p[bad].name, good);
             goto done_buf;
         }
-        double gn = sm_clip_grad_norm(&m->params, cfg->clip);
-        sm_optim_step(&opt, &m->params, lr);
+        double gn = sm_optim_apply(&opt, &m->params, lr, cfg->clip);
         ts.step++;
         ts.epoch = bat.epoch;
         ts.pos = bat.pos;

@@ -12,6 +12,7 @@
 
 #include "specmoe/nn/model.h"
 #include "specmoe/core/optim.h"
+#include "specmoe/io/safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -23,7 +24,25 @@ typedef struct {
     sm_rng rng;      /* training RNG (noisy gating, ...) */
 } sm_train_state;
 
-/* opt and ts may be NULL (an inference checkpoint). */
+/* The generic layer, for any network (an RL agent's actor, critic and target network, ...): named
+ * parameter sets, each with optional optimiser moments, stored under "<prefix><tensor>" and
+ * "<prefix>optim.m.<tensor>" / "<prefix>optim.v.<tensor>", plus key/value metadata (a classifier
+ * stores its model and epoch/position there; an RL run its own counters). */
+typedef struct {
+    const char *prefix;   /* "" for the main set, e.g. "critic." or "target." for others */
+    const sm_params *ps;
+    sm_optim *opt;        /* NULL: no optimiser state */
+} sm_ckpt_set;
+
+sm_status sm_checkpoint_write(const char *path, const sm_ckpt_set *sets, int n_sets, const sm_st_meta *meta, int n_meta,
+                              sm_error *err);
+/* Loads every set from an opened file (sm_safetensors_load): names and shapes must match (else
+ * SM_ERR_MISMATCH naming the tensor); nothing is copied unless everything matches. skip (may be
+ * NULL) leaves tensors out by name. Metadata: sm_safetensors_meta. */
+sm_status sm_checkpoint_read_sets(const sm_safetensors *st, const char *path, const sm_ckpt_set *sets, int n_sets,
+                                  int (*skip)(const char *name), sm_error *err);
+
+/* The classifier's checkpoint. opt and ts may be NULL (an inference checkpoint). */
 sm_status sm_checkpoint_save(const char *path, const sm_model *m, const sm_optim *opt, const sm_train_state *ts,
                              sm_error *err);
 /* Reads only the model description. */

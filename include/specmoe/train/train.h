@@ -16,6 +16,23 @@
 extern "C" {
 #endif
 
+/* A hook between backward and optimiser: sees (and may change) the gradients of every step, e.g. to
+ * reduce them across processes. A non-OK status stops training with its message. */
+typedef struct {
+    sm_status (*fn)(sm_params *ps, void *user, sm_error *err);
+    void *user;
+} sm_step_hook;
+
+/* One optimisation step of any network once its backward has filled ps->grad (the caller zeroes
+ * gradients before the backward): hook, finiteness check (SM_ERR_NUMERIC naming the tensor), global
+ * norm clipping (clip 0 = off), optimiser step. *grad_norm (may be NULL) gets the norm before
+ * clipping. Agents and the classifier's loop share it. */
+sm_status sm_train_step(sm_optim *opt, sm_params *ps, double lr, double clip, const sm_step_hook *hook, double *grad_norm,
+                        sm_error *err);
+/* clipping and the optimiser step only (the classifier's loop checks finiteness itself, to name
+ * its last good checkpoint); returns the norm before clipping */
+double sm_optim_apply(sm_optim *opt, sm_params *ps, double lr, double clip);
+
 typedef struct {
     int epochs;
     int batch;
@@ -31,6 +48,7 @@ typedef struct {
     const char *resume;     /* checkpoint to continue from, or NULL */
     long stop_after;        /* stop (with a checkpoint) after this many steps in total; 0 = run to the end */
     long inject_nan_step;   /* testing aid: poison one gradient at this step (-1 = never) */
+    sm_step_hook hook;      /* between backward and optimiser; fn NULL = none */
 } sm_train_config;
 
 void sm_train_config_default(sm_train_config *c);
