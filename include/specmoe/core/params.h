@@ -77,7 +77,7 @@ static inline sm_real *sm_params_grad(const sm_params *ps, int i) { return ps->g
  *
  *     size_t sizes[] = {T * E, T};
  *     sm_real **ptrs[] = {&s->logits, &s->lse};
- *     s->block = sm_carve(ptrs, sizes, SM_LEN(sizes), err, "router %s (scratch for %d tokens)", name, max_T);
+ *     s->block = sm_carve(ptrs, sizes, SM_LEN(sizes), err, "router %s (%d tokens)", name, max_T);
  *
  * Returns the block, the only pointer to free, or NULL with err set to SM_ERR_NOMEM: "<who>: out of
  * memory (<size> MiB)", who formatted printf-style. A block holds one element type, so there is one
