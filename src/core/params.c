@@ -4,6 +4,8 @@
 #include "specmoe/core/stiefel.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,3 +118,38 @@ int sm_params_find(const sm_params *ps, const char *name) {
         if (strcmp(ps->p[i].name, name) == 0) return i;
     return -1;
 }
+
+/* The block behind sm_carve*: the sum of the sizes (refused if it overflows) in one zero-filled
+ * allocation; zero-filled because the separate callocs it replaces were. */
+static void *carve_block(size_t elem, const size_t sizes[], size_t n, sm_error *err, const char *who, va_list ap) {
+    size_t total = 0;
+    int overflow = 0;
+    double mib = 0;
+    for (size_t i = 0; i < n; i++) {
+        mib += (double)sizes[i] * (double)elem / (1024.0 * 1024.0);
+        if (sizes[i] > SIZE_MAX / elem - total) overflow = 1;
+        else total += sizes[i];
+    }
+    void *block = overflow ? NULL : calloc(total ? total : 1, elem);
+    if (!block) {
+        char owner[256];
+        vsnprintf(owner, sizeof owner, who, ap);
+        sm_fail(err, SM_ERR_NOMEM, "%s: out of memory (%.1f MiB)", owner, mib);
+    }
+    return block;
+}
+
+/* sm_carve, sm_carve_int, sm_carve_double: the same few lines for each element type */
+#define CARVE(name, type)                                                                                 \
+    type *name(type **const ptrs[], const size_t sizes[], size_t n, sm_error *err, const char *who, ...) { \
+        va_list ap;                                                                                       \
+        va_start(ap, who);                                                                                \
+        type *block = carve_block(sizeof *block, sizes, n, err, who, ap);                                 \
+        va_end(ap);                                                                                       \
+        for (size_t i = 0, off = 0; block && i < n; off += sizes[i++]) *ptrs[i] = block + off;            \
+        return block;                                                                                     \
+    }
+CARVE(sm_carve, sm_real)
+CARVE(sm_carve_int, int)
+CARVE(sm_carve_double, double)
+#undef CARVE

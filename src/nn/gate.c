@@ -14,28 +14,26 @@ sm_status sm_gate_init(sm_gate *g, const sm_router_config *c, int max_T, sm_erro
     g->k = c->k;
     g->max_T = max_T;
     size_t T = (size_t)max_T, E = (size_t)c->E, k = (size_t)c->k;
-    g->choice = calloc(T * k, sizeof(int));
-    g->wsel = calloc(T * k, sizeof(sm_real));
-    g->dp = calloc(T * E, sizeof(sm_real));
-    g->lse = calloc(T, sizeof(sm_real));
-    g->zprob = calloc(T * E, sizeof(sm_real));
-    g->frac = calloc(E, sizeof(double));
-    g->count = calloc(E, sizeof(int));
-    if (!g->choice || !g->wsel || !g->dp || !g->lse || !g->zprob || !g->frac || !g->count) {
+    size_t sizes[] = {T * k, T * E, T, T * E};
+    sm_real **ptrs[] = {&g->wsel, &g->dp, &g->lse, &g->zprob};
+    size_t isizes[] = {T * k, E};
+    int **iptrs[] = {&g->choice, &g->count};
+    size_t dsizes[] = {E};
+    double **dptrs[] = {&g->frac};
+    g->block = sm_carve(ptrs, sizes, SM_LEN(sizes), err, "router %s gate (%d tokens)", c->name, max_T);
+    g->iblock = sm_carve_int(iptrs, isizes, SM_LEN(isizes), err, "router %s gate (%d tokens)", c->name, max_T);
+    g->dblock = sm_carve_double(dptrs, dsizes, SM_LEN(dsizes), err, "router %s gate (%d tokens)", c->name, max_T);
+    if (!g->block || !g->iblock || !g->dblock) {
         sm_gate_free(g);
-        return sm_fail(err, SM_ERR_NOMEM, "router gate: out of memory for %d tokens", max_T);
+        return SM_ERR_NOMEM;
     }
     return SM_OK;
 }
 
 void sm_gate_free(sm_gate *g) {
-    free(g->choice);
-    free(g->wsel);
-    free(g->dp);
-    free(g->lse);
-    free(g->zprob);
-    free(g->frac);
-    free(g->count);
+    free(g->block);
+    free(g->iblock);
+    free(g->dblock);
     memset(g, 0, sizeof *g);
 }
 

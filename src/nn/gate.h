@@ -27,6 +27,9 @@ typedef struct {
     sm_real *zprob;  /* (T,E) softmax of the raw logits (z-loss gradient) */
     double *frac;    /* (E) f_e of the balance loss */
     int *count;      /* (E) capacity counters */
+    sm_real *block;  /* the allocations the arrays above are carved from (sm_carve): sm_real, */
+    int *iblock;     /* int */
+    double *dblock;  /* and double */
 } sm_gate;
 
 /* Indices of the k largest of p (E values), larger first, ties to the lower index: the gate's choice. */

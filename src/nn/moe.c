@@ -135,18 +135,8 @@ sm_status sm_moe_reserve(sm_moe *m, int max_T, sm_error *err) {
     size_t S = (size_t)m->S, dh_rows = A > T ? A : T;
     size_t sizes[] = {A * d, A * H, A * H, A * O, A * O, A * d, dh_rows * H, S * T * H, S * T * H, T * O};
     sm_real **ptrs[] = {&m->xg, &m->hpre, &m->h, &m->y, &m->dy, &m->dxg, &m->dh, &m->shpre, &m->sh, &m->sy};
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += sizes[i];
-    m->act_block = malloc(total * sizeof(sm_real));
-    if (!m->act_block)
-        return sm_fail(err, SM_ERR_NOMEM, "moe: cannot allocate activations for %d tokens (%zu MiB)",
-                       max_T, total * sizeof(sm_real) >> 20);
-    sm_real *p = m->act_block;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        *ptrs[i] = p;
-        p += sizes[i];
-    }
-    return SM_OK;
+    m->act_block = sm_carve(ptrs, sizes, SM_LEN(sizes), err, "moe (activations for %d tokens)", max_T);
+    return m->act_block ? SM_OK : SM_ERR_NOMEM;
 }
 
 static sm_mlp_weights expert_weights(const sm_real *w1, const sm_real *b1, const sm_real *w2,

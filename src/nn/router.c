@@ -95,45 +95,29 @@ sm_status sm_route_alloc(sm_route *route, sm_route_kind kind, int max_T, int E, 
     memset(route, 0, sizeof *route);
     route->kind = kind;
     route->E = E;
-    size_t A = max_assign > 0 ? (size_t)max_assign : 1;
-    route->offset = calloc((size_t)E + 1, sizeof(int));
-    route->token = calloc(A, sizeof(int));
-    route->slot = calloc(A, sizeof(int));
-    route->weight = calloc(A, sizeof(sm_real));
-    route->dweight = calloc(A, sizeof(sm_real));
-    route->probs = calloc((size_t)max_T * E, sizeof(sm_real));
-    route->dprobs = calloc((size_t)max_T * E, sizeof(sm_real));
-    route->load = calloc((size_t)E, sizeof(int));
-    int ok = route->offset && route->token && route->slot && route->weight && route->dweight && route->probs &&
-             route->dprobs && route->load;
-    if (ok && kind == SM_ROUTE_SOFT) {
-        size_t n = (size_t)max_T * E * (size_t)slots;
-        route->dispatch = calloc(n, sizeof(sm_real));
-        route->combine = calloc(n, sizeof(sm_real));
-        route->ddispatch = calloc(n, sizeof(sm_real));
-        route->dcombine = calloc(n, sizeof(sm_real));
-        ok = route->dispatch && route->combine && route->ddispatch && route->dcombine;
-    }
-    if (!ok) {
+    size_t A = max_assign > 0 ? (size_t)max_assign : 1, TE = (size_t)max_T * E;
+    size_t n = kind == SM_ROUTE_SOFT ? TE * (size_t)slots : 0;
+    /* the four SOFT matrices close the table: a SPARSE route carves only the first four arrays and
+     * leaves them NULL */
+    size_t sizes[] = {A, A, TE, TE, n, n, n, n};
+    sm_real **ptrs[] = {&route->weight, &route->dweight, &route->probs, &route->dprobs,
+                        &route->dispatch, &route->combine, &route->ddispatch, &route->dcombine};
+    size_t isizes[] = {(size_t)E + 1, A, A, (size_t)E};
+    int **iptrs[] = {&route->offset, &route->token, &route->slot, &route->load};
+    const char *what = kind == SM_ROUTE_SOFT ? "soft" : "sparse";
+    size_t n_real = SM_LEN(sizes) - (kind == SM_ROUTE_SOFT ? 0 : 4);
+    route->block = sm_carve(ptrs, sizes, n_real, err, "route (%s, %d tokens)", what, max_T);
+    route->iblock = sm_carve_int(iptrs, isizes, SM_LEN(isizes), err, "route (%s, %d tokens)", what, max_T);
+    if (!route->block || !route->iblock) {
         sm_route_free(route);
-        return sm_fail(err, SM_ERR_NOMEM, "route: out of memory for %d tokens", max_T);
+        return SM_ERR_NOMEM;
     }
     return SM_OK;
 }
 
 void sm_route_free(sm_route *route) {
-    free(route->offset);
-    free(route->token);
-    free(route->slot);
-    free(route->weight);
-    free(route->dweight);
-    free(route->probs);
-    free(route->dprobs);
-    free(route->load);
-    free(route->dispatch);
-    free(route->combine);
-    free(route->ddispatch);
-    free(route->dcombine);
+    free(route->block);
+    free(route->iblock);
     memset(route, 0, sizeof *route);
 }
 

@@ -29,6 +29,8 @@ typedef struct {
     sm_real *dS;       /* (T,E) */
     int *order;        /* (T) scratch for the per-expert selection */
     int *picked;       /* (T) experts per token in this batch */
+    sm_real *block;    /* the allocations the arrays above are carved from: sm_real */
+    int *iblock;       /* and int */
 } ec_state;
 
 static int ec_tokens_per_expert(const sm_router *r, int T) {
@@ -58,13 +60,13 @@ static int ec_max_assign(const sm_router *r, int T) { return r->cfg.E * ec_token
 
 static sm_status ec_reserve(sm_router *r, int max_T, sm_error *err) {
     ec_state *s = r->state;
-    s->logits = calloc((size_t)max_T * r->cfg.E, sizeof(sm_real));
-    s->dS = calloc((size_t)max_T * r->cfg.E, sizeof(sm_real));
-    s->order = calloc((size_t)max_T, sizeof(int));
-    s->picked = calloc((size_t)max_T, sizeof(int));
-    if (!s->logits || !s->dS || !s->order || !s->picked)
-        return sm_fail(err, SM_ERR_NOMEM, "router expert-choice: out of memory for %d tokens", max_T);
-    return SM_OK;
+    size_t sizes[] = {(size_t)max_T * r->cfg.E, (size_t)max_T * r->cfg.E};
+    sm_real **ptrs[] = {&s->logits, &s->dS};
+    size_t isizes[] = {(size_t)max_T, (size_t)max_T};
+    int **iptrs[] = {&s->order, &s->picked};
+    s->block = sm_carve(ptrs, sizes, SM_LEN(sizes), err, "router expert-choice (%d tokens)", max_T);
+    s->iblock = sm_carve_int(iptrs, isizes, SM_LEN(isizes), err, "router expert-choice (%d tokens)", max_T);
+    return s->block && s->iblock ? SM_OK : SM_ERR_NOMEM;
 }
 
 /* the column being ranked by the selection below */
@@ -146,10 +148,8 @@ static void ec_backward(sm_router *r, sm_real *dx, const sm_route *route, const 
 static void ec_destroy(sm_router *r) {
     ec_state *s = r->state;
     if (!s) return;
-    free(s->logits);
-    free(s->dS);
-    free(s->order);
-    free(s->picked);
+    free(s->block);
+    free(s->iblock);
     free(s);
     r->state = NULL;
 }
@@ -166,6 +166,8 @@ const sm_router_ops sm_router_expert_choice_ops = {
 typedef struct {
     int *choice;    /* (T,k) */
     sm_real *w;     /* (T,k) */
+    int *iblock;    /* the allocations choice and w are carved from */
+    sm_real *block;
 } fixed_state;
 
 static uint64_t fnv1a(const void *data, size_t n, uint64_t h) {
@@ -193,10 +195,12 @@ static int fixed_max_assign(const sm_router *r, int T) { return T * r->cfg.k; }
 
 static sm_status fixed_reserve(sm_router *r, int max_T, sm_error *err) {
     fixed_state *s = r->state;
-    s->choice = calloc((size_t)max_T * r->cfg.k, sizeof(int));
-    s->w = calloc((size_t)max_T * r->cfg.k, sizeof(sm_real));
-    if (!s->choice || !s->w) return sm_fail(err, SM_ERR_NOMEM, "router %s: out of memory", r->cfg.name);
-    return SM_OK;
+    size_t sizes[] = {(size_t)max_T * r->cfg.k}; /* the same (T,k) table for both blocks */
+    sm_real **ptrs[] = {&s->w};
+    int **iptrs[] = {&s->choice};
+    s->block = sm_carve(ptrs, sizes, SM_LEN(sizes), err, "router %s (%d tokens)", r->cfg.name, max_T);
+    s->iblock = sm_carve_int(iptrs, sizes, SM_LEN(sizes), err, "router %s (%d tokens)", r->cfg.name, max_T);
+    return s->block && s->iblock ? SM_OK : SM_ERR_NOMEM;
 }
 
 /* k distinct experts for one token from a 64-bit stream */
@@ -251,8 +255,8 @@ static void fixed_backward(sm_router *r, sm_real *dx, const sm_route *route, con
 static void fixed_destroy(sm_router *r) {
     fixed_state *s = r->state;
     if (!s) return;
-    free(s->choice);
-    free(s->w);
+    free(s->block);
+    free(s->iblock);
     free(s);
     r->state = NULL;
 }

@@ -29,6 +29,7 @@ typedef struct {
     sm_real *colbuf;         /* (T) column softmax scratch */
     sm_real *dxn;            /* (T,d) */
     sm_real *dphin;          /* (S,d) */
+    sm_real *block;          /* the allocation the arrays above are carved from */
 } soft_state;
 
 static int soft_slots(const sm_router *r) {
@@ -82,18 +83,10 @@ static int soft_max_slots(const sm_router *r, int max_T) {
 static sm_status soft_reserve(sm_router *r, int max_T, sm_error *err) {
     soft_state *s = r->state;
     size_t T = (size_t)max_T, d = (size_t)r->d, S = (size_t)r->cfg.E * s->p;
-    s->xn = calloc(T * d, sizeof(sm_real));
-    s->xnorm = calloc(T, sizeof(sm_real));
-    s->phin = calloc(S * d, sizeof(sm_real));
-    s->phinorm = calloc(S, sizeof(sm_real));
-    s->logits = calloc(T * S, sizeof(sm_real));
-    s->raw = calloc(T * S, sizeof(sm_real));
-    s->colbuf = calloc(T, sizeof(sm_real));
-    s->dxn = calloc(T * d, sizeof(sm_real));
-    s->dphin = calloc(S * d, sizeof(sm_real));
-    if (!s->xn || !s->xnorm || !s->phin || !s->phinorm || !s->logits || !s->raw || !s->colbuf || !s->dxn || !s->dphin)
-        return sm_fail(err, SM_ERR_NOMEM, "router soft: out of memory for %d tokens", max_T);
-    return SM_OK;
+    size_t sizes[] = {T * d, T, S * d, S, T * S, T * S, T, T * d, S * d};
+    sm_real **ptrs[] = {&s->xn, &s->xnorm, &s->phin, &s->phinorm, &s->logits, &s->raw, &s->colbuf, &s->dxn, &s->dphin};
+    s->block = sm_carve(ptrs, sizes, SM_LEN(sizes), err, "router soft (%d tokens)", max_T);
+    return s->block ? SM_OK : SM_ERR_NOMEM;
 }
 
 
@@ -192,8 +185,7 @@ static void soft_backward(sm_router *r, sm_real *dx, const sm_route *route, cons
 static void soft_destroy(sm_router *r) {
     soft_state *s = r->state;
     if (!s) return;
-    free(s->xn); free(s->xnorm); free(s->phin); free(s->phinorm); free(s->logits); free(s->raw); free(s->colbuf);
-    free(s->dxn); free(s->dphin);
+    free(s->block);
     free(s);
     r->state = NULL;
 }

@@ -24,6 +24,7 @@ typedef struct {
     sm_real *logits;    /* (T,E) logits fed to the gate; reused for dlogits */
     sm_real *npre;      /* (T,E) x Wn^T (noisy only) */
     sm_real *eps;       /* (T,E) the noise draw (noisy only) */
+    sm_real *block;     /* the allocation logits, npre and eps are carved from */
     int used_noise;     /* the last forward added noise */
 } topk_state;
 
@@ -67,11 +68,10 @@ static int topk_max_assign(const sm_router *r, int T) { return T * r->cfg.k; }
 static sm_status topk_reserve(sm_router *r, int max_T, sm_error *err) {
     topk_state *s = r->state;
     size_t n = (size_t)max_T * r->cfg.E;
-    s->logits = calloc(n, sizeof(sm_real));
-    s->npre = calloc(n, sizeof(sm_real));
-    s->eps = calloc(n, sizeof(sm_real));
-    if (!s->logits || !s->npre || !s->eps)
-        return sm_fail(err, SM_ERR_NOMEM, "router %s: out of memory for %d tokens", r->cfg.name, max_T);
+    size_t sizes[] = {n, n, n};
+    sm_real **ptrs[] = {&s->logits, &s->npre, &s->eps};
+    s->block = sm_carve(ptrs, sizes, SM_LEN(sizes), err, "router %s (%d tokens)", r->cfg.name, max_T);
+    if (!s->block) return SM_ERR_NOMEM;
     return sm_gate_init(&s->gate, &r->cfg, max_T, err);
 }
 
@@ -110,9 +110,7 @@ static void topk_backward(sm_router *r, sm_real *dx, const sm_route *route, cons
 static void topk_destroy(sm_router *r) {
     topk_state *s = r->state;
     if (!s) return;
-    free(s->logits);
-    free(s->npre);
-    free(s->eps);
+    free(s->block);
     sm_gate_free(&s->gate);
     free(s);
     r->state = NULL;

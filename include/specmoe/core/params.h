@@ -15,6 +15,12 @@
 extern "C" {
 #endif
 
+#if defined(__GNUC__)
+#define SM_PRINTF_LIKE(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define SM_PRINTF_LIKE(fmt, args)
+#endif
+
 #define SM_MAX_DIMS 4
 #define SM_NAME_MAX 96
 
@@ -65,6 +71,24 @@ void sm_params_zero_grad(sm_params *ps);
 int sm_params_find(const sm_params *ps, const char *name);
 static inline sm_real *sm_params_data(const sm_params *ps, int i) { return ps->data + ps->p[i].offset; }
 static inline sm_real *sm_params_grad(const sm_params *ps, int i) { return ps->grad + ps->p[i].offset; }
+
+/* The same rule for scratch and activations: n arrays of sizes[i] elements carved, in table order,
+ * from ONE zero-filled block, *ptrs[i] pointing at array i (llm.c malloc_and_point_parameters):
+ *
+ *     size_t sizes[] = {T * E, T};
+ *     sm_real **ptrs[] = {&s->logits, &s->lse};
+ *     s->block = sm_carve(ptrs, sizes, SM_LEN(sizes), err, "router %s (%d tokens)", name, max_T);
+ *
+ * Returns the block, the only pointer to free, or NULL with err set to SM_ERR_NOMEM: "<who>: out of
+ * memory (<size> MiB)", who formatted printf-style. A block holds one element type, so there is one
+ * function per type (int and double buffers get a block of their own). */
+sm_real *sm_carve(sm_real **const ptrs[], const size_t sizes[], size_t n, sm_error *err, const char *who, ...)
+    SM_PRINTF_LIKE(5, 6);
+int *sm_carve_int(int **const ptrs[], const size_t sizes[], size_t n, sm_error *err, const char *who, ...)
+    SM_PRINTF_LIKE(5, 6);
+double *sm_carve_double(double **const ptrs[], const size_t sizes[], size_t n, sm_error *err, const char *who, ...)
+    SM_PRINTF_LIKE(5, 6);
+#define SM_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #ifdef __cplusplus
 }

@@ -82,6 +82,8 @@ typedef struct {
     sm_real *combine;   /* (G, m, S) softmax over the S slots, per token */
     sm_real *ddispatch; /* (G, m, S) written by the layer */
     sm_real *dcombine;  /* (G, m, S) written by the layer */
+    sm_real *block;     /* the two allocations the arrays above are carved from (sm_carve): sm_real */
+    int *iblock;        /* and int */
 } sm_route;
 
 typedef struct sm_router sm_router;

@@ -47,6 +47,8 @@ typedef struct {
     int *pairs;           /* (2*n_pairs) sampled pairs of the last training forward */
     int n_pairs, max_pairs;
     sm_real *ovl;         /* (R,R) overlap scratch */
+    sm_real *block;       /* the allocations the arrays above are carved from: sm_real */
+    int *iblock;          /* and int (pairs) */
     int used_reg;
 } geo_state;
 
@@ -119,25 +121,16 @@ static sm_status geo_reserve(sm_router *r, int max_T, sm_error *err) {
     /* scratch2 also holds the (E,d) direction gradient of vmf, which can exceed T*w for small T */
     size_t w2 = T * w > (size_t)E * d ? T * w : (size_t)E * d;
     s->max_T = max_T;
-    s->logits = calloc(T * E, sizeof(sm_real));
-    s->proj = calloc(T * (size_t)(s->grassmann ? E * R : E), sizeof(sm_real));
-    s->aff = calloc(T * E, sizeof(sm_real));
-    s->xn = calloc(T * d, sizeof(sm_real));
-    s->xnorm = calloc(T, sizeof(sm_real));
-    s->un = calloc((size_t)E * d, sizeof(sm_real));
-    s->unorm = calloc((size_t)E, sizeof(sm_real));
-    s->h = calloc(T * E, sizeof(sm_real));
-    s->zsm = calloc(T * E, sizeof(sm_real));
-    s->ahpre = calloc(T * Ha, sizeof(sm_real));
-    s->ahid = calloc(T * Ha, sizeof(sm_real));
-    s->scratch = calloc(T * w, sizeof(sm_real));
-    s->scratch2 = calloc(w2, sizeof(sm_real));
     s->max_pairs = E * (E - 1) / 2 > n_pairs_per_step(r) ? E * (E - 1) / 2 : n_pairs_per_step(r);
-    s->pairs = calloc(2 * (size_t)(s->max_pairs ? s->max_pairs : 1), sizeof(int));
-    s->ovl = calloc((size_t)R * R, sizeof(sm_real));
-    if (!s->logits || !s->proj || !s->aff || !s->xn || !s->xnorm || !s->un || !s->unorm || !s->h || !s->zsm ||
-        !s->ahpre || !s->ahid || !s->scratch || !s->scratch2 || !s->pairs || !s->ovl)
-        return sm_fail(err, SM_ERR_NOMEM, "router %s: out of memory for %d tokens", r->cfg.name, max_T);
+    size_t sizes[] = {T * E, T * (size_t)(s->grassmann ? E * R : E), T * E, T * d, T, (size_t)E * d, (size_t)E,
+                      T * E, T * E, T * Ha, T * Ha, T * w, w2, (size_t)R * R};
+    sm_real **ptrs[] = {&s->logits, &s->proj, &s->aff, &s->xn, &s->xnorm, &s->un, &s->unorm,
+                        &s->h, &s->zsm, &s->ahpre, &s->ahid, &s->scratch, &s->scratch2, &s->ovl};
+    size_t isizes[] = {2 * (size_t)(s->max_pairs ? s->max_pairs : 1)};
+    int **iptrs[] = {&s->pairs};
+    s->block = sm_carve(ptrs, sizes, SM_LEN(sizes), err, "router %s (%d tokens)", r->cfg.name, max_T);
+    s->iblock = sm_carve_int(iptrs, isizes, SM_LEN(isizes), err, "router %s (%d tokens)", r->cfg.name, max_T);
+    if (!s->block || !s->iblock) return SM_ERR_NOMEM;
     return sm_gate_init(&s->gate, &r->cfg, max_T, err);
 }
 
@@ -294,9 +287,8 @@ static void geo_destroy(sm_router *r) {
     geo_state *s = r->state;
     if (!s) return;
     sm_gate_free(&s->gate);
-    free(s->logits); free(s->proj); free(s->aff); free(s->xn); free(s->xnorm); free(s->un); free(s->unorm);
-    free(s->h); free(s->zsm); free(s->ahpre); free(s->ahid); free(s->scratch); free(s->scratch2);
-    free(s->pairs); free(s->ovl);
+    free(s->block);
+    free(s->iblock);
     free(s);
     r->state = NULL;
 }

@@ -24,6 +24,7 @@ typedef struct {
     sm_real *a;        /* (T,E) scratch */
     sm_real *zz;       /* (T) ||z||^2 */
     sm_real *mm;       /* (E) ||mu||^2 */
+    sm_real *block;    /* the allocation the arrays above are carved from */
 } proto_state;
 
 static sm_status proto_declare(sm_router *r, sm_params *ps, const char *prefix, sm_error *err) {
@@ -49,13 +50,10 @@ static int proto_max_assign(const sm_router *r, int T) { return T * r->cfg.k; }
 static sm_status proto_reserve(sm_router *r, int max_T, sm_error *err) {
     proto_state *s = r->state;
     size_t n = (size_t)max_T * r->cfg.E;
-    s->logits = calloc(n, sizeof(sm_real));
-    s->dist = calloc(n, sizeof(sm_real));
-    s->a = calloc(n, sizeof(sm_real));
-    s->zz = calloc((size_t)max_T, sizeof(sm_real));
-    s->mm = calloc((size_t)r->cfg.E, sizeof(sm_real));
-    if (!s->logits || !s->dist || !s->a || !s->zz || !s->mm)
-        return sm_fail(err, SM_ERR_NOMEM, "router prototype: out of memory for %d tokens", max_T);
+    size_t sizes[] = {n, n, n, (size_t)max_T, (size_t)r->cfg.E};
+    sm_real **ptrs[] = {&s->logits, &s->dist, &s->a, &s->zz, &s->mm};
+    s->block = sm_carve(ptrs, sizes, SM_LEN(sizes), err, "router prototype (%d tokens)", max_T);
+    if (!s->block) return SM_ERR_NOMEM;
     return sm_gate_init(&s->gate, &r->cfg, max_T, err);
 }
 
@@ -104,11 +102,7 @@ static void proto_destroy(sm_router *r) {
     proto_state *s = r->state;
     if (!s) return;
     sm_gate_free(&s->gate);
-    free(s->logits);
-    free(s->dist);
-    free(s->a);
-    free(s->zz);
-    free(s->mm);
+    free(s->block);
     free(s);
     r->state = NULL;
 }

@@ -31,6 +31,8 @@ typedef struct {
     sm_real *lr;    /* (T,E) router logits, then p_r */
     sm_real *lev;   /* (T,E) EV logits, then p_ev, then the mixture's log for the gate */
     int *rtop;      /* (k) the learned router's own top-k for one token */
+    sm_real *block; /* the allocations the arrays above are carved from: sm_real */
+    int *iblock;    /* and int (rtop) */
     long agree, chosen; /* SSMoE App. D.6: the gate's picks on P that p_r's top-k shares, and all picks */
 } ev_state;
 
@@ -59,11 +61,12 @@ static int ev_max_assign(const sm_router *r, int T) { return T * r->cfg.k; }
 static sm_status ev_reserve(sm_router *r, int max_T, sm_error *err) {
     ev_state *s = r->state;
     size_t n = (size_t)max_T * r->cfg.E;
-    s->dbar = calloc((size_t)r->cfg.E * r->d, sizeof(sm_real));
-    s->lr = calloc(n, sizeof(sm_real));
-    s->lev = calloc(n, sizeof(sm_real));
-    s->rtop = calloc((size_t)r->cfg.k, sizeof(int));
-    if (!s->dbar || !s->lr || !s->lev || !s->rtop) return sm_fail(err, SM_ERR_NOMEM, "router ev: out of memory for %d tokens", max_T);
+    size_t sizes[] = {(size_t)r->cfg.E * r->d, n, n}, isizes[] = {(size_t)r->cfg.k};
+    sm_real **ptrs[] = {&s->dbar, &s->lr, &s->lev};
+    int **iptrs[] = {&s->rtop};
+    s->block = sm_carve(ptrs, sizes, SM_LEN(sizes), err, "router ev (%d tokens)", max_T);
+    s->iblock = sm_carve_int(iptrs, isizes, SM_LEN(isizes), err, "router ev (%d tokens)", max_T);
+    if (!s->block || !s->iblock) return SM_ERR_NOMEM;
     return sm_gate_init(&s->gate, &r->cfg, max_T, err);
 }
 
@@ -107,10 +110,8 @@ static void ev_destroy(sm_router *r) {
     ev_state *s = r->state;
     if (!s) return;
     sm_gate_free(&s->gate);
-    free(s->dbar);
-    free(s->lr);
-    free(s->lev);
-    free(s->rtop);
+    free(s->block);
+    free(s->iblock);
     free(s);
     r->state = NULL;
 }
