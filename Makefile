@@ -25,7 +25,9 @@ OMP     := -fopenmp
 LIB_SRC := $(sort $(wildcard src/*/*.c src/methods/*/*.c))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 TEST_SRC:= $(sort $(wildcard tests/test_*.c))
-HDRS    := $(wildcard include/*.h include/specmoe/*/*.h include/specmoe/methods/*/*.h) $(wildcard src/*/*.h) $(wildcard cli/*.h)
+HDRS    := $(wildcard include/*.h include/specmoe/*/*.h include/specmoe/methods/*/*.h) $(wildcard src/*/*.h)
+# the tool's own headers: an edit to one rebuilds the tool, not the library
+CLI_HDRS:= $(HDRS) $(wildcard cli/*.h)
 
 LIB_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
 LIB64_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/obj64/%.o)
@@ -42,7 +44,7 @@ $(BUILD)/obj/%.o: src/%.c $(HDRS)
 $(BUILD)/obj64/%.o: src/%.c $(HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -DSPECMOE_DOUBLE $(WARN) $(CFLAGS) $(OMP) -c $< -o $@
-$(BUILD)/obj/cli_%.o: cli/%.c $(HDRS)
+$(BUILD)/obj/cli_%.o: cli/%.c $(CLI_HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(OMP) -c $< -o $@
 
