@@ -8,7 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "commands.h"
+#include "common.h"
 #include "flags.h"
 
 typedef struct {

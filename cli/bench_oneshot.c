@@ -43,7 +43,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cli.h"
+#include "commands.h"
+#include "common.h"
 #include "flags.h"
 
 #define MAX_C 10

@@ -20,7 +20,7 @@
 #include <immintrin.h>
 #endif
 
-#include "cli.h"
+#include "common.h"
 
 /* One thread's kernel: iters x 12 vector multiply-adds in 12 independent chains; returns a value
  * so the chains are not dead code. MADD(a) is the fused multiply-add of the instruction set (the

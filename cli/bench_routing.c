@@ -13,7 +13,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cli.h"
+#include "commands.h"
+#include "common.h"
 #include "flags.h"
 #include "specmoe/methods/grmoe/synth.h"
 

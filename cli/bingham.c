@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "commands.h"
+#include "common.h"
 #include "flags.h"
 #include "specmoe/core/bingham.h"
 

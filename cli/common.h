@@ -1,6 +1,11 @@
-/* Shared pieces of the specmoe command-line tool. */
-#ifndef SPECMOE_CLI_H
-#define SPECMOE_CLI_H
+/* The helpers shared by the specmoe commands (cli/cmd_*.c) and the benchmarks under experiments/:
+ * error printing, report text, threads, the Fashion-MNIST data flags and routing printout.
+ *
+ * Dependency rule (docs/CLI.md): command files and experiments include this header (and flags.h);
+ * common.c includes no command file and no experiment, and no command calls another command's
+ * functions. A helper two commands need lives here. */
+#ifndef SPECMOE_CLI_COMMON_H
+#define SPECMOE_CLI_COMMON_H
 
 #include "specmoe.h"
 
@@ -31,17 +36,24 @@ void cli_set_threads(int n);
  * on this machine beats; *isa names the vector instructions used. */
 double cli_fma_peak(int threads, double *one_thread, double *all_threads, const char **isa);
 
-int cmd_train(int argc, char **argv);
-int cmd_eval(int argc, char **argv);
-int cmd_info(int argc, char **argv);
-int cmd_analyze(int argc, char **argv);
-int cmd_ssmoe(int argc, char **argv);
-int cmd_bench(int argc, char **argv);
-int cmd_bench_routing(int argc, char **argv);
-int cmd_bench_alpha(int argc, char **argv);
-int cmd_bench_oneshot(int argc, char **argv);
-int cmd_bench_ssmoe(int argc, char **argv);
-int cmd_bench_ssmoe_build(int argc, char **argv);
-int cmd_bingham_z(int argc, char **argv);
+/* The Fashion-MNIST data flags of train and eval. */
+typedef struct {
+    const char *data, *classes;
+    int per_class, batch, threads;
+} cli_data_opts;
+
+#define CLI_DATA_FLAGS(o)                                                                                     \
+    {"data", FL_STRING, &o.data, SM_FASHION_MNIST_DIR, "directory with the Fashion-MNIST IDX .gz files", 0},   \
+    {"classes", FL_STRING, &o.classes, "all", "class subset, e.g. 0,1,7,8", 0},                               \
+    {"per-class", FL_INT, &o.per_class, "0", "keep at most this many training examples per class (0 = all)", 0}, \
+    {"batch", FL_INT, &o.batch, "128", "minibatch size", 0},                                                   \
+    {"threads", FL_INT, &o.threads, "2", "OpenMP / OpenBLAS threads", 0}
+
+/* Loads one split ("train" or "test") of the data the flags name, keeping the --classes subset; the
+ * training split (train_subset) also keeps at most --per-class examples per class. */
+sm_status cli_load_split(sm_dataset *ds, const cli_data_opts *o, const char *split, int train_subset, sm_error *err);
+/* Per MoE layer: entropy, load CV, MaxVio, active experts, drops and the load per expert, each line
+ * starting with title. */
+void cli_print_routing(const char *title, const sm_eval_result *ev);
 
 #endif

@@ -1,76 +1,22 @@
 /* specmoe command-line tool: train, eval, info, bench. */
 #include <math.h>
 #include <omp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "commands.h"
+#include "common.h"
 #include "flags.h"
-
-int cli_fail(sm_status st, const sm_error *err) {
-    fprintf(stderr, "specmoe: %s\n", err->msg);
-    return st == SM_ERR_ARG ? CLI_EXIT_USAGE : CLI_EXIT_RUNTIME;
-}
-
-int cli_write_text(const char *path, const char *text) {
-    if (!text) return -1;
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    int bad = fputs(text, f) < 0;
-    return (fclose(f) != 0 || bad) ? -1 : 0;
-}
-
-void cli_bprintf(cli_buf *b, const char *fmt, ...) {
-    if (b->failed) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int w = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (w < 0) {
-            b->failed = 1;
-            return;
-        }
-        if (b->s && b->n + (size_t)w < b->cap) {
-            b->n += (size_t)w;
-            return;
-        }
-        size_t cap = b->cap ? 2 * b->cap : 65536;
-        while (cap < b->n + (size_t)w + 1) cap *= 2;
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->failed = 1;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-}
-
-void cli_bench_train_config(sm_train_config *tc, int epochs, int batch, double lr, double wd, uint64_t seed) {
-    sm_train_config_default(tc);
-    tc->epochs = epochs;
-    tc->batch = batch;
-    tc->opt.kind = SM_OPT_ADAMW;
-    tc->opt.lr = lr;
-    tc->opt.weight_decay = wd;
-    tc->seed = seed;
-    tc->log_every = 1 << 30; /* silent: the benchmark prints its own summary */
-}
-
-void cli_set_threads(int n) {
-    if (n > 0) omp_set_num_threads(n);
-}
 
 /* ---------------------------------------------------------------------------------------------- */
 /* options shared by train and eval */
 
 typedef struct {
-    const char *data, *classes, *arch, *act, *router, *expert_act, *out, *resume, *optim, *schedule;
-    int per_class, residual, experts, topk, noisy, renorm, shared, expert_bias, epochs, batch, threads;
+    cli_data_opts d;
+    const char *arch, *act, *router, *expert_act, *out, *resume, *optim, *schedule;
+    int residual, experts, topk, noisy, renorm, shared, expert_bias, epochs;
     int log_every, val_size;
     long warmup, ckpt_every, stop_after, fault_nan_step;
     double temperature, capacity, lr, final_lr, momentum, beta1, beta2, eps, weight_decay, clip;
@@ -108,43 +54,6 @@ typedef struct {
     {"router-seed", FL_U64, &o.router_seed, "1", "seed of the random router at evaluation", 0},                 \
     {"tau", FL_DOUBLE, &o.tau, "1", "prototype router temperature tau (SR-MoE Eq. 2)", 0},                       \
     {"proto-sq", FL_BOOL, &o.proto_sq, "0", "prototype router: squared Euclidean distance", 0}
-
-#define DATA_FLAGS(o)                                                                                         \
-    {"data", FL_STRING, &o.data, SM_FASHION_MNIST_DIR, "directory with the Fashion-MNIST IDX .gz files", 0},   \
-    {"classes", FL_STRING, &o.classes, "all", "class subset, e.g. 0,1,7,8", 0},                               \
-    {"per-class", FL_INT, &o.per_class, "0", "keep at most this many training examples per class (0 = all)", 0}, \
-    {"batch", FL_INT, &o.batch, "128", "minibatch size", 0},                                                   \
-    {"threads", FL_INT, &o.threads, "2", "OpenMP / OpenBLAS threads", 0}
-
-static void print_routing(const char *title, const sm_eval_result *ev) {
-    for (int l = 0; l < ev->n_moe; l++) {
-        sm_routing_summary s;
-        sm_routing_summarize(&ev->routing[l], &s);
-        printf("%s moe layer %d: routing entropy %.3f nats (%.2f effective experts), load CV %.3f, MaxVio %.3f, "
-               "active experts %.0f%%, dropped %ld (%.2f%%)%s\n",
-               title, l, s.entropy, s.eff_experts, s.cv, s.max_vio, 100 * s.active_ratio, ev->routing[l].dropped,
-               100 * s.drop_frac, s.collapsed ? ", COLLAPSED (an expert gets < 1% of tokens)" : "");
-        printf("%s moe layer %d: load per expert:", title, l);
-        for (int e = 0; e < s.E; e++) printf(" %.3f", s.load_frac[e]);
-        printf("\n");
-    }
-}
-
-static sm_status load_split(sm_dataset *ds, const opts *o, const char *split, int train_subset, sm_error *err) {
-    sm_status st = sm_dataset_load_fashion(ds, o->data, split, err);
-    if (st != SM_OK) return st;
-    int classes[64];
-    int n = sm_parse_class_list(o->classes, classes, 64, ds->n_classes, err);
-    if (n < 0) {
-        sm_dataset_free(ds);
-        return SM_ERR_ARG;
-    }
-    if (n < ds->n_classes || (train_subset && o->per_class > 0)) {
-        st = sm_dataset_select(ds, classes, n, train_subset ? o->per_class : 0, 0, err);
-        if (st != SM_OK) sm_dataset_free(ds);
-    }
-    return st;
-}
 
 /* ---------------------------------------------------------------------------------------------- */
 /* train */
@@ -225,7 +134,7 @@ static int build_router_config(const opts *o, const fl_flag *fl, int nfl, int d,
     r->proto_sq = o->proto_sq;
     if (!strcmp(o->router, "prototype")) r->temperature = o->tau; /* tau is the prototype gate's temperature */
     if (!strcmp(o->router, "soft") && r->slots == 0 && r->soft_group == 0)
-        r->slots = (o->batch + o->experts - 1) / (o->experts > 0 ? o->experts : 1);
+        r->slots = (o->d.batch + o->experts - 1) / (o->experts > 0 ? o->experts : 1);
     /* validate now, before any data is read */
     sm_router *probe = sm_router_create(r, d, err);
     if (!probe) return SM_ERR_ARG;
@@ -294,7 +203,7 @@ static int build_model_config(opts *o, const fl_flag *fl, int nfl, sm_model_conf
 int cmd_train(int argc, char **argv) {
     opts o;
     fl_flag fl[] = {
-        DATA_FLAGS(o),
+        CLI_DATA_FLAGS(o.d),
         {"val-size", FL_INT, &o.val_size, "0", "hold out the last N training examples for per-epoch validation", 0},
         {"arch", FL_STRING, &o.arch, "dense:256,moe:256", "layers: dense:W | ffn:H | moe:H, comma-separated", 0},
         {"act", FL_STRING, &o.act, "relu", "activation of dense layers and ffn (none|relu|gelu|tanh|silu)", 0},
@@ -351,14 +260,14 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "specmoe train: --schedule: unknown schedule '%s' (constant|linear|cosine)\n", o.schedule);
         return CLI_EXIT_USAGE;
     }
-    if (o.epochs < 1 || o.batch < 1 || o.batch > 65536 || o.lr < 0 || o.warmup < 0 || o.clip < 0 || o.log_every < 1 ||
-        o.val_size < 0 || o.per_class < 0 || o.threads < 0) {
+    if (o.epochs < 1 || o.d.batch < 1 || o.d.batch > 65536 || o.lr < 0 || o.warmup < 0 || o.clip < 0 || o.log_every < 1 ||
+        o.val_size < 0 || o.d.per_class < 0 || o.d.threads < 0) {
         fprintf(stderr, "specmoe train: --epochs, --batch (<= 65536) and --log-every must be >= 1; --lr, --warmup, "
                         "--clip, --val-size, --per-class, --threads must be >= 0\n");
         return CLI_EXIT_USAGE;
     }
     tc.epochs = o.epochs;
-    tc.batch = o.batch;
+    tc.batch = o.d.batch;
     tc.opt.lr = o.lr;
     tc.opt.momentum = o.momentum;
     tc.opt.beta1 = o.beta1;
@@ -380,13 +289,13 @@ int cmd_train(int argc, char **argv) {
     sm_params_init_table(&none);
     if (sm_optim_init(&probe, &tc.opt, &none, &err) != SM_OK) return cli_fail(SM_ERR_ARG, &err);
     sm_optim_free(&probe);
-    cli_set_threads(o.threads);
+    cli_set_threads(o.d.threads);
 
     /* on resume, sm_train refuses a checkpoint whose model differs from the one the flags describe */
     sm_dataset train, test, val = {0};
-    st = load_split(&train, &o, "train", 1, &err);
+    st = cli_load_split(&train, &o.d, "train", 1, &err);
     if (st != SM_OK) return cli_fail(st, &err);
-    st = load_split(&test, &o, "test", 0, &err);
+    st = cli_load_split(&test, &o.d, "test", 0, &err);
     if (st != SM_OK) {
         sm_dataset_free(&train);
         return cli_fail(st, &err);
@@ -409,7 +318,7 @@ int cmd_train(int argc, char **argv) {
     if (train.dim == 784 && mc.in_c == 0) mc.in_c = 1, mc.in_h = mc.in_w = 28; /* Fashion-MNIST images */
     sm_rng rng;
     sm_rng_seed(&rng, o.seed);
-    sm_model *m = sm_model_create(&mc, o.batch < 1000 ? 1000 : o.batch, &rng, &err);
+    sm_model *m = sm_model_create(&mc, o.d.batch < 1000 ? 1000 : o.d.batch, &rng, &err);
     if (!m) return cli_fail(SM_ERR_ARG, &err);
     char arch[512];
     sm_model_format_arch(&mc, arch, sizeof arch);
@@ -426,13 +335,13 @@ int cmd_train(int argc, char **argv) {
         sm_eval_result ev;
         /* evaluated in batches of --batch, like `specmoe eval` by default: capacity limits depend
          * on the batch, so the two then report the same number */
-        st = sm_evaluate(m, &test, o.batch, &ev, &err);
+        st = sm_evaluate(m, &test, o.d.batch, &ev, &err);
         if (st != SM_OK) {
             code = cli_fail(st, &err);
         } else {
             printf("trained %ld steps in %.1f s (%.0f examples/s)\n", res.steps, res.seconds,
-                   res.seconds > 0 ? (double)res.steps * o.batch / res.seconds : 0);
-            print_routing("test", &ev);
+                   res.seconds > 0 ? (double)res.steps * o.d.batch / res.seconds : 0);
+            cli_print_routing("test", &ev);
             printf("checkpoint: %s/checkpoint.safetensors\n", o.out);
             printf("final test accuracy: %.4f (loss %.4f, %ld examples)\n", ev.acc, ev.loss, ev.n);
         }
@@ -449,12 +358,12 @@ int cmd_train(int argc, char **argv) {
 /* eval */
 
 int cmd_eval(int argc, char **argv) {
-    opts o;
+    cli_data_opts o;
     const char *split, *router;
     double alpha, temperature;
     int ev_c, ev_avg;
     fl_flag fl[] = {
-        DATA_FLAGS(o),
+        CLI_DATA_FLAGS(o),
         {"split", FL_STRING, &split, "test", "which split to evaluate (train|test)", 0},
         {"router", FL_STRING, &router, NULL, "refuse the checkpoint unless its router is this one; 'ev' on a topk "
                                              "checkpoint builds the SSMoE eigenvector router", 0},
@@ -547,7 +456,7 @@ int cmd_eval(int argc, char **argv) {
         }
     }
     sm_dataset ds;
-    if (st == SM_OK) st = load_split(&ds, &o, split, !strcmp(split, "train"), &err);
+    if (st == SM_OK) st = cli_load_split(&ds, &o, split, !strcmp(split, "train"), &err);
     if (st != SM_OK) {
         sm_model_free(m);
         return cli_fail(st, &err);
@@ -558,7 +467,7 @@ int cmd_eval(int argc, char **argv) {
     if (st != SM_OK) {
         code = cli_fail(st, &err);
     } else {
-        print_routing(split, &ev);
+        cli_print_routing(split, &ev);
         for (int l = 0; l < sm_model_n_moe(m); l++) { /* SSMoE App. D.6, ev routers only */
             double ov = sm_ev_router_take_overlap(sm_model_moe(m, l)->router);
             if (ov == ov)
