@@ -17,6 +17,11 @@ else
 BLASLIB := -lopenblas
 endif
 CFLAGS  ?= $(OPT) -g
+# the version has one definition, CLI_VERSION in cli/common.h (`specmoe --version`); specmoe.pc reads it
+VERSION := $(shell sed -n 's/^\#define CLI_VERSION "\(.*\)"/\1/p' cli/common.h)
+ifeq ($(VERSION),)
+$(error cli/common.h: no line '#define CLI_VERSION "..."' to take the version from)
+endif
 CPPFLAGS += -Iinclude -Isrc -D_DEFAULT_SOURCE
 LIBS    := $(BLASLIB) -llapacke -lcjson -lz -lm
 OMP     := -fopenmp
@@ -88,9 +93,9 @@ debug:
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	$(MAKE) BUILD=build-debug CFLAGS="-O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
-$(BUILD)/specmoe.pc: Makefile
+$(BUILD)/specmoe.pc: Makefile cli/common.h
 	@mkdir -p $(@D)
-	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: specmoe\nDescription: Mixture-of-Experts with spectral routing and regularisation\nVersion: 0.1.0\nLibs: -L$${libdir} -lspecmoe\nLibs.private: %s -fopenmp\nCflags: -I$${includedir}\n' \
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: specmoe\nDescription: Mixture-of-Experts with spectral routing and regularisation\nVersion: $(VERSION)\nLibs: -L$${libdir} -lspecmoe\nLibs.private: %s -fopenmp\nCflags: -I$${includedir}\n' \
 	  "$(PREFIX)" "$(LIBS)" > $@
 
 install: all

@@ -1,10 +1,12 @@
 /* Helpers shared by the specmoe commands and benchmarks (see common.h). */
 #include "common.h"
 
+#include <ctype.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int cli_fail(sm_status st, const sm_error *err) {
     fprintf(stderr, "specmoe: %s\n", err->msg);
@@ -59,6 +61,36 @@ void cli_bench_train_config(sm_train_config *tc, int epochs, int batch, double l
 
 void cli_set_threads(int n) {
     if (n > 0) omp_set_num_threads(n);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* command tables */
+
+static void print_table(const cli_table *t) {
+    char word[32];
+    size_t k = 0;
+    for (; t->kind[k] && k + 1 < sizeof word; k++) word[k] = (char)toupper((unsigned char)t->kind[k]);
+    word[k] = 0;
+    int w = 0;
+    for (int i = 0; i < t->n; i++) w = (int)strlen(t->rows[i].name) > w ? (int)strlen(t->rows[i].name) : w;
+    printf("usage: %s %s [flags]    (%s %s --help: the %s's flags)\n\n%ss:\n", t->prog, word, t->prog, word, t->kind,
+           t->kind);
+    for (int i = 0; i < t->n; i++) printf("  %-*s  %s\n", w, t->rows[i].name, t->rows[i].summary);
+    if (t->footer) printf("\n%s\n", t->footer);
+}
+
+int cli_dispatch(const cli_table *t, int argc, char **argv, int at) {
+    const char *word = at < argc ? argv[at] : NULL;
+    if (!word || !strcmp(word, "--help") || !strcmp(word, "-h") || !strcmp(word, "help")) {
+        print_table(t);
+        return word ? 0 : CLI_EXIT_USAGE;
+    }
+    for (int i = 0; i < t->n; i++)
+        if (!strcmp(word, t->rows[i].name)) return t->rows[i].run(argc, argv);
+    fprintf(stderr, "%s: unknown %s '%s' (one of:", t->prog, t->kind, word);
+    for (int i = 0; i < t->n; i++) fprintf(stderr, "%s %s", i ? "," : "", t->rows[i].name);
+    fprintf(stderr, "; see %s --help)\n", t->prog);
+    return CLI_EXIT_USAGE;
 }
 
 /* ---------------------------------------------------------------------------------------------- */

@@ -9,9 +9,35 @@
 
 #include "specmoe.h"
 
+/* The one definition of the version: `specmoe --version` prints it, and the Makefile reads it from
+ * this line for the pkg-config file. */
+#define CLI_VERSION "0.1.0"
+
 /* Exit codes: 0 ok, 1 runtime failure (I/O, NaN, ...), 2 usage error. */
 #define CLI_EXIT_RUNTIME 1
 #define CLI_EXIT_USAGE 2
+
+/* One row of a command table: the word on the command line, one line of help, and the function that
+ * runs it. The function gets the whole command line (argv[1] is the command, argv[2] a
+ * subcommand) and returns the exit code. */
+typedef struct {
+    const char *name, *summary;
+    int (*run)(int argc, char **argv);
+} cli_command;
+
+/* A command table: main.c's commands, cmd_bench.c's benchmarks. */
+typedef struct {
+    const char *prog;   /* what comes before the word: "specmoe", "specmoe bench" */
+    const char *kind;   /* what a row is, singular: "command", "benchmark" */
+    const char *footer; /* a line printed after the rows, or NULL */
+    const cli_command *rows;
+    int n;
+} cli_table;
+
+/* Runs the row named argv[at]. With "--help", "-h" or "help" there, prints the table on stdout and
+ * returns 0; with nothing there, prints it and returns CLI_EXIT_USAGE; an unknown word is a usage
+ * error whose message names every row. The help text and that message come from the table only. */
+int cli_dispatch(const cli_table *t, int argc, char **argv, int at);
 
 /* Prints "specmoe: <message>" and returns the exit code for st. */
 int cli_fail(sm_status st, const sm_error *err);

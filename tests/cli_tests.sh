@@ -23,6 +23,19 @@ expect() {
 expect 0 "top-level help"            "train"                 -- "$bin" --help
 expect 2 "no command is a usage error" "usage"               -- "$bin"
 expect 2 "unknown command"           "unknown command"       -- "$bin" frobnicate
+# the command table (cli/main.c): the help has exactly one row per command, each row is a command
+# with a working --help, and the unknown-command message names them all
+want="analyze bench bingham-z eval info ssmoe train"
+rows=$("$bin" --help 2>/dev/null | sed -n '/^commands:$/,/^$/p' | sed -nE 's/^  ([a-z][a-z0-9-]*) .*/\1/p')
+if [ "$(echo "$rows" | LC_ALL=C sort | tr '\n' ' ')" = "$want " ]; then
+    ok "top-level help lists every command once"
+else
+    bad "top-level help lists every command once" "rows: $(echo $rows), wanted: $want"
+fi
+for c in $rows; do "$bin" "$c" --help >/dev/null 2>&1 || bad "specmoe $c --help exits 0 (a row of the help)"; done
+expect 2 "unknown command names every command" "unknown command 'frobnicate' .*train.*bingham-z" -- "$bin" frobnicate
+ver=$(sed -nE 's/^#define CLI_VERSION "(.*)"/\1/p' "$root/cli/common.h")
+expect 0 "--version prints the version of cli/common.h" "^specmoe ${ver:-missing}\$" -- "$bin" --version
 expect 0 "train --help lists flags with defaults" "--lr NUM .*\[1e-3\]" -- "$bin" train --help
 for f in data classes per-class batch threads arch experts topk temperature noisy renorm capacity shared epochs optim lr schedule warmup clip seed out resume; do
     "$bin" train --help | grep -q -- "--$f " || bad "train --help lists --$f"
