@@ -29,14 +29,18 @@ OMP     := -fopenmp
 # src/core -> src/nn -> src/methods/<paper> -> src/io -> src/train (docs/ARCHITECTURE.md)
 LIB_SRC := $(sort $(wildcard src/*/*.c src/methods/*/*.c))
 CLI_SRC := $(sort $(wildcard cli/*.c))
+# the benchmarks and paper studies, linked into build/specmoe (docs/CLI.md)
+EXP_SRC := $(sort $(wildcard experiments/*/*.c))
 TEST_SRC:= $(sort $(wildcard tests/test_*.c))
 HDRS    := $(wildcard include/*.h include/specmoe/*/*.h include/specmoe/methods/*/*.h) $(wildcard src/*/*.h)
 # the tool's own headers: an edit to one rebuilds the tool, not the library
-CLI_HDRS:= $(HDRS) $(wildcard cli/*.h)
+CLI_HDRS:= $(HDRS) $(wildcard cli/*.h experiments/*.h experiments/*/*.h)
 
 LIB_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
 LIB64_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/obj64/%.o)
 CLI_OBJ := $(CLI_SRC:cli/%.c=$(BUILD)/obj/cli_%.o)
+# experiments/<paper>/<file>.c -> obj/exp/<paper>/<file>.o: papers may reuse file names
+EXP_OBJ := $(EXP_SRC:experiments/%.c=$(BUILD)/obj/exp/%.o)
 TESTS   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all test debug fuzz bench-peer install install-check clean
@@ -49,9 +53,13 @@ $(BUILD)/obj/%.o: src/%.c $(HDRS)
 $(BUILD)/obj64/%.o: src/%.c $(HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -DSPECMOE_DOUBLE $(WARN) $(CFLAGS) $(OMP) -c $< -o $@
+# the tool's sources include "cli/common.h", "experiments/experiments.h", ... from the top directory
 $(BUILD)/obj/cli_%.o: cli/%.c $(CLI_HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(OMP) -c $< -o $@
+	$(CC) $(CPPFLAGS) -I. $(WARN) $(CFLAGS) $(OMP) -c $< -o $@
+$(BUILD)/obj/exp/%.o: experiments/%.c $(CLI_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -I. $(WARN) $(CFLAGS) $(OMP) -c $< -o $@
 
 $(BUILD)/libspecmoe.a: $(LIB_OBJ)
 	@rm -f $@
@@ -61,8 +69,8 @@ $(BUILD)/libspecmoe_f64.a: $(LIB64_OBJ)
 	ar rcs $@ $^
 $(BUILD)/libspecmoe.so: $(LIB_OBJ)
 	$(CC) -shared $(CFLAGS) $(OMP) -o $@ $^ $(LIBS)
-$(BUILD)/specmoe: $(CLI_OBJ) $(BUILD)/libspecmoe.a
-	$(CC) $(CFLAGS) $(OMP) -o $@ $(CLI_OBJ) $(BUILD)/libspecmoe.a $(LIBS)
+$(BUILD)/specmoe: $(CLI_OBJ) $(EXP_OBJ) $(BUILD)/libspecmoe.a
+	$(CC) $(CFLAGS) $(OMP) -o $@ $(CLI_OBJ) $(EXP_OBJ) $(BUILD)/libspecmoe.a $(LIBS)
 
 # tests: test_grad_*.c link the double-precision twin, the rest the float library
 $(BUILD)/tests/test_grad%: tests/test_grad%.c $(wildcard tests/*.h) $(BUILD)/libspecmoe_f64.a

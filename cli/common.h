@@ -57,10 +57,6 @@ void cli_bprintf(cli_buf *b, const char *fmt, ...) __attribute__((format(printf,
 void cli_bench_train_config(sm_train_config *tc, int epochs, int batch, double lr, double wd, uint64_t seed);
 /* Sets the OpenMP (and so OpenBLAS-OpenMP) thread count; <= 0 leaves the default. */
 void cli_set_threads(int n);
-/* The machine's fp32 multiply-add peak in GFLOP/s, measured (cli/bench_peak.c): the rate of one
- * thread, of `threads` threads, and the bound max(all, threads x one) that no fp32 computation
- * on this machine beats; *isa names the vector instructions used. */
-double cli_fma_peak(int threads, double *one_thread, double *all_threads, const char **isa);
 
 /* The Fashion-MNIST data flags of train and eval. */
 typedef struct {

@@ -19,20 +19,25 @@ expect() {
     if [ -n "$pat" ] && ! echo "$out" | grep -qE -- "$pat"; then bad "$name" "output lacks /$pat/: $(echo "$out" | tail -n 3)"; return; fi
     ok "$name"
 }
+# expect_table NAME HEADING "WORDS" -- command...: `command --help` exits 0 and its stdout lists, under
+# "HEADING:", one row for each of WORDS (in sort order) and nothing else; `command WORD --help` exits 0
+expect_table() {
+    local name=$1 heading=$2 want=$3; shift 4
+    local out rc rows r
+    out=$("$@" --help 2>/dev/null); rc=$?
+    rows=$(echo "$out" | sed -n "/^$heading:\$/,/^\$/p" | sed -nE 's/^  ([a-z][a-z0-9-]*) .*/\1/p')
+    if [ $rc -ne 0 ]; then bad "$name" "exit $rc, wanted 0"; return; fi
+    if [ "$(echo "$rows" | LC_ALL=C sort | tr '\n' ' ')" != "$want " ]; then bad "$name" "rows: $(echo $rows); wanted: $want"; return; fi
+    for r in $rows; do "$@" "$r" --help >/dev/null 2>&1 || { bad "$name" "$* $r --help fails"; return; }; done
+    ok "$name"
+}
 
 expect 0 "top-level help"            "train"                 -- "$bin" --help
 expect 2 "no command is a usage error" "usage"               -- "$bin"
 expect 2 "unknown command"           "unknown command"       -- "$bin" frobnicate
 # the command table (cli/main.c): the help has exactly one row per command, each row is a command
 # with a working --help, and the unknown-command message names them all
-want="analyze bench bingham-z eval info ssmoe train"
-rows=$("$bin" --help 2>/dev/null | sed -n '/^commands:$/,/^$/p' | sed -nE 's/^  ([a-z][a-z0-9-]*) .*/\1/p')
-if [ "$(echo "$rows" | LC_ALL=C sort | tr '\n' ' ')" = "$want " ]; then
-    ok "top-level help lists every command once"
-else
-    bad "top-level help lists every command once" "rows: $(echo $rows), wanted: $want"
-fi
-for c in $rows; do "$bin" "$c" --help >/dev/null 2>&1 || bad "specmoe $c --help exits 0 (a row of the help)"; done
+expect_table "top-level help lists every command once" commands "analyze bench bingham-z eval info ssmoe train" -- "$bin"
 expect 2 "unknown command names every command" "unknown command 'frobnicate' .*train.*bingham-z" -- "$bin" frobnicate
 ver=$(sed -nE 's/^#define CLI_VERSION "(.*)"/\1/p' "$root/cli/common.h")
 expect 0 "--version prints the version of cli/common.h" "^specmoe ${ver:-missing}\$" -- "$bin" --version
@@ -43,6 +48,10 @@ done
 expect 0 "eval --help"               "--split"               -- "$bin" eval --help
 expect 0 "info --help"               "CHECKPOINT"            -- "$bin" info --help
 expect 0 "bench layer --help"        "--shapes"              -- "$bin" bench layer --help
+# the benchmark table (cli/cmd_bench.c), like the command table
+expect_table "bench --help lists every benchmark once" benchmarks "alpha layer oneshot routing ssmoe ssmoe-build" -- "$bin" bench
+expect 2 "bench: unknown benchmark names every benchmark" "unknown benchmark 'nope' .*layer.*ssmoe-build" -- "$bin" bench nope
+expect 2 "bench without a benchmark is a usage error" "usage: specmoe bench BENCHMARK" -- "$bin" bench
 expect 2 "unknown flag"              "unknown flag '--nope'" -- "$bin" train --nope 1
 expect 2 "bad number"                "--lr: 'abc' is not"    -- "$bin" train --lr abc
 expect 2 "missing value"             "needs a value"         -- "$bin" train --lr
