@@ -10,7 +10,7 @@ static const cli_command kBenchmarks[] = {
      exp_engine_layer},
     {"routing", "GrMoE's synthetic routing benchmark (Table 1)", exp_grmoe_routing},
     {"alpha", "GrMoE post-hoc sparsity: entropy vs alpha / inverse temperature (Fig. 1, Table 3)", exp_grmoe_alpha},
-    {"oneshot", "SR-MoE one-shot interference (Tables 1-2)", cmd_bench_oneshot},
+    {"oneshot", "SR-MoE one-shot interference (Tables 1-2)", exp_srmoe_oneshot},
     {"ssmoe", "SSMoE eigenvector routing and expert dropping (Tables 1, 6)", cmd_bench_ssmoe},
     {"ssmoe-build", "SSMoE: time of building the EV router of one SwiGLU MoE layer", cmd_bench_ssmoe_build},
 };

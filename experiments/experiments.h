@@ -16,4 +16,7 @@ int exp_grmoe_routing(int argc, char **argv);
 int exp_grmoe_alpha(int argc, char **argv);
 int exp_grmoe_bingham(int argc, char **argv);
 
+/* srmoe: one-shot interference (Tables 1-2) */
+int exp_srmoe_oneshot(int argc, char **argv);
+
 #endif
