@@ -11,8 +11,8 @@ static const cli_command kBenchmarks[] = {
     {"routing", "GrMoE's synthetic routing benchmark (Table 1)", exp_grmoe_routing},
     {"alpha", "GrMoE post-hoc sparsity: entropy vs alpha / inverse temperature (Fig. 1, Table 3)", exp_grmoe_alpha},
     {"oneshot", "SR-MoE one-shot interference (Tables 1-2)", exp_srmoe_oneshot},
-    {"ssmoe", "SSMoE eigenvector routing and expert dropping (Tables 1, 6)", cmd_bench_ssmoe},
-    {"ssmoe-build", "SSMoE: time of building the EV router of one SwiGLU MoE layer", cmd_bench_ssmoe_build},
+    {"ssmoe", "SSMoE eigenvector routing and expert dropping (Tables 1, 6)", exp_ssmoe_bench},
+    {"ssmoe-build", "SSMoE: time of building the EV router of one SwiGLU MoE layer", exp_ssmoe_build},
 };
 
 int cmd_bench(int argc, char **argv) {

@@ -10,8 +10,6 @@ int cmd_info(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
 int cmd_ssmoe(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
-int cmd_bench_ssmoe(int argc, char **argv);
-int cmd_bench_ssmoe_build(int argc, char **argv);
 int cmd_bingham_z(int argc, char **argv);
 
 #endif

@@ -19,4 +19,8 @@ int exp_grmoe_bingham(int argc, char **argv);
 /* srmoe: one-shot interference (Tables 1-2) */
 int exp_srmoe_oneshot(int argc, char **argv);
 
+/* ssmoe: eigenvector routing and expert dropping (Tables 1, 6); the EV router's build time */
+int exp_ssmoe_bench(int argc, char **argv);
+int exp_ssmoe_build(int argc, char **argv);
+
 #endif
