@@ -14,11 +14,13 @@ int cmd_eval(int argc, char **argv) {
     const char *split, *router;
     double alpha, temperature;
     int ev_c, ev_avg;
+    char router_help[512];
+    cli_router_help(router_help, sizeof router_help, "refuse the checkpoint unless its router is this one (",
+                    "); 'ev' on a topk checkpoint builds the SSMoE eigenvector router");
     fl_flag fl[] = {
         CLI_DATA_FLAGS(o),
         {"split", FL_STRING, &split, "test", "which split to evaluate (train|test)", 0},
-        {"router", FL_STRING, &router, NULL, "refuse the checkpoint unless its router is this one; 'ev' on a topk "
-                                             "checkpoint builds the SSMoE eigenvector router", 0},
+        {"router", FL_STRING, &router, NULL, router_help, 0},
         {"alpha", FL_DOUBLE, &alpha, "-1", "grassmann: sparsity dial; ev: weight of the EV router in the mix (default 0.5)", 0},
         {"ev-c", FL_INT, &ev_c, "5", "ev: right singular vectors averaged per descriptor", 0},
         {"ev-avg", FL_BOOL, &ev_avg, "0", "ev: router-free averaged-EV descriptors", 0},

@@ -28,8 +28,8 @@ typedef struct {
 /* The router flags. Defaults that depend on the router (switch: k = 1 and balance 0.01; grassmann:
  * dense, k = E; soft: k = 1, slots = batch / E) are applied in build_router_config when the flag was
  * not given. */
-#define ROUTER_FLAGS(o)                                                                                        \
-    {"router", FL_STRING, &o.router, "topk", "router: topk|switch|expert-choice|hash|random|soft|vmf|grassmann", 0}, \
+#define ROUTER_FLAGS(o, router_help)                                                                           \
+    {"router", FL_STRING, &o.router, "topk", router_help, 0},                                                   \
     {"experts", FL_INT, &o.experts, "8", "experts per MoE layer", 0},                                           \
     {"topk", FL_INT, &o.topk, "2", "experts per token (= experts: dense mixture; grassmann default: all)", 0},    \
     {"temperature", FL_DOUBLE, &o.temperature, "1", "router softmax temperature", 0},                            \
@@ -198,13 +198,16 @@ static int build_model_config(opts *o, const fl_flag *fl, int nfl, sm_model_conf
 
 int cmd_train(int argc, char **argv) {
     opts o;
+    char router_help[512];
+    cli_router_help(router_help, sizeof router_help, "router: ",
+                    " (ev is built from a trained topk model: specmoe eval CHECKPOINT --router ev)");
     fl_flag fl[] = {
         CLI_DATA_FLAGS(o.d),
         {"val-size", FL_INT, &o.val_size, "0", "hold out the last N training examples for per-epoch validation", 0},
         {"arch", FL_STRING, &o.arch, "dense:256,moe:256", "layers: dense:W | ffn:H | moe:H, comma-separated", 0},
         {"act", FL_STRING, &o.act, "relu", "activation of dense layers and ffn (none|relu|gelu|tanh|silu)", 0},
         {"residual", FL_BOOL, &o.residual, "0", "ffn/moe layers add their input to their output", 0},
-        ROUTER_FLAGS(o),
+        ROUTER_FLAGS(o, router_help),
         {"shared", FL_INT, &o.shared, "0", "always-on shared experts per MoE layer", 0},
         {"expert-act", FL_STRING, &o.expert_act, "relu", "expert activation", 0},
         {"expert-bias", FL_BOOL, &o.expert_bias, "1", "experts have biases", 0},

@@ -112,6 +112,11 @@ sm_status cli_load_split(sm_dataset *ds, const cli_data_opts *o, const char *spl
     return st;
 }
 
+const char *cli_router_help(char *buf, size_t n, const char *before, const char *after) {
+    snprintf(buf, n, "%s%s%s", before, sm_router_names(), after);
+    return buf;
+}
+
 void cli_print_routing(const char *title, const sm_eval_result *ev) {
     for (int l = 0; l < ev->n_moe; l++) {
         sm_routing_summary s;

@@ -74,6 +74,10 @@ typedef struct {
 /* Loads one split ("train" or "test") of the data the flags name, keeping the --classes subset; the
  * training split (train_subset) also keeps at most --per-class examples per class. */
 sm_status cli_load_split(sm_dataset *ds, const cli_data_opts *o, const char *split, int train_subset, sm_error *err);
+/* The help text of a --router flag: before, the routers the library knows (sm_router_names), after;
+ * written to buf (n bytes), which is returned. Built at run time so a new router shows up in every
+ * command's help without editing it. */
+const char *cli_router_help(char *buf, size_t n, const char *before, const char *after);
 /* Per MoE layer: entropy, load CV, MaxVio, active experts, drops and the load per expert, each line
  * starting with title. */
 void cli_print_routing(const char *title, const sm_eval_result *ev);

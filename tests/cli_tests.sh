@@ -46,6 +46,15 @@ for f in data classes per-class batch threads arch experts topk temperature nois
     "$bin" train --help | grep -q -- "--$f " || bad "train --help lists --$f"
 done
 expect 0 "eval --help"               "--split"               -- "$bin" eval --help
+# --router's help names every router the library knows (its "unknown router" error lists them)
+known=$("$bin" train --router nope 2>&1 | sed -nE 's/.*unknown router .nope. \(known: (.*)\).*/\1/p' | tr -d ',')
+for c in train eval; do
+    line=$("$bin" $c --help 2>/dev/null | grep -E -- '^  --router ')
+    missing=
+    for r in ${known:-unknown-list} prototype ev; do echo "$line" | grep -qw -- "$r" || missing="$missing $r"; done
+    [ -z "$missing" ] && ok "$c --help lists every router under --router, prototype and ev too" \
+        || bad "$c --help lists every router under --router, prototype and ev too" "missing:$missing in: $line"
+done
 expect 0 "info --help"               "CHECKPOINT"            -- "$bin" info --help
 expect 0 "bench layer --help"        "--shapes"              -- "$bin" bench layer --help
 # the benchmark table (cli/cmd_bench.c), like the command table
