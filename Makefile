@@ -17,6 +17,11 @@ else
 BLASLIB := -lopenblas
 endif
 CFLAGS  ?= $(OPT) -g
+# the version has one definition, CLI_VERSION in cli/common.h (`specmoe --version`); specmoe.pc reads it
+VERSION := $(shell sed -n 's/^\#define CLI_VERSION "\(.*\)"/\1/p' cli/common.h)
+ifeq ($(VERSION),)
+$(error cli/common.h: no line '#define CLI_VERSION "..."' to take the version from)
+endif
 CPPFLAGS += -Iinclude -Isrc -D_DEFAULT_SOURCE
 LIBS    := $(BLASLIB) -llapacke -lcjson -lz -lm
 OMP     := -fopenmp
@@ -24,12 +29,18 @@ OMP     := -fopenmp
 # src/core -> src/nn -> src/methods/<paper> -> src/io -> src/train (docs/ARCHITECTURE.md)
 LIB_SRC := $(sort $(wildcard src/*/*.c src/methods/*/*.c))
 CLI_SRC := $(sort $(wildcard cli/*.c))
+# the benchmarks and paper studies, linked into build/specmoe (docs/CLI.md)
+EXP_SRC := $(sort $(wildcard experiments/*/*.c))
 TEST_SRC:= $(sort $(wildcard tests/test_*.c))
-HDRS    := $(wildcard include/*.h include/specmoe/*/*.h include/specmoe/methods/*/*.h) $(wildcard src/*/*.h) $(wildcard cli/*.h)
+HDRS    := $(wildcard include/*.h include/specmoe/*/*.h include/specmoe/methods/*/*.h) $(wildcard src/*/*.h)
+# the tool's own headers: an edit to one rebuilds the tool, not the library
+CLI_HDRS:= $(HDRS) $(wildcard cli/*.h experiments/*.h experiments/*/*.h)
 
 LIB_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
 LIB64_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/obj64/%.o)
 CLI_OBJ := $(CLI_SRC:cli/%.c=$(BUILD)/obj/cli_%.o)
+# experiments/<paper>/<file>.c -> obj/exp/<paper>/<file>.o: papers may reuse file names
+EXP_OBJ := $(EXP_SRC:experiments/%.c=$(BUILD)/obj/exp/%.o)
 TESTS   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all test debug fuzz bench-peer install install-check clean
@@ -42,9 +53,13 @@ $(BUILD)/obj/%.o: src/%.c $(HDRS)
 $(BUILD)/obj64/%.o: src/%.c $(HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -DSPECMOE_DOUBLE $(WARN) $(CFLAGS) $(OMP) -c $< -o $@
-$(BUILD)/obj/cli_%.o: cli/%.c $(HDRS)
+# the tool's sources include "cli/common.h", "experiments/experiments.h", ... from the top directory
+$(BUILD)/obj/cli_%.o: cli/%.c $(CLI_HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(OMP) -c $< -o $@
+	$(CC) $(CPPFLAGS) -I. $(WARN) $(CFLAGS) $(OMP) -c $< -o $@
+$(BUILD)/obj/exp/%.o: experiments/%.c $(CLI_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -I. $(WARN) $(CFLAGS) $(OMP) -c $< -o $@
 
 $(BUILD)/libspecmoe.a: $(LIB_OBJ)
 	@rm -f $@
@@ -54,8 +69,8 @@ $(BUILD)/libspecmoe_f64.a: $(LIB64_OBJ)
 	ar rcs $@ $^
 $(BUILD)/libspecmoe.so: $(LIB_OBJ)
 	$(CC) -shared $(CFLAGS) $(OMP) -o $@ $^ $(LIBS)
-$(BUILD)/specmoe: $(CLI_OBJ) $(BUILD)/libspecmoe.a
-	$(CC) $(CFLAGS) $(OMP) -o $@ $(CLI_OBJ) $(BUILD)/libspecmoe.a $(LIBS)
+$(BUILD)/specmoe: $(CLI_OBJ) $(EXP_OBJ) $(BUILD)/libspecmoe.a
+	$(CC) $(CFLAGS) $(OMP) -o $@ $(CLI_OBJ) $(EXP_OBJ) $(BUILD)/libspecmoe.a $(LIBS)
 
 # tests: test_grad_*.c link the double-precision twin, the rest the float library
 $(BUILD)/tests/test_grad%: tests/test_grad%.c $(wildcard tests/*.h) $(BUILD)/libspecmoe_f64.a
@@ -88,9 +103,9 @@ debug:
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	$(MAKE) BUILD=build-debug CFLAGS="-O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
-$(BUILD)/specmoe.pc: Makefile
+$(BUILD)/specmoe.pc: Makefile cli/common.h
 	@mkdir -p $(@D)
-	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: specmoe\nDescription: Mixture-of-Experts with spectral routing and regularisation\nVersion: 0.1.0\nLibs: -L$${libdir} -lspecmoe\nLibs.private: %s -fopenmp\nCflags: -I$${includedir}\n' \
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: specmoe\nDescription: Mixture-of-Experts with spectral routing and regularisation\nVersion: $(VERSION)\nLibs: -L$${libdir} -lspecmoe\nLibs.private: %s -fopenmp\nCflags: -I$${includedir}\n' \
 	  "$(PREFIX)" "$(LIBS)" > $@
 
 install: all

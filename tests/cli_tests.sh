@@ -19,17 +19,48 @@ expect() {
     if [ -n "$pat" ] && ! echo "$out" | grep -qE -- "$pat"; then bad "$name" "output lacks /$pat/: $(echo "$out" | tail -n 3)"; return; fi
     ok "$name"
 }
+# expect_table NAME HEADING "WORDS" -- command...: `command --help` exits 0 and its stdout lists, under
+# "HEADING:", one row for each of WORDS (in sort order) and nothing else; `command WORD --help` exits 0
+expect_table() {
+    local name=$1 heading=$2 want=$3; shift 4
+    local out rc rows r
+    out=$("$@" --help 2>/dev/null); rc=$?
+    rows=$(echo "$out" | sed -n "/^$heading:\$/,/^\$/p" | sed -nE 's/^  ([a-z][a-z0-9-]*) .*/\1/p')
+    if [ $rc -ne 0 ]; then bad "$name" "exit $rc, wanted 0"; return; fi
+    if [ "$(echo "$rows" | LC_ALL=C sort | tr '\n' ' ')" != "$want " ]; then bad "$name" "rows: $(echo $rows); wanted: $want"; return; fi
+    for r in $rows; do "$@" "$r" --help >/dev/null 2>&1 || { bad "$name" "$* $r --help fails"; return; }; done
+    ok "$name"
+}
 
 expect 0 "top-level help"            "train"                 -- "$bin" --help
 expect 2 "no command is a usage error" "usage"               -- "$bin"
 expect 2 "unknown command"           "unknown command"       -- "$bin" frobnicate
+# the command table (cli/main.c): the help has exactly one row per command, each row is a command
+# with a working --help, and the unknown-command message names them all
+expect_table "top-level help lists every command once" commands "analyze bench bingham-z eval info ssmoe train" -- "$bin"
+expect 2 "unknown command names every command" "unknown command 'frobnicate' .*train.*bingham-z" -- "$bin" frobnicate
+ver=$(sed -nE 's/^#define CLI_VERSION "(.*)"/\1/p' "$root/cli/common.h")
+expect 0 "--version prints the version of cli/common.h" "^specmoe ${ver:-missing}\$" -- "$bin" --version
 expect 0 "train --help lists flags with defaults" "--lr NUM .*\[1e-3\]" -- "$bin" train --help
 for f in data classes per-class batch threads arch experts topk temperature noisy renorm capacity shared epochs optim lr schedule warmup clip seed out resume; do
     "$bin" train --help | grep -q -- "--$f " || bad "train --help lists --$f"
 done
 expect 0 "eval --help"               "--split"               -- "$bin" eval --help
+# --router's help names every router the library knows (its "unknown router" error lists them)
+known=$("$bin" train --router nope 2>&1 | sed -nE 's/.*unknown router .nope. \(known: (.*)\).*/\1/p' | tr -d ',')
+for c in train eval; do
+    line=$("$bin" $c --help 2>/dev/null | grep -E -- '^  --router ')
+    missing=
+    for r in ${known:-unknown-list} prototype ev; do echo "$line" | grep -qw -- "$r" || missing="$missing $r"; done
+    [ -z "$missing" ] && ok "$c --help lists every router under --router, prototype and ev too" \
+        || bad "$c --help lists every router under --router, prototype and ev too" "missing:$missing in: $line"
+done
 expect 0 "info --help"               "CHECKPOINT"            -- "$bin" info --help
 expect 0 "bench layer --help"        "--shapes"              -- "$bin" bench layer --help
+# the benchmark table (cli/cmd_bench.c), like the command table
+expect_table "bench --help lists every benchmark once" benchmarks "alpha layer oneshot routing ssmoe ssmoe-build" -- "$bin" bench
+expect 2 "bench: unknown benchmark names every benchmark" "unknown benchmark 'nope' .*layer.*ssmoe-build" -- "$bin" bench nope
+expect 2 "bench without a benchmark is a usage error" "usage: specmoe bench BENCHMARK" -- "$bin" bench
 expect 2 "unknown flag"              "unknown flag '--nope'" -- "$bin" train --nope 1
 expect 2 "bad number"                "--lr: 'abc' is not"    -- "$bin" train --lr abc
 expect 2 "missing value"             "needs a value"         -- "$bin" train --lr
@@ -44,6 +75,7 @@ expect 2 "tau <= 0 refused"          "temperature must be > 0" -- "$bin" train -
 expect 2 "zero experts refused"      "number of experts"     -- "$bin" train --model srmoe --experts 0
 expect 2 "unknown class refused"     "class"                 -- "$bin" train --classes 3,12
 expect 2 "unknown class name refused" "unknown class 'Boot'" -- "$bin" train --classes Bag,Boot
+expect 1 "out of memory is a runtime error (exit 1), not a usage error" "cannot allocate" -- "$bin" train --arch dense:1000000,dense:1000000 --per-class 5 --out "$tmp/oom"
 expect 2 "unknown router refused"    "unknown router"        -- "$bin" train --router nope
 expect 2 "unknown optimiser refused" "unknown optimiser"     -- "$bin" train --optim lion
 expect 2 "bad class list refused"    "class"                 -- "$bin" train --classes 3,3

@@ -1,19 +1,71 @@
 /* specmoe bench layer: forward + backward + Adam step of one MoE layer (d -> h -> d ReLU experts,
  * token-choice top-k), timed per shape, beside the same expert GEMMs run through plain OpenBLAS
  * sgemm in the same process. Prints one machine-readable line per shape (tools/bench_compare.sh
- * parses them). */
+ * parses them).
+ *
+ * Where it lives: this is a benchmark of the engine, not a paper study, but it sits under
+ * experiments/engine/ rather than cli/ so that every `specmoe bench` row reaches its benchmark the
+ * same way (cli/cmd_bench.c -> experiments/experiments.h) and cli/ holds only commands and their
+ * shared helpers.
+ *
+ * Parse (flags -> layer_settings), run (one measurement -> a result struct) and report (result ->
+ * the machine-readable line) are separate functions; the entry point reports each measurement as
+ * soon as it is taken, so the lines still appear one by one during a long run. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "flags.h"
+#include "cli/common.h"
+#include "cli/flags.h"
+#include "experiments/engine/peak.h"
+#include "experiments/experiments.h"
 
 typedef struct {
     int T, d, h, E, k;
 } shape;
+
+#define MAX_SHAPES 32
+
+typedef struct {
+    shape shapes[MAX_SHAPES];
+    int n_shapes, threads, verbose, routing;
+    double seconds;
+    uint64_t seed;
+} layer_settings;
+
+/* the machine's fp32 multiply-add peak (peak.c) */
+typedef struct {
+    int threads;
+    double one, all, peak; /* GFLOP/s: one thread, all threads, the bound */
+    const char *isa;
+} peak_result;
+
+/* one shape */
+typedef struct {
+    shape s;
+    int threads;
+    double step_s;  /* seconds per forward + backward + Adam step */
+    double gemm_s;  /* seconds for the same expert GEMMs through plain sgemm */
+    double flops;   /* expert GEMM FLOPs of one step */
+    int gemm_calls; /* GEMM calls of one step on the sgemm side: 6 per expert */
+    double floor_s; /* those FLOPs at the peak */
+} shape_result;
+
+/* the routing step alone: topk against three GrMoE variants */
+#define N_GRASSMANN 3
+typedef struct {
+    int T, d, E, kr;
+    double topk_s;                /* seconds per topk routing step */
+    double grassmann_s[N_GRASSMANN];
+    double floor_s;               /* GrMoE's unavoidable affinity FLOPs at the peak */
+} routing_result;
+
+static const struct {
+    const char *label;
+    int amortize, dense; /* dense: k = E, else k = 2 */
+} kGrassmann[N_GRASSMANN] = {{"grassmann", 0, 1}, {"grassmann+amortizer", 1, 1}, {"grassmann-top2", 0, 0}};
 
 static const char *kDefaultShapes = "256,64,256,8,2;256,128,256,10,2;1024,256,512,8,2;4096,512,2048,8,2;2048,256,1024,32,4";
 
@@ -44,8 +96,12 @@ static void expert_gemms_sgemm(int n, int d, int h, const float *X, const float 
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d, h, 1, Hb, h, W1, d, 0, dX, d); /* dX = dH W1 */
 }
 
-/* peak: the machine's measured fp32 multiply-add bound in GFLOP/s (cli_fma_peak) */
-static double bench_layer_shape(shape s, double seconds, uint64_t seed, int verbose, double peak) {
+/* ---------------------------------------------------------------------------------------------- */
+/* run */
+
+/* Times one shape; peak: the machine's measured fp32 multiply-add bound in GFLOP/s. Returns -1 after
+ * printing what failed. */
+static int run_shape(shape s, double seconds, uint64_t seed, double peak, shape_result *res) {
     sm_error err;
     sm_moe_config cfg;
     sm_moe_config_default(&cfg);
@@ -124,26 +180,15 @@ static double bench_layer_shape(shape s, double seconds, uint64_t seed, int verb
         g1 = sm_time_now();
     }
     double gemm_s = (g1 - g0) / g_iters;
-    double ours = flops / step_s / 1e9, plain = flops / gemm_s / 1e9;
     /* the roofline: no fp32 implementation does the expert GEMMs alone faster than flops / peak */
-    double floor_s = flops / (peak * 1e9);
-    printf("bench-layer T=%d d=%d h=%d E=%d k=%d threads=%d ms_per_step=%.4f tokens_per_s=%.0f expert_gflops=%.2f "
-           "sgemm_gflops=%.2f gemm_ratio=%.3f floor_ms=%.4f max_tokens_per_s=%.0f\n",
-           s.T, s.d, s.h, s.E, s.k, omp_get_max_threads(), 1e3 * step_s, s.T / step_s, ours, plain, ours / plain,
-           1e3 * floor_s, s.T / floor_s);
-    if (verbose) {
-        printf("  (expert GEMM rate counts the whole step - router, gather/scatter, Adam - as GEMM time; "
-               "sgemm runs the same %d GEMM calls back to back; floor_ms is the expert GEMMs' %.1f MFLOP at "
-               "the measured peak, max_tokens_per_s the rate no fp32 implementation of this step exceeds)\n",
-               6 * E, flops / 1e6);
-    }
-    fflush(stdout);
+    *res = (shape_result){.s = s, .threads = omp_get_max_threads(), .step_s = step_s, .gemm_s = gemm_s,
+                          .flops = flops, .gemm_calls = 6 * E, .floor_s = flops / (peak * 1e9)};
     free(W1); free(W2); free(dW1); free(dW2); free(X); free(Hb); free(Y); free(dX);
     free(x); free(G); free(out); free(dx);
     sm_optim_free(&opt);
     sm_moe_free(m);
     sm_params_free(&ps);
-    return s.T / step_s;
+    return 0;
 }
 
 /* The routing step alone (router forward + backward, no experts) for one router configuration.
@@ -194,74 +239,111 @@ static double bench_router(const char *name, int amortize, int T, int d, int E, 
     return (t1 - t0) / iters;
 }
 
-/* peak: as in bench_layer_shape. GrMoE's affinities ||U_e^T x||^2 for all experts are one GEMM
- * Z = X [U_1 .. U_E] (T x d x E k_r) forward and two backward (dU = X^T dZ, dx = dZ U^T): 6 T d E k_r
- * FLOPs that no implementation avoids, so floor_ms = those FLOPs at the peak, and min_ratio_vs_topk
- * = floor / (the topk router's measured time) is the smallest ratio any fp32 GrMoE router reaches
- * against this topk router on this machine. */
-static void bench_routing_step(double seconds, double peak) {
+/* The routing step alone at T=4096 d=512 E=16 k_r=32: topk, then the three GrMoE variants. GrMoE's
+ * affinities ||U_e^T x||^2 for all experts are one GEMM Z = X [U_1 .. U_E] (T x d x E k_r) forward
+ * and two backward (dU = X^T dZ, dx = dZ U^T): 6 T d E k_r FLOPs that no implementation avoids, so
+ * floor_s = those FLOPs at the peak. */
+static void run_routing(double seconds, double peak, routing_result *res) {
     const int T = 4096, d = 512, E = 16, kr = 32;
-    double base = bench_router("topk", 0, T, d, E, 2, kr, seconds);
-    printf("bench-routing router=topk T=%d d=%d E=%d k=2 ms_per_step=%.4f ratio_vs_topk=1.000\n", T, d, E, 1e3 * base);
-    double floor_s = 6.0 * T * d * E * kr / (peak * 1e9);
-    const struct { const char *label; int amortize, k; } g[] = {{"grassmann", 0, E}, {"grassmann+amortizer", 1, E},
-                                                                 {"grassmann-top2", 0, 2}};
-    for (int i = 0; i < 3; i++) {
-        double t = bench_router("grassmann", g[i].amortize, T, d, E, g[i].k, kr, seconds);
-        printf("bench-routing router=%s T=%d d=%d E=%d k=%d k_r=%d ms_per_step=%.4f ratio_vs_topk=%.3f floor_ms=%.4f "
-               "min_ratio_vs_topk=%.3f\n",
-               g[i].label, T, d, E, g[i].k, kr, 1e3 * t, t / base, 1e3 * floor_s, floor_s / base);
+    *res = (routing_result){.T = T, .d = d, .E = E, .kr = kr};
+    res->topk_s = bench_router("topk", 0, T, d, E, 2, kr, seconds);
+    res->floor_s = 6.0 * T * d * E * kr / (peak * 1e9);
+    for (int i = 0; i < N_GRASSMANN; i++)
+        res->grassmann_s[i] = bench_router("grassmann", kGrassmann[i].amortize, T, d, E, kGrassmann[i].dense ? E : 2, kr, seconds);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* report: one machine-readable line per measurement (tools/bench_compare.sh parses them) */
+
+static void report_peak(const peak_result *p, int verbose) {
+    printf("bench-peak threads=%d isa=%s fma_gflops_1thread=%.1f fma_gflops_all=%.1f peak_gflops=%.1f\n", p->threads,
+           p->isa, p->one, p->all, p->peak);
+    if (verbose)
+        printf("  (fp32 multiply-add rate with no memory traffic: peak_gflops = max(all threads, threads x one "
+               "thread) bounds every GEMM below)\n");
+}
+
+static void report_shape(const shape_result *r, int verbose) {
+    const shape s = r->s;
+    double ours = r->flops / r->step_s / 1e9, plain = r->flops / r->gemm_s / 1e9;
+    printf("bench-layer T=%d d=%d h=%d E=%d k=%d threads=%d ms_per_step=%.4f tokens_per_s=%.0f expert_gflops=%.2f "
+           "sgemm_gflops=%.2f gemm_ratio=%.3f floor_ms=%.4f max_tokens_per_s=%.0f\n",
+           s.T, s.d, s.h, s.E, s.k, r->threads, 1e3 * r->step_s, s.T / r->step_s, ours, plain, ours / plain,
+           1e3 * r->floor_s, s.T / r->floor_s);
+    if (verbose) {
+        printf("  (expert GEMM rate counts the whole step - router, gather/scatter, Adam - as GEMM time; "
+               "sgemm runs the same %d GEMM calls back to back; floor_ms is the expert GEMMs' %.1f MFLOP at "
+               "the measured peak, max_tokens_per_s the rate no fp32 implementation of this step exceeds)\n",
+               r->gemm_calls, r->flops / 1e6);
     }
     fflush(stdout);
 }
 
-int cmd_bench(int argc, char **argv) {
-    if (argc >= 3 && !strcmp(argv[2], "routing")) return cmd_bench_routing(argc, argv);
-    if (argc >= 3 && !strcmp(argv[2], "alpha")) return cmd_bench_alpha(argc, argv);
-    if (argc >= 3 && !strcmp(argv[2], "oneshot")) return cmd_bench_oneshot(argc, argv);
-    if (argc >= 3 && !strcmp(argv[2], "ssmoe")) return cmd_bench_ssmoe(argc, argv);
-    if (argc >= 3 && !strcmp(argv[2], "ssmoe-build")) return cmd_bench_ssmoe_build(argc, argv);
-    if (argc < 3 || strcmp(argv[2], "layer") != 0) {
-        fprintf(stderr, "specmoe bench: expected layer, routing or alpha (usage: specmoe bench layer|routing|alpha [flags])\n");
-        return (argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) ? 0 : CLI_EXIT_USAGE;
+/* min_ratio_vs_topk = floor / (the topk router's measured time) is the smallest ratio any fp32
+ * GrMoE router reaches against this topk router on this machine. */
+static void report_routing(const routing_result *r) {
+    const double base = r->topk_s;
+    printf("bench-routing router=topk T=%d d=%d E=%d k=2 ms_per_step=%.4f ratio_vs_topk=1.000\n", r->T, r->d, r->E,
+           1e3 * base);
+    for (int i = 0; i < N_GRASSMANN; i++) {
+        double t = r->grassmann_s[i];
+        printf("bench-routing router=%s T=%d d=%d E=%d k=%d k_r=%d ms_per_step=%.4f ratio_vs_topk=%.3f floor_ms=%.4f "
+               "min_ratio_vs_topk=%.3f\n",
+               kGrassmann[i].label, r->T, r->d, r->E, kGrassmann[i].dense ? r->E : 2, r->kr, 1e3 * t, t / base,
+               1e3 * r->floor_s, r->floor_s / base);
     }
+    fflush(stdout);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* parse */
+
+/* flags -> settings; returns 0, 1 after --help, 2 after a usage error (printed), like fl_parse */
+static int parse(layer_settings *o, int argc, char **argv) {
     const char *shapes_s;
-    int threads, verbose, routing;
-    double seconds;
-    uint64_t seed;
     fl_flag fl[] = {
         {"shapes", FL_STRING, &shapes_s, kDefaultShapes, "T,d,h,E,k;... shapes to time", 0},
-        {"threads", FL_INT, &threads, "2", "OpenMP / OpenBLAS threads", 0},
-        {"seconds", FL_DOUBLE, &seconds, "1", "minimum timed seconds per shape and per side", 0},
-        {"seed", FL_U64, &seed, "1", "seed of weights and inputs", 0},
-        {"verbose", FL_BOOL, &verbose, "0", "explain each measurement", 0},
-        {"routing", FL_BOOL, &routing, "1", "also time the routing step alone: topk vs grassmann (T=4096 d=512 E=16 k_r=32)", 0},
+        {"threads", FL_INT, &o->threads, "2", "OpenMP / OpenBLAS threads", 0},
+        {"seconds", FL_DOUBLE, &o->seconds, "1", "minimum timed seconds per shape and per side", 0},
+        {"seed", FL_U64, &o->seed, "1", "seed of weights and inputs", 0},
+        {"verbose", FL_BOOL, &o->verbose, "0", "explain each measurement", 0},
+        {"routing", FL_BOOL, &o->routing, "1", "also time the routing step alone: topk vs grassmann (T=4096 d=512 E=16 k_r=32)", 0},
     };
     int npos;
     const char *pos[1];
     int rc = fl_parse(fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, 3, "bench layer", "[flags]", pos, 0, &npos);
-    if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
-    shape sh[32];
-    int n = parse_shapes(shapes_s, sh, 32);
-    if (n <= 0) {
+    if (rc) return rc;
+    o->n_shapes = parse_shapes(shapes_s, o->shapes, MAX_SHAPES);
+    if (o->n_shapes <= 0) {
         fprintf(stderr, "specmoe bench layer: --shapes: '%s' is not a list of T,d,h,E,k with 1 <= k <= E\n", shapes_s);
-        return CLI_EXIT_USAGE;
+        return 2;
     }
-    if (threads < 1 || !(seconds > 0)) {
+    if (o->threads < 1 || !(o->seconds > 0)) {
         fprintf(stderr, "specmoe bench layer: --threads must be >= 1 and --seconds > 0\n");
-        return CLI_EXIT_USAGE;
+        return 2;
     }
-    cli_set_threads(threads);
-    double one, all;
-    const char *isa;
-    double peak = cli_fma_peak(threads, &one, &all, &isa);
-    printf("bench-peak threads=%d isa=%s fma_gflops_1thread=%.1f fma_gflops_all=%.1f peak_gflops=%.1f\n", threads, isa,
-           one, all, peak);
-    if (verbose)
-        printf("  (fp32 multiply-add rate with no memory traffic: peak_gflops = max(all threads, threads x one "
-               "thread) bounds every GEMM below)\n");
-    for (int i = 0; i < n; i++)
-        if (bench_layer_shape(sh[i], seconds, seed, verbose, peak) < 0) return CLI_EXIT_RUNTIME;
-    if (routing) bench_routing_step(seconds, peak);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+int exp_engine_layer(int argc, char **argv) {
+    layer_settings o;
+    int rc = parse(&o, argc, argv);
+    if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
+    cli_set_threads(o.threads);
+    peak_result p = {.threads = o.threads};
+    p.peak = exp_fma_peak(o.threads, &p.one, &p.all, &p.isa);
+    report_peak(&p, o.verbose);
+    for (int i = 0; i < o.n_shapes; i++) {
+        shape_result r;
+        if (run_shape(o.shapes[i], o.seconds, o.seed, p.peak, &r) < 0) return CLI_EXIT_RUNTIME;
+        report_shape(&r, o.verbose);
+    }
+    if (o.routing) {
+        routing_result r;
+        run_routing(o.seconds, p.peak, &r);
+        report_routing(&r);
+    }
     return 0;
 }

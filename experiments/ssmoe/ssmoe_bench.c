@@ -24,6 +24,10 @@
  *
  * Runs (configuration x seed) are independent: OpenMP over them, each run single-threaded.
  * Letters: E experts, k experts per token, L MoE layers, d layer width.
+ *
+ * parse (flags -> ssmoe_settings, every check before any work), run (settings -> ssmoe_results: one
+ * trained model and its variants per configuration and seed; progress lines on stderr), report
+ * (results -> Markdown on stdout and in OUT/ssmoe.md, OUT/ssmoe.json).
  */
 #include <math.h>
 #include <omp.h>
@@ -33,9 +37,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cli.h"
-#include "flags.h"
-#include "specmoe/methods/grmoe/synth.h"
+#include "cli/common.h"
+#include "cli/flags.h"
+#include "experiments/experiments.h"
 
 #define MAX_CFG 4
 #define MAX_L 4
@@ -48,14 +52,14 @@ static const char *kRouting[N_METHODS] = {"learned top-k", "mixed EV+router", "m
                                           "learned top-k", "learned top-k", "mixed EV+router"};
 
 typedef struct {
-    const char *arch, *data;
+    const char *arch, *data, *out_dir;
     int seeds, epochs, batch, calib, ev_c, threads, seed_offset, eval_batch;
     double lr, wd, keep, severity, alpha;
     int n_cfg, cfg_E[MAX_CFG], cfg_k[MAX_CFG];
     int n_alpha, n_c;
     double alphas[MAX_SWEEP];
     int cs[MAX_SWEEP];
-} bench_opts;
+} ssmoe_settings;
 
 typedef struct {
     int ok, n_moe, E_keep;
@@ -66,8 +70,16 @@ typedef struct {
     double train_s, eval_s;
 } run_result;
 
+typedef struct {
+    run_result *res; /* res[ci * seeds + seed] */
+    int runs, failed;
+    double seconds;
+} ssmoe_results;
+
+static sm_status make_config(sm_model_config *mc, const ssmoe_settings *o, int E, int k, sm_error *err);
+
 /* ---------------------------------------------------------------------------------------------- */
-/* small helpers */
+/* parse */
 
 /* "0,0.3,0.5" -> values; -1 on a malformed list. */
 static int parse_doubles(const char *s, double *v, int max) {
@@ -99,7 +111,92 @@ static int parse_configs(const char *s, int *E, int *k, int max) {
     return n;
 }
 
-static sm_status make_config(sm_model_config *mc, const bench_opts *o, int E, int k, sm_error *err) {
+/* flags -> settings; returns 0, 1 after --help, 2 after a usage error (printed), like fl_parse */
+static int parse(ssmoe_settings *o, int argc, char **argv) {
+    const char *configs_s, *alphas_s, *cs_s;
+    fl_flag fl[] = {
+        {"configs", FL_STRING, &configs_s, "16:2,32:4", "comma-separated E:k MoE configurations", 0},
+        {"arch", FL_STRING, &o->arch, "dense:128,moe:128,moe:128", "layers (residual off, ReLU, topk router, renorm on)", 0},
+        {"seeds", FL_INT, &o->seeds, "5", "seeds per configuration", 0},
+        {"seed-offset", FL_INT, &o->seed_offset, "0", "first seed", 0},
+        {"epochs", FL_INT, &o->epochs, "3", "training epochs over the 60000 training images", 0},
+        {"batch", FL_INT, &o->batch, "128", "training batch", 0},
+        {"lr", FL_DOUBLE, &o->lr, "1e-3", "AdamW learning rate (cosine decay to 0)", 0},
+        {"wd", FL_DOUBLE, &o->wd, "0", "AdamW decoupled weight decay", 0},
+        {"keep", FL_DOUBLE, &o->keep, "0.75", "fraction of experts kept by the dropping methods", 0},
+        {"calib", FL_INT, &o->calib, "1000", "calibration images for the rankings (the first training images)", 0},
+        {"alpha", FL_DOUBLE, &o->alpha, "0.5", "EV weight of the mixed routing (SSMoE-full, -avgEV, -drop)", 0},
+        {"ev-c", FL_INT, &o->ev_c, "5", "singular vectors kept per descriptor (top-c)", 0},
+        {"alphas", FL_STRING, &alphas_s, "0,0.3,0.5,0.7,0.9,1", "alpha sweep of SSMoE-full (c = --ev-c)", 0},
+        {"cs", FL_STRING, &cs_s, "5,10,20,50", "top-c sweep of SSMoE-full (alpha = --alpha)", 0},
+        {"severity", FL_DOUBLE, &o->severity, "0.3", "std of the Gaussian pixel noise of the corrupted test set", 0},
+        {"eval-batch", FL_INT, &o->eval_batch, "500", "evaluation batch", 0},
+        {"threads", FL_INT, &o->threads, "2", "runs in parallel (each single-threaded)", 0},
+        {"data", FL_STRING, &o->data, SM_FASHION_MNIST_DIR, "directory with the Fashion-MNIST IDX .gz files", 0},
+        {"out", FL_STRING, &o->out_dir, "runs/bench-ssmoe", "directory for ssmoe.md and ssmoe.json", 0},
+    };
+    int nfl = (int)(sizeof fl / sizeof fl[0]), npos;
+    const char *pos[1];
+    int rc = fl_parse(fl, nfl, argc, argv, 3, "bench ssmoe", "[flags]", pos, 0, &npos);
+    if (rc) return rc;
+    /* every check before any work */
+    o->n_cfg = parse_configs(configs_s, o->cfg_E, o->cfg_k, MAX_CFG);
+    int bad_cfg = o->n_cfg < 1;
+    for (int i = 0; i < o->n_cfg; i++) bad_cfg |= o->cfg_E[i] < 2 || o->cfg_k[i] < 1 || o->cfg_k[i] > o->cfg_E[i];
+    if (bad_cfg) {
+        fprintf(stderr, "specmoe bench ssmoe: --configs: expected 1-%d pairs E:k with E >= 2 and 1 <= k <= E (got '%s')\n",
+                MAX_CFG, configs_s);
+        return 2;
+    }
+    o->n_alpha = parse_doubles(alphas_s, o->alphas, MAX_SWEEP);
+    int bad_a = o->n_alpha < 1;
+    for (int i = 0; i < o->n_alpha; i++) bad_a |= !(o->alphas[i] >= 0 && o->alphas[i] <= 1);
+    double cd[MAX_SWEEP];
+    o->n_c = parse_doubles(cs_s, cd, MAX_SWEEP);
+    int bad_c = o->n_c < 1;
+    for (int i = 0; i < o->n_c; i++) {
+        bad_c |= !(cd[i] >= 1 && cd[i] <= 1e6 && cd[i] == floor(cd[i]));
+        o->cs[i] = bad_c ? 0 : (int)cd[i];
+    }
+    if (bad_a || bad_c) {
+        fprintf(stderr, "specmoe bench ssmoe: --alphas needs 1-%d values in [0, 1], --cs 1-%d integers >= 1\n", MAX_SWEEP,
+                MAX_SWEEP);
+        return 2;
+    }
+    if (o->seeds < 1 || o->seeds > 1024 || o->seed_offset < 0 || o->epochs < 1 || o->batch < 1 || !(o->lr > 0) ||
+        !isfinite(o->lr) || !(o->wd >= 0) || !(o->keep > 0 && o->keep <= 1) || o->calib < 1 || !(o->alpha >= 0 && o->alpha <= 1) ||
+        o->ev_c < 1 || !(o->severity >= 0) || !isfinite(o->severity) || o->eval_batch < 1 || o->threads < 1) {
+        fprintf(stderr, "specmoe bench ssmoe: --seeds in [1, 1024]; --epochs, --batch, --calib, --ev-c, --eval-batch, "
+                        "--threads >= 1; --seed-offset >= 0; --lr > 0; --wd >= 0; --keep in (0, 1]; --alpha in [0, 1]; "
+                        "--severity >= 0\n");
+        return 2;
+    }
+    sm_error err;
+    {
+        sm_model_config mc;
+        if (make_config(&mc, o, o->cfg_E[0], o->cfg_k[0], &err) != SM_OK) {
+            fprintf(stderr, "specmoe bench ssmoe: --arch: %s\n", err.msg);
+            return 2;
+        }
+        int nm = 0, bad = 0;
+        for (int i = 0; i < mc.n_layers; i++) {
+            nm += mc.layers[i].kind == SM_LAYER_MOE;
+            bad |= mc.layers[i].kind != SM_LAYER_DENSE && mc.layers[i].kind != SM_LAYER_MOE && mc.layers[i].kind != SM_LAYER_FFN &&
+                   mc.layers[i].kind != SM_LAYER_LN;
+        }
+        if (nm < 1 || nm > MAX_L || bad || mc.layers[0].kind != SM_LAYER_DENSE) {
+            fprintf(stderr, "specmoe bench ssmoe: --arch: need a dense first layer, then dense/ffn/ln/moe layers with 1-%d "
+                            "MoE layers (got '%s')\n", MAX_L, o->arch);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* run */
+
+static sm_status make_config(sm_model_config *mc, const ssmoe_settings *o, int E, int k, sm_error *err) {
     sm_model_config_default(mc);
     sm_status st = sm_model_parse_arch(mc, o->arch, err);
     if (st != SM_OK) return st;
@@ -152,7 +249,8 @@ static sm_status eval2(sm_model *m, const sm_dataset *clean, const sm_dataset *n
 }
 
 /* Ranks and prunes: the E_keep highest scores of each MoE layer (ties: lower index), in expert order. */
-static sm_model *rank_and_prune(sm_model *m, const float *calib, int n_calib, sm_expert_rank rank, const bench_opts *o,
+static sm_model *rank_and_prune(sm_model *m, const float *calib, int n_calib, sm_expert_rank rank,
+                                const ssmoe_settings *o,
                                 uint64_t seed, int E_keep, sm_error *err) {
     const int E = m->cfg.moe.router.E, L = sm_model_n_moe(m);
     double *score = malloc(sizeof(double) * (size_t)L * E);
@@ -177,10 +275,8 @@ static sm_model *rank_and_prune(sm_model *m, const float *calib, int n_calib, sm
     return p;
 }
 
-/* ---------------------------------------------------------------------------------------------- */
 /* one run: train, then every training-free variant */
-
-static sm_status one_run(const bench_opts *o, int ci, int seed, const sm_dataset *train, const sm_dataset *test,
+static sm_status one_run(const ssmoe_settings *o, int ci, int seed, const sm_dataset *train, const sm_dataset *test,
                          run_result *R, sm_error *err) {
     const uint64_t us = (uint64_t)seed;
     const int E = o->cfg_E[ci], maxT = o->batch > o->eval_batch ? o->batch : o->eval_batch;
@@ -299,13 +395,57 @@ static sm_status one_run(const bench_opts *o, int ci, int seed, const sm_dataset
     return st;
 }
 
+/* Loads Fashion-MNIST and does every run (configuration x seed); a failed run is reported on stderr
+ * and left out (ok 0); only the data loading fails the whole run. The caller frees R->res. */
+static sm_status run(const ssmoe_settings *o, ssmoe_results *R, sm_error *err) {
+    memset(R, 0, sizeof *R);
+    sm_dataset train = {0}, test = {0};
+    sm_status st = sm_dataset_load_fashion(&train, o->data, "train", err);
+    if (st == SM_OK) st = sm_dataset_load_fashion(&test, o->data, "test", err);
+    if (st != SM_OK) {
+        sm_dataset_free(&train);
+        return st;
+    }
+    const int runs = o->n_cfg * o->seeds;
+    run_result *res = calloc((size_t)runs, sizeof(run_result));
+    double t0 = sm_time_now();
+    omp_set_num_threads(o->threads);
+    /* one run per thread; the BLAS calls inside run single-threaded (OpenBLAS-OpenMP in a region).
+     * Runs are issued last configuration first: the larger models start early, which balances better. */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < runs; i++) {
+        int ci = o->n_cfg - 1 - i / o->seeds, s = i % o->seeds;
+        sm_error e2;
+        run_result *rr = &res[ci * o->seeds + s];
+        if (one_run(o, ci, s + o->seed_offset, &train, &test, rr, &e2) != SM_OK) {
+#pragma omp critical
+            fprintf(stderr, "specmoe: bench ssmoe: E=%d k=%d seed %d: %s\n", o->cfg_E[ci], o->cfg_k[ci], s + o->seed_offset,
+                    e2.msg);
+        } else {
+#pragma omp critical
+            {
+                fprintf(stderr, "bench ssmoe: E=%d k=%d seed %d done (train %.0f s, eval %.0f s, original %.2f%%)\n",
+                        o->cfg_E[ci], o->cfg_k[ci], s + o->seed_offset, rr->train_s, rr->eval_s, 100 * rr->acc[M_ORIG][0]);
+                fflush(stderr);
+            }
+        }
+    }
+    R->res = res;
+    R->runs = runs;
+    R->seconds = sm_time_now() - t0;
+    for (int i = 0; i < runs; i++) R->failed += !res[i].ok;
+    sm_dataset_free(&train);
+    sm_dataset_free(&test);
+    return SM_OK;
+}
+
 /* ---------------------------------------------------------------------------------------------- */
-/* reporting */
+/* report */
 
 /* mean and 95% half-width over the successful seeds of configuration ci of the value at offset
  * (in doubles) inside run_result; scale multiplies (100 for percentages) */
-static void seed_stat(const run_result *res, const bench_opts *o, int ci, size_t off, double scale, double *mean, double *half,
-                 int *cnt) {
+static void seed_stat(const run_result *res, const ssmoe_settings *o, int ci, size_t off, double scale, double *mean,
+                      double *half, int *cnt) {
     double v[1024];
     int n = 0;
     for (int s = 0; s < o->seeds && n < 1024; s++) {
@@ -318,7 +458,7 @@ static void seed_stat(const run_result *res, const bench_opts *o, int ci, size_t
 
 #define OFF(field) offsetof(run_result, field)
 
-static void json_seeds(cli_buf *j, const run_result *res, const bench_opts *o, int ci, size_t off) {
+static void json_seeds(cli_buf *j, const run_result *res, const ssmoe_settings *o, int ci, size_t off) {
     cli_bprintf(j, "[");
     int first = 1;
     for (int s = 0; s < o->seeds; s++) {
@@ -331,7 +471,8 @@ static void json_seeds(cli_buf *j, const run_result *res, const bench_opts *o, i
 }
 
 /* one "value ± ci" Markdown cell and the matching JSON object */
-static void cell(cli_buf *md, cli_buf *js, const char *key, const run_result *res, const bench_opts *o, int ci, size_t off) {
+static void cell(cli_buf *md, cli_buf *js, const char *key, const run_result *res, const ssmoe_settings *o, int ci,
+                 size_t off) {
     double mean, half;
     seed_stat(res, o, ci, off, 100, &mean, &half, NULL);
     cli_bprintf(md, " %.2f ± %.2f |", mean, half);
@@ -340,141 +481,31 @@ static void cell(cli_buf *md, cli_buf *js, const char *key, const run_result *re
     cli_bprintf(js, "}");
 }
 
-/* ---------------------------------------------------------------------------------------------- */
-
-int cmd_bench_ssmoe(int argc, char **argv) {
-    bench_opts o;
-    const char *out_dir, *configs_s, *alphas_s, *cs_s;
-    fl_flag fl[] = {
-        {"configs", FL_STRING, &configs_s, "16:2,32:4", "comma-separated E:k MoE configurations", 0},
-        {"arch", FL_STRING, &o.arch, "dense:128,moe:128,moe:128", "layers (residual off, ReLU, topk router, renorm on)", 0},
-        {"seeds", FL_INT, &o.seeds, "5", "seeds per configuration", 0},
-        {"seed-offset", FL_INT, &o.seed_offset, "0", "first seed", 0},
-        {"epochs", FL_INT, &o.epochs, "3", "training epochs over the 60000 training images", 0},
-        {"batch", FL_INT, &o.batch, "128", "training batch", 0},
-        {"lr", FL_DOUBLE, &o.lr, "1e-3", "AdamW learning rate (cosine decay to 0)", 0},
-        {"wd", FL_DOUBLE, &o.wd, "0", "AdamW decoupled weight decay", 0},
-        {"keep", FL_DOUBLE, &o.keep, "0.75", "fraction of experts kept by the dropping methods", 0},
-        {"calib", FL_INT, &o.calib, "1000", "calibration images for the rankings (the first training images)", 0},
-        {"alpha", FL_DOUBLE, &o.alpha, "0.5", "EV weight of the mixed routing (SSMoE-full, -avgEV, -drop)", 0},
-        {"ev-c", FL_INT, &o.ev_c, "5", "singular vectors kept per descriptor (top-c)", 0},
-        {"alphas", FL_STRING, &alphas_s, "0,0.3,0.5,0.7,0.9,1", "alpha sweep of SSMoE-full (c = --ev-c)", 0},
-        {"cs", FL_STRING, &cs_s, "5,10,20,50", "top-c sweep of SSMoE-full (alpha = --alpha)", 0},
-        {"severity", FL_DOUBLE, &o.severity, "0.3", "std of the Gaussian pixel noise of the corrupted test set", 0},
-        {"eval-batch", FL_INT, &o.eval_batch, "500", "evaluation batch", 0},
-        {"threads", FL_INT, &o.threads, "2", "runs in parallel (each single-threaded)", 0},
-        {"data", FL_STRING, &o.data, SM_FASHION_MNIST_DIR, "directory with the Fashion-MNIST IDX .gz files", 0},
-        {"out", FL_STRING, &out_dir, "runs/bench-ssmoe", "directory for ssmoe.md and ssmoe.json", 0},
-    };
-    int nfl = (int)(sizeof fl / sizeof fl[0]), npos;
-    const char *pos[1];
-    int rc = fl_parse(fl, nfl, argc, argv, 3, "bench ssmoe", "[flags]", pos, 0, &npos);
-    if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
-    /* every check before any work */
-    o.n_cfg = parse_configs(configs_s, o.cfg_E, o.cfg_k, MAX_CFG);
-    int bad_cfg = o.n_cfg < 1;
-    for (int i = 0; i < o.n_cfg; i++) bad_cfg |= o.cfg_E[i] < 2 || o.cfg_k[i] < 1 || o.cfg_k[i] > o.cfg_E[i];
-    if (bad_cfg) {
-        fprintf(stderr, "specmoe bench ssmoe: --configs: expected 1-%d pairs E:k with E >= 2 and 1 <= k <= E (got '%s')\n",
-                MAX_CFG, configs_s);
-        return CLI_EXIT_USAGE;
-    }
-    o.n_alpha = parse_doubles(alphas_s, o.alphas, MAX_SWEEP);
-    int bad_a = o.n_alpha < 1;
-    for (int i = 0; i < o.n_alpha; i++) bad_a |= !(o.alphas[i] >= 0 && o.alphas[i] <= 1);
-    double cd[MAX_SWEEP];
-    o.n_c = parse_doubles(cs_s, cd, MAX_SWEEP);
-    int bad_c = o.n_c < 1;
-    for (int i = 0; i < o.n_c; i++) {
-        bad_c |= !(cd[i] >= 1 && cd[i] <= 1e6 && cd[i] == floor(cd[i]));
-        o.cs[i] = bad_c ? 0 : (int)cd[i];
-    }
-    if (bad_a || bad_c) {
-        fprintf(stderr, "specmoe bench ssmoe: --alphas needs 1-%d values in [0, 1], --cs 1-%d integers >= 1\n", MAX_SWEEP,
-                MAX_SWEEP);
-        return CLI_EXIT_USAGE;
-    }
-    if (o.seeds < 1 || o.seeds > 1024 || o.seed_offset < 0 || o.epochs < 1 || o.batch < 1 || !(o.lr > 0) ||
-        !isfinite(o.lr) || !(o.wd >= 0) || !(o.keep > 0 && o.keep <= 1) || o.calib < 1 || !(o.alpha >= 0 && o.alpha <= 1) ||
-        o.ev_c < 1 || !(o.severity >= 0) || !isfinite(o.severity) || o.eval_batch < 1 || o.threads < 1) {
-        fprintf(stderr, "specmoe bench ssmoe: --seeds in [1, 1024]; --epochs, --batch, --calib, --ev-c, --eval-batch, "
-                        "--threads >= 1; --seed-offset >= 0; --lr > 0; --wd >= 0; --keep in (0, 1]; --alpha in [0, 1]; "
-                        "--severity >= 0\n");
-        return CLI_EXIT_USAGE;
-    }
-    sm_error err;
-    {
-        sm_model_config mc;
-        if (make_config(&mc, &o, o.cfg_E[0], o.cfg_k[0], &err) != SM_OK) {
-            fprintf(stderr, "specmoe bench ssmoe: --arch: %s\n", err.msg);
-            return CLI_EXIT_USAGE;
-        }
-        int nm = 0, bad = 0;
-        for (int i = 0; i < mc.n_layers; i++) {
-            nm += mc.layers[i].kind == SM_LAYER_MOE;
-            bad |= mc.layers[i].kind != SM_LAYER_DENSE && mc.layers[i].kind != SM_LAYER_MOE && mc.layers[i].kind != SM_LAYER_FFN &&
-                   mc.layers[i].kind != SM_LAYER_LN;
-        }
-        if (nm < 1 || nm > MAX_L || bad || mc.layers[0].kind != SM_LAYER_DENSE) {
-            fprintf(stderr, "specmoe bench ssmoe: --arch: need a dense first layer, then dense/ffn/ln/moe layers with 1-%d "
-                            "MoE layers (got '%s')\n", MAX_L, o.arch);
-            return CLI_EXIT_USAGE;
-        }
-    }
-    sm_dataset train = {0}, test = {0};
-    sm_status st = sm_dataset_load_fashion(&train, o.data, "train", &err);
-    if (st == SM_OK) st = sm_dataset_load_fashion(&test, o.data, "test", &err);
-    if (st != SM_OK) {
-        sm_dataset_free(&train);
-        return cli_fail(st, &err);
-    }
-    const int runs = o.n_cfg * o.seeds;
-    run_result *res = calloc((size_t)runs, sizeof(run_result));
-    double t0 = sm_time_now();
-    omp_set_num_threads(o.threads);
-    /* one run per thread; the BLAS calls inside run single-threaded (OpenBLAS-OpenMP in a region).
-     * Runs are issued last configuration first: the larger models start early, which balances better. */
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int i = 0; i < runs; i++) {
-        int ci = o.n_cfg - 1 - i / o.seeds, s = i % o.seeds;
-        sm_error e2;
-        run_result *R = &res[ci * o.seeds + s];
-        if (one_run(&o, ci, s + o.seed_offset, &train, &test, R, &e2) != SM_OK) {
-#pragma omp critical
-            fprintf(stderr, "specmoe: bench ssmoe: E=%d k=%d seed %d: %s\n", o.cfg_E[ci], o.cfg_k[ci], s + o.seed_offset, e2.msg);
-        } else {
-#pragma omp critical
-            {
-                fprintf(stderr, "bench ssmoe: E=%d k=%d seed %d done (train %.0f s, eval %.0f s, original %.2f%%)\n", o.cfg_E[ci],
-                        o.cfg_k[ci], s + o.seed_offset, R->train_s, R->eval_s, 100 * R->acc[M_ORIG][0]);
-                fflush(stderr);
-            }
-        }
-    }
-    double secs = sm_time_now() - t0;
-    int failed = 0;
-    for (int i = 0; i < runs; i++) failed += !res[i].ok;
-
+/* Markdown on stdout and in OUT/ssmoe.md, every number in OUT/ssmoe.json; the exit code (1 if a file
+ * cannot be written or a run failed). */
+static int report(const ssmoe_settings *o, const ssmoe_results *R) {
+    const run_result *res = R->res;
+    const int failed = R->failed;
     cli_buf md = {0}, js = {0};
     cli_bprintf(&md,
               "SSMoE on Fashion-MNIST (arch %s, residual off, topk + renorm), %d seeds (from %d), %d epochs x batch %d, "
               "AdamW lr %g wd %g cosine; drop keeps %.0f%% of experts ranked on %d calibration images; mixed routing "
               "alpha %g, c %d; corrupted = clip(x + N(0, %g^2)); mean ± 95%% CI of test accuracy %% over seeds; "
               "%.0f s wall on %d threads%s\n",
-              o.arch, o.seeds, o.seed_offset, o.epochs, o.batch, o.lr, o.wd, 100 * o.keep, o.calib, o.alpha, o.ev_c, o.severity,
-              secs, o.threads, failed ? " (SOME RUNS FAILED, see stderr)" : "");
+              o->arch, o->seeds, o->seed_offset, o->epochs, o->batch, o->lr, o->wd, 100 * o->keep, o->calib, o->alpha,
+              o->ev_c, o->severity, R->seconds, o->threads, failed ? " (SOME RUNS FAILED, see stderr)" : "");
     cli_bprintf(&js, "{\"arch\":\"%s\",\"seeds\":%d,\"seed_offset\":%d,\"epochs\":%d,\"batch\":%d,\"lr\":%g,\"wd\":%g,"
                    "\"keep\":%g,\"calib\":%d,\"alpha\":%g,\"ev_c\":%d,\"severity\":%g,\"seconds\":%.1f,\"threads\":%d,"
                    "\"failed_runs\":%d,\"configs\":[",
-              o.arch, o.seeds, o.seed_offset, o.epochs, o.batch, o.lr, o.wd, o.keep, o.calib, o.alpha, o.ev_c, o.severity, secs,
-              o.threads, failed);
+              o->arch, o->seeds, o->seed_offset, o->epochs, o->batch, o->lr, o->wd, o->keep, o->calib, o->alpha, o->ev_c,
+              o->severity, R->seconds, o->threads, failed);
     /* Table 1 */
-    for (int ci = 0; ci < o.n_cfg; ci++) {
-        const int E = o.cfg_E[ci], k = o.cfg_k[ci];
-        int E_keep = (int)lround(o.keep * E), cnt;
+    for (int ci = 0; ci < o->n_cfg; ci++) {
+        const int E = o->cfg_E[ci], k = o->cfg_k[ci];
+        int E_keep = (int)lround(o->keep * E), cnt;
         if (E_keep < 1) E_keep = 1;
         double mt, ht;
-        seed_stat(res, &o, ci, OFF(train_s), 1, &mt, &ht, &cnt);
+        seed_stat(res, o, ci, OFF(train_s), 1, &mt, &ht, &cnt);
         cli_bprintf(&md, "\n### %d experts, top-%d (%d runs, %.0f s training per run)\n\n"
                        "| Method | Routing at test | Experts | Clean acc. %% | Corrupted acc. %% |\n|---|---|---|---|---|\n",
                   E, k, cnt, mt);
@@ -485,47 +516,47 @@ int cmd_bench_ssmoe(int argc, char **argv) {
             cli_bprintf(&md, "| %s | %s | %d/%d |", kNames[mth], kRouting[mth], dropped ? E_keep : E, E);
             cli_bprintf(&js, "%s{\"method\":\"%s\",\"routing\":\"%s\",\"experts\":%d,", mth ? "," : "", kNames[mth],
                       kRouting[mth], dropped ? E_keep : E);
-            cell(&md, &js, "clean", res, &o, ci, OFF(acc) + sizeof(double) * (size_t)(2 * mth));
+            cell(&md, &js, "clean", res, o, ci, OFF(acc) + sizeof(double) * (size_t)(2 * mth));
             cli_bprintf(&js, ",");
-            cell(&md, &js, "corrupted", res, &o, ci, OFF(acc) + sizeof(double) * (size_t)(2 * mth + 1));
+            cell(&md, &js, "corrupted", res, o, ci, OFF(acc) + sizeof(double) * (size_t)(2 * mth + 1));
             cli_bprintf(&md, "\n");
             cli_bprintf(&js, "}");
         }
         cli_bprintf(&js, "],\"alpha_sweep\":[");
         cli_bprintf(&md, "\nSSMoE-full, alpha sweep (c = %d; alpha 0 = the learned router alone)\n\n"
-                       "| alpha | Clean acc. %% | Corrupted acc. %% |\n|---|---|---|\n", o.ev_c);
-        for (int j = 0; j < o.n_alpha; j++) {
-            cli_bprintf(&md, "| %g |", o.alphas[j]);
-            cli_bprintf(&js, "%s{\"alpha\":%g,", j ? "," : "", o.alphas[j]);
-            cell(&md, &js, "clean", res, &o, ci, OFF(acc_alpha) + sizeof(double) * (size_t)(2 * j));
+                       "| alpha | Clean acc. %% | Corrupted acc. %% |\n|---|---|---|\n", o->ev_c);
+        for (int j = 0; j < o->n_alpha; j++) {
+            cli_bprintf(&md, "| %g |", o->alphas[j]);
+            cli_bprintf(&js, "%s{\"alpha\":%g,", j ? "," : "", o->alphas[j]);
+            cell(&md, &js, "clean", res, o, ci, OFF(acc_alpha) + sizeof(double) * (size_t)(2 * j));
             cli_bprintf(&js, ",");
-            cell(&md, &js, "corrupted", res, &o, ci, OFF(acc_alpha) + sizeof(double) * (size_t)(2 * j + 1));
+            cell(&md, &js, "corrupted", res, o, ci, OFF(acc_alpha) + sizeof(double) * (size_t)(2 * j + 1));
             cli_bprintf(&md, "\n");
             cli_bprintf(&js, "}");
         }
         cli_bprintf(&js, "],\"c_sweep\":[");
         cli_bprintf(&md, "\nSSMoE-full, top-c sweep (alpha = %g)\n\n| c | Clean acc. %% | Corrupted acc. %% |\n|---|---|---|\n",
-                  o.alpha);
-        for (int j = 0; j < o.n_c; j++) {
-            cli_bprintf(&md, "| %d |", o.cs[j]);
-            cli_bprintf(&js, "%s{\"c\":%d,", j ? "," : "", o.cs[j]);
-            cell(&md, &js, "clean", res, &o, ci, OFF(acc_c) + sizeof(double) * (size_t)(2 * j));
+                  o->alpha);
+        for (int j = 0; j < o->n_c; j++) {
+            cli_bprintf(&md, "| %d |", o->cs[j]);
+            cli_bprintf(&js, "%s{\"c\":%d,", j ? "," : "", o->cs[j]);
+            cell(&md, &js, "clean", res, o, ci, OFF(acc_c) + sizeof(double) * (size_t)(2 * j));
             cli_bprintf(&js, ",");
-            cell(&md, &js, "corrupted", res, &o, ci, OFF(acc_c) + sizeof(double) * (size_t)(2 * j + 1));
+            cell(&md, &js, "corrupted", res, o, ci, OFF(acc_c) + sizeof(double) * (size_t)(2 * j + 1));
             cli_bprintf(&md, "\n");
             cli_bprintf(&js, "}");
         }
         int L = 0;
-        for (int s = 0; s < o.seeds; s++)
-            if (res[ci * o.seeds + s].ok) L = res[ci * o.seeds + s].n_moe;
+        for (int s = 0; s < o->seeds; s++)
+            if (res[ci * o->seeds + s].ok) L = res[ci * o->seeds + s].n_moe;
         if (L > MAX_L) L = MAX_L;
         cli_bprintf(&md, "\nCollapse diagnostic: mean |off-diagonal Pearson correlation| between experts' embeddings\n\n"
-                       "| MoE layer | learned router rows | mean EV descriptors (c = %d) |\n|---|---|---|\n", o.ev_c);
+                       "| MoE layer | learned router rows | mean EV descriptors (c = %d) |\n|---|---|---|\n", o->ev_c);
         cli_bprintf(&js, "],\"collapse\":[");
         for (int l = 0; l < L; l++) {
             double mr, hr, me, he;
-            seed_stat(res, &o, ci, OFF(corr_router) + sizeof(double) * (size_t)l, 1, &mr, &hr, NULL);
-            seed_stat(res, &o, ci, OFF(corr_ev) + sizeof(double) * (size_t)l, 1, &me, &he, NULL);
+            seed_stat(res, o, ci, OFF(corr_router) + sizeof(double) * (size_t)l, 1, &mr, &hr, NULL);
+            seed_stat(res, o, ci, OFF(corr_ev) + sizeof(double) * (size_t)l, 1, &me, &he, NULL);
             cli_bprintf(&md, "| %d | %.4f ± %.4f | %.4f ± %.4f |\n", l, mr, hr, me, he);
             cli_bprintf(&js, "%s{\"layer\":%d,\"router_corr\":%.5f,\"router_corr_ci95\":%.5f,\"ev_corr\":%.5f,\"ev_corr_ci95\":%.5f}",
                       l ? "," : "", l, mr, hr, me, he);
@@ -535,85 +566,36 @@ int cmd_bench_ssmoe(int argc, char **argv) {
     cli_bprintf(&js, "]}\n");
     if (md.failed || js.failed || !md.s || !js.s) {
         fprintf(stderr, "specmoe: bench ssmoe: out of memory for the report\n");
-        free(md.s); free(js.s); free(res);
-        sm_dataset_free(&train);
-        sm_dataset_free(&test);
+        free(md.s); free(js.s);
         return CLI_EXIT_RUNTIME;
     }
     fputs(md.s, stdout);
     char path[4096];
     mkdir("runs", 0755);
-    mkdir(out_dir, 0755);
-    snprintf(path, sizeof path, "%s/ssmoe.md", out_dir);
+    mkdir(o->out_dir, 0755);
+    snprintf(path, sizeof path, "%s/ssmoe.md", o->out_dir);
     int w1 = cli_write_text(path, md.s);
-    snprintf(path, sizeof path, "%s/ssmoe.json", out_dir);
+    snprintf(path, sizeof path, "%s/ssmoe.json", o->out_dir);
     int w2 = cli_write_text(path, js.s);
-    if (w1 || w2) fprintf(stderr, "specmoe: %s: cannot write results\n", out_dir);
-    else printf("\nwrote %s/ssmoe.md and %s/ssmoe.json\n", out_dir, out_dir);
-    printf("total wall time %.1f s\n", secs);
+    if (w1 || w2) fprintf(stderr, "specmoe: %s: cannot write results\n", o->out_dir);
+    else printf("\nwrote %s/ssmoe.md and %s/ssmoe.json\n", o->out_dir, o->out_dir);
+    printf("total wall time %.1f s\n", R->seconds);
     free(md.s);
     free(js.s);
-    free(res);
-    sm_dataset_free(&train);
-    sm_dataset_free(&test);
     return (w1 || w2 || failed) ? CLI_EXIT_RUNTIME : 0;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/* bench ssmoe-build: the one-off cost of building an EV router for one MoE layer of SwiGLU experts
- * (gate and up as stored, down transposed: 3 descriptors per expert), experts spread over the
- * OpenMP threads. Random weights: the SVD cost does not depend on the values. */
 
-int cmd_bench_ssmoe_build(int argc, char **argv) {
-    int E, d, I, c, threads;
-    uint64_t seed;
-    fl_flag fl[] = {
-        {"experts", FL_INT, &E, "64", "experts in the layer", 0},
-        {"d", FL_INT, &d, "2048", "model width", 0},
-        {"inter", FL_INT, &I, "1024", "expert intermediate width I (SwiGLU)", 0},
-        {"ev-c", FL_INT, &c, "50", "singular vectors per descriptor (the paper's language-model setting)", 0},
-        {"threads", FL_INT, &threads, "2", "OpenMP threads (experts in parallel)", 0},
-        {"seed", FL_U64, &seed, "1", "seed of the random weights", 0},
-    };
-    int npos;
-    const char *pos[1];
-    int rc = fl_parse(fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, 3, "bench ssmoe-build", "[flags]", pos, 0, &npos);
+int exp_ssmoe_bench(int argc, char **argv) {
+    ssmoe_settings o;
+    int rc = parse(&o, argc, argv);
     if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
-    if (E < 1 || d < 1 || I < 1 || c < 1 || threads < 1 || (double)I * d > 1e9) {
-        fprintf(stderr, "specmoe bench ssmoe-build: --experts, --d, --inter, --ev-c, --threads must be >= 1 (I*d <= 1e9)\n");
-        return CLI_EXIT_USAGE;
-    }
-    cli_set_threads(threads);
-    int failed = 0;
-    double t0 = sm_time_now();
-#pragma omp parallel
-    {
-        float *w = malloc(sizeof(float) * (size_t)I * d), *row = malloc(sizeof(float) * (size_t)d);
-        double *desc = malloc(sizeof(double) * (size_t)d);
-#pragma omp for schedule(dynamic, 1)
-        for (int e = 0; e < E; e++) {
-            sm_rng r;
-            sm_rng_seed(&r, seed * 1000003 + (uint64_t)e);
-            for (int k = 0; k < d; k++) row[k] = (float)sm_rng_normal(&r);
-            for (int j = 0; j < 3; j++) { /* gate, up, down^T: each (I, d) */
-                for (size_t i = 0; i < (size_t)I * d; i++) w[i] = (float)(sm_rng_normal(&r) * 0.02);
-                sm_error err;
-                if (!w || !row || !desc || sm_ev_descriptor(desc, w, I, d, row, c, &err) != SM_OK) {
-#pragma omp atomic
-                    failed++;
-                }
-            }
-        }
-        free(w);
-        free(row);
-        free(desc);
-    }
-    double secs = sm_time_now() - t0;
-    if (failed) {
-        fprintf(stderr, "specmoe: bench ssmoe-build: %d descriptor builds failed\n", failed);
-        return CLI_EXIT_RUNTIME;
-    }
-    printf("bench-ssmoe-build experts=%d d=%d I=%d matrices=%d c=%d threads=%d seconds=%.2f per_expert_ms=%.1f\n", E, d,
-           I, 3 * E, c, threads, secs, 1e3 * secs / E);
-    return 0;
+    ssmoe_results R;
+    sm_error err;
+    sm_status st = run(&o, &R, &err);
+    if (st != SM_OK) return cli_fail(st, &err);
+    rc = report(&o, &R);
+    free(R.res);
+    return rc;
 }

@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "commands.h"
+#include "common.h"
 #include "flags.h"
 
 static int analyze_matrix(const char *name, const float *w, int m, int n) {

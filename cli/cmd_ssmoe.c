@@ -17,7 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "commands.h"
+#include "common.h"
 #include "flags.h"
 #include "specmoe/io/hf.h"
 #include <cjson/cJSON.h>

@@ -20,7 +20,8 @@
 #include <immintrin.h>
 #endif
 
-#include "cli.h"
+#include "experiments/engine/peak.h"
+#include "specmoe.h"
 
 /* One thread's kernel: iters x 12 vector multiply-adds in 12 independent chains; returns a value
  * so the chains are not dead code. MADD(a) is the fused multiply-add of the instruction set (the
@@ -92,7 +93,7 @@ static double fma_rate(fma_fn f, int lanes, int threads, long iters, int reps, f
     return best;
 }
 
-double cli_fma_peak(int threads, double *one_thread, double *all_threads, const char **isa) {
+double exp_fma_peak(int threads, double *one_thread, double *all_threads, const char **isa) {
     int lanes;
     fma_fn f = pick_kernel(&lanes, isa);
     float sink = 0;

@@ -1,0 +1,21 @@
+/* specmoe bench BENCHMARK: the table of benchmarks. Each row runs an entry point of experiments/
+ * (experiments/experiments.h); `specmoe bench --help` and the unknown-benchmark message are
+ * generated from the table (cli_dispatch), like the top-level command table in main.c. */
+#include "commands.h"
+#include "common.h"
+#include "experiments/experiments.h"
+
+static const cli_command kBenchmarks[] = {
+    {"layer", "engine: time forward+backward+Adam of one MoE layer against plain sgemm and the machine's peak",
+     exp_engine_layer},
+    {"routing", "GrMoE's synthetic routing benchmark (Table 1)", exp_grmoe_routing},
+    {"alpha", "GrMoE post-hoc sparsity: entropy vs alpha / inverse temperature (Fig. 1, Table 3)", exp_grmoe_alpha},
+    {"oneshot", "SR-MoE one-shot interference (Tables 1-2)", exp_srmoe_oneshot},
+    {"ssmoe", "SSMoE eigenvector routing and expert dropping (Tables 1, 6)", exp_ssmoe_bench},
+    {"ssmoe-build", "SSMoE: time of building the EV router of one SwiGLU MoE layer", exp_ssmoe_build},
+};
+
+int cmd_bench(int argc, char **argv) {
+    const cli_table t = {"specmoe bench", "benchmark", NULL, kBenchmarks, (int)(sizeof kBenchmarks / sizeof kBenchmarks[0])};
+    return cli_dispatch(&t, argc, argv, 2);
+}

@@ -1,0 +1,135 @@
+/* Helpers shared by the specmoe commands and benchmarks (see common.h). */
+#include "common.h"
+
+#include <ctype.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_fail(sm_status st, const sm_error *err) {
+    fprintf(stderr, "specmoe: %s\n", err->msg);
+    /* a caller that only got NULL back passes SM_ERR_ARG; the error itself knows better (out of
+     * memory is a runtime failure, exit 1, not a usage error) */
+    if (st == SM_ERR_ARG && err->code != SM_OK) st = err->code;
+    return st == SM_ERR_ARG ? CLI_EXIT_USAGE : CLI_EXIT_RUNTIME;
+}
+
+int cli_write_text(const char *path, const char *text) {
+    if (!text) return -1;
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    int bad = fputs(text, f) < 0;
+    return (fclose(f) != 0 || bad) ? -1 : 0;
+}
+
+void cli_bprintf(cli_buf *b, const char *fmt, ...) {
+    if (b->failed) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int w = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (w < 0) {
+            b->failed = 1;
+            return;
+        }
+        if (b->s && b->n + (size_t)w < b->cap) {
+            b->n += (size_t)w;
+            return;
+        }
+        size_t cap = b->cap ? 2 * b->cap : 65536;
+        while (cap < b->n + (size_t)w + 1) cap *= 2;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->failed = 1;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+}
+
+void cli_bench_train_config(sm_train_config *tc, int epochs, int batch, double lr, double wd, uint64_t seed) {
+    sm_train_config_default(tc);
+    tc->epochs = epochs;
+    tc->batch = batch;
+    tc->opt.kind = SM_OPT_ADAMW;
+    tc->opt.lr = lr;
+    tc->opt.weight_decay = wd;
+    tc->seed = seed;
+    tc->log_every = 1 << 30; /* silent: the benchmark prints its own summary */
+}
+
+void cli_set_threads(int n) {
+    if (n > 0) omp_set_num_threads(n);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* command tables */
+
+static void print_table(const cli_table *t) {
+    char word[32];
+    size_t k = 0;
+    for (; t->kind[k] && k + 1 < sizeof word; k++) word[k] = (char)toupper((unsigned char)t->kind[k]);
+    word[k] = 0;
+    int w = 0;
+    for (int i = 0; i < t->n; i++) w = (int)strlen(t->rows[i].name) > w ? (int)strlen(t->rows[i].name) : w;
+    printf("usage: %s %s [flags]    (%s %s --help: the %s's flags)\n\n%ss:\n", t->prog, word, t->prog, word, t->kind,
+           t->kind);
+    for (int i = 0; i < t->n; i++) printf("  %-*s  %s\n", w, t->rows[i].name, t->rows[i].summary);
+    if (t->footer) printf("\n%s\n", t->footer);
+}
+
+int cli_dispatch(const cli_table *t, int argc, char **argv, int at) {
+    const char *word = at < argc ? argv[at] : NULL;
+    if (!word || !strcmp(word, "--help") || !strcmp(word, "-h") || !strcmp(word, "help")) {
+        print_table(t);
+        return word ? 0 : CLI_EXIT_USAGE;
+    }
+    for (int i = 0; i < t->n; i++)
+        if (!strcmp(word, t->rows[i].name)) return t->rows[i].run(argc, argv);
+    fprintf(stderr, "%s: unknown %s '%s' (one of:", t->prog, t->kind, word);
+    for (int i = 0; i < t->n; i++) fprintf(stderr, "%s %s", i ? "," : "", t->rows[i].name);
+    fprintf(stderr, "; see %s --help)\n", t->prog);
+    return CLI_EXIT_USAGE;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* data and routing, shared by train and eval */
+
+sm_status cli_load_split(sm_dataset *ds, const cli_data_opts *o, const char *split, int train_subset, sm_error *err) {
+    sm_status st = sm_dataset_load_fashion(ds, o->data, split, err);
+    if (st != SM_OK) return st;
+    int classes[64];
+    int n = sm_parse_class_list(o->classes, classes, 64, ds->n_classes, err);
+    if (n < 0) {
+        sm_dataset_free(ds);
+        return SM_ERR_ARG;
+    }
+    if (n < ds->n_classes || (train_subset && o->per_class > 0)) {
+        st = sm_dataset_select(ds, classes, n, train_subset ? o->per_class : 0, 0, err);
+        if (st != SM_OK) sm_dataset_free(ds);
+    }
+    return st;
+}
+
+const char *cli_router_help(char *buf, size_t n, const char *before, const char *after) {
+    snprintf(buf, n, "%s%s%s", before, sm_router_names(), after);
+    return buf;
+}
+
+void cli_print_routing(const char *title, const sm_eval_result *ev) {
+    for (int l = 0; l < ev->n_moe; l++) {
+        sm_routing_summary s;
+        sm_routing_summarize(&ev->routing[l], &s);
+        printf("%s moe layer %d: routing entropy %.3f nats (%.2f effective experts), load CV %.3f, MaxVio %.3f, "
+               "active experts %.0f%%, dropped %ld (%.2f%%)%s\n",
+               title, l, s.entropy, s.eff_experts, s.cv, s.max_vio, 100 * s.active_ratio, ev->routing[l].dropped,
+               100 * s.drop_frac, s.collapsed ? ", COLLAPSED (an expert gets < 1% of tokens)" : "");
+        printf("%s moe layer %d: load per expert:", title, l);
+        for (int e = 0; e < s.E; e++) printf(" %.3f", s.load_frac[e]);
+        printf("\n");
+    }
+}

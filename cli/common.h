@@ -1,0 +1,85 @@
+/* The helpers shared by the specmoe commands (cli/cmd_*.c) and the benchmarks under experiments/:
+ * error printing, report text, threads, the Fashion-MNIST data flags and routing printout.
+ *
+ * Dependency rule (docs/CLI.md): command files and experiments include this header (and flags.h);
+ * common.c includes no command file and no experiment, and no command calls another command's
+ * functions. A helper two commands need lives here. */
+#ifndef SPECMOE_CLI_COMMON_H
+#define SPECMOE_CLI_COMMON_H
+
+#include "specmoe.h"
+
+/* The one definition of the version: `specmoe --version` prints it, and the Makefile reads it from
+ * this line for the pkg-config file. */
+#define CLI_VERSION "0.1.0"
+
+/* Exit codes: 0 ok, 1 runtime failure (I/O, NaN, ...), 2 usage error. */
+#define CLI_EXIT_RUNTIME 1
+#define CLI_EXIT_USAGE 2
+
+/* One row of a command table: the word on the command line, one line of help, and the function that
+ * runs it. The function gets the whole command line (argv[1] is the command, argv[2] a
+ * subcommand) and returns the exit code. */
+typedef struct {
+    const char *name, *summary;
+    int (*run)(int argc, char **argv);
+} cli_command;
+
+/* A command table: main.c's commands, cmd_bench.c's benchmarks. */
+typedef struct {
+    const char *prog;   /* what comes before the word: "specmoe", "specmoe bench" */
+    const char *kind;   /* what a row is, singular: "command", "benchmark" */
+    const char *footer; /* a line printed after the rows, or NULL */
+    const cli_command *rows;
+    int n;
+} cli_table;
+
+/* Runs the row named argv[at]. With "--help", "-h" or "help" there, prints the table on stdout and
+ * returns 0; with nothing there, prints it and returns CLI_EXIT_USAGE; an unknown word is a usage
+ * error whose message names every row. The help text and that message come from the table only. */
+int cli_dispatch(const cli_table *t, int argc, char **argv, int at);
+
+/* Prints "specmoe: <message>" and returns the exit code for st. */
+int cli_fail(sm_status st, const sm_error *err);
+/* Writes text to path; 0 on success (the write and the close both checked); -1 for NULL text. */
+int cli_write_text(const char *path, const char *text);
+/* A growing text buffer for the benchmarks' Markdown and JSON reports. cli_bprintf appends; s stays
+ * NUL-terminated (NULL before the first append). If memory runs out, failed is set, the append is
+ * dropped and later appends are ignored, so the caller checks failed once before using s. */
+typedef struct {
+    char *s;
+    size_t n, cap;
+    int failed;
+} cli_buf;
+void cli_bprintf(cli_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The benchmarks' training setup: AdamW (lr, decoupled weight decay wd), the default cosine schedule,
+ * no logging; the caller keeps everything else of sm_train_config_default. */
+void cli_bench_train_config(sm_train_config *tc, int epochs, int batch, double lr, double wd, uint64_t seed);
+/* Sets the OpenMP (and so OpenBLAS-OpenMP) thread count; <= 0 leaves the default. */
+void cli_set_threads(int n);
+
+/* The Fashion-MNIST data flags of train and eval. */
+typedef struct {
+    const char *data, *classes;
+    int per_class, batch, threads;
+} cli_data_opts;
+
+#define CLI_DATA_FLAGS(o)                                                                                     \
+    {"data", FL_STRING, &o.data, SM_FASHION_MNIST_DIR, "directory with the Fashion-MNIST IDX .gz files", 0},   \
+    {"classes", FL_STRING, &o.classes, "all", "class subset, e.g. 0,1,7,8", 0},                               \
+    {"per-class", FL_INT, &o.per_class, "0", "keep at most this many training examples per class (0 = all)", 0}, \
+    {"batch", FL_INT, &o.batch, "128", "minibatch size", 0},                                                   \
+    {"threads", FL_INT, &o.threads, "2", "OpenMP / OpenBLAS threads", 0}
+
+/* Loads one split ("train" or "test") of the data the flags name, keeping the --classes subset; the
+ * training split (train_subset) also keeps at most --per-class examples per class. */
+sm_status cli_load_split(sm_dataset *ds, const cli_data_opts *o, const char *split, int train_subset, sm_error *err);
+/* The help text of a --router flag: before, the routers the library knows (sm_router_names), after;
+ * written to buf (n bytes), which is returned. Built at run time so a new router shows up in every
+ * command's help without editing it. */
+const char *cli_router_help(char *buf, size_t n, const char *before, const char *after);
+/* Per MoE layer: entropy, load CV, MaxVio, active experts, drops and the load per expert, each line
+ * starting with title. */
+void cli_print_routing(const char *title, const sm_eval_result *ev);
+
+#endif

@@ -1,0 +1,524 @@
+/* specmoe bench oneshot, the run part (oneshot.h): the data phases, training of every (phase, depth,
+ * model, seed), and the one-shot updates with their accuracy deltas, path statistics and gradient
+ * norms. Prints progress only: one line per finished run on stderr. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/common.h"
+#include "experiments/srmoe/oneshot.h"
+
+const char *const oneshot_model_names[N_MODELS] = {"Baseline", "Clustering", "Spectral"};
+
+/* ---------------------------------------------------------------------------------------------- */
+/* data */
+
+typedef struct {
+    sm_dataset train[MAX_PHASES]; /* first phases[p] images of every class, relabelled 0..C-1 */
+    sm_dataset novel;             /* the next `novel` images of every class, class-major */
+    sm_dataset test;              /* the C classes of the test split, relabelled */
+} oneshot_data;
+
+static sm_status alloc_ds(sm_dataset *ds, int n, int dim, int C, sm_error *err) {
+    ds->n = n;
+    ds->dim = dim;
+    ds->n_classes = C;
+    ds->x = malloc(sizeof(float) * (size_t)n * dim);
+    ds->y = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    if (!ds->x || !ds->y) return sm_fail(err, SM_ERR_NOMEM, "bench oneshot: out of memory");
+    return SM_OK;
+}
+
+/* Training subsets are the first N images of each class in file order; the novel images are the
+ * next `novel` images of each class after the LARGEST training subset, so they are unseen in every
+ * phase and the same images in every phase. */
+static sm_status load_data(oneshot_data *bd, const char *dir, const oneshot_settings *o, sm_error *err) {
+    memset(bd, 0, sizeof *bd);
+    sm_dataset full;
+    sm_status st = sm_dataset_load_fashion(&full, dir, "train", err);
+    if (st != SM_OK) return st;
+    int maxN = 0;
+    for (int p = 0; p < o->n_phases; p++) maxN = o->phases[p] > maxN ? o->phases[p] : maxN;
+    int count[MAX_C] = {0};
+    int label_map[256];
+    for (int i = 0; i < 256; i++) label_map[i] = -1;
+    for (int c = 0; c < o->C; c++) label_map[o->classes[c]] = c;
+    for (int i = 0; i < full.n; i++)
+        if (full.y[i] >= 0 && full.y[i] < 256 && label_map[full.y[i]] >= 0) count[label_map[full.y[i]]]++;
+    for (int c = 0; c < o->C; c++)
+        if (count[c] < maxN + o->novel) {
+            st = sm_fail(err, SM_ERR_ARG,
+                         "bench oneshot: class %d has %d training images; %d for training plus %d novel images are needed",
+                         o->classes[c], count[c], maxN, o->novel);
+            sm_dataset_free(&full);
+            return st;
+        }
+    const int D = full.dim;
+    for (int p = 0; p < o->n_phases && st == SM_OK; p++) st = alloc_ds(&bd->train[p], o->C * o->phases[p], D, o->C, err);
+    if (st == SM_OK) st = alloc_ds(&bd->novel, o->C * o->novel, D, o->C, err);
+    if (st != SM_OK) {
+        sm_dataset_free(&full);
+        return st;
+    }
+    int seen[MAX_C] = {0}, filled[MAX_PHASES] = {0};
+    for (int i = 0; i < full.n; i++) {
+        int c = full.y[i] >= 0 && full.y[i] < 256 ? label_map[full.y[i]] : -1;
+        if (c < 0) continue;
+        int r = seen[c]++;
+        const float *x = full.x + (size_t)i * D;
+        for (int p = 0; p < o->n_phases; p++)
+            if (r < o->phases[p]) {
+                memcpy(bd->train[p].x + (size_t)filled[p] * D, x, sizeof(float) * D);
+                bd->train[p].y[filled[p]++] = c;
+            }
+        if (r >= maxN && r < maxN + o->novel) {
+            int j = c * o->novel + (r - maxN);
+            memcpy(bd->novel.x + (size_t)j * D, x, sizeof(float) * D);
+            bd->novel.y[j] = c;
+        }
+    }
+    sm_dataset_free(&full);
+    st = sm_dataset_load_fashion(&bd->test, dir, "test", err);
+    if (st == SM_OK) st = sm_dataset_select(&bd->test, o->classes, o->C, 0, 1, err);
+    return st;
+}
+
+static void free_data(oneshot_data *bd, int n_phases) {
+    for (int p = 0; p < n_phases; p++) sm_dataset_free(&bd->train[p]);
+    sm_dataset_free(&bd->novel);
+    sm_dataset_free(&bd->test);
+}
+/* ---------------------------------------------------------------------------------------------- */
+/* one run */
+
+sm_status oneshot_make_config(sm_model_config *mc, const oneshot_settings *o, int depth, int model, int penalties,
+                              sm_error *err) {
+    sm_model_config_default(mc);
+    sm_status st;
+    if (o->stem_proj) {
+        st = sm_model_arch_srmoe(mc, o->stages[depth], o->width, o->stem, o->n_stem, err);
+    } else {
+        /* The SR-MoE layout of sm_model_arch_srmoe minus its separate projection "dense:W" after the
+         * pooling: stage 1's local processor Linear(32 -> W) already maps the pooled features to the
+         * stage width. Without this, 2 stem convs + 4 stages need 17 layers > SM_MAX_LAYERS (16) and
+         * sm_model_arch_srmoe refuses the 4 x 4 model; with it every depth uses the same stem. */
+        char arch[512];
+        size_t n = 0;
+        for (int i = 0; i < o->n_stem; i++) n += (size_t)snprintf(arch + n, sizeof arch - n, "%sconv:%d:3:2:1", i ? "," : "", o->stem[i]);
+        n += (size_t)snprintf(arch + n, sizeof arch - n, ",maxpool:2:2,gap");
+        for (int s = 0; s < o->stages[depth]; s++)
+            n += (size_t)snprintf(arch + n, sizeof arch - n, ",dense:%d,ln,moe:%d", o->width, o->width);
+        st = sm_model_parse_arch(mc, arch, err);
+    }
+    if (st != SM_OK) return st;
+    mc->in_c = 1;
+    mc->in_h = mc->in_w = 28;
+    mc->in_dim = 784;
+    mc->n_classes = o->C;
+    mc->act = SM_ACT_RELU;
+    mc->moe.act = SM_ACT_RELU;
+    sm_router_config *r = &mc->moe.router;
+    sm_router_config_default(r);
+    strcpy(r->name, model == 0 ? "topk" : "prototype");
+    r->E = o->experts[depth];
+    r->k = r->E;        /* dense mixture (Eq. 1) */
+    r->renorm = 1;      /* a no-op for k = E */
+    r->temperature = model == 0 ? 1.0 : o->tau;
+    r->proto_sq = o->proto_sq;
+    if (model == 2 && penalties) {
+        mc->spectral_alpha = o->alpha;
+        mc->sigma_t = o->sigma_t;
+        mc->rho_t = o->rho_t;
+        mc->diversity_beta = o->beta;
+        mc->penalty_on_prototypes = o->on_prototypes;
+    }
+    return SM_OK;
+}
+
+
+/* Test accuracy, batched. If paths != NULL, also writes each test image's top-1 expert path id
+ * (sum_s e_s E^s). If cache != NULL, also copies the input of layer `first` (the first MoE layer)
+ * of every test image into cache (n, in). */
+static double evaluate(sm_model *m, const sm_dataset *ds, int eb, int *paths, float *cache, int first) {
+    const int V = m->cfg.n_classes, nm = sm_model_n_moe(m);
+    long correct = 0;
+    int arg[1024];
+    for (int i = 0; i < ds->n; i += eb) {
+        int B = ds->n - i < eb ? ds->n - i : eb;
+        const sm_real *lg = sm_model_forward(m, ds->x + (size_t)i * ds->dim, B, NULL, 0);
+        for (int t = 0; t < B; t++) correct += sm_argmax(lg + (size_t)t * V, V) == ds->y[i + t];
+        if (cache) {
+            const sm_layer *L = &m->layers[first - 1];
+            memcpy(cache + (size_t)i * L->out, sm_seq_output(m->body, first - 1), sizeof(float) * (size_t)B * L->out);
+        }
+        if (paths) {
+            for (int t = 0; t < B; t++) paths[i + t] = 0;
+            int mul = 1;
+            for (int l = 0; l < nm; l++) {
+                sm_moe *moe = sm_model_moe(m, l);
+                for (int t0 = 0; t0 < B; t0 += 1024) {
+                    /* sm_route_argmax works on the whole route; do it by hand in chunks */
+                    int nb = B - t0 < 1024 ? B - t0 : 1024;
+                    for (int t = 0; t < nb; t++) arg[t] = sm_argmax(moe->route.probs + (size_t)(t0 + t) * moe->E, moe->E);
+                    for (int t = 0; t < nb; t++) paths[i + t0 + t] += arg[t] * mul;
+                }
+                mul *= moe->E;
+            }
+        }
+    }
+    return ds->n ? (double)correct / ds->n : 0;
+}
+
+_Static_assert(sizeof(sm_real) == sizeof(float), "the benchmark caches activations as float");
+
+/* The surgical update changes expert weights only, so everything before the first MoE layer (stem,
+ * first local processor) computes the same features before and after it. The "tail" model is the
+ * full model from the first MoE layer on (layers first..n-1 and the head), evaluated on those cached
+ * features: a surgical re-evaluation then costs the MoE stages only, not the convolutions. */
+typedef struct {
+    sm_model *m;
+    int first;          /* index of the first MoE layer in the full model */
+    int n_map;
+    int *map_full;      /* (n_map) parameter index in the full model of tail parameter i */
+} tail_model;
+
+static sm_status tail_create(tail_model *t, const sm_model *full, int maxT, sm_error *err) {
+    memset(t, 0, sizeof *t);
+    const sm_model_config *fc = &full->cfg;
+    int f = 0;
+    while (f < fc->n_layers && fc->layers[f].kind != SM_LAYER_MOE) f++;
+    if (f == 0 || f >= fc->n_layers) return sm_fail(err, SM_ERR_ARG, "bench oneshot: no MoE layer after the stem");
+    sm_model_config tc = *fc;
+    tc.n_layers = fc->n_layers - f;
+    memmove(tc.layers, fc->layers + f, sizeof(sm_layer_spec) * (size_t)tc.n_layers);
+    tc.in_dim = full->layers[f - 1].out;
+    tc.in_c = tc.in_h = tc.in_w = 0; /* a feature vector */
+    tc.spectral_alpha = tc.diversity_beta = 0;
+    t->first = f;
+    t->m = sm_model_create(&tc, maxT, NULL, err);
+    if (!t->m) return SM_ERR_ARG;
+    const sm_params *tp = &t->m->params, *fp = &full->params;
+    t->n_map = tp->n;
+    t->map_full = malloc(sizeof(int) * (size_t)tp->n);
+    if (!t->map_full) return sm_fail(err, SM_ERR_NOMEM, "bench oneshot: out of memory");
+    for (int i = 0; i < tp->n; i++) {
+        char name[SM_NAME_MAX + 16];
+        int j, used = 0;
+        if (sscanf(tp->p[i].name, "layers.%d.%n", &j, &used) == 1 && used > 0)
+            snprintf(name, sizeof name, "layers.%d.%s", j + f, tp->p[i].name + used);
+        else
+            snprintf(name, sizeof name, "%s", tp->p[i].name);
+        int k = sm_params_find(fp, name);
+        if (k < 0 || fp->p[k].numel != tp->p[i].numel)
+            return sm_fail(err, SM_ERR_MISMATCH, "bench oneshot: tail tensor %s has no match %s in the full model",
+                           tp->p[i].name, name);
+        t->map_full[i] = k;
+    }
+    return SM_OK;
+}
+
+/* Copies the tail's tensors from the full model's parameter values. */
+static void tail_sync(tail_model *t, const sm_params *fp) {
+    sm_params *tp = &t->m->params;
+    for (int i = 0; i < t->n_map; i++)
+        memcpy(sm_params_data(tp, i), sm_params_data(fp, t->map_full[i]), sizeof(sm_real) * tp->p[i].numel);
+}
+
+static void tail_free(tail_model *t) {
+    sm_model_free(t->m);
+    free(t->map_full);
+    memset(t, 0, sizeof *t);
+}
+
+static void run_one(const oneshot_settings *o, const oneshot_data *bd, int phase, int depth, int model, int seed,
+                    oneshot_run_result *R) {
+    memset(R, 0, sizeof *R);
+    sm_error err;
+    const int C = o->C, S = o->stages[depth], E = o->experts[depth], D = 784;
+    const sm_dataset *tr = &bd->train[phase];
+    sm_model_config mc, mcw;
+    int maxT = o->eval_batch;
+    if (o->batch > maxT) maxT = o->batch;
+    if (o->anchor + 1 > maxT) maxT = o->anchor + 1;
+    sm_model *m = NULL, *w = NULL;
+    tail_model tail = {0};
+    float *feat = NULL;
+    sm_dataset tds = {0};
+    sm_real *pristine = NULL, *gfull = NULL;
+    int *paths = NULL;
+    float *xb = NULL;
+    int *yb = NULL, *idx = NULL;
+    const uint64_t useed = (uint64_t)seed;
+    if (oneshot_make_config(&mc, o, depth, model, 1, &err) != SM_OK || oneshot_make_config(&mcw, o, depth, model, 0, &err) != SM_OK)
+        goto fail;
+    sm_rng init;
+    sm_rng_seed(&init, 1000003ULL * (useed + 1) + 7919ULL * (uint64_t)(phase * 16 + depth));
+    m = sm_model_create(&mc, maxT, &init, &err);
+    if (!m) goto fail;
+    w = sm_model_create(&mcw, maxT, NULL, &err);
+    if (!w) goto fail;
+    if (w->params.total != m->params.total) {
+        sm_fail(&err, SM_ERR_MISMATCH, "bench oneshot: parameter layouts differ (internal error)");
+        goto fail;
+    }
+    /* train: AdamW, cosine schedule, the same data order for the three models of a (phase, depth, seed) */
+    sm_train_config tc;
+    cli_bench_train_config(&tc, o->epochs, o->batch, o->lr, o->wd, 17 + useed * 101 + (uint64_t)phase * 7 + (uint64_t)depth * 3);
+    sm_train_result tres;
+    double t0 = sm_time_now();
+    if (sm_train(m, tr, NULL, &tc, NULL, NULL, &tres, &err) != SM_OK) goto fail;
+    R->train_s = sm_time_now() - t0;
+    t0 = sm_time_now();
+    const size_t P = m->params.total;
+    pristine = malloc(sizeof(sm_real) * P);
+    gfull = malloc(sizeof(sm_real) * P);
+    paths = malloc(sizeof(int) * (size_t)bd->test.n);
+    xb = malloc(sizeof(float) * (size_t)(o->anchor + 1) * D);
+    yb = malloc(sizeof(int) * (size_t)(o->anchor + 1));
+    idx = malloc(sizeof(int) * (size_t)tr->n);
+    if (!pristine || !gfull || !paths || !xb || !yb || !idx) {
+        sm_fail(&err, SM_ERR_NOMEM, "bench oneshot: out of memory");
+        goto fail;
+    }
+    memcpy(pristine, m->params.data, sizeof(sm_real) * P);
+    memcpy(w->params.data, pristine, sizeof(sm_real) * P);
+    sm_model_free(m);
+    m = NULL;
+    /* before: accuracy, the test set's expert paths and its features at the first MoE layer */
+    if (tail_create(&tail, w, maxT, &err) != SM_OK) goto fail;
+    feat = malloc(sizeof(float) * (size_t)bd->test.n * tail.m->cfg.in_dim);
+    if (!feat) {
+        sm_fail(&err, SM_ERR_NOMEM, "bench oneshot: out of memory");
+        goto fail;
+    }
+    R->acc0 = evaluate(w, &bd->test, o->eval_batch, paths, feat, tail.first);
+    tds = (sm_dataset){.n = bd->test.n, .dim = tail.m->cfg.in_dim, .n_classes = C, .x = feat, .y = bd->test.y};
+    tail_sync(&tail, &w->params);
+    {
+        /* the tail on cached features must reproduce the full model exactly (same code, same numbers) */
+        double a = evaluate(tail.m, &tds, o->eval_batch, NULL, NULL, 0);
+        if (fabs(a - R->acc0) > 1e-12) {
+            sm_fail(&err, SM_ERR_MISMATCH, "bench oneshot: internal error: tail accuracy %.6f != full %.6f", a, R->acc0);
+            goto fail;
+        }
+    }
+    {
+        int np = 1;
+        for (int s = 0; s < S; s++) np *= E;
+        int *cnt = calloc((size_t)np * C, sizeof(int)), *tot = calloc((size_t)np, sizeof(int));
+        int ccount[MAX_C] = {0};
+        if (!cnt || !tot) {
+            free(cnt);
+            free(tot);
+            sm_fail(&err, SM_ERR_NOMEM, "bench oneshot: out of memory");
+            goto fail;
+        }
+        for (int i = 0; i < bd->test.n; i++) {
+            int c = bd->test.y[i], p = paths[i];
+            cnt[(size_t)c * np + p]++;
+            tot[p]++;
+            ccount[c]++;
+            for (int s = 0, q = p; s < S; s++, q /= E) R->usage[c][s][q % E] += 1;
+        }
+        for (int p = 0; p < np; p++) {
+            R->n_paths += tot[p] > 0;
+            R->n_paths1 += tot[p] >= 0.01 * bd->test.n;
+        }
+        for (int c = 0; c < C; c++) {
+            int best = 0;
+            for (int p = 1; p < np; p++)
+                if (cnt[(size_t)c * np + p] > cnt[(size_t)c * np + best]) best = p;
+            R->dom_path[c] = best;
+            R->dom_frac[c] = ccount[c] ? (double)cnt[(size_t)c * np + best] / ccount[c] : 0;
+            for (int s = 0; s < S; s++)
+                for (int e = 0; e < E; e++) R->usage[c][s][e] /= ccount[c] ? ccount[c] : 1;
+        }
+        free(cnt);
+        free(tot);
+    }
+    /* the one-shot updates */
+    sm_optim_config oc;
+    sm_optim_config_default(&oc);
+    oc.kind = o->update_kind;
+    oc.lr = o->update_lr;
+    oc.weight_decay = 0;
+    oc.momentum = 0;
+    const int nm = sm_model_n_moe(w), A = o->anchor, B = A + 1;
+    double dsum[2][MAX_C] = {{0}};
+    int same = 0;
+    sm_rng noise;
+    sm_rng_seed(&noise, 99 + useed);
+    for (int j = 0; j < bd->novel.n; j++) {
+        int c = bd->novel.y[j];
+        /* the batch: the novel image first, then A anchors drawn without replacement from the training
+         * subset; the anchor RNG depends on (seed, phase, image) only, so the three models and both
+         * variants see the same anchors */
+        memcpy(xb, bd->novel.x + (size_t)j * D, sizeof(float) * D);
+        yb[0] = c;
+        sm_rng ar;
+        sm_rng_seed(&ar, 0xa4c40000ULL + useed * 1000003ULL + (uint64_t)phase * 1009ULL + (uint64_t)j);
+        for (int i = 0; i < tr->n; i++) idx[i] = i;
+        for (int a = 0; a < A; a++) {
+            int r = a + (int)sm_rng_below(&ar, (uint32_t)(tr->n - a));
+            int t = idx[a];
+            idx[a] = idx[r];
+            idx[r] = t;
+            memcpy(xb + (size_t)(a + 1) * D, tr->x + (size_t)idx[a] * D, sizeof(float) * D);
+            yb[a + 1] = tr->y[idx[a]];
+        }
+        /* one gradient on the pristine parameters (w holds them here), shared by both variants */
+        sm_params_zero_grad(&w->params);
+        sm_model_forward(w, xb, B, &noise, 1);
+        sm_model_loss(w, yb, NULL, B);
+        sm_model_backward(w, B);
+        memcpy(gfull, w->params.grad, sizeof(sm_real) * P);
+        int path[MAX_S], pid = 0, mul = 1;
+        for (int l = 0; l < nm; l++) {
+            sm_moe *moe = sm_model_moe(w, l);
+            path[l] = sm_argmax(moe->route.probs, moe->E); /* row 0: the novel image */
+            pid += path[l] * mul;
+            mul *= moe->E;
+            /* gradient vitality: ||(dw1, db1, dw2, db2) of expert e||_2 */
+            for (int e = 0; e < moe->E; e++) {
+                double s2 = 0;
+                size_t hd = (size_t)moe->H * moe->d, oh = (size_t)moe->O * moe->H;
+                for (size_t q = 0; q < hd; q++) s2 += (double)moe->dw1[e * hd + q] * moe->dw1[e * hd + q];
+                for (size_t q = 0; q < oh; q++) s2 += (double)moe->dw2[e * oh + q] * moe->dw2[e * oh + q];
+                if (moe->db1)
+                    for (int q = 0; q < moe->H; q++) s2 += (double)moe->db1[e * moe->H + q] * moe->db1[e * moe->H + q];
+                if (moe->db2)
+                    for (int q = 0; q < moe->O; q++) s2 += (double)moe->db2[e * moe->O + q] * moe->db2[e * moe->O + q];
+                R->gnorm[l][e] += sqrt(s2) / bd->novel.n;
+            }
+        }
+        same += pid == R->dom_path[c];
+        for (int v = 0; v < 2; v++) {
+            if (v == 1) {
+                /* surgical: keep only the path experts' slices of layers.<i>.experts.* */
+                memset(w->params.grad, 0, sizeof(sm_real) * P);
+                for (int l = 0; l < nm; l++) {
+                    sm_moe *moe = sm_model_moe(w, l);
+                    int e = path[l];
+                    size_t hd = (size_t)moe->H * moe->d, oh = (size_t)moe->O * moe->H;
+                    size_t off;
+#define KEEP(ptr, n)                                                                          \
+    do {                                                                                      \
+        off = (size_t)((ptr) - w->params.grad);                                               \
+        memcpy(w->params.grad + off + (size_t)e * (n), gfull + off + (size_t)e * (n), sizeof(sm_real) * (n)); \
+    } while (0)
+                    KEEP(moe->dw1, hd);
+                    KEEP(moe->dw2, oh);
+                    if (moe->db1) KEEP(moe->db1, (size_t)moe->H);
+                    if (moe->db2) KEEP(moe->db2, (size_t)moe->O);
+#undef KEEP
+                }
+            } else {
+                /* the model's backward already left the full gradient in place */
+            }
+            sm_optim opt;
+            if (sm_optim_init(&opt, &oc, &w->params, &err) != SM_OK) goto fail; /* fresh optimiser state */
+            sm_optim_step(&opt, &w->params, o->update_lr);
+            sm_optim_free(&opt);
+            double acc;
+            if (v == 0) {
+                acc = evaluate(w, &bd->test, o->eval_batch, NULL, NULL, 0);
+            } else {
+                tail_sync(&tail, &w->params);
+                acc = evaluate(tail.m, &tds, o->eval_batch, NULL, NULL, 0);
+            }
+            dsum[v][c] += acc - R->acc0;
+            memcpy(w->params.data, pristine, sizeof(sm_real) * P); /* back to the trained model */
+        }
+    }
+    for (int v = 0; v < 2; v++) {
+        double tot = 0;
+        for (int c = 0; c < C; c++) {
+            R->delta[v][c] = dsum[v][c] / o->novel;
+            tot += dsum[v][c];
+        }
+        R->delta_mean[v] = tot / bd->novel.n;
+    }
+    R->novel_same_path = (double)same / bd->novel.n;
+    R->shot_s = sm_time_now() - t0;
+    R->ok = 1;
+    goto done;
+fail:
+    snprintf(R->err, sizeof R->err, "%s", err.msg);
+done:
+    sm_model_free(m);
+    sm_model_free(w);
+    tail_free(&tail);
+    free(feat);
+    free(pristine);
+    free(gfull);
+    free(paths);
+    free(xb);
+    free(yb);
+    free(idx);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* every run */
+
+sm_status oneshot_run(const oneshot_settings *o, oneshot_results *R, sm_error *err) {
+    memset(R, 0, sizeof *R);
+    R->t_start = sm_time_now();
+    oneshot_data bd;
+    sm_status st = load_data(&bd, o->data_dir, o, err);
+    if (st != SM_OK) {
+        free_data(&bd, o->n_phases);
+        return st;
+    }
+    const int nruns = o->n_phases * o->n_depths * N_MODELS * o->seeds;
+    oneshot_run_result *res = calloc((size_t)nruns, sizeof(oneshot_run_result));
+    /* order the work by cost (largest phase and deepest model first) so the last runs are short */
+    int *order = malloc(sizeof(int) * (size_t)nruns);
+    double *cost = malloc(sizeof(double) * (size_t)nruns);
+    for (int i = 0; i < nruns; i++) {
+        int p = i / (o->n_depths * N_MODELS * o->seeds), d = (i / (N_MODELS * o->seeds)) % o->n_depths;
+        order[i] = i;
+        cost[i] = (double)o->phases[p] * o->epochs * 0.2 + 4.0 * o->novel * o->C * (1 + 0.1 * o->stages[d] * o->experts[d]) +
+                  o->stages[d] * o->experts[d] * 1e-3;
+    }
+    for (int i = 1; i < nruns; i++)
+        for (int j = i; j > 0 && cost[order[j]] > cost[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    fprintf(stderr, "bench oneshot: %d runs (%d phases x %d depths x %d models x %d seeds), %d novel images each, on %d threads\n",
+            nruns, o->n_phases, o->n_depths, N_MODELS, o->seeds, o->C * o->novel, o->threads);
+    int done = 0;
+    omp_set_num_threads(o->threads);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int k = 0; k < nruns; k++) {
+        int i = order[k];
+        int p = i / (o->n_depths * N_MODELS * o->seeds), d = (i / (N_MODELS * o->seeds)) % o->n_depths;
+        int mdl = (i / o->seeds) % N_MODELS, s = i % o->seeds;
+        run_one(o, &bd, p, d, mdl, s + o->seed_offset, &res[i]);
+#pragma omp critical
+        {
+            done++;
+            if (res[i].ok)
+                fprintf(stderr, "[%3d/%d] N=%d %dx%d %-10s seed %d: acc %.2f%%, mean delta %+.2f / surgical %+.2f pp, "
+                                "%d paths (train %.0f s, one-shot %.0f s, elapsed %.0f s)\n",
+                        done, nruns, o->phases[p], o->stages[d], o->experts[d], oneshot_model_names[mdl], s + o->seed_offset,
+                        100 * res[i].acc0, 100 * res[i].delta_mean[0], 100 * res[i].delta_mean[1], res[i].n_paths,
+                        res[i].train_s, res[i].shot_s, sm_time_now() - R->t_start);
+            else
+                fprintf(stderr, "specmoe: bench oneshot: N=%d %dx%d %s seed %d: %s\n", o->phases[p], o->stages[d],
+                        o->experts[d], oneshot_model_names[mdl], s + o->seed_offset, res[i].err);
+        }
+    }
+    free(order);
+    free(cost);
+    R->res = res;
+    R->nruns = nruns;
+    for (int i = 0; i < nruns; i++) R->failed += !res[i].ok;
+    R->test_n = bd.test.n;
+    R->seconds = sm_time_now() - R->t_start;
+    free_data(&bd, o->n_phases);
+    return SM_OK;
+}
