@@ -113,7 +113,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
 FUZZ_DIR     := build-fuzz
 FUZZ_NAMES   := safetensors idx hf
-FUZZ_SRC     := src/core/core.c src/io/safetensors.c src/io/data.c src/io/hf_config.c
+FUZZ_SRC     := src/core/core.c src/io/safetensors.c src/io/data.c src/io/hf_config.c src/io/json_util.c
 FUZZ_OBJ     := $(FUZZ_SRC:src/%.c=$(FUZZ_DIR)/obj/%.o)
 # keep the objects: they are intermediates of a pattern chain, which make would otherwise delete
 .SECONDARY: $(FUZZ_OBJ)

@@ -3,12 +3,14 @@
  * dsyev on the generator's own weights, same sign convention), scored on calibration inputs against
  * a direct computation, and pruned; the pruned directory must open again with the kept experts'
  * bytes intact. Malformed directories are refused with a message naming the tensor or file. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <sys/stat.h>
 
 #include "hf_fixture.h"
 #include "specmoe/io/hf.h"
+#include "specmoe/io/json_util.h"
 #include "specmoe/methods/ssmoe/ssmoe.h"
 #include "testutil.h"
 
@@ -388,4 +390,79 @@ Test(hf, deepseek_groups_after_pruning) {
     cr_expect_eq(sm_hf_prune(&m, bad, 4, tu_tmpdir(), &err), SM_ERR_ARG);
     cr_expect(strstr(err.msg, "needs 2 from each") != NULL, "%s", err.msg);
     sm_hf_close(&m);
+}
+
+/* Duplicate keys: cJSON's lookups take the first, Python's json the last, so the two would read
+ * different models from one config.json. Refused at any depth, naming the file and the key. */
+Test(hf, duplicate_keys_refused_naming_file_and_key) {
+    static const char *base = "\"hidden_size\": 8, \"num_hidden_layers\": 2, \"num_local_experts\": 4, "
+                              "\"intermediate_size\": 4, \"num_experts_per_tok\": 2";
+    static const struct { const char *pre, *post, *key; } bad[] = {
+        {"\"model_type\": \"mixtral\", ", ", \"num_local_experts\": 8", "num_local_experts"},
+        {"\"model_type\": \"mixtral\", \"model_type\": \"olmoe\", ", "", "model_type"},
+        {"\"model_type\": \"mixtral\", ", ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2, \"type\": \"yarn\"}", "type"},
+        {"\"model_type\": \"mixtral\", ", ", \"x\": [1, {\"a\": {\"deep\": 1, \"deep\": 2}}]", "deep"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "{%s%s%s}", bad[i].pre, base, bad[i].post);
+        sm_hf_config c;
+        sm_error err = {{0}};
+        cr_expect_neq(sm_hf_config_parse(&c, json, strlen(json), "DIR/config.json", &err), SM_OK, "accepted %s", json);
+        char want[64];
+        snprintf(want, sizeof want, "\"%s\"", bad[i].key);
+        cr_expect(strstr(err.msg, "DIR/config.json") && strstr(err.msg, want) && strstr(err.msg, "more than once"),
+                  "'%s' lacks the file, %s or 'more than once'", err.msg, want);
+    }
+    static const char *badi[] = {
+        "{\"weight_map\": {\"a.weight\": \"m-1.safetensors\", \"b\": \"m-1.safetensors\", \"a.weight\": \"m-2.safetensors\"}}",
+        "{\"metadata\": {\"total_size\": 1, \"total_size\": 2}, \"weight_map\": {\"a.weight\": \"m.safetensors\"}}",
+    };
+    for (size_t i = 0; i < sizeof badi / sizeof badi[0]; i++) {
+        char **n, **f;
+        int cnt;
+        sm_error err = {{0}};
+        cr_expect_neq(sm_hf_index_parse(badi[i], strlen(badi[i]), "DIR/idx.json", &n, &f, &cnt, &err), SM_OK, "accepted %s",
+                      badi[i]);
+        cr_expect(strstr(err.msg, "DIR/idx.json") && strstr(err.msg, i ? "\"total_size\"" : "\"a.weight\"") &&
+                  strstr(err.msg, "more than once"), "'%s'", err.msg);
+    }
+}
+
+/* The reusable check itself: where the duplicate sits, large objects (checked by sorting), arrays. */
+Test(hf, json_unique_keys_check) {
+    static const struct { const char *json, *needle; } cases[] = {
+        {"{\"a\": 1, \"b\": {\"c\": [0, {\"d\": 1, \"e\": 2, \"d\": 3}]}}", "key \"d\" appears more than once in b.c[1]"},
+        {"{\"a\": 1, \"a\": 1}", "key \"a\" appears more than once in the top-level object"},
+        {"[{\"x\": 1}, {\"y\": 1, \"y\": 2}]", "key \"y\" appears more than once in [1]"},
+        {"{\"k\": {\"A\": 1, \"a\": 2}}", NULL}, /* keys are case-sensitive, as in Python */
+        {"{\"a\": {\"x\": 1}, \"b\": {\"x\": 1}}", NULL}, /* the same key in two objects is fine */
+        {"[1, \"two\", null]", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *j = cJSON_Parse(cases[i].json);
+        cr_assert(j, "%s", cases[i].json);
+        sm_error err = {{0}};
+        sm_status st = sm_json_check_unique_keys(j, "f.json", &err);
+        if (cases[i].needle)
+            cr_expect(st == SM_ERR_FORMAT && strstr(err.msg, "f.json: ") && strstr(err.msg, cases[i].needle), "%s: '%s'",
+                      cases[i].json, err.msg);
+        else
+            cr_expect_eq(st, SM_OK, "%s: %s", cases[i].json, err.msg);
+        cJSON_Delete(j);
+    }
+    /* 200 distinct keys pass; one repeated far apart is found */
+    cJSON *o = cJSON_CreateObject();
+    char key[16];
+    for (int i = 0; i < 200; i++) {
+        snprintf(key, sizeof key, "k%03d", i);
+        cJSON_AddNumberToObject(o, key, i);
+    }
+    sm_error err = {{0}};
+    cr_expect_eq(sm_json_check_unique_keys(o, "big", &err), SM_OK, "%s", err.msg);
+    cJSON_AddNumberToObject(o, "k007", 1);
+    cr_expect_eq(sm_json_check_unique_keys(o, "big", &err), SM_ERR_FORMAT);
+    cr_expect(strstr(err.msg, "\"k007\"") != NULL, "%s", err.msg);
+    cJSON_Delete(o);
+    cr_expect_eq(sm_json_check_unique_keys(NULL, "none", &err), SM_OK);
 }
