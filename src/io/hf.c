@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hf_internal.h"
 #include "specmoe/methods/ssmoe/ssmoe.h"
 
 #define HF_MAX_JSON ((size_t)256 << 20) /* config.json / index size limit */
@@ -51,18 +52,6 @@ static int expert_index(const char *r, int E, const char **after) {
     if (*p != '.' || e >= E) return -1;
     if (after) *after = p;
     return (int)e;
-}
-
-/* A name fit for a message: at most 100 characters, control bytes shown as '?'. */
-static const char *shown(char out[112], const char *s) {
-    size_t i = 0;
-    for (; s && s[i] && i < 100; i++) out[i] = ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) ? '?' : s[i];
-    if (s && s[i]) {
-        memcpy(out + i, "...", 3);
-        i += 3;
-    }
-    out[i] = '\0';
-    return out;
 }
 
 /* Whole text file (at most HF_MAX_JSON bytes); *out is NUL-terminated and malloc'd. */
@@ -210,7 +199,7 @@ static sm_status open_shards(sm_hf_model *m, sm_error *err) {
     for (int i = 1; i < m->n_entries; i++)
         if (strcmp(m->entry[i - 1].name, m->entry[i].name) == 0) {
             char b1[112];
-            st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' is in both %s and %s", m->dir, shown(b1, m->entry[i].name),
+            st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' is in both %s and %s", m->dir, sm_hf_shown(b1, m->entry[i].name),
                          m->shard_file[m->entry[i - 1].shard], m->shard_file[m->entry[i].shard]);
             goto done;
         }
@@ -220,11 +209,11 @@ static sm_status open_shards(sm_hf_model *m, sm_error *err) {
             const sm_hf_entry *e = sm_hf_find(m, names[j]);
             if (!e) {
                 st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' is mapped to %s but no shard holds it", ipath,
-                             shown(b1, names[j]), files[j]);
+                             sm_hf_shown(b1, names[j]), files[j]);
                 goto done;
             }
             if (strcmp(m->shard_file[e->shard], files[j]) != 0) {
-                st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' is mapped to %s but sits in %s", ipath, shown(b1, names[j]),
+                st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' is mapped to %s but sits in %s", ipath, sm_hf_shown(b1, names[j]),
                              files[j], m->shard_file[e->shard]);
                 goto done;
             }
@@ -235,7 +224,7 @@ static sm_status open_shards(sm_hf_model *m, sm_error *err) {
                 const char *key = m->entry[i].name;
                 if (!bsearch(&key, names, (size_t)count, sizeof *names, cmp_str_ptr)) {
                     st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' in shard %s is not in the index", ipath,
-                                 shown(b1, key), m->shard_file[m->entry[i].shard]);
+                                 sm_hf_shown(b1, key), m->shard_file[m->entry[i].shard]);
                     goto done;
                 }
             }
@@ -250,13 +239,6 @@ done:
     return st;
 }
 
-static void shape_str(char *out, size_t n, int ndim, const int64_t *shape) {
-    size_t at = 0;
-    at += (size_t)snprintf(out + at, n - at, "[");
-    for (int i = 0; i < ndim && at < n; i++) at += (size_t)snprintf(out + at, n - at, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    if (at < n) snprintf(out + at, n - at, "]");
-}
-
 /* Tensor `name` must exist, hold F32/F16/BF16 and have the given shape. */
 static sm_status need(const sm_hf_model *m, const char *name, int ndim, const int64_t *shape, const char *why,
                       sm_error *err) {
@@ -267,8 +249,8 @@ static sm_status need(const sm_hf_model *m, const char *name, int ndim, const in
     for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == shape[i];
     if (!ok) {
         char a[96], b[96];
-        shape_str(a, sizeof a, t->ndim, t->shape);
-        shape_str(b, sizeof b, ndim, shape);
+        sm_hf_shape_str(a, sizeof a, t->ndim, t->shape);
+        sm_hf_shape_str(b, sizeof b, ndim, shape);
         return sm_fail(err, SM_ERR_FORMAT, "%s/%s: tensor '%s' has shape %s but config.json implies %s (%s)", m->dir,
                        m->shard_file[e->shard], name, a, b, why);
     }
@@ -352,7 +334,7 @@ static sm_status check_layer(sm_hf_model *m, int L, sm_error *err) {
         if (expert_index(nm + pl, c->E, NULL) < 0 || q->storage != SM_HF_SPLIT) {
             char b1[112];
             return sm_fail(err, SM_ERR_FORMAT, "%s/%s: tensor '%s' is not one of experts 0..%d of the %s layout (%s)", m->dir,
-                           m->shard_file[m->entry[i].shard], shown(b1, nm), c->E - 1,
+                           m->shard_file[m->entry[i].shard], sm_hf_shown(b1, nm), c->E - 1,
                            q->storage == SM_HF_SPLIT ? "per-expert" : "fused", why);
         }
     }
@@ -607,38 +589,6 @@ sm_status sm_hf_route_stats(const sm_hf_model *m, const float *router, const flo
     if (overlap) *overlap = ev ? ov : NAN;
     free(pr); free(pe); free(dbar); free(s1); free(s2);
     return SM_OK;
-}
-
-sm_status sm_hf_read_calib(const char *path, const char *block, int d, float **x, int *T, sm_error *err) {
-    *x = NULL;
-    *T = 0;
-    sm_safetensors st;
-    sm_status rc = sm_safetensors_open(&st, path, err);
-    if (rc != SM_OK) return rc;
-    const sm_st_tensor *t = sm_safetensors_find(&st, block);
-    if (!t) t = sm_safetensors_find(&st, "hidden_states");
-    if (!t) {
-        rc = sm_fail(err, SM_ERR_FORMAT, "%s: no tensor named '%s' or 'hidden_states' (the MoE block's input, (T, %d))",
-                     path, block, d);
-    } else if (t->ndim != 2 || t->shape[1] != d || t->shape[0] < 1 || t->shape[0] > (1 << 24)) {
-        char s[96];
-        shape_str(s, sizeof s, t->ndim, t->shape);
-        rc = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' has shape %s; calibration inputs must be (T, %d), 1 <= T <= 2^24",
-                     path, t->name, s, d);
-    } else if (!(*x = malloc(sizeof(float) * t->numel))) {
-        rc = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory for %zu values", path, t->numel);
-    } else {
-        rc = sm_st_read_f32(&st, t, 0, t->numel, *x, err);
-        for (size_t i = 0; rc == SM_OK && i < t->numel; i++)
-            if (!isfinite((*x)[i])) rc = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' holds a non-finite value at %zu", path, t->name, i);
-        if (rc == SM_OK) *T = (int)t->shape[0];
-    }
-    if (rc != SM_OK) {
-        free(*x);
-        *x = NULL;
-    }
-    sm_safetensors_free(&st);
-    return rc;
 }
 
 /* ---------------------------------------------------------------------------------------------- */

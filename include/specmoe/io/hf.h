@@ -124,6 +124,10 @@ sm_status sm_hf_route_stats(const sm_hf_model *m, const float *router, const flo
  * block (its input, after post_attention_layernorm), else one named "hidden_states"; (T, d), F32/F16/
  * BF16. *x is malloc'd. */
 sm_status sm_hf_read_calib(const char *path, const char *block, int d, float **x, int *T, sm_error *err);
+/* The same from a safetensors file already parsed in memory (sm_safetensors_parse) or opened header-only
+ * (sm_safetensors_open); what names it in messages (NULL: its path). */
+sm_status sm_hf_calib_from_safetensors(const sm_safetensors *f, const char *what, const char *block, int d, float **x,
+                                       int *T, sm_error *err);
 
 /* Expert groups a pruned model keeps (DeepSeek-V3 group-limited routing, n_group groups of E/n_group
  * consecutive experts): n_group when E_keep splits into equal groups of at least 2 from which
