@@ -466,3 +466,32 @@ Test(hf, json_unique_keys_check) {
     cJSON_Delete(o);
     cr_expect_eq(sm_json_check_unique_keys(NULL, "none", &err), SM_OK);
 }
+
+/* A calibration file of one (T, d) tensor `name` in dtype dt with the given raw bytes. */
+static void write_calib_raw(const char *path, const char *name, sm_dtype dt, int T, int d, const void *bytes) {
+    sm_st_writer w;
+    sm_st_writer_init(&w);
+    sm_error err;
+    sm_st_stream s;
+    cr_assert_eq(sm_st_writer_add_layout(&w, name, dt, 2, (int64_t[]){T, d}, &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(sm_st_stream_begin(&s, &w, path, &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(sm_st_stream_write(&s, bytes, (size_t)T * d * sm_dtype_size(dt), &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(sm_st_stream_finish(&s, &err), SM_OK, "%s", err.msg);
+    sm_st_writer_free(&w);
+}
+
+/* A calibration tensor of a dtype that is not F32/F16/BF16 is refused naming the file and the tensor. */
+Test(hf, calibration_dtype_error_names_file_and_tensor) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/calib-i32.safetensors", tu_tmpdir());
+    int32_t v[4 * 8];
+    for (int i = 0; i < 4 * 8; i++) v[i] = i;
+    write_calib_raw(path, "model.layers.0.mlp", SM_DT_I32, 4, 8, v);
+    float *x = NULL;
+    int T = 0;
+    sm_error err = {{0}};
+    cr_expect_neq(sm_hf_read_calib(path, "model.layers.0.mlp", 8, &x, &T, &err), SM_OK);
+    cr_expect(x == NULL && T == 0);
+    cr_expect(strstr(err.msg, path) && strstr(err.msg, "'model.layers.0.mlp'") && strstr(err.msg, "I32"),
+              "'%s' lacks the file, the tensor or its dtype", err.msg);
+}

@@ -18,6 +18,7 @@ sm_status sm_hf_calib_from_safetensors(const sm_safetensors *f, const char *what
     sm_status rc;
     const sm_st_tensor *t = sm_safetensors_find(f, block);
     if (!t) t = sm_safetensors_find(f, "hidden_states");
+    char nb[112];
     if (!t) {
         rc = sm_fail(err, SM_ERR_FORMAT, "%s: no tensor named '%s' or 'hidden_states' (the MoE block's input, (T, %d))",
                      what, block, d);
@@ -25,13 +26,16 @@ sm_status sm_hf_calib_from_safetensors(const sm_safetensors *f, const char *what
         char s[96];
         sm_hf_shape_str(s, sizeof s, t->ndim, t->shape);
         rc = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' has shape %s; calibration inputs must be (T, %d), 1 <= T <= 2^24",
-                     what, t->name, s, d);
+                     what, sm_hf_shown(nb, t->name), s, d);
+    } else if (t->dtype != SM_DT_F32 && t->dtype != SM_DT_F16 && t->dtype != SM_DT_BF16) {
+        rc = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' is %s; calibration inputs must be F32, F16 or BF16", what,
+                     sm_hf_shown(nb, t->name), sm_dtype_name(t->dtype));
     } else if (!(*x = malloc(sizeof(float) * t->numel))) {
         rc = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory for %zu values", what, t->numel);
     } else {
         rc = sm_st_read_f32(f, t, 0, t->numel, *x, err);
         for (size_t i = 0; rc == SM_OK && i < t->numel; i++)
-            if (!isfinite((*x)[i])) rc = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' holds a non-finite value at %zu", what, t->name, i);
+            if (!isfinite((*x)[i])) rc = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' holds a non-finite value at %zu", what, sm_hf_shown(nb, t->name), i);
         if (rc == SM_OK) *T = (int)t->shape[0];
     }
     if (rc != SM_OK) {
