@@ -235,6 +235,21 @@ if [ -x "$gen" ]; then
     expect 1 "ssmoe build: an I32 calibration tensor is refused naming the file and the tensor" \
         "calib-i32.safetensors: tensor 'hidden_states' is I32" -- \
         "$bin" ssmoe build --hf "$hf" --calib "$tmp/calib-i32.safetensors" --out "$tmp/ev-i32.safetensors"
+    # calibration values that are not finite, or so large that the router logits overflow float (which
+    # used to print -nan scores, keep experts 0..5 and write null into specmoe_prune.json), are refused
+    st1 "$tmp/calib-huge.safetensors" hidden_states F32 4 32 '\xe6\xb1\x61\x7f'
+    st1 "$tmp/calib-nan.safetensors" hidden_states F32 4 32 '\x00\x00\xc0\x7f'
+    expect 1 "ssmoe prune --hf: huge calibration values are refused naming the file and the tensor" \
+        "calib-huge.safetensors: tensor 'hidden_states' holds 3e\+38 at row 0, column 0" -- \
+        "$bin" ssmoe prune --hf "$hf" --out "$tmp/hf-huge" --rank router --calib "$tmp/calib-huge.safetensors"
+    [ ! -e "$tmp/hf-huge/specmoe_prune.json" ] && ok "ssmoe prune --hf: no report after refused calibration" \
+        || bad "ssmoe prune --hf: no report after refused calibration" "$(grep -m1 null "$tmp/hf-huge/specmoe_prune.json")"
+    expect 1 "ssmoe build --hf: huge calibration values are refused naming the file and the tensor" \
+        "calib-huge.safetensors: tensor 'hidden_states' holds 3e\+38" -- \
+        "$bin" ssmoe build --hf "$hf" --calib "$tmp/calib-huge.safetensors" --out "$tmp/ev-huge.safetensors"
+    expect 1 "ssmoe prune --hf: NaN calibration values are refused naming the file and the tensor" \
+        "calib-nan.safetensors: tensor 'hidden_states' holds a non-finite value \(nan\) at row 0, column 0" -- \
+        "$bin" ssmoe prune --hf "$hf" --out "$tmp/hf-nan" --rank ssmoe --calib "$tmp/calib-nan.safetensors"
     q=$tmp/hf-qwen
     "$gen" "$q" qwen2_moe fused 24 12 6 2 3 1 0 "$tmp/q-calib.safetensors" 32
     expect 0 "ssmoe prune --hf on fused Qwen2-MoE with a shared expert" "3 of 6 experts in each of 2 MoE layers" -- \

@@ -495,3 +495,63 @@ Test(hf, calibration_dtype_error_names_file_and_tensor) {
     cr_expect(strstr(err.msg, path) && strstr(err.msg, "'model.layers.0.mlp'") && strstr(err.msg, "I32"),
               "'%s' lacks the file, the tensor or its dtype", err.msg);
 }
+
+/* Non-finite calibration inputs, and finite ones so large that the router logits overflow float
+ * (they used to give NaN scores, a pruned model chosen from them and `null` in the report), are
+ * refused naming the file, the tensor and the entry. */
+Test(hf, calibration_non_finite_or_huge_refused) {
+    const char *dir = tu_tmpdir();
+    static const struct { sm_dtype dt; uint32_t word; const char *what; } cases[] = {
+        {SM_DT_F32, 0x7fc00000u, "non-finite"},        /* NaN */
+        {SM_DT_F32, 0xff800000u, "non-finite"},        /* -Inf */
+        {SM_DT_F16, 0x7c007c00u, "non-finite"},        /* +Inf, two halves */
+        {SM_DT_BF16, 0x7fc07fc0u, "non-finite"},       /* NaN, two halves */
+        {SM_DT_F32, 0x7f61b1e6u, "3e+38"},             /* finite, but x . w overflows */
+        {SM_DT_BF16, 0xe0a0e0a0u, "-9.2"},             /* about -9.2e19 */
+    };
+    const int T = 3, d = 8, bad_at = 13; /* row 1, column 5 */
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/calib-%zu.safetensors", dir, c);
+        const size_t es = sm_dtype_size(cases[c].dt);
+        uint8_t raw[3 * 8 * 4];
+        for (int i = 0; i < T * d; i++) { /* 0.5 everywhere but one entry */
+            uint32_t w = es == 4 ? 0x3f000000u : 0x3f003f00u; /* F16 0x3800 is 0.5 */
+            if (cases[c].dt == SM_DT_F16) w = 0x38003800u;
+            if (i == bad_at) w = cases[c].word;
+            memcpy(raw + (size_t)i * es, &w, es);
+        }
+        write_calib_raw(path, "model.layers.1.mlp", cases[c].dt, T, d, raw);
+        float *x = NULL;
+        int got_T = 0;
+        sm_error err = {{0}};
+        cr_expect_neq(sm_hf_read_calib(path, "model.layers.1.mlp", d, &x, &got_T, &err), SM_OK, "case %zu accepted", c);
+        cr_expect(x == NULL && got_T == 0);
+        cr_expect(strstr(err.msg, path) && strstr(err.msg, "'model.layers.1.mlp'") && strstr(err.msg, "row 1, column 5") &&
+                  strstr(err.msg, cases[c].what), "case %zu: '%s'", c, err.msg);
+    }
+}
+
+/* The routing statistics themselves never turn finite inputs into NaN: DeepSeek-V3's sigmoid scores
+ * whose every logit is below -88 underflow to 0 in float and were normalised as 0/0; logits that
+ * overflow float are refused. */
+Test(hf, route_stats_stay_finite) {
+    sm_hf_model m = {0};
+    m.dir = "DIR";
+    m.cfg.E = 2;
+    m.cfg.d = 2;
+    m.cfg.k = 1;
+    m.cfg.sigmoid = 1;
+    const float router[4] = {1, 0, 0, 1}, x[2] = {-200, -100}; /* logits -200 and -100 */
+    double mr[2], ov;
+    sm_error err = {{0}};
+    cr_assert_eq(sm_hf_route_stats(&m, router, NULL, x, 1, 0.5, mr, NULL, &ov, &err), SM_OK, "%s", err.msg);
+    /* sigmoid(l) ~ exp(l) there, so the normalised scores are softmax(-200, -100) */
+    cr_expect(isfinite(mr[0]) && isfinite(mr[1]), "scores %g %g", mr[0], mr[1]);
+    cr_expect_float_eq(mr[1], 1.0, 1e-12, "%g", mr[1]);
+    cr_expect_float_eq(mr[0], exp(-100.0), 1e-40, "%g", mr[0]);
+    const float huge[4] = {3e38f, 3e38f, 0, 1}, x2[2] = {2, 2}; /* logit 1.2e39: not a float */
+    m.cfg.sigmoid = 0;
+    cr_expect_eq(sm_hf_route_stats(&m, huge, NULL, x2, 1, 0.5, mr, NULL, &ov, &err), SM_ERR_NUMERIC);
+    cr_expect(strstr(err.msg, "DIR") && strstr(err.msg, "not finite"), "%s", err.msg);
+}

@@ -540,6 +540,17 @@ static void topk_mark(const float *p, int E, int k, unsigned char *sel) {
     }
 }
 
+/* Logits s (T, E) must be finite: inputs within SM_HF_CALIB_MAX and finite weights keep them so unless
+ * the weights are enormous, and one non-finite logit would make every score of its token NaN. */
+static sm_status finite_logits(const sm_hf_model *m, const float *s, int T, int E, const char *which, sm_error *err) {
+    for (size_t i = 0; i < (size_t)T * E; i++)
+        if (!isfinite(s[i]))
+            return sm_fail(err, SM_ERR_NUMERIC, "%s: the %s logit of calibration token %zu for expert %zu is not finite "
+                           "(%g): the inputs or the weights are too large for float", m->dir, which, i / (size_t)E,
+                           i % (size_t)E, (double)s[i]);
+    return SM_OK;
+}
+
 sm_status sm_hf_route_stats(const sm_hf_model *m, const float *router, const float *ev, const float *x, int T,
                             double alpha, double *mean_router, double *mean_mix, double *overlap, sm_error *err) {
     const int E = m->cfg.E, d = m->cfg.d, k = m->cfg.k;
@@ -553,19 +564,25 @@ sm_status sm_hf_route_stats(const sm_hf_model *m, const float *router, const flo
     }
     /* p_r: router logits x W^T (T, E), softmax; DeepSeek-V3's sigmoid scores normalised to sum 1 */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, E, d, 1.0f, x, d, router, d, 0.0f, pr, E);
-    if (m->cfg.sigmoid) {
-        for (int t = 0; t < T; t++) {
-            double z = 0;
-            for (int e = 0; e < E; e++) z += (pr[(size_t)t * E + e] = 1.0f / (1.0f + expf(-pr[(size_t)t * E + e])));
-            for (int e = 0; e < E; e++) pr[(size_t)t * E + e] = (float)(pr[(size_t)t * E + e] / z);
+    sm_status st = finite_logits(m, pr, T, E, "router", err);
+    if (st == SM_OK && m->cfg.sigmoid) {
+        /* sigmoid(l_e) / sum_f sigmoid(l_f) = softmax of log sigmoid(l): the direct quotient is 0/0 once every
+         * sigmoid underflows (all logits below about -88) */
+        for (size_t i = 0; i < (size_t)T * E; i++) {
+            const double l = pr[i];
+            pr[i] = (float)(l >= 0 ? -log1p(exp(-l)) : l - log1p(exp(l)));
         }
-    } else {
-        softmax_rows(pr, T, E);
     }
-    if (ev) { /* EV logits: x . (mean of the expert's three descriptors), no temperature */
+    if (st == SM_OK) softmax_rows(pr, T, E);
+    if (st == SM_OK && ev) { /* EV logits: x . (mean of the expert's three descriptors), no temperature */
         sm_hf_ev_mean(ev, E, d, dbar);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, E, d, 1.0f, x, d, dbar, d, 0.0f, pe, E);
-        softmax_rows(pe, T, E);
+        st = finite_logits(m, pe, T, E, "EV", err);
+        if (st == SM_OK) softmax_rows(pe, T, E);
+    }
+    if (st != SM_OK) {
+        free(pr); free(pe); free(dbar); free(s1); free(s2);
+        return st;
     }
     for (int e = 0; e < E; e++) {
         mean_router[e] = 0;

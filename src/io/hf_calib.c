@@ -4,6 +4,7 @@
  * only the safetensors reader. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "hf_internal.h"
@@ -34,8 +35,15 @@ sm_status sm_hf_calib_from_safetensors(const sm_safetensors *f, const char *what
         rc = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory for %zu values", what, t->numel);
     } else {
         rc = sm_st_read_f32(f, t, 0, t->numel, *x, err);
-        for (size_t i = 0; rc == SM_OK && i < t->numel; i++)
-            if (!isfinite((*x)[i])) rc = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' holds a non-finite value at %zu", what, sm_hf_shown(nb, t->name), i);
+        for (size_t i = 0; rc == SM_OK && i < t->numel; i++) {
+            const float v = (*x)[i];
+            if (isfinite(v) && fabsf(v) <= SM_HF_CALIB_MAX) continue;
+            char val[32];
+            snprintf(val, sizeof val, isfinite(v) ? "%g" : "a non-finite value (%g)", (double)v);
+            rc = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' holds %s at row %zu, column %zu; calibration inputs must be "
+                         "finite and within +-%g (router logits computed from larger ones overflow)", what,
+                         sm_hf_shown(nb, t->name), val, i / (size_t)d, i % (size_t)d, SM_HF_CALIB_MAX);
+        }
         if (rc == SM_OK) *T = (int)t->shape[0];
     }
     if (rc != SM_OK) {

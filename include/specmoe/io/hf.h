@@ -116,13 +116,17 @@ void sm_hf_ev_mean(const float *ev, int E, int d, float *dbar);
  *   mean_mix (E):    mean mixed probability alpha p_ev + (1 - alpha) p_router (p_ev = softmax of the
  *                    EV logits, an expert's mean descriptor dotted with x); NULL ev skips it;
  *   overlap:         mean fraction of a token's top-k under the mix that is also in the router's top-k
- *                    (SSMoE App. D.6); NaN without ev. */
+ *                    (SSMoE App. D.6); NaN without ev.
+ * A logit that is not finite (float overflow) is refused with SM_ERR_NUMERIC rather than turned into
+ * NaN scores. */
 sm_status sm_hf_route_stats(const sm_hf_model *m, const float *router, const float *ev, const float *x, int T,
                             double alpha, double *mean_router, double *mean_mix, double *overlap, sm_error *err);
 
 /* Calibration inputs of MoE block `block` (d wide) from a safetensors file: the tensor named after the
  * block (its input, after post_attention_layernorm), else one named "hidden_states"; (T, d), F32/F16/
- * BF16. *x is malloc'd. */
+ * BF16, every value finite and within +-SM_HF_CALIB_MAX (no layer-norm output comes near it, and the
+ * float router logits of larger inputs can overflow). *x is malloc'd. */
+#define SM_HF_CALIB_MAX 1e15
 sm_status sm_hf_read_calib(const char *path, const char *block, int d, float **x, int *T, sm_error *err);
 /* The same from a safetensors file already parsed in memory (sm_safetensors_parse) or opened header-only
  * (sm_safetensors_open); what names it in messages (NULL: its path). */
