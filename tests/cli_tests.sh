@@ -250,6 +250,12 @@ if [ -x "$gen" ]; then
     expect 1 "ssmoe prune --hf: NaN calibration values are refused naming the file and the tensor" \
         "calib-nan.safetensors: tensor 'hidden_states' holds a non-finite value \(nan\) at row 0, column 0" -- \
         "$bin" ssmoe prune --hf "$hf" --out "$tmp/hf-nan" --rank ssmoe --calib "$tmp/calib-nan.safetensors"
+    # a config.json declaring fewer layers than the checkpoint holds: pruning used to copy the extra
+    # layer with all 8 experts beside a config that says 6
+    cp -r "$hf" "$tmp/hf-fewer" && sed -i 's/"num_hidden_layers": 3/"num_hidden_layers": 2/' "$tmp/hf-fewer/config.json"
+    expect 1 "ssmoe prune --hf: a layer beyond num_hidden_layers is refused, naming its tensor and file" \
+        "hf-fewer/model-00001-of-00002.safetensors: tensor 'model\.layers\.2\.[^']*' belongs to layer 2, but config.json has num_hidden_layers 2" -- \
+        "$bin" ssmoe prune --hf "$tmp/hf-fewer" --out "$tmp/hf-fewer-pruned" --rank random
     q=$tmp/hf-qwen
     "$gen" "$q" qwen2_moe fused 24 12 6 2 3 1 0 "$tmp/q-calib.safetensors" 32
     expect 0 "ssmoe prune --hf on fused Qwen2-MoE with a shared expert" "3 of 6 experts in each of 2 MoE layers" -- \

@@ -273,6 +273,15 @@ Test(hf, malformed_directories_refused_naming_tensor_or_file) {
     expect_refusal(&s, "model.layers.0.extra.weight", "no shard holds it");
     s.breakage = "extra-expert";
     expect_refusal(&s, "model.layers.0.block_sparse_moe.experts.01.w1.weight", "not one of experts 0..3");
+    /* a layer beyond num_hidden_layers would be copied with all its experts: refused, naming the first
+     * tensor of the first such layer (numerically: layer 10 of 11, not "1x" by name) and its shard */
+    s.breakage = "config-fewer-layers";
+    expect_refusal(&s, "tensor 'model.layers.1.block_sparse_moe.experts.0.w1.weight'", "num_hidden_layers 1");
+    expect_refusal(&s, "/model-00002-of-00002.safetensors: ", "layer 1");
+    hf_spec many = layouts[8];
+    many.breakage = "config-fewer-layers";
+    expect_refusal(&many, "/model-00002-of-00003.safetensors: tensor 'model.layers.10.block_sparse_moe.experts.0.w1.weight'",
+                   "num_hidden_layers 10");
     hf_spec f = layouts[4]; /* fused: a missing down_proj */
     f.breakage = "missing-tensor";
     expect_refusal(&f, "model.layers.1.block_sparse_moe.experts.down_proj", "missing");

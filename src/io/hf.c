@@ -351,6 +351,31 @@ static sm_status check_layer(sm_hf_model *m, int L, sm_error *err) {
     return SM_OK;
 }
 
+/* Every "model.layers.N.*" tensor must belong to a layer config.json declares (N < num_hidden_layers):
+ * pruning renumbers the experts of the declared layers only, so a layer past them would be copied
+ * with all its experts, into a config that says fewer. Names the first tensor of the lowest such N. */
+static sm_status check_layer_range(const sm_hf_model *m, sm_error *err) {
+    static const char pre[] = "model.layers.";
+    const size_t pl = sizeof pre - 1;
+    long first = -1;
+    int at = -1;
+    for (int i = 0; i < m->n_entries; i++) { /* entries are sorted by name: the first hit of a layer is its first tensor */
+        const char *p = m->entry[i].name;
+        if (strncmp(p, pre, pl) != 0 || !isdigit((unsigned char)p[pl])) continue;
+        long L = 0;
+        for (p += pl; isdigit((unsigned char)*p); p++) L = L < 100000000L ? 10 * L + (*p - '0') : L;
+        if (*p == '.' && L >= m->cfg.n_layers && (at < 0 || L < first)) {
+            first = L;
+            at = i;
+        }
+    }
+    if (at < 0) return SM_OK;
+    char b1[112];
+    return sm_fail(err, SM_ERR_FORMAT, "%s/%s: tensor '%s' belongs to layer %ld, but config.json has num_hidden_layers "
+                   "%d: the checkpoint and its config disagree", m->dir, m->shard_file[m->entry[at].shard],
+                   sm_hf_shown(b1, m->entry[at].name), first, m->cfg.n_layers);
+}
+
 sm_status sm_hf_open(sm_hf_model *m, const char *dir, sm_error *err) {
     if (!m || !dir) return sm_fail(err, SM_ERR_ARG, "sm_hf_open: NULL argument");
     memset(m, 0, sizeof *m);
@@ -362,6 +387,7 @@ sm_status sm_hf_open(sm_hf_model *m, const char *dir, sm_error *err) {
     free(text);
     free(cpath);
     if (st == SM_OK) st = open_shards(m, err);
+    if (st == SM_OK) st = check_layer_range(m, err);
     if (st == SM_OK && !(m->moe = calloc((size_t)m->cfg.n_layers, sizeof *m->moe)))
         st = sm_fail(err, SM_ERR_NOMEM, "out of memory");
     for (int L = 0; st == SM_OK && L < m->cfg.n_layers; L++) st = check_layer(m, L, err);
