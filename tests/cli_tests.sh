@@ -226,8 +226,18 @@ if [ -x "$gen" ]; then
         "$bin" ssmoe prune --hf "$hf" --out "$tmp/hf-rand" --rank random --keep 0.5 --seed 3
     expect 2 "ssmoe prune --hf --rank router without --calib refused" "needs --calib" -- \
         "$bin" ssmoe prune --hf "$hf" --out "$tmp/x" --rank router
-    expect 1 "ssmoe prune --hf into the source directory refused" "other than the source" -- \
+    # the output directory: new or empty, outside the model directory; refused as a usage error
+    # before any scoring (an earlier run's files would stay beside the new ones)
+    expect 2 "ssmoe prune --hf into the source directory refused" "is the model directory .* itself" -- \
         "$bin" ssmoe prune --hf "$hf" --out "$hf" --rank random
+    expect 2 "ssmoe prune --hf into a directory inside the source refused" "inside the model directory" -- \
+        "$bin" ssmoe prune --hf "$hf" --out "$hf/pruned" --rank random
+    [ ! -e "$hf/pruned" ] && ok "ssmoe prune --hf: nothing created inside the source" || bad "ssmoe prune --hf: nothing created inside the source"
+    expect 2 "ssmoe prune --hf into a non-empty directory refused" \
+        "hf-rand: the output directory is not empty .*choose another --out or remove it" -- \
+        "$bin" ssmoe prune --hf "$hf" --out "$tmp/hf-rand" --rank router --calib "$tmp/hf-calib.safetensors"
+    grep -q '"rank":.*"random"' "$tmp/hf-rand/specmoe_prune.json" && ok "ssmoe prune --hf: the refused directory is untouched" \
+        || bad "ssmoe prune --hf: the refused directory is untouched"
     "$gen" "$tmp/hf-small" mixtral split 16 8 4 2 3 1 0 "$tmp/hf-calib-bad.safetensors" 8
     expect 1 "ssmoe build: calibration of the wrong width refused" "must be \(T, 32\)" -- \
         "$bin" ssmoe build --hf "$tmp/hf-pruned" --calib "$tmp/hf-calib-bad.safetensors" --out "$tmp/ev3.safetensors"

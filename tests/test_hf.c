@@ -564,3 +564,44 @@ Test(hf, route_stats_stay_finite) {
     cr_expect_eq(sm_hf_route_stats(&m, huge, NULL, x2, 1, 0.5, mr, NULL, &ov, &err), SM_ERR_NUMERIC);
     cr_expect(strstr(err.msg, "DIR") && strstr(err.msg, "not finite"), "%s", err.msg);
 }
+
+/* The output of sm_hf_prune must be a new or empty directory outside the model directory: files of an
+ * earlier run would stay beside the new shards, and a directory inside the model would be copied into
+ * itself. Nothing is written when refused. */
+Test(hf, prune_output_directory_rules) {
+    const hf_spec *s = &layouts[0]; /* mixtral, E 4, 2 MoE layers */
+    const char *dir = make_model(s);
+    sm_hf_model m;
+    sm_error err = {{0}};
+    cr_assert_eq(sm_hf_open(&m, dir, &err), SM_OK, "%s", err.msg);
+    int keep[4] = {0, 1, 1, 3};
+    char out[512], path[600];
+    /* a non-empty directory: an earlier run's shard stays untouched, nothing is added */
+    snprintf(out, sizeof out, "%s", tu_tmpdir());
+    snprintf(path, sizeof path, "%s/model-00003-of-00003.safetensors", out);
+    cr_assert_eq(tu_write_file(path, "stale", 5), 0);
+    cr_expect_eq(sm_hf_prune(&m, keep, 2, out, &err), SM_ERR_ARG, "a non-empty output directory was accepted");
+    cr_expect(strstr(err.msg, out) && strstr(err.msg, "not empty") && strstr(err.msg, "model-00003-of-00003.safetensors") &&
+              strstr(err.msg, "--out") && strstr(err.msg, "remove it"), "%s", err.msg);
+    snprintf(path, sizeof path, "%s/config.json", out);
+    cr_expect(access(path, F_OK) != 0, "config.json written into a refused directory");
+    /* the model directory itself, a new or an existing empty directory inside it, a link to it */
+    snprintf(out, sizeof out, "%s/pruned", dir);
+    cr_expect_eq(sm_hf_prune(&m, keep, 2, out, &err), SM_ERR_ARG, "an output inside the model directory was accepted");
+    cr_expect(strstr(err.msg, "inside the model directory") != NULL, "%s", err.msg);
+    cr_expect(access(out, F_OK) != 0, "%s created", out);
+    cr_assert_eq(mkdir(out, 0755), 0);
+    cr_expect_eq(sm_hf_prune(&m, keep, 2, out, &err), SM_ERR_ARG);
+    cr_expect(strstr(err.msg, "inside the model directory") != NULL, "%s", err.msg);
+    cr_expect_eq(sm_hf_prune(&m, keep, 2, dir, &err), SM_ERR_ARG);
+    cr_expect(strstr(err.msg, "is the model directory") != NULL, "%s", err.msg);
+    snprintf(out, sizeof out, "%s/link-to-model", tu_tmpdir());
+    cr_assert_eq(symlink(dir, out), 0);
+    cr_expect_eq(sm_hf_prune(&m, keep, 2, out, &err), SM_ERR_ARG);
+    cr_expect(strstr(err.msg, "is the model directory") != NULL, "%s", err.msg);
+    /* an existing empty directory, and a new one whose parent exists, are fine */
+    cr_expect_eq(sm_hf_prune(&m, keep, 2, tu_tmpdir(), &err), SM_OK, "%s", err.msg);
+    snprintf(out, sizeof out, "%s/new/", tu_tmpdir());
+    cr_expect_eq(sm_hf_prune(&m, keep, 2, out, &err), SM_OK, "%s", err.msg);
+    sm_hf_close(&m);
+}

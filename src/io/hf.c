@@ -805,6 +805,78 @@ static sm_status copy_other_files(const sm_hf_model *m, const char *out_dir, uin
     return st;
 }
 
+/* Whether the resolved path p is root or lies below it (root resolved too). */
+static int path_within(const char *p, const char *root) {
+    size_t n = strlen(root);
+    if (n == 1 && root[0] == '/') return 1;
+    return strncmp(p, root, n) == 0 && (p[n] == '\0' || p[n] == '/');
+}
+
+/* out resolved into res, whether or not it exists yet: a missing out is its parent's real path plus
+ * its last component. *exists tells which. */
+static sm_status resolve_out(const char *out, char res[PATH_MAX], int *exists, sm_error *err) {
+    *exists = 0;
+    if (realpath(out, res)) {
+        *exists = 1;
+        return SM_OK;
+    }
+    struct stat sb;
+    if (errno != ENOENT || lstat(out, &sb) == 0) /* a dangling symlink lstat's fine but cannot be created */
+        return sm_fail(err, SM_ERR_IO, "%s: cannot resolve the output directory: %s", out,
+                       errno == ENOENT ? "a symbolic link to nowhere" : strerror(errno));
+    size_t n = strlen(out);
+    while (n > 1 && out[n - 1] == '/') n--; /* "new/" */
+    size_t slash = n;
+    while (slash > 0 && out[slash - 1] != '/') slash--;
+    char parent[PATH_MAX], pres[PATH_MAX];
+    if (n >= sizeof parent) return sm_fail(err, SM_ERR_ARG, "%s: path too long", out);
+    const size_t pl = slash == 0 ? 0 : slash > 1 ? slash - 1 : 1; /* "a/b" -> "a", "/b" -> "/", "b" -> "." */
+    memcpy(parent, pl ? out : ".", pl ? pl : 1);
+    parent[pl ? pl : 1] = '\0';
+    if (!realpath(parent, pres))
+        return sm_fail(err, SM_ERR_IO, "%s: cannot create the output directory: %s: %s", out, parent, strerror(errno));
+    size_t rl = strlen(pres);
+    if (rl + 1 + (n - slash) >= PATH_MAX) return sm_fail(err, SM_ERR_ARG, "%s: path too long", out);
+    memcpy(res, pres, rl);
+    if (strcmp(pres, "/") != 0) res[rl++] = '/';
+    memcpy(res + rl, out + slash, n - slash);
+    res[rl + n - slash] = '\0';
+    return SM_OK;
+}
+
+sm_status sm_hf_check_prune_out(const char *dir, const char *out_dir, sm_error *err) {
+    if (!dir || !out_dir || !out_dir[0]) return sm_fail(err, SM_ERR_ARG, "prune: no model or output directory");
+    char src[PATH_MAX], out[PATH_MAX];
+    if (!realpath(dir, src)) return sm_fail(err, SM_ERR_IO, "%s: cannot resolve: %s", dir, strerror(errno));
+    int exists;
+    sm_status st = resolve_out(out_dir, out, &exists, err);
+    if (st != SM_OK) return st;
+    if (strcmp(out, src) == 0)
+        return sm_fail(err, SM_ERR_ARG, "%s: this is the model directory %s itself; the pruned model needs a directory of "
+                       "its own (choose another --out)", out_dir, dir);
+    if (path_within(out, src))
+        return sm_fail(err, SM_ERR_ARG, "%s: inside the model directory %s, which pruning reads and copies; "
+                       "choose an --out outside it", out_dir, dir);
+    if (!exists) return SM_OK;
+    struct stat sb;
+    if (stat(out, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return sm_fail(err, SM_ERR_ARG, "%s: exists and is not a directory; choose another --out", out_dir);
+    DIR *dp = opendir(out);
+    if (!dp) return sm_fail(err, SM_ERR_IO, "%s: cannot list: %s", out_dir, strerror(errno));
+    struct dirent *de;
+    char first[112] = "";
+    while ((de = readdir(dp)))
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) {
+            sm_hf_shown(first, de->d_name);
+            break;
+        }
+    closedir(dp);
+    if (first[0])
+        return sm_fail(err, SM_ERR_ARG, "%s: the output directory is not empty (it holds '%s', perhaps from an earlier "
+                       "run, which would stay beside the new files); choose another --out or remove it", out_dir, first);
+    return SM_OK;
+}
+
 int sm_hf_pruned_groups(const sm_hf_config *c, int E_keep) {
     const int G = c->n_group;
     if (G <= 1 || E_keep % G != 0 || c->E % G != 0) return 1;
@@ -866,20 +938,17 @@ sm_status sm_hf_prune(const sm_hf_model *m, const int *keep, int E_keep, const c
                 return sm_fail(err, SM_ERR_ARG, "prune: layer %d keeps %d experts of group %d; grouped routing (%d groups) "
                                "needs %d from each", l, n, g, G, E_keep / G);
         }
+    sm_status st = sm_hf_check_prune_out(m->dir, out_dir, err);
+    if (st != SM_OK) return st;
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
         return sm_fail(err, SM_ERR_IO, "%s: cannot create: %s", out_dir, strerror(errno));
-    char a[PATH_MAX], b[PATH_MAX];
-    if (!realpath(out_dir, a) || !realpath(m->dir, b))
-        return sm_fail(err, SM_ERR_IO, "%s: cannot resolve: %s", out_dir, strerror(errno));
-    if (strcmp(a, b) == 0)
-        return sm_fail(err, SM_ERR_ARG, "%s: the pruned model must go to a directory other than the source", out_dir);
     uint8_t *buf = malloc(HF_COPY_CHUNK);
     cJSON *index = m->indexed ? cJSON_CreateObject() : NULL, *meta = NULL, *wmap = NULL;
     if (index) {
         meta = cJSON_AddObjectToObject(index, "metadata");
         wmap = cJSON_AddObjectToObject(index, "weight_map");
     }
-    sm_status st = (!buf || (m->indexed && (!index || !meta || !wmap))) ? sm_fail(err, SM_ERR_NOMEM, "out of memory") : SM_OK;
+    st = (!buf || (m->indexed && (!index || !meta || !wmap))) ? sm_fail(err, SM_ERR_NOMEM, "out of memory") : SM_OK;
     size_t total = 0;
     for (int s = 0; s < m->n_shards && st == SM_OK; s++) st = prune_shard(m, s, keep, E_keep, out_dir, wmap, &total, buf, err);
     if (st == SM_OK && index) {
@@ -888,11 +957,6 @@ sm_status sm_hf_prune(const sm_hf_model *m, const int *keep, int E_keep, const c
         st = text && ipath ? write_atomic(ipath, text, strlen(text), err) : sm_fail(err, SM_ERR_NOMEM, "out of memory");
         free(text);
         free(ipath);
-    }
-    if (st == SM_OK && !index) { /* a single-file result: an index left by an earlier run would shadow it */
-        char *stale = pjoin(out_dir, "model.safetensors.index.json");
-        if (stale) (void)remove(stale);
-        free(stale);
     }
     if (st == SM_OK) st = write_config(m, E_keep, out_dir, err);
     if (st == SM_OK) st = copy_other_files(m, out_dir, buf, err);
