@@ -266,6 +266,25 @@ if [ -x "$gen" ]; then
     expect 1 "ssmoe prune --hf: a layer beyond num_hidden_layers is refused, naming its tensor and file" \
         "hf-fewer/model-00001-of-00002.safetensors: tensor 'model\.layers\.2\.[^']*' belongs to layer 2, but config.json has num_hidden_layers 2" -- \
         "$bin" ssmoe prune --hf "$tmp/hf-fewer" --out "$tmp/hf-fewer-pruned" --rank random
+    # the other files: a symlink is followed only inside the model directory (tokenizer.json ->
+    # /etc/shadow used to be copied, world-readable), and copies keep their modes
+    sl=$tmp/hf-symlink
+    "$gen" "$sl" olmoe split 16 8 4 2 2 1 0
+    printf 'root:secret\n' > "$tmp/secret" && chmod 600 "$tmp/secret"
+    rm "$sl/tokenizer.json" && ln -s "$tmp/secret" "$sl/tokenizer.json"
+    expect 1 "ssmoe prune --hf: a symlink out of the model directory is refused, naming it and its target" \
+        "hf-symlink/tokenizer.json: a symbolic link to '$tmp/secret' .*outside the model directory" -- \
+        "$bin" ssmoe prune --hf "$sl" --out "$tmp/hf-symlink-pruned" --rank random
+    [ ! -e "$tmp/hf-symlink-pruned" ] && ok "ssmoe prune --hf: nothing written after the refused symlink" \
+        || bad "ssmoe prune --hf: nothing written after the refused symlink" "$(ls -l "$tmp/hf-symlink-pruned")"
+    rm "$sl/tokenizer.json" && printf '{}\n' > "$sl/tokenizer.json" && chmod 600 "$sl/tokenizer.json"
+    printf '{}\n' > "$sl/generation_config.json" && chmod 664 "$sl/generation_config.json"
+    ln -s generation_config.json "$sl/alias.json"
+    "$bin" ssmoe prune --hf "$sl" --out "$tmp/hf-symlink-pruned" --rank random >/dev/null 2>&1
+    modes=$(cd "$tmp/hf-symlink-pruned" 2>/dev/null && stat -c '%n=%a' tokenizer.json generation_config.json alias.json | tr '\n' ' ')
+    [ "$modes" = "tokenizer.json=600 generation_config.json=664 alias.json=664 " ] && [ ! -L "$tmp/hf-symlink-pruned/alias.json" ] \
+        && ok "ssmoe prune --hf: copies keep their modes; a link inside is copied as its file" \
+        || bad "ssmoe prune --hf: copies keep their modes; a link inside is copied as its file" "$modes"
     q=$tmp/hf-qwen
     "$gen" "$q" qwen2_moe fused 24 12 6 2 3 1 0 "$tmp/q-calib.safetensors" 32
     expect 0 "ssmoe prune --hf on fused Qwen2-MoE with a shared expert" "3 of 6 experts in each of 2 MoE layers" -- \

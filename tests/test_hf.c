@@ -605,3 +605,85 @@ Test(hf, prune_output_directory_rules) {
     cr_expect_eq(sm_hf_prune(&m, keep, 2, out, &err), SM_OK, "%s", err.msg);
     sm_hf_close(&m);
 }
+
+static int mode_of(const char *dir, const char *name) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    struct stat sb;
+    return lstat(p, &sb) == 0 ? (int)(sb.st_mode & 07777) : -1;
+}
+
+static void write_mode(const char *dir, const char *name, const char *text, int mode) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    cr_assert_eq(tu_write_file(p, text, strlen(text)), 0, "%s", p);
+    cr_assert_eq(chmod(p, (mode_t)mode), 0, "%s", p);
+}
+
+/* Prunes the 2-MoE-layer, 4-expert model in dir to experts {0, 1} into out = a new directory. */
+static sm_status prune_2_of_4(const char *dir, char out[256], sm_error *err) {
+    sm_hf_model m;
+    snprintf(out, 256, "%s/pruned", tu_tmpdir());
+    cr_assert_eq(sm_hf_open(&m, dir, err), SM_OK, "%s", err->msg);
+    int keep[4] = {0, 1, 0, 1};
+    sm_status st = sm_hf_prune(&m, keep, 2, out, err);
+    sm_hf_close(&m);
+    return st;
+}
+
+/* The other files of the model directory: a symlink is followed only to a file inside the directory
+ * (tokenizer.json -> /etc/shadow used to be copied, world-readable), and every copy keeps its
+ * source's mode bits exactly, umask or not, as do the shards, index and config.json pruning writes. */
+Test(hf, prune_copies_other_files_without_escaping_or_widening) {
+    umask(022);
+    hf_spec s = layouts[0]; /* mixtral, 2 shards with an index */
+    const char *dir = make_model(&s), *outside = tu_tmpdir();
+    char dirc[256], secret[600], link[600];
+    snprintf(dirc, sizeof dirc, "%s", dir);
+    write_mode(outside, "secret", "root:x:0:0\n", 0600);
+    snprintf(secret, sizeof secret, "%s/secret", outside);
+    snprintf(link, sizeof link, "%s/tokenizer.json", dirc);
+    cr_assert_eq(unlink(link), 0);
+    for (int t = 0; t < 2; t++) { /* an absolute link, then a relative one */
+        char target[600];
+        if (t == 0) snprintf(target, sizeof target, "%s", secret);
+        else snprintf(target, sizeof target, "../%s/secret", strrchr(outside, '/') + 1);
+        (void)unlink(link);
+        cr_assert_eq(symlink(target, link), 0);
+        char out[256];
+        sm_error err = {{0}};
+        cr_expect_neq(prune_2_of_4(dirc, out, &err), SM_OK, "a link to %s was followed", target);
+        cr_expect(strstr(err.msg, link) && strstr(err.msg, target) && strstr(err.msg, "outside the model directory"),
+                  "'%s' lacks the link, its target or the reason", err.msg);
+        cr_expect(access(out, F_OK) != 0, "%s written although refused", out);
+    }
+    /* links that stay inside are copied as regular files with the target's content and mode; every
+     * copy keeps its mode */
+    cr_assert_eq(unlink(link), 0);
+    write_mode(dirc, "tokenizer_real.json", "{\"real\": 1}\n", 0640);
+    cr_assert_eq(symlink("tokenizer_real.json", link), 0);
+    write_mode(dirc, "generation_config.json", "{}\n", 0664);
+    write_mode(dirc, "run.sh", "#!/bin/sh\n", 0755);
+    write_mode(dirc, "private.txt", "p\n", 0600);
+    char p[600];
+    snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", dirc);
+    cr_assert_eq(chmod(p, 0600), 0);
+    snprintf(p, sizeof p, "%s/config.json", dirc);
+    cr_assert_eq(chmod(p, 0640), 0);
+    char out[256];
+    sm_error err = {{0}};
+    cr_assert_eq(prune_2_of_4(dirc, out, &err), SM_OK, "%s", err.msg);
+    static const struct { const char *name; int mode; } want[] = {
+        {"tokenizer.json", 0640}, {"tokenizer_real.json", 0640}, {"generation_config.json", 0664}, {"run.sh", 0755},
+        {"private.txt", 0600}, {"model-00001-of-00002.safetensors", 0600}, {"model-00002-of-00002.safetensors", 0644},
+        {"config.json", 0640}, {"model.safetensors.index.json", 0644},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_expect_eq(mode_of(out, want[i].name), want[i].mode, "%s: mode %o, source %o", want[i].name,
+                     (unsigned)mode_of(out, want[i].name), (unsigned)want[i].mode);
+    snprintf(p, sizeof p, "%s/tokenizer.json", out);
+    size_t n = 0;
+    unsigned char *text = tu_read_file(p, &n);
+    cr_expect(text && n == 12 && !memcmp(text, "{\"real\": 1}\n", 12), "the link's target was not copied");
+    free(text);
+}

@@ -767,10 +767,84 @@ static sm_status prune_shard(const sm_hf_model *m, int s, const int *keep, int E
     return st;
 }
 
-/* Copies the regular files of the model directory that pruning does not rewrite (tokenizer, ...). */
-static sm_status copy_other_files(const sm_hf_model *m, const char *out_dir, uint8_t *buf, sm_error *err) {
-    DIR *dp = opendir(m->dir);
-    if (!dp) return sm_fail(err, SM_ERR_IO, "%s: cannot list: %s", m->dir, strerror(errno));
+/* Whether the resolved path p is root or lies below it (root resolved too). */
+static int path_within(const char *p, const char *root) {
+    size_t n = strlen(root);
+    if (n == 1 && root[0] == '/') return 1;
+    return strncmp(p, root, n) == 0 && (p[n] == '\0' || p[n] == '/');
+}
+
+/* One regular file: src is opened without following a final symlink and must be a regular file (a
+ * FIFO is not waited on); dst is created fresh (O_EXCL, no symlink followed) with src's permission
+ * bits, which are then set exactly, whatever the umask: never wider than the source, and not narrower
+ * either. dst NULL only checks that src can be opened. */
+static sm_status copy_file(const char *src, const char *dst, uint8_t *buf, sm_error *err) {
+    int in = open(src, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+    struct stat sb;
+    if (in < 0) return sm_fail(err, SM_ERR_IO, "%s: cannot open: %s", src, strerror(errno));
+    if (fstat(in, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(in);
+        return sm_fail(err, SM_ERR_IO, "%s: not a regular file", src);
+    }
+    if (!dst) {
+        close(in);
+        return SM_OK;
+    }
+    const mode_t mode = sb.st_mode & 0777;
+    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
+    sm_status st = out >= 0 ? SM_OK : sm_fail(err, SM_ERR_IO, "%s: cannot create: %s", dst, strerror(errno));
+    for (ssize_t r; st == SM_OK && (r = read(in, buf, HF_COPY_CHUNK)) != 0;) {
+        if (r < 0) {
+            if (errno != EINTR) st = sm_fail(err, SM_ERR_IO, "%s: read failed: %s", src, strerror(errno));
+            continue;
+        }
+        for (ssize_t done = 0; st == SM_OK && done < r;) {
+            ssize_t w = write(out, buf + done, (size_t)(r - done));
+            if (w > 0) done += w;
+            else if (w == 0 || errno != EINTR) st = sm_fail(err, SM_ERR_IO, "%s: write failed: %s", dst, strerror(errno));
+        }
+    }
+    if (st == SM_OK && fchmod(out, mode) != 0) st = sm_fail(err, SM_ERR_IO, "%s: cannot set mode %o: %s", dst, (unsigned)mode, strerror(errno));
+    if (out >= 0 && close(out) != 0 && st == SM_OK) st = sm_fail(err, SM_ERR_IO, "%s: close failed: %s", dst, strerror(errno));
+    close(in);
+    if (st != SM_OK && out >= 0) unlink(dst);
+    return st;
+}
+
+/* Gives dst the permission bits of src (the shards, index and config.json pruning rewrites). */
+static sm_status keep_mode(const char *src, const char *dst, sm_error *err) {
+    struct stat sb;
+    if (stat(src, &sb) != 0) return sm_fail(err, SM_ERR_IO, "%s: cannot stat: %s", src, strerror(errno));
+    if (chmod(dst, sb.st_mode & 0777) != 0) return sm_fail(err, SM_ERR_IO, "%s: cannot set its mode: %s", dst, strerror(errno));
+    return SM_OK;
+}
+
+/* What a symbolic link at path leads to: its resolved target in res, which must lie inside root (the
+ * model directory, resolved). A link that leads outside, or nowhere, is refused, naming the link and
+ * where it points: following it would copy, say, /etc/shadow into the pruned model. */
+static sm_status resolve_link(const char *path, const char *root, char res[PATH_MAX], sm_error *err) {
+    char target[PATH_MAX];
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n < 0) return sm_fail(err, SM_ERR_IO, "%s: cannot read the symbolic link: %s", path, strerror(errno));
+    target[n] = '\0';
+    char tb[112];
+    sm_hf_shown(tb, target);
+    if (!realpath(path, res))
+        return sm_fail(err, SM_ERR_FORMAT, "%s: a symbolic link to '%s', which cannot be resolved: %s", path, tb, strerror(errno));
+    if (path_within(res, root)) return SM_OK;
+    char rb[112];
+    return sm_fail(err, SM_ERR_FORMAT, "%s: a symbolic link to '%s' (%s), outside the model directory %s; pruning copies "
+                   "only what lies inside it: put the file itself there, or remove the link%s", path, tb,
+                   sm_hf_shown(rb, res), root, strstr(res, "/blobs/") ? " (a Hugging Face cache snapshot links its files "
+                   "into ../../blobs: copy the snapshot with cp -rL, or download with --local-dir, before pruning)" : "");
+}
+
+/* Copies the regular files of the model directory dir (root: its real path) that pruning does not
+ * rewrite (tokenizer, ...) to out_dir; out_dir NULL only checks them. A symbolic link is copied as the
+ * file it resolves to when that lies inside the model directory, and refused otherwise. */
+static sm_status copy_other_files(const char *root, const char *dir, const char *out_dir, uint8_t *buf, sm_error *err) {
+    DIR *dp = opendir(dir);
+    if (!dp) return sm_fail(err, SM_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
     sm_status st = SM_OK;
     struct dirent *de;
     while (st == SM_OK && (de = readdir(dp))) {
@@ -780,36 +854,21 @@ static sm_status copy_other_files(const sm_hf_model *m, const char *out_dir, uin
             (nl > 12 && !strcmp(nm + nl - 12, ".safetensors")) || (nl > 4 && !strcmp(nm + nl - 4, ".tmp")) ||
             !strncmp(nm, "ev_router", 9))
             continue;
-        char *src = pjoin(m->dir, nm), *dst = pjoin(out_dir, nm);
+        char *src = pjoin(dir, nm), *dst = out_dir ? pjoin(out_dir, nm) : NULL, res[PATH_MAX];
         struct stat sb;
-        if (!src || !dst) st = sm_fail(err, SM_ERR_NOMEM, "out of memory");
-        else if (stat(src, &sb) == 0 && S_ISREG(sb.st_mode)) {
-            FILE *in = sm_open_regular(src, NULL, err);
-            /* O_NOFOLLOW: a symlink planted at the destination must not redirect the write */
-            int fd = in ? open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644) : -1;
-            FILE *o = fd >= 0 ? fdopen(fd, "wb") : NULL;
-            if (!in) st = SM_ERR_IO;
-            else if (!o) st = sm_fail(err, SM_ERR_IO, "copy %s -> %s: %s", src, dst, strerror(errno));
-            if (!o && fd >= 0) close(fd);
-            size_t r;
-            while (st == SM_OK && (r = fread(buf, 1, HF_COPY_CHUNK, in)) > 0)
-                if (fwrite(buf, 1, r, o) != r) st = sm_fail(err, SM_ERR_IO, "%s: write failed", dst);
-            if (st == SM_OK && ferror(in)) st = sm_fail(err, SM_ERR_IO, "%s: read failed", src);
-            if (in) fclose(in);
-            if (o && fclose(o) != 0 && st == SM_OK) st = sm_fail(err, SM_ERR_IO, "%s: close failed", dst);
+        const char *from = src;
+        if (!src || (out_dir && !dst)) st = sm_fail(err, SM_ERR_NOMEM, "out of memory");
+        else if (lstat(src, &sb) != 0) st = sm_fail(err, SM_ERR_IO, "%s: cannot stat: %s", src, strerror(errno));
+        else if (S_ISLNK(sb.st_mode) && (st = resolve_link(src, root, res, err)) == SM_OK) {
+            from = res;
+            if (stat(res, &sb) != 0) st = sm_fail(err, SM_ERR_IO, "%s: cannot stat: %s", res, strerror(errno));
         }
+        if (st == SM_OK && S_ISREG(sb.st_mode)) st = copy_file(from, dst, buf, err);
         free(src);
         free(dst);
     }
     closedir(dp);
     return st;
-}
-
-/* Whether the resolved path p is root or lies below it (root resolved too). */
-static int path_within(const char *p, const char *root) {
-    size_t n = strlen(root);
-    if (n == 1 && root[0] == '/') return 1;
-    return strncmp(p, root, n) == 0 && (p[n] == '\0' || p[n] == '/');
 }
 
 /* out resolved into res, whether or not it exists yet: a missing out is its parent's real path plus
@@ -857,7 +916,7 @@ sm_status sm_hf_check_prune_out(const char *dir, const char *out_dir, sm_error *
     if (path_within(out, src))
         return sm_fail(err, SM_ERR_ARG, "%s: inside the model directory %s, which pruning reads and copies; "
                        "choose an --out outside it", out_dir, dir);
-    if (!exists) return SM_OK;
+    if ((st = copy_other_files(src, dir, NULL, NULL, err)) != SM_OK || !exists) return st;
     struct stat sb;
     if (stat(out, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return sm_fail(err, SM_ERR_ARG, "%s: exists and is not a directory; choose another --out", out_dir);
@@ -959,7 +1018,19 @@ sm_status sm_hf_prune(const sm_hf_model *m, const int *keep, int E_keep, const c
         free(ipath);
     }
     if (st == SM_OK) st = write_config(m, E_keep, out_dir, err);
-    if (st == SM_OK) st = copy_other_files(m, out_dir, buf, err);
+    /* the rewritten files keep their sources' modes, as the copied ones do */
+    static const char *const rewritten[2] = {"config.json", "model.safetensors.index.json"};
+    for (int i = 0; i < m->n_shards + 2 && st == SM_OK; i++) {
+        const char *nm = i < m->n_shards ? m->shard_file[i] : rewritten[i - m->n_shards];
+        if (i == m->n_shards + 1 && !m->indexed) break;
+        char *a = pjoin(m->dir, nm), *b = pjoin(out_dir, nm);
+        st = a && b ? keep_mode(a, b, err) : sm_fail(err, SM_ERR_NOMEM, "out of memory");
+        free(a);
+        free(b);
+    }
+    char root[PATH_MAX];
+    if (st == SM_OK && !realpath(m->dir, root)) st = sm_fail(err, SM_ERR_IO, "%s: cannot resolve: %s", m->dir, strerror(errno));
+    if (st == SM_OK) st = copy_other_files(root, m->dir, out_dir, buf, err);
     cJSON_Delete(index);
     free(buf);
     return st;

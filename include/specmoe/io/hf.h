@@ -141,16 +141,19 @@ int sm_hf_pruned_groups(const sm_hf_config *cfg, int E_keep);
 
 /* Writes a copy of the model to out_dir with only the experts keep (n_moe, E_keep) of each MoE layer
  * (ascending), renumbered 0..E_keep-1: router rows, bias entries, per-expert tensors and fused slices
- * follow; every other tensor and file is copied byte for byte; config.json gets the new expert count
+ * follow; every other tensor and file is copied byte for byte, a file with its source's permission bits
+ * (shards, index and config.json too), a symbolic link only when it resolves inside the model directory
+ * (copied as the file it points to); config.json gets the new expert count
  * (and k = min(k, E_keep); n_group = topk_group = 1 when sm_hf_pruned_groups says 1). With groups kept,
  * keep must hold E_keep / n_group experts of every group (refused otherwise). out_dir must pass
  * sm_hf_check_prune_out (new or empty, outside the model directory).
  * Streams through a fixed buffer: memory does not grow with the model. */
 sm_status sm_hf_prune(const sm_hf_model *m, const int *keep, int E_keep, const char *out_dir, sm_error *err);
-/* What sm_hf_prune requires of out_dir before it writes anything, for a caller to check up front: a
+/* What sm_hf_prune requires before it writes anything, for a caller to check up front: out_dir a
  * directory that does not exist yet (its parent must) or is empty, and neither the model directory dir
- * nor inside it (symlinks resolved). SM_ERR_ARG names the problem; SM_ERR_IO when a path cannot be
- * resolved. */
+ * nor inside it (symlinks resolved) - SM_ERR_ARG names the problem; and every file of dir that pruning
+ * copies readable, with no symbolic link among them that resolves outside dir - SM_ERR_FORMAT names
+ * the link and where it points. SM_ERR_IO when a path cannot be resolved or read. */
 sm_status sm_hf_check_prune_out(const char *dir, const char *out_dir, sm_error *err);
 
 #ifdef __cplusplus
