@@ -285,6 +285,17 @@ if [ -x "$gen" ]; then
     [ "$modes" = "tokenizer.json=600 generation_config.json=664 alias.json=664 " ] && [ ! -L "$tmp/hf-symlink-pruned/alias.json" ] \
         && ok "ssmoe prune --hf: copies keep their modes; a link inside is copied as its file" \
         || bad "ssmoe prune --hf: copies keep their modes; a link inside is copied as its file" "$modes"
+    # subdirectories (original/, onnx/) are copied recursively under the same rules; they used to be
+    # skipped without a word
+    mkdir -p "$sl/original" "$sl/onnx" && printf '{"dim": 16}\n' > "$sl/original/params.json" && chmod 640 "$sl/original/params.json"
+    printf 'onnx\n' > "$sl/onnx/model.onnx" && chmod 750 "$sl/onnx"
+    "$bin" ssmoe prune --hf "$sl" --out "$tmp/hf-subdirs" --rank random >/dev/null 2>&1
+    modes=$(cd "$tmp/hf-subdirs" 2>/dev/null && stat -c '%n=%a' original/params.json onnx onnx/model.onnx | tr '\n' ' ')
+    [ "$modes" = "original/params.json=640 onnx=750 onnx/model.onnx=644 " ] && cmp -s "$sl/original/params.json" "$tmp/hf-subdirs/original/params.json" \
+        && ok "ssmoe prune --hf copies subdirectories with their modes" || bad "ssmoe prune --hf copies subdirectories with their modes" "$modes"
+    ln -s "$tmp/secret" "$sl/onnx/leak"
+    expect 1 "ssmoe prune --hf: a symlink out of a subdirectory is refused" "hf-symlink/onnx/leak: a symbolic link to .*outside" -- \
+        "$bin" ssmoe prune --hf "$sl" --out "$tmp/hf-subdirs2" --rank random
     q=$tmp/hf-qwen
     "$gen" "$q" qwen2_moe fused 24 12 6 2 3 1 0 "$tmp/q-calib.safetensors" 32
     expect 0 "ssmoe prune --hf on fused Qwen2-MoE with a shared expert" "3 of 6 experts in each of 2 MoE layers" -- \

@@ -687,3 +687,75 @@ Test(hf, prune_copies_other_files_without_escaping_or_widening) {
     cr_expect(text && n == 12 && !memcmp(text, "{\"real\": 1}\n", 12), "the link's target was not copied");
     free(text);
 }
+
+static void make_subdir(const char *dir, const char *name, int mode) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    cr_assert_eq(mkdir(p, 0700), 0, "%s", p);
+    cr_assert_eq(chmod(p, (mode_t)mode), 0, "%s", p);
+}
+
+/* Subdirectories (original/, onnx/, ...) are copied recursively under the same rules as the files
+ * beside config.json: modes kept (directories' too), a link inside copied as what it points to
+ * (a directory as a directory), a link out of the model directory, a link loop or a FIFO refused. */
+Test(hf, prune_copies_subdirectories) {
+    umask(022);
+    hf_spec s = layouts[0];
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s", make_model(&s));
+    make_subdir(dir, "original", 0750);
+    write_mode(dir, "original/params.json", "{\"dim\": 16}\n", 0640);
+    make_subdir(dir, "onnx", 0755);
+    write_mode(dir, "onnx/model.onnx", "onnx\n", 0600);
+    make_subdir(dir, "onnx/deep", 0700);
+    make_subdir(dir, "onnx/deep/er", 0755);
+    write_mode(dir, "onnx/deep/er/x.txt", "x\n", 0644);
+    write_mode(dir, "onnx/.hidden", "h\n", 0644); /* dot names are skipped, as beside config.json */
+    char p[600], q[600];
+    snprintf(p, sizeof p, "%s/alias", dir);
+    cr_assert_eq(symlink("original", p), 0); /* a link to a directory inside: copied as a directory */
+    char out[256];
+    sm_error err = {{0}};
+    cr_assert_eq(prune_2_of_4(dir, out, &err), SM_OK, "%s", err.msg);
+    static const struct { const char *name; int mode; } want[] = {
+        {"original", 0750}, {"original/params.json", 0640}, {"onnx", 0755}, {"onnx/model.onnx", 0600},
+        {"onnx/deep", 0700}, {"onnx/deep/er", 0755}, {"onnx/deep/er/x.txt", 0644}, {"alias", 0750},
+        {"alias/params.json", 0640}, {"tokenizer.json", 0644},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_expect_eq(mode_of(out, want[i].name), want[i].mode, "%s: mode %o, source %o", want[i].name,
+                     (unsigned)mode_of(out, want[i].name), (unsigned)want[i].mode);
+    snprintf(p, sizeof p, "%s/alias", out);
+    struct stat sb;
+    cr_expect(lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode), "alias/ is not a real directory in the copy");
+    snprintf(p, sizeof p, "%s/original/params.json", out);
+    size_t n = 0;
+    unsigned char *text = tu_read_file(p, &n);
+    cr_expect(text && n == 12 && !memcmp(text, "{\"dim\": 16}\n", 12));
+    free(text);
+    cr_expect_eq(mode_of(out, "onnx/.hidden"), -1, "onnx/.hidden copied");
+
+    /* refusals, each naming the entry, with nothing written */
+    const char *outside = tu_tmpdir();
+    write_mode(outside, "secret", "s\n", 0600);
+    snprintf(p, sizeof p, "%s/onnx/deep/leak", dir);
+    snprintf(q, sizeof q, "%s/secret", outside);
+    cr_assert_eq(symlink(q, p), 0);
+    cr_expect_neq(prune_2_of_4(dir, out, &err), SM_OK, "a link out of a subdirectory was followed");
+    cr_expect(strstr(err.msg, "onnx/deep/leak") && strstr(err.msg, q) && strstr(err.msg, "outside the model directory"),
+              "%s", err.msg);
+    cr_expect(access(out, F_OK) != 0);
+    cr_assert_eq(unlink(p), 0);
+    snprintf(p, sizeof p, "%s/onnx/deep/up", dir);
+    cr_assert_eq(symlink("../..", p), 0); /* back to the model directory: a loop */
+    cr_expect_neq(prune_2_of_4(dir, out, &err), SM_OK, "a link loop was followed");
+    cr_expect(strstr(err.msg, "onnx/deep/up") && strstr(err.msg, "loop"), "%s", err.msg);
+    cr_assert_eq(unlink(p), 0);
+    snprintf(p, sizeof p, "%s/original/pipe", dir);
+    cr_assert_eq(mkfifo(p, 0644), 0);
+    cr_expect_neq(prune_2_of_4(dir, out, &err), SM_OK, "a FIFO was skipped or waited on");
+    cr_expect((strstr(err.msg, "/original/pipe: ") || strstr(err.msg, "/alias/pipe: ")) && /* whichever comes first */
+              strstr(err.msg, "not a regular file, directory or symbolic link"), "%s", err.msg);
+    cr_assert_eq(unlink(p), 0);
+    cr_expect_eq(prune_2_of_4(dir, out, &err), SM_OK, "%s", err.msg);
+}

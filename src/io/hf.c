@@ -819,56 +819,101 @@ static sm_status keep_mode(const char *src, const char *dst, sm_error *err) {
     return SM_OK;
 }
 
-/* What a symbolic link at path leads to: its resolved target in res, which must lie inside root (the
+/* What the symbolic link at path (`named` in messages) leads to: its resolved target in res, which must lie inside root (the
  * model directory, resolved). A link that leads outside, or nowhere, is refused, naming the link and
  * where it points: following it would copy, say, /etc/shadow into the pruned model. */
-static sm_status resolve_link(const char *path, const char *root, char res[PATH_MAX], sm_error *err) {
+static sm_status resolve_link(const char *path, const char *named, const char *root, char res[PATH_MAX], sm_error *err) {
     char target[PATH_MAX];
     ssize_t n = readlink(path, target, sizeof target - 1);
-    if (n < 0) return sm_fail(err, SM_ERR_IO, "%s: cannot read the symbolic link: %s", path, strerror(errno));
+    if (n < 0) return sm_fail(err, SM_ERR_IO, "%s: cannot read the symbolic link: %s", named, strerror(errno));
     target[n] = '\0';
     char tb[112];
     sm_hf_shown(tb, target);
     if (!realpath(path, res))
-        return sm_fail(err, SM_ERR_FORMAT, "%s: a symbolic link to '%s', which cannot be resolved: %s", path, tb, strerror(errno));
+        return sm_fail(err, SM_ERR_FORMAT, "%s: a symbolic link to '%s', which cannot be resolved: %s", named, tb, strerror(errno));
     if (path_within(res, root)) return SM_OK;
     char rb[112];
     return sm_fail(err, SM_ERR_FORMAT, "%s: a symbolic link to '%s' (%s), outside the model directory %s; pruning copies "
-                   "only what lies inside it: put the file itself there, or remove the link%s", path, tb,
+                   "only what lies inside it: put the file itself there, or remove the link%s", named, tb,
                    sm_hf_shown(rb, res), root, strstr(res, "/blobs/") ? " (a Hugging Face cache snapshot links its files "
                    "into ../../blobs: copy the snapshot with cp -rL, or download with --local-dir, before pruning)" : "");
 }
 
-/* Copies the regular files of the model directory dir (root: its real path) that pruning does not
- * rewrite (tokenizer, ...) to out_dir; out_dir NULL only checks them. A symbolic link is copied as the
- * file it resolves to when that lies inside the model directory, and refused otherwise. */
-static sm_status copy_other_files(const char *root, const char *dir, const char *out_dir, uint8_t *buf, sm_error *err) {
-    DIR *dp = opendir(dir);
-    if (!dp) return sm_fail(err, SM_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
+/* Copying the rest of the model directory: what pruning does not rewrite (tokenizer, generation
+ * config, ...) and, recursively, its subdirectories. A Hugging Face user expects the pruned directory to
+ * be a whole model repository, so folders such as original/ or onnx/ are copied as they are (they are
+ * not pruned: an export in them still holds every expert). Names starting with '.' (.git, .cache, ...)
+ * are left out at every depth, and at the top the files pruning writes itself. Symbolic links are
+ * followed only inside the model directory and copied as what they point to (a directory as a
+ * directory); a link loop, a FIFO, socket or device is refused, never skipped in silence. */
+#define HF_COPY_DEPTH 32
+
+typedef struct {
+    const char *root;                     /* the model directory, resolved */
+    const char *chain[HF_COPY_DEPTH + 1]; /* resolved directories being copied, root first */
+    int depth;
+    uint8_t *buf;                         /* copy buffer (unused when only checking) */
+} copy_walk;
+
+/* Copies directory real (named `named` in messages) to out_dir (NULL: only checks). */
+static sm_status copy_tree(copy_walk *w, const char *named, const char *real, const char *out_dir, sm_error *err) {
+    DIR *dp = opendir(real);
+    if (!dp) return sm_fail(err, SM_ERR_IO, "%s: cannot list: %s", named, strerror(errno));
     sm_status st = SM_OK;
     struct dirent *de;
     while (st == SM_OK && (de = readdir(dp))) {
         const char *nm = de->d_name;
         size_t nl = strlen(nm);
-        if (nm[0] == '.' || !strcmp(nm, "config.json") || !strcmp(nm, "model.safetensors.index.json") ||
-            (nl > 12 && !strcmp(nm + nl - 12, ".safetensors")) || (nl > 4 && !strcmp(nm + nl - 4, ".tmp")) ||
-            !strncmp(nm, "ev_router", 9))
+        if (nm[0] == '.' || (w->depth == 0 && (!strcmp(nm, "config.json") || !strcmp(nm, "model.safetensors.index.json") ||
+                                               (nl > 12 && !strcmp(nm + nl - 12, ".safetensors")) ||
+                                               (nl > 4 && !strcmp(nm + nl - 4, ".tmp")) || !strncmp(nm, "ev_router", 9))))
             continue;
-        char *src = pjoin(dir, nm), *dst = out_dir ? pjoin(out_dir, nm) : NULL, res[PATH_MAX];
+        char *path = pjoin(named, nm), *src = pjoin(real, nm), *dst = out_dir ? pjoin(out_dir, nm) : NULL, res[PATH_MAX];
         struct stat sb;
         const char *from = src;
-        if (!src || (out_dir && !dst)) st = sm_fail(err, SM_ERR_NOMEM, "out of memory");
-        else if (lstat(src, &sb) != 0) st = sm_fail(err, SM_ERR_IO, "%s: cannot stat: %s", src, strerror(errno));
-        else if (S_ISLNK(sb.st_mode) && (st = resolve_link(src, root, res, err)) == SM_OK) {
+        if (!path || !src || (out_dir && !dst)) st = sm_fail(err, SM_ERR_NOMEM, "out of memory");
+        else if (lstat(src, &sb) != 0) st = sm_fail(err, SM_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        else if (S_ISLNK(sb.st_mode) && (st = resolve_link(src, path, w->root, res, err)) == SM_OK) {
             from = res;
-            if (stat(res, &sb) != 0) st = sm_fail(err, SM_ERR_IO, "%s: cannot stat: %s", res, strerror(errno));
+            if (stat(res, &sb) != 0) st = sm_fail(err, SM_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
         }
-        if (st == SM_OK && S_ISREG(sb.st_mode)) st = copy_file(from, dst, buf, err);
+        if (st != SM_OK) {
+            /* reported */
+        } else if (S_ISREG(sb.st_mode)) {
+            st = copy_file(from, dst, w->buf, err);
+        } else if (S_ISDIR(sb.st_mode)) {
+            for (int i = 0; i <= w->depth && st == SM_OK; i++) /* only a link can lead back up */
+                if (!strcmp(w->chain[i], from))
+                    st = sm_fail(err, SM_ERR_FORMAT, "%s: a symbolic link back to %s, which contains it: a loop; remove "
+                                 "the link", path, from);
+            if (st == SM_OK && w->depth == HF_COPY_DEPTH)
+                st = sm_fail(err, SM_ERR_FORMAT, "%s: directories nested deeper than %d", path, HF_COPY_DEPTH);
+            /* created with owner rwx to be filled, then given the source's mode */
+            if (st == SM_OK && dst && mkdir(dst, 0700) != 0)
+                st = sm_fail(err, SM_ERR_IO, "%s: cannot create: %s", dst, strerror(errno));
+            if (st == SM_OK) {
+                w->chain[++w->depth] = from;
+                st = copy_tree(w, path, from, dst, err);
+                w->depth--;
+            }
+            if (st == SM_OK && dst && chmod(dst, sb.st_mode & 0777) != 0)
+                st = sm_fail(err, SM_ERR_IO, "%s: cannot set mode %o: %s", dst, (unsigned)(sb.st_mode & 0777), strerror(errno));
+        } else {
+            st = sm_fail(err, SM_ERR_FORMAT, "%s: not a regular file, directory or symbolic link; pruning copies only those "
+                         "(remove it from the model directory)", path);
+        }
+        free(path);
         free(src);
         free(dst);
     }
     closedir(dp);
     return st;
+}
+
+/* Copies (out_dir NULL: checks) the rest of model directory dir, whose real path is root. */
+static sm_status copy_other_files(const char *root, const char *dir, const char *out_dir, uint8_t *buf, sm_error *err) {
+    copy_walk w = {.root = root, .chain = {root}, .depth = 0, .buf = buf};
+    return copy_tree(&w, dir, root, out_dir, err);
 }
 
 /* out resolved into res, whether or not it exists yet: a missing out is its parent's real path plus
