@@ -356,6 +356,9 @@ static int hf_prune(int argc, char **argv) {
         fprintf(stderr, "specmoe ssmoe prune: --rank %s needs --calib FILE (the MoE blocks' inputs)\n", rank_s);
         return CLI_EXIT_USAGE;
     }
+    sm_error oerr; /* a bad --out is a usage error (exit 2), found before the scoring pass */
+    sm_status ost = sm_hf_check_prune_out(dir, out, &oerr);
+    if (ost != SM_OK) return cli_fail(ost, &oerr);
     cli_set_threads(threads);
     double t0 = sm_time_now();
     sm_error err;

@@ -10,7 +10,8 @@
  * the logical weights equal what is stored.
  *
  * `breakage` spoils one thing for the refusal tests: "missing-tensor", "config-mismatch",
- * "missing-shard", "index-extra", "extra-expert" (a tensor "experts.01.*"), "router-inf"; or adds
+ * "missing-shard", "index-extra", "extra-expert" (a tensor "experts.01.*"), "router-inf",
+ * "config-fewer-layers" (num_hidden_layers one below the layers written); or adds
  * "router-bias" (a gate.bias (E) per MoE layer). Used by tests/test_hf.c and by tests/hf_gen.c (for the CLI tests).
  */
 #ifndef SPECMOE_HF_FIXTURE_H
@@ -288,7 +289,7 @@ static inline int hf_fixture_write(const char *dir, const hf_spec *s) {
         else {
             fprintf(f, "{\n  \"architectures\": [\"Fixture\"],\n  \"model_type\": \"%s\",\n  \"hidden_size\": %d,\n"
                        "  \"num_hidden_layers\": %d,\n  \"num_experts_per_tok\": %d,\n  \"vocab_size\": %d,\n",
-                    s->type, d, s->layers, s->k, V);
+                    s->type, d, s->layers - hf_fix_broken(s, "config-fewer-layers"), s->k, V);
             if (!strcmp(s->type, "mixtral"))
                 fprintf(f, "  \"num_local_experts\": %d,\n  \"intermediate_size\": %d,\n", E_cfg, I);
             else if (!strcmp(s->type, "olmoe"))

@@ -3,12 +3,14 @@
  * dsyev on the generator's own weights, same sign convention), scored on calibration inputs against
  * a direct computation, and pruned; the pruned directory must open again with the kept experts'
  * bytes intact. Malformed directories are refused with a message naming the tensor or file. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <sys/stat.h>
 
 #include "hf_fixture.h"
 #include "specmoe/io/hf.h"
+#include "specmoe/io/json_util.h"
 #include "specmoe/methods/ssmoe/ssmoe.h"
 #include "testutil.h"
 
@@ -271,6 +273,15 @@ Test(hf, malformed_directories_refused_naming_tensor_or_file) {
     expect_refusal(&s, "model.layers.0.extra.weight", "no shard holds it");
     s.breakage = "extra-expert";
     expect_refusal(&s, "model.layers.0.block_sparse_moe.experts.01.w1.weight", "not one of experts 0..3");
+    /* a layer beyond num_hidden_layers would be copied with all its experts: refused, naming the first
+     * tensor of the first such layer (numerically: layer 10 of 11, not "1x" by name) and its shard */
+    s.breakage = "config-fewer-layers";
+    expect_refusal(&s, "tensor 'model.layers.1.block_sparse_moe.experts.0.w1.weight'", "num_hidden_layers 1");
+    expect_refusal(&s, "/model-00002-of-00002.safetensors: ", "layer 1");
+    hf_spec many = layouts[8];
+    many.breakage = "config-fewer-layers";
+    expect_refusal(&many, "/model-00002-of-00003.safetensors: tensor 'model.layers.10.block_sparse_moe.experts.0.w1.weight'",
+                   "num_hidden_layers 10");
     hf_spec f = layouts[4]; /* fused: a missing down_proj */
     f.breakage = "missing-tensor";
     expect_refusal(&f, "model.layers.1.block_sparse_moe.experts.down_proj", "missing");
@@ -388,4 +399,363 @@ Test(hf, deepseek_groups_after_pruning) {
     cr_expect_eq(sm_hf_prune(&m, bad, 4, tu_tmpdir(), &err), SM_ERR_ARG);
     cr_expect(strstr(err.msg, "needs 2 from each") != NULL, "%s", err.msg);
     sm_hf_close(&m);
+}
+
+/* Duplicate keys: cJSON's lookups take the first, Python's json the last, so the two would read
+ * different models from one config.json. Refused at any depth, naming the file and the key. */
+Test(hf, duplicate_keys_refused_naming_file_and_key) {
+    static const char *base = "\"hidden_size\": 8, \"num_hidden_layers\": 2, \"num_local_experts\": 4, "
+                              "\"intermediate_size\": 4, \"num_experts_per_tok\": 2";
+    static const struct { const char *pre, *post, *key; } bad[] = {
+        {"\"model_type\": \"mixtral\", ", ", \"num_local_experts\": 8", "num_local_experts"},
+        {"\"model_type\": \"mixtral\", \"model_type\": \"olmoe\", ", "", "model_type"},
+        {"\"model_type\": \"mixtral\", ", ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2, \"type\": \"yarn\"}", "type"},
+        {"\"model_type\": \"mixtral\", ", ", \"x\": [1, {\"a\": {\"deep\": 1, \"deep\": 2}}]", "deep"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "{%s%s%s}", bad[i].pre, base, bad[i].post);
+        sm_hf_config c;
+        sm_error err = {0};
+        cr_expect_neq(sm_hf_config_parse(&c, json, strlen(json), "DIR/config.json", &err), SM_OK, "accepted %s", json);
+        char want[64];
+        snprintf(want, sizeof want, "\"%s\"", bad[i].key);
+        cr_expect(strstr(err.msg, "DIR/config.json") && strstr(err.msg, want) && strstr(err.msg, "more than once"),
+                  "'%s' lacks the file, %s or 'more than once'", err.msg, want);
+    }
+    static const char *badi[] = {
+        "{\"weight_map\": {\"a.weight\": \"m-1.safetensors\", \"b\": \"m-1.safetensors\", \"a.weight\": \"m-2.safetensors\"}}",
+        "{\"metadata\": {\"total_size\": 1, \"total_size\": 2}, \"weight_map\": {\"a.weight\": \"m.safetensors\"}}",
+    };
+    for (size_t i = 0; i < sizeof badi / sizeof badi[0]; i++) {
+        char **n, **f;
+        int cnt;
+        sm_error err = {0};
+        cr_expect_neq(sm_hf_index_parse(badi[i], strlen(badi[i]), "DIR/idx.json", &n, &f, &cnt, &err), SM_OK, "accepted %s",
+                      badi[i]);
+        cr_expect(strstr(err.msg, "DIR/idx.json") && strstr(err.msg, i ? "\"total_size\"" : "\"a.weight\"") &&
+                  strstr(err.msg, "more than once"), "'%s'", err.msg);
+    }
+}
+
+/* The reusable check itself: where the duplicate sits, large objects (checked by sorting), arrays. */
+Test(hf, json_unique_keys_check) {
+    static const struct { const char *json, *needle; } cases[] = {
+        {"{\"a\": 1, \"b\": {\"c\": [0, {\"d\": 1, \"e\": 2, \"d\": 3}]}}", "key \"d\" appears more than once in b.c[1]"},
+        {"{\"a\": 1, \"a\": 1}", "key \"a\" appears more than once in the top-level object"},
+        {"[{\"x\": 1}, {\"y\": 1, \"y\": 2}]", "key \"y\" appears more than once in [1]"},
+        {"{\"k\": {\"A\": 1, \"a\": 2}}", NULL}, /* keys are case-sensitive, as in Python */
+        {"{\"a\": {\"x\": 1}, \"b\": {\"x\": 1}}", NULL}, /* the same key in two objects is fine */
+        {"[1, \"two\", null]", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *j = cJSON_Parse(cases[i].json);
+        cr_assert(j, "%s", cases[i].json);
+        sm_error err = {0};
+        sm_status st = sm_json_check_unique_keys(j, "f.json", &err);
+        if (cases[i].needle)
+            cr_expect(st == SM_ERR_FORMAT && strstr(err.msg, "f.json: ") && strstr(err.msg, cases[i].needle), "%s: '%s'",
+                      cases[i].json, err.msg);
+        else
+            cr_expect_eq(st, SM_OK, "%s: %s", cases[i].json, err.msg);
+        cJSON_Delete(j);
+    }
+    /* 200 distinct keys pass; one repeated far apart is found */
+    cJSON *o = cJSON_CreateObject();
+    char key[16];
+    for (int i = 0; i < 200; i++) {
+        snprintf(key, sizeof key, "k%03d", i);
+        cJSON_AddNumberToObject(o, key, i);
+    }
+    sm_error err = {0};
+    cr_expect_eq(sm_json_check_unique_keys(o, "big", &err), SM_OK, "%s", err.msg);
+    cJSON_AddNumberToObject(o, "k007", 1);
+    cr_expect_eq(sm_json_check_unique_keys(o, "big", &err), SM_ERR_FORMAT);
+    cr_expect(strstr(err.msg, "\"k007\"") != NULL, "%s", err.msg);
+    cJSON_Delete(o);
+    cr_expect_eq(sm_json_check_unique_keys(NULL, "none", &err), SM_OK);
+}
+
+/* A calibration file of one (T, d) tensor `name` in dtype dt with the given raw bytes. */
+static void write_calib_raw(const char *path, const char *name, sm_dtype dt, int T, int d, const void *bytes) {
+    sm_st_writer w;
+    sm_st_writer_init(&w);
+    sm_error err;
+    sm_st_stream s;
+    cr_assert_eq(sm_st_writer_add_layout(&w, name, dt, 2, (int64_t[]){T, d}, &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(sm_st_stream_begin(&s, &w, path, &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(sm_st_stream_write(&s, bytes, (size_t)T * d * sm_dtype_size(dt), &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(sm_st_stream_finish(&s, &err), SM_OK, "%s", err.msg);
+    sm_st_writer_free(&w);
+}
+
+/* A calibration tensor of a dtype that is not F32/F16/BF16 is refused naming the file and the tensor. */
+Test(hf, calibration_dtype_error_names_file_and_tensor) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/calib-i32.safetensors", tu_tmpdir());
+    int32_t v[4 * 8];
+    for (int i = 0; i < 4 * 8; i++) v[i] = i;
+    write_calib_raw(path, "model.layers.0.mlp", SM_DT_I32, 4, 8, v);
+    float *x = NULL;
+    int T = 0;
+    sm_error err = {0};
+    cr_expect_neq(sm_hf_read_calib(path, "model.layers.0.mlp", 8, &x, &T, &err), SM_OK);
+    cr_expect(x == NULL && T == 0);
+    cr_expect(strstr(err.msg, path) && strstr(err.msg, "'model.layers.0.mlp'") && strstr(err.msg, "I32"),
+              "'%s' lacks the file, the tensor or its dtype", err.msg);
+}
+
+/* Non-finite calibration inputs, and finite ones so large that the router logits overflow float
+ * (they used to give NaN scores, a pruned model chosen from them and `null` in the report), are
+ * refused naming the file, the tensor and the entry. */
+Test(hf, calibration_non_finite_or_huge_refused) {
+    const char *dir = tu_tmpdir();
+    static const struct { sm_dtype dt; uint32_t word; const char *what; } cases[] = {
+        {SM_DT_F32, 0x7fc00000u, "non-finite"},        /* NaN */
+        {SM_DT_F32, 0xff800000u, "non-finite"},        /* -Inf */
+        {SM_DT_F16, 0x7c007c00u, "non-finite"},        /* +Inf, two halves */
+        {SM_DT_BF16, 0x7fc07fc0u, "non-finite"},       /* NaN, two halves */
+        {SM_DT_F32, 0x7f61b1e6u, "3e+38"},             /* finite, but x . w overflows */
+        {SM_DT_BF16, 0xe0a0e0a0u, "-9.2"},             /* about -9.2e19 */
+    };
+    const int T = 3, d = 8, bad_at = 13; /* row 1, column 5 */
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/calib-%zu.safetensors", dir, c);
+        const size_t es = sm_dtype_size(cases[c].dt);
+        uint8_t raw[3 * 8 * 4];
+        for (int i = 0; i < T * d; i++) { /* 0.5 everywhere but one entry */
+            uint32_t w = es == 4 ? 0x3f000000u : 0x3f003f00u; /* F16 0x3800 is 0.5 */
+            if (cases[c].dt == SM_DT_F16) w = 0x38003800u;
+            if (i == bad_at) w = cases[c].word;
+            memcpy(raw + (size_t)i * es, &w, es);
+        }
+        write_calib_raw(path, "model.layers.1.mlp", cases[c].dt, T, d, raw);
+        float *x = NULL;
+        int got_T = 0;
+        sm_error err = {0};
+        cr_expect_neq(sm_hf_read_calib(path, "model.layers.1.mlp", d, &x, &got_T, &err), SM_OK, "case %zu accepted", c);
+        cr_expect(x == NULL && got_T == 0);
+        cr_expect(strstr(err.msg, path) && strstr(err.msg, "'model.layers.1.mlp'") && strstr(err.msg, "row 1, column 5") &&
+                  strstr(err.msg, cases[c].what), "case %zu: '%s'", c, err.msg);
+    }
+}
+
+/* The routing statistics themselves never turn finite inputs into NaN: DeepSeek-V3's sigmoid scores
+ * whose every logit is below -88 underflow to 0 in float and were normalised as 0/0; logits that
+ * overflow float are refused. */
+Test(hf, route_stats_stay_finite) {
+    sm_hf_model m = {0};
+    m.dir = "DIR";
+    m.cfg.E = 2;
+    m.cfg.d = 2;
+    m.cfg.k = 1;
+    m.cfg.sigmoid = 1;
+    const float router[4] = {1, 0, 0, 1}, x[2] = {-200, -100}; /* logits -200 and -100 */
+    double mr[2], ov;
+    sm_error err = {0};
+    cr_assert_eq(sm_hf_route_stats(&m, router, NULL, x, 1, 0.5, mr, NULL, &ov, &err), SM_OK, "%s", err.msg);
+    /* sigmoid(l) ~ exp(l) there, so the normalised scores are softmax(-200, -100) */
+    cr_expect(isfinite(mr[0]) && isfinite(mr[1]), "scores %g %g", mr[0], mr[1]);
+    cr_expect_float_eq(mr[1], 1.0, 1e-12, "%g", mr[1]);
+    cr_expect_float_eq(mr[0], exp(-100.0), 1e-40, "%g", mr[0]);
+    const float huge[4] = {3e38f, 3e38f, 0, 1}, x2[2] = {2, 2}; /* logit 1.2e39: not a float */
+    m.cfg.sigmoid = 0;
+    cr_expect_eq(sm_hf_route_stats(&m, huge, NULL, x2, 1, 0.5, mr, NULL, &ov, &err), SM_ERR_NUMERIC);
+    cr_expect(strstr(err.msg, "DIR") && strstr(err.msg, "not finite"), "%s", err.msg);
+}
+
+/* The output of sm_hf_prune must be a new or empty directory outside the model directory: files of an
+ * earlier run would stay beside the new shards, and a directory inside the model would be copied into
+ * itself. Nothing is written when refused. */
+Test(hf, prune_output_directory_rules) {
+    const hf_spec *s = &layouts[0]; /* mixtral, E 4, 2 MoE layers */
+    const char *dir = make_model(s);
+    sm_hf_model m;
+    sm_error err = {0};
+    cr_assert_eq(sm_hf_open(&m, dir, &err), SM_OK, "%s", err.msg);
+    int keep[4] = {0, 1, 1, 3};
+    char out[512], path[600];
+    /* a non-empty directory: an earlier run's shard stays untouched, nothing is added */
+    snprintf(out, sizeof out, "%s", tu_tmpdir());
+    snprintf(path, sizeof path, "%s/model-00003-of-00003.safetensors", out);
+    cr_assert_eq(tu_write_file(path, "stale", 5), 0);
+    cr_expect_eq(sm_hf_prune(&m, keep, 2, out, &err), SM_ERR_ARG, "a non-empty output directory was accepted");
+    cr_expect(strstr(err.msg, out) && strstr(err.msg, "not empty") && strstr(err.msg, "model-00003-of-00003.safetensors") &&
+              strstr(err.msg, "--out") && strstr(err.msg, "remove it"), "%s", err.msg);
+    snprintf(path, sizeof path, "%s/config.json", out);
+    cr_expect(access(path, F_OK) != 0, "config.json written into a refused directory");
+    /* the model directory itself, a new or an existing empty directory inside it, a link to it */
+    snprintf(out, sizeof out, "%s/pruned", dir);
+    cr_expect_eq(sm_hf_prune(&m, keep, 2, out, &err), SM_ERR_ARG, "an output inside the model directory was accepted");
+    cr_expect(strstr(err.msg, "inside the model directory") != NULL, "%s", err.msg);
+    cr_expect(access(out, F_OK) != 0, "%s created", out);
+    cr_assert_eq(mkdir(out, 0755), 0);
+    cr_expect_eq(sm_hf_prune(&m, keep, 2, out, &err), SM_ERR_ARG);
+    cr_expect(strstr(err.msg, "inside the model directory") != NULL, "%s", err.msg);
+    cr_expect_eq(sm_hf_prune(&m, keep, 2, dir, &err), SM_ERR_ARG);
+    cr_expect(strstr(err.msg, "is the model directory") != NULL, "%s", err.msg);
+    snprintf(out, sizeof out, "%s/link-to-model", tu_tmpdir());
+    cr_assert_eq(symlink(dir, out), 0);
+    cr_expect_eq(sm_hf_prune(&m, keep, 2, out, &err), SM_ERR_ARG);
+    cr_expect(strstr(err.msg, "is the model directory") != NULL, "%s", err.msg);
+    /* an existing empty directory, and a new one whose parent exists, are fine */
+    cr_expect_eq(sm_hf_prune(&m, keep, 2, tu_tmpdir(), &err), SM_OK, "%s", err.msg);
+    snprintf(out, sizeof out, "%s/new/", tu_tmpdir());
+    cr_expect_eq(sm_hf_prune(&m, keep, 2, out, &err), SM_OK, "%s", err.msg);
+    sm_hf_close(&m);
+}
+
+static int mode_of(const char *dir, const char *name) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    struct stat sb;
+    return lstat(p, &sb) == 0 ? (int)(sb.st_mode & 07777) : -1;
+}
+
+static void write_mode(const char *dir, const char *name, const char *text, int mode) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    cr_assert_eq(tu_write_file(p, text, strlen(text)), 0, "%s", p);
+    cr_assert_eq(chmod(p, (mode_t)mode), 0, "%s", p);
+}
+
+/* Prunes the 2-MoE-layer, 4-expert model in dir to experts {0, 1} into out = a new directory. */
+static sm_status prune_2_of_4(const char *dir, char out[256], sm_error *err) {
+    sm_hf_model m;
+    snprintf(out, 256, "%s/pruned", tu_tmpdir());
+    cr_assert_eq(sm_hf_open(&m, dir, err), SM_OK, "%s", err->msg);
+    int keep[4] = {0, 1, 0, 1};
+    sm_status st = sm_hf_prune(&m, keep, 2, out, err);
+    sm_hf_close(&m);
+    return st;
+}
+
+/* The other files of the model directory: a symlink is followed only to a file inside the directory
+ * (tokenizer.json -> /etc/shadow used to be copied, world-readable), and every copy keeps its
+ * source's mode bits exactly, umask or not, as do the shards, index and config.json pruning writes. */
+Test(hf, prune_copies_other_files_without_escaping_or_widening) {
+    umask(022);
+    hf_spec s = layouts[0]; /* mixtral, 2 shards with an index */
+    const char *dir = make_model(&s), *outside = tu_tmpdir();
+    char dirc[256], secret[600], link[600];
+    snprintf(dirc, sizeof dirc, "%s", dir);
+    write_mode(outside, "secret", "root:x:0:0\n", 0600);
+    snprintf(secret, sizeof secret, "%s/secret", outside);
+    snprintf(link, sizeof link, "%s/tokenizer.json", dirc);
+    cr_assert_eq(unlink(link), 0);
+    for (int t = 0; t < 2; t++) { /* an absolute link, then a relative one */
+        char target[600];
+        if (t == 0) snprintf(target, sizeof target, "%s", secret);
+        else snprintf(target, sizeof target, "../%s/secret", strrchr(outside, '/') + 1);
+        (void)unlink(link);
+        cr_assert_eq(symlink(target, link), 0);
+        char out[256];
+        sm_error err = {0};
+        cr_expect_neq(prune_2_of_4(dirc, out, &err), SM_OK, "a link to %s was followed", target);
+        cr_expect(strstr(err.msg, link) && strstr(err.msg, target) && strstr(err.msg, "outside the model directory"),
+                  "'%s' lacks the link, its target or the reason", err.msg);
+        cr_expect(access(out, F_OK) != 0, "%s written although refused", out);
+    }
+    /* links that stay inside are copied as regular files with the target's content and mode; every
+     * copy keeps its mode */
+    cr_assert_eq(unlink(link), 0);
+    write_mode(dirc, "tokenizer_real.json", "{\"real\": 1}\n", 0640);
+    cr_assert_eq(symlink("tokenizer_real.json", link), 0);
+    write_mode(dirc, "generation_config.json", "{}\n", 0664);
+    write_mode(dirc, "run.sh", "#!/bin/sh\n", 0755);
+    write_mode(dirc, "private.txt", "p\n", 0600);
+    char p[600];
+    snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", dirc);
+    cr_assert_eq(chmod(p, 0600), 0);
+    snprintf(p, sizeof p, "%s/config.json", dirc);
+    cr_assert_eq(chmod(p, 0640), 0);
+    char out[256];
+    sm_error err = {0};
+    cr_assert_eq(prune_2_of_4(dirc, out, &err), SM_OK, "%s", err.msg);
+    static const struct { const char *name; int mode; } want[] = {
+        {"tokenizer.json", 0640}, {"tokenizer_real.json", 0640}, {"generation_config.json", 0664}, {"run.sh", 0755},
+        {"private.txt", 0600}, {"model-00001-of-00002.safetensors", 0600}, {"model-00002-of-00002.safetensors", 0644},
+        {"config.json", 0640}, {"model.safetensors.index.json", 0644},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_expect_eq(mode_of(out, want[i].name), want[i].mode, "%s: mode %o, source %o", want[i].name,
+                     (unsigned)mode_of(out, want[i].name), (unsigned)want[i].mode);
+    snprintf(p, sizeof p, "%s/tokenizer.json", out);
+    size_t n = 0;
+    unsigned char *text = tu_read_file(p, &n);
+    cr_expect(text && n == 12 && !memcmp(text, "{\"real\": 1}\n", 12), "the link's target was not copied");
+    free(text);
+}
+
+static void make_subdir(const char *dir, const char *name, int mode) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    cr_assert_eq(mkdir(p, 0700), 0, "%s", p);
+    cr_assert_eq(chmod(p, (mode_t)mode), 0, "%s", p);
+}
+
+/* Subdirectories (original/, onnx/, ...) are copied recursively under the same rules as the files
+ * beside config.json: modes kept (directories' too), a link inside copied as what it points to
+ * (a directory as a directory), a link out of the model directory, a link loop or a FIFO refused. */
+Test(hf, prune_copies_subdirectories) {
+    umask(022);
+    hf_spec s = layouts[0];
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s", make_model(&s));
+    make_subdir(dir, "original", 0750);
+    write_mode(dir, "original/params.json", "{\"dim\": 16}\n", 0640);
+    make_subdir(dir, "onnx", 0755);
+    write_mode(dir, "onnx/model.onnx", "onnx\n", 0600);
+    make_subdir(dir, "onnx/deep", 0700);
+    make_subdir(dir, "onnx/deep/er", 0755);
+    write_mode(dir, "onnx/deep/er/x.txt", "x\n", 0644);
+    write_mode(dir, "onnx/.hidden", "h\n", 0644); /* dot names are skipped, as beside config.json */
+    char p[600], q[600];
+    snprintf(p, sizeof p, "%s/alias", dir);
+    cr_assert_eq(symlink("original", p), 0); /* a link to a directory inside: copied as a directory */
+    char out[256];
+    sm_error err = {0};
+    cr_assert_eq(prune_2_of_4(dir, out, &err), SM_OK, "%s", err.msg);
+    static const struct { const char *name; int mode; } want[] = {
+        {"original", 0750}, {"original/params.json", 0640}, {"onnx", 0755}, {"onnx/model.onnx", 0600},
+        {"onnx/deep", 0700}, {"onnx/deep/er", 0755}, {"onnx/deep/er/x.txt", 0644}, {"alias", 0750},
+        {"alias/params.json", 0640}, {"tokenizer.json", 0644},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_expect_eq(mode_of(out, want[i].name), want[i].mode, "%s: mode %o, source %o", want[i].name,
+                     (unsigned)mode_of(out, want[i].name), (unsigned)want[i].mode);
+    snprintf(p, sizeof p, "%s/alias", out);
+    struct stat sb;
+    cr_expect(lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode), "alias/ is not a real directory in the copy");
+    snprintf(p, sizeof p, "%s/original/params.json", out);
+    size_t n = 0;
+    unsigned char *text = tu_read_file(p, &n);
+    cr_expect(text && n == 12 && !memcmp(text, "{\"dim\": 16}\n", 12));
+    free(text);
+    cr_expect_eq(mode_of(out, "onnx/.hidden"), -1, "onnx/.hidden copied");
+
+    /* refusals, each naming the entry, with nothing written */
+    const char *outside = tu_tmpdir();
+    write_mode(outside, "secret", "s\n", 0600);
+    snprintf(p, sizeof p, "%s/onnx/deep/leak", dir);
+    snprintf(q, sizeof q, "%s/secret", outside);
+    cr_assert_eq(symlink(q, p), 0);
+    cr_expect_neq(prune_2_of_4(dir, out, &err), SM_OK, "a link out of a subdirectory was followed");
+    cr_expect(strstr(err.msg, "onnx/deep/leak") && strstr(err.msg, q) && strstr(err.msg, "outside the model directory"),
+              "%s", err.msg);
+    cr_expect(access(out, F_OK) != 0);
+    cr_assert_eq(unlink(p), 0);
+    snprintf(p, sizeof p, "%s/onnx/deep/up", dir);
+    cr_assert_eq(symlink("../..", p), 0); /* back to the model directory: a loop */
+    cr_expect_neq(prune_2_of_4(dir, out, &err), SM_OK, "a link loop was followed");
+    cr_expect(strstr(err.msg, "onnx/deep/up") && strstr(err.msg, "loop"), "%s", err.msg);
+    cr_assert_eq(unlink(p), 0);
+    snprintf(p, sizeof p, "%s/original/pipe", dir);
+    cr_assert_eq(mkfifo(p, 0644), 0);
+    cr_expect_neq(prune_2_of_4(dir, out, &err), SM_OK, "a FIFO was skipped or waited on");
+    cr_expect((strstr(err.msg, "/original/pipe: ") || strstr(err.msg, "/alias/pipe: ")) && /* whichever comes first */
+              strstr(err.msg, "not a regular file, directory or symbolic link"), "%s", err.msg);
+    cr_assert_eq(unlink(p), 0);
+    cr_expect_eq(prune_2_of_4(dir, out, &err), SM_OK, "%s", err.msg);
 }

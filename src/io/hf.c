@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hf_internal.h"
 #include "specmoe/methods/ssmoe/ssmoe.h"
 
 #define HF_MAX_JSON ((size_t)256 << 20) /* config.json / index size limit */
@@ -51,18 +52,6 @@ static int expert_index(const char *r, int E, const char **after) {
     if (*p != '.' || e >= E) return -1;
     if (after) *after = p;
     return (int)e;
-}
-
-/* A name fit for a message: at most 100 characters, control bytes shown as '?'. */
-static const char *shown(char out[112], const char *s) {
-    size_t i = 0;
-    for (; s && s[i] && i < 100; i++) out[i] = ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) ? '?' : s[i];
-    if (s && s[i]) {
-        memcpy(out + i, "...", 3);
-        i += 3;
-    }
-    out[i] = '\0';
-    return out;
 }
 
 /* Whole text file (at most HF_MAX_JSON bytes); *out is NUL-terminated and malloc'd. */
@@ -210,7 +199,7 @@ static sm_status open_shards(sm_hf_model *m, sm_error *err) {
     for (int i = 1; i < m->n_entries; i++)
         if (strcmp(m->entry[i - 1].name, m->entry[i].name) == 0) {
             char b1[112];
-            st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' is in both %s and %s", m->dir, shown(b1, m->entry[i].name),
+            st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' is in both %s and %s", m->dir, sm_hf_shown(b1, m->entry[i].name),
                          m->shard_file[m->entry[i - 1].shard], m->shard_file[m->entry[i].shard]);
             goto done;
         }
@@ -220,11 +209,11 @@ static sm_status open_shards(sm_hf_model *m, sm_error *err) {
             const sm_hf_entry *e = sm_hf_find(m, names[j]);
             if (!e) {
                 st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' is mapped to %s but no shard holds it", ipath,
-                             shown(b1, names[j]), files[j]);
+                             sm_hf_shown(b1, names[j]), files[j]);
                 goto done;
             }
             if (strcmp(m->shard_file[e->shard], files[j]) != 0) {
-                st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' is mapped to %s but sits in %s", ipath, shown(b1, names[j]),
+                st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' is mapped to %s but sits in %s", ipath, sm_hf_shown(b1, names[j]),
                              files[j], m->shard_file[e->shard]);
                 goto done;
             }
@@ -235,7 +224,7 @@ static sm_status open_shards(sm_hf_model *m, sm_error *err) {
                 const char *key = m->entry[i].name;
                 if (!bsearch(&key, names, (size_t)count, sizeof *names, cmp_str_ptr)) {
                     st = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' in shard %s is not in the index", ipath,
-                                 shown(b1, key), m->shard_file[m->entry[i].shard]);
+                                 sm_hf_shown(b1, key), m->shard_file[m->entry[i].shard]);
                     goto done;
                 }
             }
@@ -250,13 +239,6 @@ done:
     return st;
 }
 
-static void shape_str(char *out, size_t n, int ndim, const int64_t *shape) {
-    size_t at = 0;
-    at += (size_t)snprintf(out + at, n - at, "[");
-    for (int i = 0; i < ndim && at < n; i++) at += (size_t)snprintf(out + at, n - at, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    if (at < n) snprintf(out + at, n - at, "]");
-}
-
 /* Tensor `name` must exist, hold F32/F16/BF16 and have the given shape. */
 static sm_status need(const sm_hf_model *m, const char *name, int ndim, const int64_t *shape, const char *why,
                       sm_error *err) {
@@ -267,8 +249,8 @@ static sm_status need(const sm_hf_model *m, const char *name, int ndim, const in
     for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == shape[i];
     if (!ok) {
         char a[96], b[96];
-        shape_str(a, sizeof a, t->ndim, t->shape);
-        shape_str(b, sizeof b, ndim, shape);
+        sm_hf_shape_str(a, sizeof a, t->ndim, t->shape);
+        sm_hf_shape_str(b, sizeof b, ndim, shape);
         return sm_fail(err, SM_ERR_FORMAT, "%s/%s: tensor '%s' has shape %s but config.json implies %s (%s)", m->dir,
                        m->shard_file[e->shard], name, a, b, why);
     }
@@ -352,7 +334,7 @@ static sm_status check_layer(sm_hf_model *m, int L, sm_error *err) {
         if (expert_index(nm + pl, c->E, NULL) < 0 || q->storage != SM_HF_SPLIT) {
             char b1[112];
             return sm_fail(err, SM_ERR_FORMAT, "%s/%s: tensor '%s' is not one of experts 0..%d of the %s layout (%s)", m->dir,
-                           m->shard_file[m->entry[i].shard], shown(b1, nm), c->E - 1,
+                           m->shard_file[m->entry[i].shard], sm_hf_shown(b1, nm), c->E - 1,
                            q->storage == SM_HF_SPLIT ? "per-expert" : "fused", why);
         }
     }
@@ -369,6 +351,31 @@ static sm_status check_layer(sm_hf_model *m, int L, sm_error *err) {
     return SM_OK;
 }
 
+/* Every "model.layers.N.*" tensor must belong to a layer config.json declares (N < num_hidden_layers):
+ * pruning renumbers the experts of the declared layers only, so a layer past them would be copied
+ * with all its experts, into a config that says fewer. Names the first tensor of the lowest such N. */
+static sm_status check_layer_range(const sm_hf_model *m, sm_error *err) {
+    static const char pre[] = "model.layers.";
+    const size_t pl = sizeof pre - 1;
+    long first = -1;
+    int at = -1;
+    for (int i = 0; i < m->n_entries; i++) { /* entries are sorted by name: the first hit of a layer is its first tensor */
+        const char *p = m->entry[i].name;
+        if (strncmp(p, pre, pl) != 0 || !isdigit((unsigned char)p[pl])) continue;
+        long L = 0;
+        for (p += pl; isdigit((unsigned char)*p); p++) L = L < 100000000L ? 10 * L + (*p - '0') : L;
+        if (*p == '.' && L >= m->cfg.n_layers && (at < 0 || L < first)) {
+            first = L;
+            at = i;
+        }
+    }
+    if (at < 0) return SM_OK;
+    char b1[112];
+    return sm_fail(err, SM_ERR_FORMAT, "%s/%s: tensor '%s' belongs to layer %ld, but config.json has num_hidden_layers "
+                   "%d: the checkpoint and its config disagree", m->dir, m->shard_file[m->entry[at].shard],
+                   sm_hf_shown(b1, m->entry[at].name), first, m->cfg.n_layers);
+}
+
 sm_status sm_hf_open(sm_hf_model *m, const char *dir, sm_error *err) {
     if (!m || !dir) return sm_fail(err, SM_ERR_ARG, "sm_hf_open: NULL argument");
     memset(m, 0, sizeof *m);
@@ -380,6 +387,7 @@ sm_status sm_hf_open(sm_hf_model *m, const char *dir, sm_error *err) {
     free(text);
     free(cpath);
     if (st == SM_OK) st = open_shards(m, err);
+    if (st == SM_OK) st = check_layer_range(m, err);
     if (st == SM_OK && !(m->moe = calloc((size_t)m->cfg.n_layers, sizeof *m->moe)))
         st = sm_fail(err, SM_ERR_NOMEM, "out of memory");
     for (int L = 0; st == SM_OK && L < m->cfg.n_layers; L++) st = check_layer(m, L, err);
@@ -558,6 +566,17 @@ static void topk_mark(const float *p, int E, int k, unsigned char *sel) {
     }
 }
 
+/* Logits s (T, E) must be finite: inputs within SM_HF_CALIB_MAX and finite weights keep them so unless
+ * the weights are enormous, and one non-finite logit would make every score of its token NaN. */
+static sm_status finite_logits(const sm_hf_model *m, const float *s, int T, int E, const char *which, sm_error *err) {
+    for (size_t i = 0; i < (size_t)T * E; i++)
+        if (!isfinite(s[i]))
+            return sm_fail(err, SM_ERR_NUMERIC, "%s: the %s logit of calibration token %zu for expert %zu is not finite "
+                           "(%g): the inputs or the weights are too large for float", m->dir, which, i / (size_t)E,
+                           i % (size_t)E, (double)s[i]);
+    return SM_OK;
+}
+
 sm_status sm_hf_route_stats(const sm_hf_model *m, const float *router, const float *ev, const float *x, int T,
                             double alpha, double *mean_router, double *mean_mix, double *overlap, sm_error *err) {
     const int E = m->cfg.E, d = m->cfg.d, k = m->cfg.k;
@@ -571,19 +590,25 @@ sm_status sm_hf_route_stats(const sm_hf_model *m, const float *router, const flo
     }
     /* p_r: router logits x W^T (T, E), softmax; DeepSeek-V3's sigmoid scores normalised to sum 1 */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, E, d, 1.0f, x, d, router, d, 0.0f, pr, E);
-    if (m->cfg.sigmoid) {
-        for (int t = 0; t < T; t++) {
-            double z = 0;
-            for (int e = 0; e < E; e++) z += (pr[(size_t)t * E + e] = 1.0f / (1.0f + expf(-pr[(size_t)t * E + e])));
-            for (int e = 0; e < E; e++) pr[(size_t)t * E + e] = (float)(pr[(size_t)t * E + e] / z);
+    sm_status st = finite_logits(m, pr, T, E, "router", err);
+    if (st == SM_OK && m->cfg.sigmoid) {
+        /* sigmoid(l_e) / sum_f sigmoid(l_f) = softmax of log sigmoid(l): the direct quotient is 0/0 once every
+         * sigmoid underflows (all logits below about -88) */
+        for (size_t i = 0; i < (size_t)T * E; i++) {
+            const double l = pr[i];
+            pr[i] = (float)(l >= 0 ? -log1p(exp(-l)) : l - log1p(exp(l)));
         }
-    } else {
-        softmax_rows(pr, T, E);
     }
-    if (ev) { /* EV logits: x . (mean of the expert's three descriptors), no temperature */
+    if (st == SM_OK) softmax_rows(pr, T, E);
+    if (st == SM_OK && ev) { /* EV logits: x . (mean of the expert's three descriptors), no temperature */
         sm_hf_ev_mean(ev, E, d, dbar);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, E, d, 1.0f, x, d, dbar, d, 0.0f, pe, E);
-        softmax_rows(pe, T, E);
+        st = finite_logits(m, pe, T, E, "EV", err);
+        if (st == SM_OK) softmax_rows(pe, T, E);
+    }
+    if (st != SM_OK) {
+        free(pr); free(pe); free(dbar); free(s1); free(s2);
+        return st;
     }
     for (int e = 0; e < E; e++) {
         mean_router[e] = 0;
@@ -607,38 +632,6 @@ sm_status sm_hf_route_stats(const sm_hf_model *m, const float *router, const flo
     if (overlap) *overlap = ev ? ov : NAN;
     free(pr); free(pe); free(dbar); free(s1); free(s2);
     return SM_OK;
-}
-
-sm_status sm_hf_read_calib(const char *path, const char *block, int d, float **x, int *T, sm_error *err) {
-    *x = NULL;
-    *T = 0;
-    sm_safetensors st;
-    sm_status rc = sm_safetensors_open(&st, path, err);
-    if (rc != SM_OK) return rc;
-    const sm_st_tensor *t = sm_safetensors_find(&st, block);
-    if (!t) t = sm_safetensors_find(&st, "hidden_states");
-    if (!t) {
-        rc = sm_fail(err, SM_ERR_FORMAT, "%s: no tensor named '%s' or 'hidden_states' (the MoE block's input, (T, %d))",
-                     path, block, d);
-    } else if (t->ndim != 2 || t->shape[1] != d || t->shape[0] < 1 || t->shape[0] > (1 << 24)) {
-        char s[96];
-        shape_str(s, sizeof s, t->ndim, t->shape);
-        rc = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' has shape %s; calibration inputs must be (T, %d), 1 <= T <= 2^24",
-                     path, t->name, s, d);
-    } else if (!(*x = malloc(sizeof(float) * t->numel))) {
-        rc = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory for %zu values", path, t->numel);
-    } else {
-        rc = sm_st_read_f32(&st, t, 0, t->numel, *x, err);
-        for (size_t i = 0; rc == SM_OK && i < t->numel; i++)
-            if (!isfinite((*x)[i])) rc = sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' holds a non-finite value at %zu", path, t->name, i);
-        if (rc == SM_OK) *T = (int)t->shape[0];
-    }
-    if (rc != SM_OK) {
-        free(*x);
-        *x = NULL;
-    }
-    sm_safetensors_free(&st);
-    return rc;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -774,42 +767,218 @@ static sm_status prune_shard(const sm_hf_model *m, int s, const int *keep, int E
     return st;
 }
 
-/* Copies the regular files of the model directory that pruning does not rewrite (tokenizer, ...). */
-static sm_status copy_other_files(const sm_hf_model *m, const char *out_dir, uint8_t *buf, sm_error *err) {
-    DIR *dp = opendir(m->dir);
-    if (!dp) return sm_fail(err, SM_ERR_IO, "%s: cannot list: %s", m->dir, strerror(errno));
+/* Whether the resolved path p is root or lies below it (root resolved too). */
+static int path_within(const char *p, const char *root) {
+    size_t n = strlen(root);
+    if (n == 1 && root[0] == '/') return 1;
+    return strncmp(p, root, n) == 0 && (p[n] == '\0' || p[n] == '/');
+}
+
+/* One regular file: src is opened without following a final symlink and must be a regular file (a
+ * FIFO is not waited on); dst is created fresh (O_EXCL, no symlink followed) with src's permission
+ * bits, which are then set exactly, whatever the umask: never wider than the source, and not narrower
+ * either. dst NULL only checks that src can be opened. */
+static sm_status copy_file(const char *src, const char *dst, uint8_t *buf, sm_error *err) {
+    int in = open(src, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+    struct stat sb;
+    if (in < 0) return sm_fail(err, SM_ERR_IO, "%s: cannot open: %s", src, strerror(errno));
+    if (fstat(in, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(in);
+        return sm_fail(err, SM_ERR_IO, "%s: not a regular file", src);
+    }
+    if (!dst) {
+        close(in);
+        return SM_OK;
+    }
+    const mode_t mode = sb.st_mode & 0777;
+    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
+    sm_status st = out >= 0 ? SM_OK : sm_fail(err, SM_ERR_IO, "%s: cannot create: %s", dst, strerror(errno));
+    for (ssize_t r; st == SM_OK && (r = read(in, buf, HF_COPY_CHUNK)) != 0;) {
+        if (r < 0) {
+            if (errno != EINTR) st = sm_fail(err, SM_ERR_IO, "%s: read failed: %s", src, strerror(errno));
+            continue;
+        }
+        for (ssize_t done = 0; st == SM_OK && done < r;) {
+            ssize_t w = write(out, buf + done, (size_t)(r - done));
+            if (w > 0) done += w;
+            else if (w == 0 || errno != EINTR) st = sm_fail(err, SM_ERR_IO, "%s: write failed: %s", dst, strerror(errno));
+        }
+    }
+    if (st == SM_OK && fchmod(out, mode) != 0) st = sm_fail(err, SM_ERR_IO, "%s: cannot set mode %o: %s", dst, (unsigned)mode, strerror(errno));
+    if (out >= 0 && close(out) != 0 && st == SM_OK) st = sm_fail(err, SM_ERR_IO, "%s: close failed: %s", dst, strerror(errno));
+    close(in);
+    if (st != SM_OK && out >= 0) unlink(dst);
+    return st;
+}
+
+/* Gives dst the permission bits of src (the shards, index and config.json pruning rewrites). */
+static sm_status keep_mode(const char *src, const char *dst, sm_error *err) {
+    struct stat sb;
+    if (stat(src, &sb) != 0) return sm_fail(err, SM_ERR_IO, "%s: cannot stat: %s", src, strerror(errno));
+    if (chmod(dst, sb.st_mode & 0777) != 0) return sm_fail(err, SM_ERR_IO, "%s: cannot set its mode: %s", dst, strerror(errno));
+    return SM_OK;
+}
+
+/* What the symbolic link at path (`named` in messages) leads to: its resolved target in res, which must lie inside root (the
+ * model directory, resolved). A link that leads outside, or nowhere, is refused, naming the link and
+ * where it points: following it would copy, say, /etc/shadow into the pruned model. */
+static sm_status resolve_link(const char *path, const char *named, const char *root, char res[PATH_MAX], sm_error *err) {
+    char target[PATH_MAX];
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n < 0) return sm_fail(err, SM_ERR_IO, "%s: cannot read the symbolic link: %s", named, strerror(errno));
+    target[n] = '\0';
+    char tb[112];
+    sm_hf_shown(tb, target);
+    if (!realpath(path, res))
+        return sm_fail(err, SM_ERR_FORMAT, "%s: a symbolic link to '%s', which cannot be resolved: %s", named, tb, strerror(errno));
+    if (path_within(res, root)) return SM_OK;
+    char rb[112];
+    return sm_fail(err, SM_ERR_FORMAT, "%s: a symbolic link to '%s' (%s), outside the model directory %s; pruning copies "
+                   "only what lies inside it: put the file itself there, or remove the link%s", named, tb,
+                   sm_hf_shown(rb, res), root, strstr(res, "/blobs/") ? " (a Hugging Face cache snapshot links its files "
+                   "into ../../blobs: copy the snapshot with cp -rL, or download with --local-dir, before pruning)" : "");
+}
+
+/* Copying the rest of the model directory: what pruning does not rewrite (tokenizer, generation
+ * config, ...) and, recursively, its subdirectories. A Hugging Face user expects the pruned directory to
+ * be a whole model repository, so folders such as original/ or onnx/ are copied as they are (they are
+ * not pruned: an export in them still holds every expert). Names starting with '.' (.git, .cache, ...)
+ * are left out at every depth, and at the top the files pruning writes itself. Symbolic links are
+ * followed only inside the model directory and copied as what they point to (a directory as a
+ * directory); a link loop, a FIFO, socket or device is refused, never skipped in silence. */
+#define HF_COPY_DEPTH 32
+
+typedef struct {
+    const char *root;                     /* the model directory, resolved */
+    const char *chain[HF_COPY_DEPTH + 1]; /* resolved directories being copied, root first */
+    int depth;
+    uint8_t *buf;                         /* copy buffer (unused when only checking) */
+} copy_walk;
+
+/* Copies directory real (named `named` in messages) to out_dir (NULL: only checks). */
+static sm_status copy_tree(copy_walk *w, const char *named, const char *real, const char *out_dir, sm_error *err) {
+    DIR *dp = opendir(real);
+    if (!dp) return sm_fail(err, SM_ERR_IO, "%s: cannot list: %s", named, strerror(errno));
     sm_status st = SM_OK;
     struct dirent *de;
     while (st == SM_OK && (de = readdir(dp))) {
         const char *nm = de->d_name;
         size_t nl = strlen(nm);
-        if (nm[0] == '.' || !strcmp(nm, "config.json") || !strcmp(nm, "model.safetensors.index.json") ||
-            (nl > 12 && !strcmp(nm + nl - 12, ".safetensors")) || (nl > 4 && !strcmp(nm + nl - 4, ".tmp")) ||
-            !strncmp(nm, "ev_router", 9))
+        if (nm[0] == '.' || (w->depth == 0 && (!strcmp(nm, "config.json") || !strcmp(nm, "model.safetensors.index.json") ||
+                                               (nl > 12 && !strcmp(nm + nl - 12, ".safetensors")) ||
+                                               (nl > 4 && !strcmp(nm + nl - 4, ".tmp")) || !strncmp(nm, "ev_router", 9))))
             continue;
-        char *src = pjoin(m->dir, nm), *dst = pjoin(out_dir, nm);
+        char *path = pjoin(named, nm), *src = pjoin(real, nm), *dst = out_dir ? pjoin(out_dir, nm) : NULL, res[PATH_MAX];
         struct stat sb;
-        if (!src || !dst) st = sm_fail(err, SM_ERR_NOMEM, "out of memory");
-        else if (stat(src, &sb) == 0 && S_ISREG(sb.st_mode)) {
-            FILE *in = sm_open_regular(src, NULL, err);
-            /* O_NOFOLLOW: a symlink planted at the destination must not redirect the write */
-            int fd = in ? open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644) : -1;
-            FILE *o = fd >= 0 ? fdopen(fd, "wb") : NULL;
-            if (!in) st = SM_ERR_IO;
-            else if (!o) st = sm_fail(err, SM_ERR_IO, "copy %s -> %s: %s", src, dst, strerror(errno));
-            if (!o && fd >= 0) close(fd);
-            size_t r;
-            while (st == SM_OK && (r = fread(buf, 1, HF_COPY_CHUNK, in)) > 0)
-                if (fwrite(buf, 1, r, o) != r) st = sm_fail(err, SM_ERR_IO, "%s: write failed", dst);
-            if (st == SM_OK && ferror(in)) st = sm_fail(err, SM_ERR_IO, "%s: read failed", src);
-            if (in) fclose(in);
-            if (o && fclose(o) != 0 && st == SM_OK) st = sm_fail(err, SM_ERR_IO, "%s: close failed", dst);
+        const char *from = src;
+        if (!path || !src || (out_dir && !dst)) st = sm_fail(err, SM_ERR_NOMEM, "out of memory");
+        else if (lstat(src, &sb) != 0) st = sm_fail(err, SM_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        else if (S_ISLNK(sb.st_mode) && (st = resolve_link(src, path, w->root, res, err)) == SM_OK) {
+            from = res;
+            if (stat(res, &sb) != 0) st = sm_fail(err, SM_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
         }
+        if (st != SM_OK) {
+            /* reported */
+        } else if (S_ISREG(sb.st_mode)) {
+            st = copy_file(from, dst, w->buf, err);
+        } else if (S_ISDIR(sb.st_mode)) {
+            for (int i = 0; i <= w->depth && st == SM_OK; i++) /* only a link can lead back up */
+                if (!strcmp(w->chain[i], from))
+                    st = sm_fail(err, SM_ERR_FORMAT, "%s: a symbolic link back to %s, which contains it: a loop; remove "
+                                 "the link", path, from);
+            if (st == SM_OK && w->depth == HF_COPY_DEPTH)
+                st = sm_fail(err, SM_ERR_FORMAT, "%s: directories nested deeper than %d", path, HF_COPY_DEPTH);
+            /* created with owner rwx to be filled, then given the source's mode */
+            if (st == SM_OK && dst && mkdir(dst, 0700) != 0)
+                st = sm_fail(err, SM_ERR_IO, "%s: cannot create: %s", dst, strerror(errno));
+            if (st == SM_OK) {
+                w->chain[++w->depth] = from;
+                st = copy_tree(w, path, from, dst, err);
+                w->depth--;
+            }
+            if (st == SM_OK && dst && chmod(dst, sb.st_mode & 0777) != 0)
+                st = sm_fail(err, SM_ERR_IO, "%s: cannot set mode %o: %s", dst, (unsigned)(sb.st_mode & 0777), strerror(errno));
+        } else {
+            st = sm_fail(err, SM_ERR_FORMAT, "%s: not a regular file, directory or symbolic link; pruning copies only those "
+                         "(remove it from the model directory)", path);
+        }
+        free(path);
         free(src);
         free(dst);
     }
     closedir(dp);
     return st;
+}
+
+/* Copies (out_dir NULL: checks) the rest of model directory dir, whose real path is root. */
+static sm_status copy_other_files(const char *root, const char *dir, const char *out_dir, uint8_t *buf, sm_error *err) {
+    copy_walk w = {.root = root, .chain = {root}, .depth = 0, .buf = buf};
+    return copy_tree(&w, dir, root, out_dir, err);
+}
+
+/* out resolved into res, whether or not it exists yet: a missing out is its parent's real path plus
+ * its last component. *exists tells which. */
+static sm_status resolve_out(const char *out, char res[PATH_MAX], int *exists, sm_error *err) {
+    *exists = 0;
+    if (realpath(out, res)) {
+        *exists = 1;
+        return SM_OK;
+    }
+    struct stat sb;
+    if (errno != ENOENT || lstat(out, &sb) == 0) /* a dangling symlink lstat's fine but cannot be created */
+        return sm_fail(err, SM_ERR_IO, "%s: cannot resolve the output directory: %s", out,
+                       errno == ENOENT ? "a symbolic link to nowhere" : strerror(errno));
+    size_t n = strlen(out);
+    while (n > 1 && out[n - 1] == '/') n--; /* "new/" */
+    size_t slash = n;
+    while (slash > 0 && out[slash - 1] != '/') slash--;
+    char parent[PATH_MAX], pres[PATH_MAX];
+    if (n >= sizeof parent) return sm_fail(err, SM_ERR_ARG, "%s: path too long", out);
+    const size_t pl = slash == 0 ? 0 : slash > 1 ? slash - 1 : 1; /* "a/b" -> "a", "/b" -> "/", "b" -> "." */
+    memcpy(parent, pl ? out : ".", pl ? pl : 1);
+    parent[pl ? pl : 1] = '\0';
+    if (!realpath(parent, pres))
+        return sm_fail(err, SM_ERR_IO, "%s: cannot create the output directory: %s: %s", out, parent, strerror(errno));
+    size_t rl = strlen(pres);
+    if (rl + 1 + (n - slash) >= PATH_MAX) return sm_fail(err, SM_ERR_ARG, "%s: path too long", out);
+    memcpy(res, pres, rl);
+    if (strcmp(pres, "/") != 0) res[rl++] = '/';
+    memcpy(res + rl, out + slash, n - slash);
+    res[rl + n - slash] = '\0';
+    return SM_OK;
+}
+
+sm_status sm_hf_check_prune_out(const char *dir, const char *out_dir, sm_error *err) {
+    if (!dir || !out_dir || !out_dir[0]) return sm_fail(err, SM_ERR_ARG, "prune: no model or output directory");
+    char src[PATH_MAX], out[PATH_MAX];
+    if (!realpath(dir, src)) return sm_fail(err, SM_ERR_IO, "%s: cannot resolve: %s", dir, strerror(errno));
+    int exists;
+    sm_status st = resolve_out(out_dir, out, &exists, err);
+    if (st != SM_OK) return st;
+    if (strcmp(out, src) == 0)
+        return sm_fail(err, SM_ERR_ARG, "%s: this is the model directory %s itself; the pruned model needs a directory of "
+                       "its own (choose another --out)", out_dir, dir);
+    if (path_within(out, src))
+        return sm_fail(err, SM_ERR_ARG, "%s: inside the model directory %s, which pruning reads and copies; "
+                       "choose an --out outside it", out_dir, dir);
+    if ((st = copy_other_files(src, dir, NULL, NULL, err)) != SM_OK || !exists) return st;
+    struct stat sb;
+    if (stat(out, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return sm_fail(err, SM_ERR_ARG, "%s: exists and is not a directory; choose another --out", out_dir);
+    DIR *dp = opendir(out);
+    if (!dp) return sm_fail(err, SM_ERR_IO, "%s: cannot list: %s", out_dir, strerror(errno));
+    struct dirent *de;
+    char first[112] = "";
+    while ((de = readdir(dp)))
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) {
+            sm_hf_shown(first, de->d_name);
+            break;
+        }
+    closedir(dp);
+    if (first[0])
+        return sm_fail(err, SM_ERR_ARG, "%s: the output directory is not empty (it holds '%s', perhaps from an earlier "
+                       "run, which would stay beside the new files); choose another --out or remove it", out_dir, first);
+    return SM_OK;
 }
 
 int sm_hf_pruned_groups(const sm_hf_config *c, int E_keep) {
@@ -873,20 +1042,17 @@ sm_status sm_hf_prune(const sm_hf_model *m, const int *keep, int E_keep, const c
                 return sm_fail(err, SM_ERR_ARG, "prune: layer %d keeps %d experts of group %d; grouped routing (%d groups) "
                                "needs %d from each", l, n, g, G, E_keep / G);
         }
+    sm_status st = sm_hf_check_prune_out(m->dir, out_dir, err);
+    if (st != SM_OK) return st;
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
         return sm_fail(err, SM_ERR_IO, "%s: cannot create: %s", out_dir, strerror(errno));
-    char a[PATH_MAX], b[PATH_MAX];
-    if (!realpath(out_dir, a) || !realpath(m->dir, b))
-        return sm_fail(err, SM_ERR_IO, "%s: cannot resolve: %s", out_dir, strerror(errno));
-    if (strcmp(a, b) == 0)
-        return sm_fail(err, SM_ERR_ARG, "%s: the pruned model must go to a directory other than the source", out_dir);
     uint8_t *buf = malloc(HF_COPY_CHUNK);
     cJSON *index = m->indexed ? cJSON_CreateObject() : NULL, *meta = NULL, *wmap = NULL;
     if (index) {
         meta = cJSON_AddObjectToObject(index, "metadata");
         wmap = cJSON_AddObjectToObject(index, "weight_map");
     }
-    sm_status st = (!buf || (m->indexed && (!index || !meta || !wmap))) ? sm_fail(err, SM_ERR_NOMEM, "out of memory") : SM_OK;
+    st = (!buf || (m->indexed && (!index || !meta || !wmap))) ? sm_fail(err, SM_ERR_NOMEM, "out of memory") : SM_OK;
     size_t total = 0;
     for (int s = 0; s < m->n_shards && st == SM_OK; s++) st = prune_shard(m, s, keep, E_keep, out_dir, wmap, &total, buf, err);
     if (st == SM_OK && index) {
@@ -896,13 +1062,20 @@ sm_status sm_hf_prune(const sm_hf_model *m, const int *keep, int E_keep, const c
         free(text);
         free(ipath);
     }
-    if (st == SM_OK && !index) { /* a single-file result: an index left by an earlier run would shadow it */
-        char *stale = pjoin(out_dir, "model.safetensors.index.json");
-        if (stale) (void)remove(stale);
-        free(stale);
-    }
     if (st == SM_OK) st = write_config(m, E_keep, out_dir, err);
-    if (st == SM_OK) st = copy_other_files(m, out_dir, buf, err);
+    /* the rewritten files keep their sources' modes, as the copied ones do */
+    static const char *const rewritten[2] = {"config.json", "model.safetensors.index.json"};
+    for (int i = 0; i < m->n_shards + 2 && st == SM_OK; i++) {
+        const char *nm = i < m->n_shards ? m->shard_file[i] : rewritten[i - m->n_shards];
+        if (i == m->n_shards + 1 && !m->indexed) break;
+        char *a = pjoin(m->dir, nm), *b = pjoin(out_dir, nm);
+        st = a && b ? keep_mode(a, b, err) : sm_fail(err, SM_ERR_NOMEM, "out of memory");
+        free(a);
+        free(b);
+    }
+    char root[PATH_MAX];
+    if (st == SM_OK && !realpath(m->dir, root)) st = sm_fail(err, SM_ERR_IO, "%s: cannot resolve: %s", m->dir, strerror(errno));
+    if (st == SM_OK) st = copy_other_files(root, m->dir, out_dir, buf, err);
     cJSON_Delete(index);
     free(buf);
     return st;

@@ -1,6 +1,6 @@
 /* Hugging Face config.json and model.safetensors.index.json parsers (see include/specmoe/hf.h).
- * Both read outside data: every value is type- and range-checked before use, and both have a
- * libFuzzer target (fuzz/fuzz_hf.c). Kept apart from src/hf.c so the fuzz build needs only cJSON. */
+ * Both read outside data: every value is type- and range-checked before use, a key given twice is
+ * refused (src/io/json_util.c), and both have a libFuzzer target (fuzz/fuzz_hf.c). Kept apart from src/hf.c so the fuzz build needs only cJSON. */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "specmoe/io/hf.h"
+#include "specmoe/io/json_util.h"
 
 /* ---------------------------------------------------------------------------------------------- */
 /* config.json */
@@ -68,6 +69,7 @@ sm_status sm_hf_config_parse(sm_hf_config *cfg, const char *text, size_t n, cons
         st = sm_fail(err, SM_ERR_FORMAT, "%s: not a JSON object", what);
         goto done;
     }
+    if ((st = sm_json_check_unique_keys(root, what, err)) != SM_OK) goto done;
     const cJSON *jt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     if (!cJSON_IsString(jt) || !jt->valuestring) {
         st = sm_fail(err, SM_ERR_FORMAT, "%s: \"model_type\" is missing or not a string", what);
@@ -206,13 +208,14 @@ sm_status sm_hf_index_parse(const char *text, size_t n, const char *what, char *
     if (!root) return sm_fail(err, SM_ERR_FORMAT, "%s: not valid JSON", what);
     sm_status st = SM_OK;
     char **names = NULL, **files = NULL;
-    int k = 0;
+    int k = 0, total = 0;
+    if ((st = sm_json_check_unique_keys(root, what, err)) != SM_OK) goto done;
     const cJSON *map = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     if (!cJSON_IsObject(map)) {
         st = sm_fail(err, SM_ERR_FORMAT, "%s: no \"weight_map\" object", what);
         goto done;
     }
-    int total = cJSON_GetArraySize(map);
+    total = cJSON_GetArraySize(map);
     if (total < 1 || total > (1 << 24)) {
         st = sm_fail(err, SM_ERR_FORMAT, "%s: \"weight_map\" has %d entries", what, total);
         goto done;

@@ -116,14 +116,22 @@ void sm_hf_ev_mean(const float *ev, int E, int d, float *dbar);
  *   mean_mix (E):    mean mixed probability alpha p_ev + (1 - alpha) p_router (p_ev = softmax of the
  *                    EV logits, an expert's mean descriptor dotted with x); NULL ev skips it;
  *   overlap:         mean fraction of a token's top-k under the mix that is also in the router's top-k
- *                    (SSMoE App. D.6); NaN without ev. */
+ *                    (SSMoE App. D.6); NaN without ev.
+ * A logit that is not finite (float overflow) is refused with SM_ERR_NUMERIC rather than turned into
+ * NaN scores. */
 sm_status sm_hf_route_stats(const sm_hf_model *m, const float *router, const float *ev, const float *x, int T,
                             double alpha, double *mean_router, double *mean_mix, double *overlap, sm_error *err);
 
 /* Calibration inputs of MoE block `block` (d wide) from a safetensors file: the tensor named after the
  * block (its input, after post_attention_layernorm), else one named "hidden_states"; (T, d), F32/F16/
- * BF16. *x is malloc'd. */
+ * BF16, every value finite and within +-SM_HF_CALIB_MAX (no layer-norm output comes near it, and the
+ * float router logits of larger inputs can overflow). *x is malloc'd. */
+#define SM_HF_CALIB_MAX 1e15
 sm_status sm_hf_read_calib(const char *path, const char *block, int d, float **x, int *T, sm_error *err);
+/* The same from a safetensors file already parsed in memory (sm_safetensors_parse) or opened header-only
+ * (sm_safetensors_open); what names it in messages (NULL: its path). */
+sm_status sm_hf_calib_from_safetensors(const sm_safetensors *f, const char *what, const char *block, int d, float **x,
+                                       int *T, sm_error *err);
 
 /* Expert groups a pruned model keeps (DeepSeek-V3 group-limited routing, n_group groups of E/n_group
  * consecutive experts): n_group when E_keep splits into equal groups of at least 2 from which
@@ -133,11 +141,20 @@ int sm_hf_pruned_groups(const sm_hf_config *cfg, int E_keep);
 
 /* Writes a copy of the model to out_dir with only the experts keep (n_moe, E_keep) of each MoE layer
  * (ascending), renumbered 0..E_keep-1: router rows, bias entries, per-expert tensors and fused slices
- * follow; every other tensor and file is copied byte for byte; config.json gets the new expert count
+ * follow; every other tensor and file is copied byte for byte, a file with its source's permission bits
+ * (shards, index and config.json too), a symbolic link only when it resolves inside the model directory
+ * (copied as the file it points to); config.json gets the new expert count
  * (and k = min(k, E_keep); n_group = topk_group = 1 when sm_hf_pruned_groups says 1). With groups kept,
- * keep must hold E_keep / n_group experts of every group (refused otherwise).
+ * keep must hold E_keep / n_group experts of every group (refused otherwise). out_dir must pass
+ * sm_hf_check_prune_out (new or empty, outside the model directory).
  * Streams through a fixed buffer: memory does not grow with the model. */
 sm_status sm_hf_prune(const sm_hf_model *m, const int *keep, int E_keep, const char *out_dir, sm_error *err);
+/* What sm_hf_prune requires before it writes anything, for a caller to check up front: out_dir a
+ * directory that does not exist yet (its parent must) or is empty, and neither the model directory dir
+ * nor inside it (symlinks resolved) - SM_ERR_ARG names the problem; and every file of dir that pruning
+ * copies readable, with no symbolic link among them that resolves outside dir - SM_ERR_FORMAT names
+ * the link and where it points. SM_ERR_IO when a path cannot be resolved or read. */
+sm_status sm_hf_check_prune_out(const char *dir, const char *out_dir, sm_error *err);
 
 #ifdef __cplusplus
 }
