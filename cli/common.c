@@ -125,9 +125,20 @@ void cli_print_routing(const char *title, const sm_eval_result *ev) {
         sm_routing_summary s;
         sm_routing_summarize(&ev->routing[l], &s);
         printf("%s moe layer %d: routing entropy %.3f nats (%.2f effective experts), load CV %.3f, MaxVio %.3f, "
-               "active experts %.0f%%, dropped %ld (%.2f%%)%s\n",
+               "active experts %.0f%%, dropped %ld (%.2f%%)\n",
                title, l, s.entropy, s.eff_experts, s.cv, s.max_vio, 100 * s.active_ratio, ev->routing[l].dropped,
-               100 * s.drop_frac, s.collapsed ? ", COLLAPSED (an expert gets < 1% of tokens)" : "");
+               100 * s.drop_frac);
+        /* the collapse verdict: which expert, its share of the tokens, the threshold, and why it matters */
+        double thr = 100 * sm_collapse_threshold(s.E), min = 100 * s.min_share;
+        if (s.n_collapsed > 1)
+            printf("%s moe layer %d: COLLAPSED: %d experts get < %.2g%% of tokens (least: expert %d, %.2g%%): they are "
+                   "barely trained and waste capacity\n", title, l, s.n_collapsed, thr, s.min_expert, min);
+        else if (s.collapsed)
+            printf("%s moe layer %d: COLLAPSED: expert %d gets %.2g%% of tokens (< %.2g%%): it is barely trained and "
+                   "wastes capacity\n", title, l, s.min_expert, min, thr);
+        else
+            printf("%s moe layer %d: routing healthy: every expert gets >= %.2g%% of tokens (min %.3g%%, expert %d)\n",
+                   title, l, thr, min, s.min_expert);
         printf("%s moe layer %d: load per expert:", title, l);
         for (int e = 0; e < s.E; e++) printf(" %.3f", s.load_frac[e]);
         printf("\n");

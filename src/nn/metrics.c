@@ -57,6 +57,14 @@ void sm_routing_stats_add(sm_routing_stats *s, const sm_route *r) {
     }
 }
 
+/* Collapse (GrMoE Sec. 6.1 uses a fixed 1%): an expert is collapsed when its share of the tokens is
+ * below min(1%, 0.1 / E). For E <= 10 that is GrMoE's 1%; for more experts it is a tenth of the fair
+ * share 1/E, so that near-uniform routing over many experts (E = 128: 0.78% each) is not flagged. */
+double sm_collapse_threshold(int E) {
+    double rel = E > 0 ? 0.1 / E : 0.01;
+    return rel < 0.01 ? rel : 0.01;
+}
+
 void sm_routing_summarize(const sm_routing_stats *s, sm_routing_summary *o) {
     memset(o, 0, sizeof *o);
     int E = s->E;
@@ -66,17 +74,22 @@ void sm_routing_summarize(const sm_routing_stats *s, sm_routing_summary *o) {
     for (int e = 0; e < E; e++) total += s->load[e];
     double mean = total / E, var = 0, vio = 0;
     int active = 0;
-    o->collapsed = 0;
+    const double thr = sm_collapse_threshold(E);
+    o->min_expert = 0;
+    o->min_share = s->tokens > 0 ? s->load[0] / (double)s->tokens : 0;
     for (int e = 0; e < E; e++) {
         double l = s->load[e];
         o->load_frac[e] = total > 0 ? l / total : 0;
         var += (l - mean) * (l - mean);
         if (mean > 0 && fabs(l - mean) / mean > vio) vio = fabs(l - mean) / mean;
         active += s->load[e] > 0;
-        /* collapse (GrMoE Sec. 6.1): an expert receives fewer than 1% of the tokens (its load is a
-         * token count, or for mass-based loads a token-equivalent, since each token's mass sums to 1) */
-        if (s->tokens > 0 && l < 0.01 * (double)s->tokens) o->collapsed = 1;
+        /* an expert's share of the tokens: its load (a token count, or for mass-based loads a
+         * token-equivalent, since each token's mass sums to 1) over the tokens seen */
+        double share = s->tokens > 0 ? l / (double)s->tokens : 0;
+        if (share < o->min_share) o->min_share = share, o->min_expert = e;
+        if (s->tokens > 0 && share < thr) o->n_collapsed++;
     }
+    o->collapsed = o->n_collapsed > 0;
     o->cv = mean > 0 ? sqrt(var / E) / mean : 0;
     o->max_vio = vio;
     o->active_ratio = (double)active / E;

@@ -42,10 +42,17 @@ typedef struct {
     double max_vio;        /* max_e |load_e - mean| / mean */
     double active_ratio;   /* experts with any load / E */
     double drop_frac;      /* dropped / (assignments + dropped) */
-    int collapsed;         /* some expert received < 1% of the tokens (GrMoE's definition) */
+    double min_share;      /* smallest share of the tokens of an expert: load / tokens (top-k: the
+                            * shares sum to k, so this is k * the smallest load_frac without drops) */
+    int min_expert;        /* the expert with that share (the lowest index on ties) */
+    int n_collapsed;       /* experts whose share is below sm_collapse_threshold(E) */
+    int collapsed;         /* n_collapsed > 0 */
 } sm_routing_summary;
 
 void sm_routing_summarize(const sm_routing_stats *s, sm_routing_summary *out);
+/* An expert is collapsed when its share of the tokens is below min(1%, 0.1 / E): GrMoE's 1% for
+ * E <= 10, a tenth of the fair share 1/E for more experts (uniform routing is never collapsed). */
+double sm_collapse_threshold(int E);
 
 /* Routing entropy (nats) and top-k mass of one probability vector p (E). */
 double sm_entropy(const sm_real *p, int E);

@@ -1,0 +1,81 @@
+/* The routing-collapse rule (src/nn/metrics.c): an expert is collapsed when its share of the tokens
+ * is below min(1%, 0.1 / E) - GrMoE's 1% for E <= 10, a tenth of the fair share for more experts.
+ * Routes are built by hand (top-1, one-hot probabilities) and go through sm_routing_stats_add. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+
+#include "specmoe.h"
+
+/* Summary of T top-1 tokens where expert e receives count[e] of them (sum count = T). */
+static void summarize_top1(const int *count, int E, sm_routing_summary *out) {
+    int T = 0;
+    for (int e = 0; e < E; e++) T += count[e];
+    sm_real *probs = calloc((size_t)T * E, sizeof *probs);
+    int *load = malloc(sizeof(int) * (size_t)E);
+    cr_assert(probs && load);
+    for (int e = 0, t = 0; e < E; e++) {
+        load[e] = count[e];
+        for (int j = 0; j < count[e]; j++, t++) probs[(size_t)t * E + e] = 1;
+    }
+    sm_route r = {.kind = SM_ROUTE_SPARSE, .T = T, .E = E, .n_assign = T, .probs = probs, .load = load};
+    sm_routing_stats s;
+    sm_routing_stats_reset(&s, E, 1);
+    sm_routing_stats_add(&s, &r);
+    sm_routing_summarize(&s, out);
+    free(probs);
+    free(load);
+}
+
+Test(metrics, threshold_is_min_of_1pct_and_tenth_of_fair_share) {
+    cr_assert_float_eq(sm_collapse_threshold(2), 0.01, 1e-15);
+    cr_assert_float_eq(sm_collapse_threshold(8), 0.01, 1e-15);
+    cr_assert_float_eq(sm_collapse_threshold(10), 0.01, 1e-15);
+    cr_assert_float_eq(sm_collapse_threshold(128), 0.1 / 128, 1e-15);
+}
+
+/* uniform routing over 128 experts: 0.78% each, under 1%, yet perfectly balanced */
+Test(metrics, uniform_over_128_experts_is_not_collapsed) {
+    enum { E = 128 };
+    int count[E];
+    for (int e = 0; e < E; e++) count[e] = 50;
+    sm_routing_summary s;
+    summarize_top1(count, E, &s);
+    cr_assert_eq(s.collapsed, 0, "uniform routing over %d experts flagged as collapsed", E);
+    cr_assert_eq(s.n_collapsed, 0);
+    cr_assert_float_eq(s.min_share, 1.0 / E, 1e-12);
+}
+
+/* 8 experts, expert 3 gets 5 of 10000 tokens (0.05%) */
+Test(metrics, one_starved_expert_of_8_is_collapsed) {
+    int count[8] = {1430, 1430, 1430, 5, 1430, 1425, 1425, 1425};
+    sm_routing_summary s;
+    summarize_top1(count, 8, &s);
+    cr_assert_eq(s.collapsed, 1);
+    cr_assert_eq(s.n_collapsed, 1);
+    cr_assert_eq(s.min_expert, 3);
+    cr_assert_float_eq(s.min_share, 0.0005, 1e-12);
+}
+
+/* small E keeps the absolute 1%: 0.9% is collapsed, 1.1% is not */
+Test(metrics, small_e_uses_1pct) {
+    int low[4] = {90, 3310, 3300, 3300}, ok[4] = {110, 3300, 3290, 3300};
+    sm_routing_summary s;
+    summarize_top1(low, 4, &s);
+    cr_assert_eq(s.collapsed, 1);
+    summarize_top1(ok, 4, &s);
+    cr_assert_eq(s.collapsed, 0);
+    cr_assert_eq(s.min_expert, 0);
+}
+
+/* large E still catches a starved expert: 128 experts, one at 0.05% (< 0.078%) */
+Test(metrics, starved_expert_of_128_is_collapsed) {
+    enum { E = 128 };
+    int count[E];
+    for (int e = 0; e < E; e++) count[e] = 100;
+    count[77] = 6; /* 6 / 12706 = 0.047% */
+    sm_routing_summary s;
+    summarize_top1(count, E, &s);
+    cr_assert_eq(s.collapsed, 1);
+    cr_assert_eq(s.n_collapsed, 1);
+    cr_assert_eq(s.min_expert, 77);
+}
