@@ -3,8 +3,7 @@
  * __metadata__.model; when that describes a small model, the model is created and sm_checkpoint_load
  * runs with an optimiser and a training state, which reaches the parser of __metadata__.train (static
  * in src/io/checkpoint.c) once every tensor matches - the seeds are small training checkpoints, so
- * mutations of their metadata get there. A known bug of the model-description parser is stepped
- * around (fuzz/known_bugs.h).
+ * mutations of their metadata get there.
  *
  *   make fuzz FUZZ_SECONDS=60      (seeds: fuzz/corpus/checkpoint/, dictionary fuzz/checkpoint.dict)
  */
@@ -14,7 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "known_bugs.h"
 #include "specmoe/core/optim.h"
 #include "specmoe/io/checkpoint.h"
 #include "specmoe/io/safetensors.h"
@@ -56,12 +54,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (fclose(f) != 0) abort();
     sm_model_config cfg;
     sm_error err;
-    sm_safetensors st;
-    if (sm_safetensors_parse(&st, data, size, "<fuzz>", &err) == SM_OK) {
-        int skip = fuzz_known_seed_bug(sm_safetensors_meta(&st, "model"));
-        sm_safetensors_free(&st);
-        if (skip) return 0;
-    }
     if (sm_checkpoint_read_config(path, &cfg, &err) != SM_OK || !small(&cfg)) return 0;
     sm_model *m = sm_model_create(&cfg, 1, NULL, &err);
     if (!m) return 0;

@@ -174,62 +174,24 @@ static double evaluate(sm_model *m, const sm_dataset *ds, int eb, int *paths, fl
 _Static_assert(sizeof(sm_real) == sizeof(float), "the benchmark caches activations as float");
 
 /* The surgical update changes expert weights only, so everything before the first MoE layer (stem,
- * first local processor) computes the same features before and after it. The "tail" model is the
- * full model from the first MoE layer on (layers first..n-1 and the head), evaluated on those cached
- * features: a surgical re-evaluation then costs the MoE stages only, not the convolutions. */
-typedef struct {
-    sm_model *m;
-    int first;          /* index of the first MoE layer in the full model */
-    int n_map;
-    int *map_full;      /* (n_map) parameter index in the full model of tail parameter i */
-} tail_model;
-
-static sm_status tail_create(tail_model *t, const sm_model *full, int maxT, sm_error *err) {
-    memset(t, 0, sizeof *t);
-    const sm_model_config *fc = &full->cfg;
-    int f = 0;
-    while (f < fc->n_layers && fc->layers[f].kind != SM_LAYER_MOE) f++;
-    if (f == 0 || f >= fc->n_layers) return sm_fail(err, SM_ERR_ARG, "bench oneshot: no MoE layer after the stem");
-    sm_model_config tc = *fc;
-    tc.n_layers = fc->n_layers - f;
-    memmove(tc.layers, fc->layers + f, sizeof(sm_layer_spec) * (size_t)tc.n_layers);
-    tc.in_dim = full->layers[f - 1].out;
-    tc.in_c = tc.in_h = tc.in_w = 0; /* a feature vector */
-    tc.spectral_alpha = tc.diversity_beta = 0;
-    t->first = f;
-    t->m = sm_model_create(&tc, maxT, NULL, err);
-    if (!t->m) return SM_ERR_ARG;
-    const sm_params *tp = &t->m->params, *fp = &full->params;
-    t->n_map = tp->n;
-    t->map_full = malloc(sizeof(int) * (size_t)tp->n);
-    if (!t->map_full) return sm_fail(err, SM_ERR_NOMEM, "bench oneshot: out of memory");
-    for (int i = 0; i < tp->n; i++) {
-        char name[SM_NAME_MAX + 16];
-        int j, used = 0;
-        if (sscanf(tp->p[i].name, "layers.%d.%n", &j, &used) == 1 && used > 0)
-            snprintf(name, sizeof name, "layers.%d.%s", j + f, tp->p[i].name + used);
-        else
-            snprintf(name, sizeof name, "%s", tp->p[i].name);
-        int k = sm_params_find(fp, name);
-        if (k < 0 || fp->p[k].numel != tp->p[i].numel)
-            return sm_fail(err, SM_ERR_MISMATCH, "bench oneshot: tail tensor %s has no match %s in the full model",
-                           tp->p[i].name, name);
-        t->map_full[i] = k;
+ * first local processor) computes the same features before and after it: a surgical re-evaluation
+ * runs the model from the first MoE layer on (sm_model_forward_from) over those cached features, and
+ * costs the MoE stages only, not the convolutions. */
+static double evaluate_from(sm_model *m, int first, const float *feat, int dim, const sm_dataset *ds, int eb) {
+    const int V = m->cfg.n_classes;
+    long correct = 0;
+    for (int i = 0; i < ds->n; i += eb) {
+        int B = ds->n - i < eb ? ds->n - i : eb;
+        const sm_real *lg = sm_model_forward_from(m, first, feat + (size_t)i * dim, B, NULL, 0);
+        for (int t = 0; t < B; t++) correct += sm_argmax(lg + (size_t)t * V, V) == ds->y[i + t];
     }
-    return SM_OK;
+    return ds->n ? (double)correct / ds->n : 0;
 }
 
-/* Copies the tail's tensors from the full model's parameter values. */
-static void tail_sync(tail_model *t, const sm_params *fp) {
-    sm_params *tp = &t->m->params;
-    for (int i = 0; i < t->n_map; i++)
-        memcpy(sm_params_data(tp, i), sm_params_data(fp, t->map_full[i]), sizeof(sm_real) * tp->p[i].numel);
-}
-
-static void tail_free(tail_model *t) {
-    sm_model_free(t->m);
-    free(t->map_full);
-    memset(t, 0, sizeof *t);
+static int first_moe(const sm_model *m) {
+    int f = 0;
+    while (f < m->n_layers && m->layers[f].kind != SM_LAYER_MOE) f++;
+    return f;
 }
 
 static void run_one(const oneshot_settings *o, const oneshot_data *bd, int phase, int depth, int model, int seed,
@@ -243,9 +205,8 @@ static void run_one(const oneshot_settings *o, const oneshot_data *bd, int phase
     if (o->batch > maxT) maxT = o->batch;
     if (o->anchor + 1 > maxT) maxT = o->anchor + 1;
     sm_model *m = NULL, *w = NULL;
-    tail_model tail = {0};
+    int first = 0, fdim = 0;
     float *feat = NULL;
-    sm_dataset tds = {0};
     sm_real *pristine = NULL, *gfull = NULL;
     int *paths = NULL;
     float *xb = NULL;
@@ -287,20 +248,23 @@ static void run_one(const oneshot_settings *o, const oneshot_data *bd, int phase
     sm_model_free(m);
     m = NULL;
     /* before: accuracy, the test set's expert paths and its features at the first MoE layer */
-    if (tail_create(&tail, w, maxT, &err) != SM_OK) goto fail;
-    feat = malloc(sizeof(float) * (size_t)bd->test.n * tail.m->cfg.in_dim);
+    first = first_moe(w);
+    if (first == 0 || first >= w->n_layers) {
+        sm_fail(&err, SM_ERR_ARG, "bench oneshot: no MoE layer after the stem");
+        goto fail;
+    }
+    fdim = w->layers[first].in;
+    feat = malloc(sizeof(float) * (size_t)bd->test.n * fdim);
     if (!feat) {
         sm_fail(&err, SM_ERR_NOMEM, "bench oneshot: out of memory");
         goto fail;
     }
-    R->acc0 = evaluate(w, &bd->test, o->eval_batch, paths, feat, tail.first);
-    tds = (sm_dataset){.n = bd->test.n, .dim = tail.m->cfg.in_dim, .n_classes = C, .x = feat, .y = bd->test.y};
-    tail_sync(&tail, &w->params);
+    R->acc0 = evaluate(w, &bd->test, o->eval_batch, paths, feat, first);
     {
-        /* the tail on cached features must reproduce the full model exactly (same code, same numbers) */
-        double a = evaluate(tail.m, &tds, o->eval_batch, NULL, NULL, 0);
+        /* the model from the first MoE layer on cached features must reproduce the full forward exactly */
+        double a = evaluate_from(w, first, feat, fdim, &bd->test, o->eval_batch);
         if (fabs(a - R->acc0) > 1e-12) {
-            sm_fail(&err, SM_ERR_MISMATCH, "bench oneshot: internal error: tail accuracy %.6f != full %.6f", a, R->acc0);
+            sm_fail(&err, SM_ERR_MISMATCH, "bench oneshot: internal error: accuracy from the first MoE layer %.6f != full %.6f", a, R->acc0);
             goto fail;
         }
     }
@@ -425,8 +389,7 @@ static void run_one(const oneshot_settings *o, const oneshot_data *bd, int phase
             if (v == 0) {
                 acc = evaluate(w, &bd->test, o->eval_batch, NULL, NULL, 0);
             } else {
-                tail_sync(&tail, &w->params);
-                acc = evaluate(tail.m, &tds, o->eval_batch, NULL, NULL, 0);
+                acc = evaluate_from(w, first, feat, fdim, &bd->test, o->eval_batch);
             }
             dsum[v][c] += acc - R->acc0;
             memcpy(w->params.data, pristine, sizeof(sm_real) * P); /* back to the trained model */
@@ -449,7 +412,6 @@ fail:
 done:
     sm_model_free(m);
     sm_model_free(w);
-    tail_free(&tail);
     free(feat);
     free(pristine);
     free(gfull);

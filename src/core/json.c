@@ -1,12 +1,15 @@
 /* Typed JSON field readers (include/specmoe/core/json.h). */
 #include "specmoe/core/json.h"
 
+#include <math.h>
 #include <string.h>
 
 sm_status sm_json_num(const cJSON *o, const char *key, int optional, double *out, const char *what, sm_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v && optional) return SM_OK;
     if (!cJSON_IsNumber(v)) return sm_fail(err, SM_ERR_FORMAT, "%s: field '%s' missing or not a number", what, key);
+    /* cJSON reads 1e999 as inf; it would be written back as null, so a file could not be read again */
+    if (!isfinite(v->valuedouble)) return sm_fail(err, SM_ERR_FORMAT, "%s: field '%s' is not finite", what, key);
     *out = v->valuedouble;
     return SM_OK;
 }

@@ -300,6 +300,17 @@ const sm_real *sm_model_forward(sm_model *m, const float *x, int T, sm_rng *rng,
     return m->logits;
 }
 
+const sm_real *sm_model_forward_from(sm_model *m, int first, const sm_real *h, int T, sm_rng *rng, int train) {
+    sm_ctx ctx = sm_ctx_make(&m->params, rng, train);
+    const int n = m->n_layers;
+    sm_seq_forward_range(m->body, first, n, NULL, h, T, &ctx);
+    m->aux_loss = 0;
+    for (int i = first; i < n; i++)
+        if (m->layers[i].moe) m->aux_loss += m->layers[i].moe->route.aux_loss;
+    sm_module_forward(m->head, m->logits, first < n ? sm_seq_output(m->body, n - 1) : h, T, &ctx);
+    return m->logits;
+}
+
 double sm_model_loss(sm_model *m, const int *y, const unsigned char *mask, int T) {
     /* the backward starts from dlogits = (probs - onehot) / T */
     double ce = sm_loss_crossentropy(m->dlogits, m->probs, m->losses, m->logits, y, mask, T, m->cfg.n_classes, 1);

@@ -1,6 +1,8 @@
 /* Router registry and the route (assignment) buffers shared by every router. */
 #include "specmoe/nn/router.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stddef.h>
 
 #include "specmoe/core/json.h"
@@ -176,6 +178,13 @@ void sm_router_config_to_json(const sm_router_config *c, cJSON *o) {
     cJSON_AddStringToObject(o, "router", c->name);
     for (size_t i = 0; i < sizeof kOpts / sizeof kOpts[0]; i++) {
         const char *f = (const char *)c + kOpts[i].offset;
+        if (kOpts[i].type == OPT_U64 && *(const uint64_t *)f > (1ull << 53)) {
+            /* beyond 2^53 a JSON number loses bits: the exact decimal string instead */
+            char b[32];
+            snprintf(b, sizeof b, "%llu", (unsigned long long)*(const uint64_t *)f);
+            cJSON_AddStringToObject(o, kOpts[i].key, b);
+            continue;
+        }
         double v = kOpts[i].type == OPT_INT ? *(const int *)f
                    : kOpts[i].type == OPT_NUM ? *(const double *)f : (double)*(const uint64_t *)f;
         cJSON_AddNumberToObject(o, kOpts[i].key, v);
@@ -191,10 +200,22 @@ sm_status sm_router_config_from_json(sm_router_config *c, const cJSON *o, const 
             st = sm_json_int(o, kOpts[i].key, opt, (int *)f, what, err);
         } else if (kOpts[i].type == OPT_NUM) {
             st = sm_json_num(o, kOpts[i].key, opt, (double *)f, what, err);
-        } else {
+        } else { /* a number up to 2^53, or the exact decimal string */
+            const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, kOpts[i].key);
+            if (cJSON_IsString(j)) {
+                char *end = NULL;
+                errno = 0;
+                unsigned long long u = strtoull(j->valuestring, &end, 10);
+                if (!*j->valuestring || *end || errno || j->valuestring[0] == '-')
+                    st = sm_fail(err, SM_ERR_FORMAT, "%s: field '%s' is not an unsigned 64-bit integer", what, kOpts[i].key);
+                else
+                    *(uint64_t *)f = (uint64_t)u;
+                continue;
+            }
             double v = (double)*(uint64_t *)f;
             st = sm_json_num(o, kOpts[i].key, opt, &v, what, err);
-            if (st == SM_OK && !(v >= 0 && v < 18446744073709551616.0))
+            /* files written before seeds above 2^53 became strings hold them as (rounded) numbers */
+            if (st == SM_OK && !(v >= 0 && v < 18446744073709551616.0 && v == floor(v)))
                 st = sm_fail(err, SM_ERR_FORMAT, "%s: field '%s' is not an unsigned 64-bit integer", what, kOpts[i].key);
             if (st == SM_OK) *(uint64_t *)f = (uint64_t)v;
         }

@@ -108,6 +108,9 @@ sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm
 void sm_model_free(sm_model *m);
 /* Forward of x (T,D) floats; returns logits (T,V) (owned by the model). */
 const sm_real *sm_model_forward(sm_model *m, const float *x, int T, sm_rng *rng, int train);
+/* Forward from layer `first` on: h (T, layers[first].in) is that layer's input, e.g. features cached
+ * from an earlier full forward when only later layers changed. Returns logits (T,V). */
+const sm_real *sm_model_forward_from(sm_model *m, int first, const sm_real *h, int T, sm_rng *rng, int train);
 /* Mean cross-entropy of the last forward against y (T), plus router aux losses; fills probs.
  * mask (V) optional class mask (task-incremental). */
 double sm_model_loss(sm_model *m, const int *y, const unsigned char *mask, int T);
