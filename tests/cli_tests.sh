@@ -128,6 +128,11 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     grep -qE '^step [0-9]+/[0-9]+ epoch' "$tmp/train.err" && ok "plain progress lines when stderr is not a terminal" \
         || bad "plain progress lines when stderr is not a terminal"
     echo "$out" | grep -q "load per expert" && ok "routing statistics printed" || bad "routing statistics printed"
+    # the load-balancing loss is on by default for topk (0.01), and the summary says routing is healthy
+    echo "$out" | grep -q "routing healthy: every expert gets >= 1% of tokens" && ok "the default topk run reports healthy routing" \
+        || bad "the default topk run reports healthy routing" "$(echo "$out" | grep 'moe layer' | head -n 3)"
+    head -c 8192 "$run/checkpoint.safetensors" | grep -aq 'balance\\":0.01,' \
+        && ok "topk stores its default balance coefficient 0.01" || bad "topk stores its default balance coefficient 0.01"
     [ -s "$run/metrics.jsonl" ] && head -n 1 "$run/metrics.jsonl" | grep -q '"load":\[' && ok "metrics.jsonl written" \
         || bad "metrics.jsonl written"
     [ -s "$run/checkpoint.safetensors" ] && [ ! -e "$run/checkpoint.safetensors.tmp" ] && ok "checkpoint written atomically" \
