@@ -263,3 +263,59 @@ Test(grad_module, losses_write_their_output_gradient) {
         gc_check(names[w], c.pred, c.d, 12, lloss, &c, &r, 12);
     }
 }
+
+/* experts deeper than two layers, with their own output width (SPHERE's per-expert MLP policies) */
+Test(grad_module, deep_experts_with_their_own_output_width) {
+    sm_moe_config mc = moe_cfg("topk", 3, 2, 4);
+    mc.depth = 3;
+    mc.out_dim = 2;
+    check_module("moe-depth3", sm_moe_module("moe", &mc, &e), sm_shape_vec(5), 22);
+    mc.expert_bias = 0;
+    check_module("moe-depth2-nobias", sm_moe_module("moe", &mc, &e), sm_shape_vec(5), 23);
+}
+
+/* a gate network between the layer's input and the router */
+Test(grad_module, gate_network) {
+    int w[1] = {6};
+    sm_moe_config mc = moe_cfg("topk", 3, 2, 4);
+    mc.depth = 2;
+    check_module("moe-gated", sm_moe_module_gated("moe", &mc, sm_mlp_module("", w, 1, 4, SM_ACT_TANH, &e), &e),
+                 sm_shape_vec(5), 24);
+}
+
+/* L = sum(out * G) + sum over assignments of <feat_a, F_a>: the extra gradient F enters through
+ * sm_moe_features' dfeat, as a penalty on expert features would */
+typedef struct {
+    mctx c;
+    sm_real F[64 * 4];
+} fctx;
+static double floss(void *p) {
+    fctx *f = p;
+    double s = mloss(&f->c);
+    sm_moe *moe = sm_moe_of(f->c.m);
+    const sm_real *feat = sm_moe_features(moe, NULL);
+    for (int a = 0; a < moe->route.n_assign; a++)
+        for (int h = 0; h < moe->H; h++) s += (double)feat[a * moe->H + h] * f->F[(moe->route.token[a] % 8) * moe->H + h];
+    return s;
+}
+Test(grad_module, extra_gradient_on_expert_features) {
+    static fctx f;
+    sm_moe_config mc = moe_cfg("topk", 3, 2, 4);
+    mc.depth = 2;
+    mctx_init(&f.c, sm_moe_module("moe", &mc, &e), sm_shape_vec(5), 25);
+    gc_fill_normal(f.F, 64 * 4, 1.0, &f.c.rng);
+    sm_moe *moe = sm_moe_of(f.c.m);
+    sm_real *dfeat;
+    sm_moe_features(moe, &dfeat);
+    floss(&f);
+    for (int a = 0; a < moe->route.n_assign; a++)
+        for (int h = 0; h < moe->H; h++) dfeat[a * moe->H + h] = f.F[(moe->route.token[a] % 8) * moe->H + h];
+    sm_params_zero_grad(&f.c.ps);
+    sm_ctx ctx = sm_ctx_make(&f.c.ps, NULL, 1);
+    sm_module_backward(f.c.m, f.c.dx, f.c.G, f.c.x, B, &ctx);
+    for (int i = 0; i < f.c.ps.n; i++)
+        gc_check(f.c.ps.p[i].name, sm_params_data(&f.c.ps, i), sm_params_grad(&f.c.ps, i), f.c.ps.p[i].numel, floss, &f,
+                 &f.c.rng, 24);
+    gc_check("input", f.c.x, f.c.dx, f.c.nin, floss, &f, &f.c.rng, 24);
+    mctx_free(&f.c);
+}

@@ -23,6 +23,7 @@ void sm_moe_config_to_json(const sm_moe_config *c, cJSON *o) {
     cJSON_AddNumberToObject(o, "shared", c->n_shared);
     cJSON_AddNumberToObject(o, "expert_bias", c->expert_bias);
     cJSON_AddStringToObject(o, "expert_act", sm_act_name(c->act));
+    if (c->depth > 1) cJSON_AddNumberToObject(o, "depth", c->depth); /* absent: the two-layer expert */
 }
 
 sm_status sm_moe_config_from_json(sm_moe_config *c, const cJSON *o, sm_error *err) {
@@ -33,11 +34,25 @@ sm_status sm_moe_config_from_json(sm_moe_config *c, const cJSON *o, sm_error *er
     if (st == SM_OK) st = sm_json_int(o, "shared", 0, &c->n_shared, what, err);
     if (st == SM_OK) st = sm_json_int(o, "expert_bias", 0, &c->expert_bias, what, err);
     if (st == SM_OK) st = sm_json_str(o, "expert_act", eact, sizeof eact, what, err);
+    if (st == SM_OK) st = sm_json_int(o, "depth", 1, &c->depth, what, err);
     if (st == SM_OK && sm_act_parse(eact, &c->act)) st = sm_fail(err, SM_ERR_FORMAT, "%s: unknown activation '%s'", what, eact);
     return st;
 }
 
-sm_moe *sm_moe_create(const sm_moe_config *cfg, int d, sm_error *err) {
+sm_moe *sm_moe_create(const sm_moe_config *cfg, int d, sm_error *err) { return sm_moe_create_gated(cfg, d, d, err); }
+
+#define MOE_MAX_DEPTH 16
+
+sm_moe *sm_moe_create_gated(const sm_moe_config *cfg, int d, int dg, sm_error *err) {
+    if (cfg->depth < 0 || cfg->depth > MOE_MAX_DEPTH) {
+        sm_fail(err, SM_ERR_ARG, "moe: expert depth must be in [1, %d] (got %d)", MOE_MAX_DEPTH, cfg->depth);
+        return NULL;
+    }
+    if (cfg->depth > 1 && cfg->n_shared > 0) {
+        sm_fail(err, SM_ERR_ARG, "moe: shared experts are two-layer MLPs; they cannot be combined with depth %d",
+                cfg->depth);
+        return NULL;
+    }
     if (cfg->H < 1) {
         sm_fail(err, SM_ERR_ARG, "moe: expert hidden width must be >= 1 (got %d)", cfg->H);
         return NULL;
@@ -57,12 +72,14 @@ sm_moe *sm_moe_create(const sm_moe_config *cfg, int d, sm_error *err) {
     m->E = cfg->router.E;
     m->S = cfg->n_shared;
     m->H = cfg->H;
-    m->router = sm_router_create(&cfg->router, d, err);
+    m->L = cfg->depth > 1 ? cfg->depth : 1;
+    m->dg = dg;
+    m->router = sm_router_create(&cfg->router, dg, err);
     if (!m->router) {
         free(m);
         return NULL;
     }
-    for (int i = 0; i < 8; i++) m->ip[i] = -1;
+    for (int i = 0; i < (int)SM_LEN(m->ip); i++) m->ip[i] = -1;
     return m;
 }
 
@@ -93,6 +110,16 @@ sm_status sm_moe_declare(sm_moe *m, sm_params *ps, const char *prefix, sm_error 
             snprintf(name, sizeof name, "%s.%s.b1", prefix, group[g]);
             if ((ip[1] = sm_params_add(ps, name, 2, s_b1, SM_INIT_UNIFORM_FANIN, m->d, 0, SM_PARAM_NO_DECAY, err)) < 0) return SM_ERR_ARG;
         }
+        if (g == 0 && m->L > 1) { /* deeper experts: (E, L-1, H, H) hidden-to-hidden layers */
+            int64_t s_wh[4] = {m->E, m->L - 1, m->H, m->H}, s_bh[3] = {m->E, m->L - 1, m->H};
+            snprintf(name, sizeof name, "%s.experts.wh", prefix);
+            if ((m->ip[8] = sm_params_add(ps, name, 4, s_wh, SM_INIT_UNIFORM_FANIN, m->H, 0, 0, err)) < 0) return SM_ERR_ARG;
+            if (m->cfg.expert_bias) {
+                snprintf(name, sizeof name, "%s.experts.bh", prefix);
+                if ((m->ip[9] = sm_params_add(ps, name, 3, s_bh, SM_INIT_UNIFORM_FANIN, m->H, 0, SM_PARAM_NO_DECAY, err)) < 0)
+                    return SM_ERR_ARG;
+            }
+        }
         snprintf(name, sizeof name, "%s.%s.w2", prefix, group[g]);
         if ((ip[2] = sm_params_add(ps, name, 3, s_w2, SM_INIT_UNIFORM_FANIN, m->H, 0, 0, err)) < 0) return SM_ERR_ARG;
         if (m->cfg.expert_bias) {
@@ -114,6 +141,8 @@ void sm_moe_bind(sm_moe *m, const sm_params *ps) {
     bind2(ps, m->ip[1], &m->b1, &m->db1);
     bind2(ps, m->ip[2], &m->w2, &m->dw2);
     bind2(ps, m->ip[3], &m->b2, &m->db2);
+    bind2(ps, m->ip[8], &m->wh, &m->dwh);
+    bind2(ps, m->ip[9], &m->bh, &m->dbh);
     bind2(ps, m->ip[4], &m->sw1, &m->dsw1);
     bind2(ps, m->ip[5], &m->sb1, &m->dsb1);
     bind2(ps, m->ip[6], &m->sw2, &m->dsw2);
@@ -133,8 +162,11 @@ sm_status sm_moe_reserve(sm_moe *m, int max_T, sm_error *err) {
     if (st != SM_OK) return st;
     size_t A = (size_t)m->max_A, T = (size_t)max_T, d = (size_t)m->d, O = (size_t)m->O, H = (size_t)m->H;
     size_t S = (size_t)m->S, dh_rows = A > T ? A : T;
-    size_t sizes[] = {A * d, A * H, A * H, A * O, A * O, A * d, dh_rows * H, S * T * H, S * T * H, T * O};
-    sm_real **ptrs[] = {&m->xg, &m->hpre, &m->h, &m->y, &m->dy, &m->dxg, &m->dh, &m->shpre, &m->sh, &m->sy};
+    size_t L = (size_t)m->L;
+    size_t sizes[] = {A * d, L * A * H, L * A * H, A * O, A * O, A * d, dh_rows * H, S * T * H, S * T * H, T * O,
+                      L > 1 ? A * H : 0, A * H};
+    sm_real **ptrs[] = {&m->xg, &m->hpre, &m->h, &m->y, &m->dy, &m->dxg, &m->dh, &m->shpre, &m->sh, &m->sy,
+                        &m->dh2, &m->dfeat};
     m->act_block = sm_carve(ptrs, sizes, SM_LEN(sizes), err, "moe (activations for %d tokens)", max_T);
     return m->act_block ? SM_OK : SM_ERR_NOMEM;
 }
@@ -159,6 +191,56 @@ static sm_mlp_grads expert_grads(sm_real *dw1, sm_real *db1, sm_real *dw2, sm_re
         .db2 = db2 ? db2 + (size_t)e * O : NULL,
     };
     return g;
+}
+
+/* Routed expert e on its n gathered rows starting at assignment a0: hidden layer j reads
+ * layer j-1's activation (layer 0 reads xg) - for L = 1 exactly sm_mlp_forward's sequence. */
+static void expert_forward(sm_moe *m, int e, int a0, int n) {
+    const int d = m->d, H = m->H, O = m->O, L = m->L;
+    const size_t stride = (size_t)m->max_A * H, row = (size_t)a0 * H;
+    for (int j = 0; j < L; j++) {
+        const sm_real *in = j ? m->h + (j - 1) * stride + row : m->xg + (size_t)a0 * d;
+        const sm_real *W = j ? m->wh + (((size_t)e * (L - 1) + j - 1) * H) * H : m->w1 + (size_t)e * H * d;
+        const sm_real *b = j ? (m->bh ? m->bh + ((size_t)e * (L - 1) + j - 1) * H : NULL) : (m->b1 ? m->b1 + (size_t)e * H : NULL);
+        sm_linear_forward(m->hpre + j * stride + row, in, W, b, n, j ? H : d, H);
+        sm_act_forward(m->h + j * stride + row, m->hpre + j * stride + row, (size_t)n * H, m->cfg.act);
+    }
+    sm_linear_forward(m->y + (size_t)a0 * O, m->h + (L - 1) * stride + row, m->w2 + (size_t)e * O * H,
+                      m->b2 ? m->b2 + (size_t)e * O : NULL, n, H, O);
+}
+
+/* Its backward from dy: for L = 1 and no extra feature gradient exactly sm_mlp_backward's sequence. */
+static void expert_backward(sm_moe *m, int e, int a0, int n) {
+    const int d = m->d, H = m->H, O = m->O, L = m->L;
+    const size_t stride = (size_t)m->max_A * H, row = (size_t)a0 * H;
+    sm_real *dh = m->dh + row, *dh2 = m->dh2 ? m->dh2 + row : NULL;
+    const sm_real *W2 = m->w2 + (size_t)e * O * H, *dy = m->dy + (size_t)a0 * O, *hl = m->h + (L - 1) * stride + row;
+    sm_gemm(0, 0, n, H, O, 1, dy, O, W2, H, 0, dh, H);
+    sm_linear_backward(NULL, m->dw2 + (size_t)e * O * H, m->db2 ? m->db2 + (size_t)e * O : NULL, dy, hl, W2, n, H, O);
+    if (m->dfeat_used)
+        for (size_t i = 0; i < (size_t)n * H; i++) dh[i] += m->dfeat[row + i];
+    for (int j = L - 1; j >= 0; j--) {
+        sm_act_backward_inplace(dh, m->hpre + j * stride + row, (size_t)n * H, m->cfg.act);
+        if (j == 0) {
+            sm_linear_backward(m->dxg + (size_t)a0 * d, m->dw1 + (size_t)e * H * d, m->db1 ? m->db1 + (size_t)e * H : NULL,
+                               dh, m->xg + (size_t)a0 * d, m->w1 + (size_t)e * H * d, n, d, H);
+        } else {
+            size_t k = ((size_t)e * (L - 1) + j - 1);
+            memset(dh2, 0, sizeof(sm_real) * (size_t)n * H);
+            sm_linear_backward(dh2, m->dwh + k * H * H, m->dbh ? m->dbh + k * H : NULL, dh,
+                               m->h + (j - 1) * stride + row, m->wh + k * H * H, n, H, H);
+            sm_real *t = dh;
+            dh = dh2, dh2 = t;
+        }
+    }
+}
+
+const sm_real *sm_moe_features(const sm_moe *m, sm_real **dfeat) {
+    if (dfeat) {
+        *dfeat = m->dfeat;
+        ((sm_moe *)m)->dfeat_used = 1; /* the backward now adds it in */
+    }
+    return m->h + (size_t)(m->L - 1) * m->max_A * m->H;
 }
 
 /* SOFT routes: slot inputs of expert e, group g are rows (e*G + g)*p .. +p of xg:
@@ -186,10 +268,15 @@ static void soft_combine(sm_moe *m, sm_real *out, int T) {
 }
 
 void sm_moe_forward(sm_moe *m, sm_real *out, const sm_real *x, int T, sm_rng *rng, int train) {
+    sm_moe_forward_gated(m, out, x, x, T, rng, train);
+}
+
+void sm_moe_forward_gated(sm_moe *m, sm_real *out, const sm_real *x, const sm_real *gx, int T, sm_rng *rng, int train) {
     const int d = m->d, H = m->H, E = m->E, O = m->O;
     sm_route *r = &m->route;
-    m->router->ops->forward(m->router, r, x, T, rng, train);
+    m->router->ops->forward(m->router, r, gx, T, rng, train);
     memset(r->dprobs, 0, sizeof(sm_real) * (size_t)T * E);
+    if (m->dfeat_used) memset(m->dfeat, 0, sizeof(sm_real) * (size_t)m->max_A * H);
     const int A = r->n_assign;
     if (r->kind == SM_ROUTE_SOFT) soft_dispatch(m, x, T);
     else
@@ -199,9 +286,7 @@ void sm_moe_forward(sm_moe *m, sm_real *out, const sm_real *x, int T, sm_rng *rn
     for (int e = 0; e < E; e++) {
         int a0 = r->offset[e], n = r->offset[e + 1] - a0;
         if (n == 0) continue;
-        sm_mlp_forward(m->y + (size_t)a0 * O, m->hpre + (size_t)a0 * H, m->h + (size_t)a0 * H,
-                       m->xg + (size_t)a0 * d, expert_weights(m->w1, m->b1, m->w2, m->b2, e, d, H, O),
-                       m->cfg.act, n, d, H, O);
+        expert_forward(m, e, a0, n);
     }
     memset(out, 0, sizeof(sm_real) * (size_t)T * O);
     if (r->kind == SM_ROUTE_SOFT) {
@@ -222,6 +307,11 @@ void sm_moe_forward(sm_moe *m, sm_real *out, const sm_real *x, int T, sm_rng *rn
 }
 
 void sm_moe_backward(sm_moe *m, sm_real *dx, const sm_real *dout, const sm_real *x, int T) {
+    sm_moe_backward_gated(m, dx, dx, dout, x, x, T);
+}
+
+void sm_moe_backward_gated(sm_moe *m, sm_real *dx, sm_real *dgx, const sm_real *dout, const sm_real *x, const sm_real *gx,
+                           int T) {
     const int d = m->d, H = m->H, E = m->E, O = m->O;
     sm_route *r = &m->route;
     const int A = r->n_assign;
@@ -255,10 +345,7 @@ void sm_moe_backward(sm_moe *m, sm_real *dx, const sm_real *dout, const sm_real 
     for (int e = 0; e < E; e++) {
         int a0 = r->offset[e], n = r->offset[e + 1] - a0;
         if (n == 0) continue;
-        sm_mlp_backward(m->dxg + (size_t)a0 * d, expert_grads(m->dw1, m->db1, m->dw2, m->db2, e, d, H, O),
-                        m->dh + (size_t)a0 * H, m->dy + (size_t)a0 * O, m->hpre + (size_t)a0 * H,
-                        m->h + (size_t)a0 * H, m->xg + (size_t)a0 * d,
-                        expert_weights(m->w1, m->b1, m->w2, m->b2, e, d, H, O), m->cfg.act, n, d, H, O);
+        expert_backward(m, e, a0, n);
     }
     if (r->kind == SM_ROUTE_SOFT) {
         /* xg_(e,g) = D_g[:, e-block]^T X_g:  dD_g[:, e-block] = X_g dxg_(e,g)^T,  dX_g += D_g[:, e-block] dxg_(e,g) */
@@ -284,7 +371,7 @@ void sm_moe_backward(sm_moe *m, sm_real *dx, const sm_real *dout, const sm_real 
                         m->shpre + (size_t)s * T * H, m->sh + (size_t)s * T * H, x,
                         expert_weights(m->sw1, m->sb1, m->sw2, m->sb2, s, d, H, O), m->cfg.act, T, d, H, O);
     }
-    m->router->ops->backward(m->router, dx, r, x, T);
+    m->router->ops->backward(m->router, dgx, r, gx, T);
 }
 
 /* ---- the MoE layer as a module (include/specmoe/nn/module.h) ---------------------------------- */
@@ -295,28 +382,52 @@ typedef struct {
     sm_module base;
     sm_moe_config cfg;
     sm_moe *moe;
+    sm_module *gate;  /* optional gate network: the router reads its output */
     sm_real *scratch; /* (N, d) input gradient when the caller needs none: router and experts write one */
+    sm_real *g, *dg;  /* (N, dg) the gate network's output and its gradient */
 } moe_mod;
 
 static sm_status moe_mod_declare(sm_module *m, sm_params *ps, sm_error *err) {
     moe_mod *mm = (moe_mod *)m;
-    int d = sm_shape_width(m->in);
-    if (!(mm->moe = sm_moe_create(&mm->cfg, d, err))) return SM_ERR_ARG;
+    int d = sm_shape_width(m->in), dg = d;
+    if (mm->gate) {
+        if (sm_param_name(mm->gate->name, m->name, "gate")) return sm_fail(err, SM_ERR_ARG, "%s: name too long", m->name);
+        sm_status st = sm_module_declare(mm->gate, ps, m->in, err);
+        if (st != SM_OK) return st;
+        if (mm->gate->out.rows != m->in.rows)
+            return sm_fail(err, SM_ERR_ARG, "%s: the gate network must keep the row count (%d rows in, %d out)", m->name,
+                           m->in.rows, mm->gate->out.rows);
+        dg = sm_shape_width(mm->gate->out);
+    }
+    if (!(mm->moe = sm_moe_create_gated(&mm->cfg, d, dg, err))) return SM_ERR_ARG;
     m->out = sm_shape_vec(mm->moe->O);
     m->out.rows = m->in.rows;
     return sm_moe_declare(mm->moe, ps, m->name, err);
 }
 static void moe_mod_reserve(sm_module *m, int B, sm_arena *a) {
-    ((moe_mod *)m)->scratch = sm_arena_take(a, (size_t)B * sm_shape_numel(m->in));
+    moe_mod *mm = (moe_mod *)m;
+    mm->scratch = sm_arena_take(a, (size_t)B * sm_shape_numel(m->in));
+    if (mm->gate) {
+        mm->gate->max_B = B;
+        mm->gate->ops->reserve(mm->gate, B, a);
+        mm->g = sm_arena_take(a, (size_t)B * sm_shape_numel(mm->gate->out));
+        mm->dg = sm_arena_take(a, (size_t)B * sm_shape_numel(mm->gate->out));
+    }
 }
 static sm_status moe_mod_setup(sm_module *m, int B, sm_error *err) {
-    return sm_moe_reserve(((moe_mod *)m)->moe, B * m->in.rows, err);
+    moe_mod *mm = (moe_mod *)m;
+    if (mm->gate && mm->gate->ops->setup) {
+        sm_status st = mm->gate->ops->setup(mm->gate, B, err);
+        if (st != SM_OK) return st;
+    }
+    return sm_moe_reserve(mm->moe, B * m->in.rows, err);
 }
 /* parameters are bound at every call: the view (and so the gradient destination) is the caller's */
 static void moe_mod_forward(sm_module *m, sm_real *out, const sm_real *in, int B, const sm_ctx *ctx) {
     moe_mod *mm = (moe_mod *)m;
     sm_moe_bind(mm->moe, ctx->pv);
-    sm_moe_forward(mm->moe, out, in, B * m->in.rows, ctx->rng, ctx->train);
+    if (mm->gate) sm_module_forward(mm->gate, mm->g, in, B, ctx);
+    sm_moe_forward_gated(mm->moe, out, in, mm->gate ? mm->g : in, B * m->in.rows, ctx->rng, ctx->train);
 }
 static void moe_mod_backward(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx) {
     moe_mod *mm = (moe_mod *)m;
@@ -324,30 +435,45 @@ static void moe_mod_backward(sm_module *m, sm_real *din, const sm_real *dout, co
     sm_real *dx = din;
     if (!dx) memset(dx = mm->scratch, 0, sizeof(sm_real) * (size_t)N * mm->moe->d);
     sm_moe_bind(mm->moe, ctx->pv);
-    sm_moe_backward(mm->moe, dx, dout, in, N);
+    if (!mm->gate) {
+        sm_moe_backward(mm->moe, dx, dout, in, N);
+        return;
+    }
+    memset(mm->dg, 0, sizeof(sm_real) * (size_t)N * mm->moe->dg);
+    sm_moe_backward_gated(mm->moe, dx, mm->dg, dout, in, mm->g, N);
+    sm_module_backward(mm->gate, dx, mm->dg, in, B, ctx);
 }
 static void moe_mod_json(const sm_module *m, cJSON *o) {
     const moe_mod *mm = (const moe_mod *)m;
     cJSON_AddNumberToObject(o, "hidden", mm->cfg.H);
     sm_moe_config_to_json(&mm->cfg, cJSON_AddObjectToObject(o, "moe"));
+    if (mm->gate) cJSON_AddItemToObject(o, "gate", sm_module_json_object(mm->gate));
 }
 static void moe_mod_destroy(sm_module *m) {
-    sm_moe_free(((moe_mod *)m)->moe);
+    moe_mod *mm = (moe_mod *)m;
+    sm_moe_free(mm->moe);
+    if (mm->gate) mm->gate->ops->destroy(mm->gate); /* its activations live in the owner's arena */
     free(m);
 }
 static const sm_module_ops kMoeOps = {"moe", moe_mod_declare, moe_mod_reserve, moe_mod_setup, moe_mod_forward,
                                       moe_mod_backward, moe_mod_json, moe_mod_destroy};
 
-sm_module *sm_moe_module(const char *name, const sm_moe_config *cfg, sm_error *err) {
+sm_module *sm_moe_module_gated(const char *name, const sm_moe_config *cfg, sm_module *gate, sm_error *err) {
     moe_mod *mm = calloc(1, sizeof *mm);
     if (!mm) {
+        if (gate) sm_module_free(gate);
         sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", name);
         return NULL;
     }
     mm->base.ops = &kMoeOps;
     snprintf(mm->base.name, sizeof mm->base.name, "%s", name ? name : "");
     mm->cfg = *cfg;
+    mm->gate = gate;
     return &mm->base;
+}
+
+sm_module *sm_moe_module(const char *name, const sm_moe_config *cfg, sm_error *err) {
+    return sm_moe_module_gated(name, cfg, NULL, err);
 }
 
 sm_moe *sm_moe_of(const sm_module *m) { return m && m->ops == &kMoeOps ? ((const moe_mod *)m)->moe : NULL; }
@@ -362,5 +488,8 @@ sm_module *sm_moe_from_json(const cJSON *o, const char *name, sm_error *err) {
     }
     c.H = (int)h->valuedouble;
     if (sm_moe_config_from_json(&c, cJSON_GetObjectItemCaseSensitive(o, "moe"), err) != SM_OK) return NULL;
-    return sm_moe_module(name, &c, err);
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(o, "gate");
+    sm_module *gate = NULL;
+    if (g && !(gate = sm_module_from_json_object(g, err))) return NULL;
+    return sm_moe_module_gated(name, &c, gate, err);
 }

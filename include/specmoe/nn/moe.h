@@ -27,6 +27,8 @@ typedef struct {
     sm_act act;              /* expert activation */
     int expert_bias;         /* experts have biases (1) or not (0, Mixtral style) */
     int out_dim;             /* expert output width O; 0 = the input width d */
+    int depth;               /* hidden layers per expert, each H wide (0 or 1: the two-layer MLP d -> H -> O;
+                              * L > 1: d -> H -> ... -> H -> O, e.g. SPHERE's 3-hidden-layer experts) */
 } sm_moe_config;
 
 void sm_moe_config_default(sm_moe_config *c);
@@ -38,13 +40,17 @@ sm_status sm_moe_config_from_json(sm_moe_config *c, const struct cJSON *o, sm_er
 typedef struct {
     sm_moe_config cfg;
     int d, O, E, S, H, max_T, max_A; /* in width, out width, experts, shared, hidden, ... */
+    int L;               /* hidden layers per expert */
+    int dg;              /* width of the router's input (d, or a gate network's output) */
     sm_router *router;
     sm_route route;      /* the last forward's routing: loads, dropped, probs */
-    int ip[8];           /* parameter indices: w1 b1 w2 b2 sw1 sb1 sw2 sb2 (-1 if absent) */
+    int ip[10];          /* parameter indices: w1 b1 w2 b2 sw1 sb1 sw2 sb2 wh bh (-1 if absent) */
     sm_real *w1, *dw1;   /* (E,H,d) */
     sm_real *b1, *db1;   /* (E,H) or NULL */
     sm_real *w2, *dw2;   /* (E,O,H) */
     sm_real *b2, *db2;   /* (E,O) or NULL */
+    sm_real *wh, *dwh;   /* (E,L-1,H,H) hidden-to-hidden layers of deeper experts, or NULL */
+    sm_real *bh, *dbh;   /* (E,L-1,H) or NULL */
     sm_real *sw1, *dsw1; /* (S,H,d) */
     sm_real *sb1, *dsb1; /* (S,H) */
     sm_real *sw2, *dsw2; /* (S,O,H) */
@@ -52,8 +58,8 @@ typedef struct {
     /* activations: one block, carved */
     sm_real *act_block;
     sm_real *xg;   /* (A,d) inputs gathered per assignment, expert-major */
-    sm_real *hpre; /* (A,H) */
-    sm_real *h;    /* (A,H) */
+    sm_real *hpre; /* (L,A,H) pre-activations, hidden layer after hidden layer (stride max_A*H) */
+    sm_real *h;    /* (L,A,H) activations; the last block is the experts' last hidden features */
     sm_real *y;    /* (A,O) expert outputs */
     sm_real *dy;   /* (A,O) scratch for backward */
     sm_real *dxg;  /* (A,d) scratch for backward */
@@ -61,6 +67,9 @@ typedef struct {
     sm_real *shpre;/* (S,T,H) */
     sm_real *sh;   /* (S,T,H) */
     sm_real *sy;   /* (T,O) shared expert output scratch */
+    sm_real *dh2;  /* (A,H) second backward scratch of deeper experts */
+    sm_real *dfeat;/* (A,H) extra gradient on the last hidden features (sm_moe_features) */
+    int dfeat_used;
 } sm_moe;
 
 sm_moe *sm_moe_create(const sm_moe_config *cfg, int d, sm_error *err);
@@ -74,11 +83,26 @@ void sm_moe_forward(sm_moe *m, sm_real *out, const sm_real *x, int T, sm_rng *rn
 /* dx (T,d) += ..., parameter gradients += ..., given dout (T,O) and the same x as the forward. */
 void sm_moe_backward(sm_moe *m, sm_real *dx, const sm_real *dout, const sm_real *x, int T);
 
+/* The experts' last hidden features of the last forward, one row per assignment in the route's
+ * expert-major order (route.token / route.weight say whose and how much): (A,H) with A =
+ * route.n_assign. dfeat (A,H), zeroed by every forward, takes an extra gradient on them (e.g. a
+ * penalty on routing-weighted expert features, SPHERE); the backward adds it in. */
+const sm_real *sm_moe_features(const sm_moe *m, sm_real **dfeat);
+/* A router reading gate input g (T,dg) instead of x: the layer is built with sm_moe_create_gated,
+ * and forward/backward take g and its gradient dg (T,dg) += ... (dg may alias dx when g is x). */
+sm_moe *sm_moe_create_gated(const sm_moe_config *cfg, int d, int dg, sm_error *err);
+void sm_moe_forward_gated(sm_moe *m, sm_real *out, const sm_real *x, const sm_real *g, int T, sm_rng *rng, int train);
+void sm_moe_backward_gated(sm_moe *m, sm_real *dx, sm_real *dg, const sm_real *dout, const sm_real *x, const sm_real *g,
+                           int T);
+
 /* The MoE layer as a module (module.h): parameters are bound to the call's view at every forward
  * and backward, so gradients go where the caller says. Rows are tokens: an input of R rows per
  * example routes B*R tokens. */
 #include "specmoe/nn/module.h"
 sm_module *sm_moe_module(const char *name, const sm_moe_config *cfg, sm_error *err);
+/* The same with a gate network: gate (a module, owned) maps the layer's input to the router's input
+ * (e.g. an MLP), declared under "<name>.gate"; the experts read the layer's input. */
+sm_module *sm_moe_module_gated(const char *name, const sm_moe_config *cfg, sm_module *gate, sm_error *err);
 /* the layer inside an MoE module (NULL for any other module, or before declare) */
 sm_moe *sm_moe_of(const sm_module *m);
 
