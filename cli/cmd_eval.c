@@ -90,23 +90,11 @@ int cmd_eval(int argc, char **argv) {
         /* router-collapse diagnostics per MoE layer: correlation of the learned router's expert
          * embeddings vs of the EV descriptors (mean of each expert's two) */
         for (int l = 0; st == SM_OK && l < sm_model_n_moe(m); l++) {
-            const sm_moe *moe = sm_model_moe(m, l);
-            char name[64];
-            int li = 0;
-            for (int t = 0, k = 0; t < m->n_layers; t++)
-                if (m->layers[t].kind == SM_LAYER_MOE && k++ == l) li = t;
-            snprintf(name, sizeof name, "layers.%d.router.weight", li);
-            const sm_real *w = sm_params_data(&m->params, sm_params_find(&m->params, name));
-            snprintf(name, sizeof name, "layers.%d.router.ev", li);
-            const sm_real *ev = sm_params_data(&m->params, sm_params_find(&m->params, name));
-            sm_real *mean = malloc(sizeof(sm_real) * (size_t)moe->E * moe->d);
-            for (int e = 0; mean && e < moe->E; e++)
-                for (int i = 0; i < moe->d; i++)
-                    mean[(size_t)e * moe->d + i] = (ev[((size_t)e * 2) * moe->d + i] + ev[((size_t)e * 2 + 1) * moe->d + i]) / 2;
-            if (mean)
+            double rc = 0, ec = 0;
+            st = sm_ssmoe_collapse(m, l, &rc, &ec, &err);
+            if (st == SM_OK)
                 printf("moe layer %d collapse: mean |off-diagonal correlation| of router embeddings %.4f, of EV descriptors %.4f\n",
-                       l, sm_mean_abs_offdiag_corr(w, moe->E, moe->d), sm_mean_abs_offdiag_corr(mean, moe->E, moe->d));
-            free(mean);
+                       l, rc, ec);
         }
     }
     sm_dataset ds;

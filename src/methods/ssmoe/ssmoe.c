@@ -221,12 +221,16 @@ sm_model *sm_model_prune_experts(const sm_model *m, const int *keep, int E_keep,
             memcpy(dst, from, sizeof(sm_real) * q->numel);
             continue;
         }
-        int layer = -1; /* which MoE layer this tensor belongs to */
-        sscanf(q->name, "layers.%d.", &layer);
-        int l = 0;
-        for (int t = 0; t < m->n_layers && t < layer; t++) l += m->layers[t].kind == SM_LAYER_MOE;
+        /* which MoE layer this tensor belongs to: the MoE module whose parameters it is among */
+        int l = -1;
+        for (int t = 0, k = 0; t < m->n_layers && l < 0; t++) {
+            if (m->layers[t].kind != SM_LAYER_MOE) continue;
+            size_t n = strlen(m->layers[t].mod->name);
+            if (!strncmp(q->name, m->layers[t].mod->name, n) && q->name[n] == '.') l = k;
+            k++;
+        }
         size_t slice = src->numel / (size_t)E;
-        if (!per_expert || layer < 0 || l >= L) {
+        if (!per_expert || l < 0 || l >= L) {
             sm_fail(err, SM_ERR_MISMATCH, "prune: cannot map tensor '%s'", q->name);
             sm_model_free(p);
             return NULL;
@@ -257,4 +261,29 @@ double sm_mean_abs_offdiag_corr(const sm_real *V, int E, int d) {
         }
     free(z);
     return acc / (E * (E - 1) / 2.0);
+}
+
+sm_status sm_ssmoe_collapse(const sm_model *m, int l, double *router_corr, double *ev_corr, sm_error *err) {
+    const sm_moe *moe = sm_model_moe(m, l);
+    const sm_module *mod = NULL;
+    for (int t = 0, k = 0; t < m->n_layers && !mod; t++)
+        if (m->layers[t].kind == SM_LAYER_MOE && k++ == l) mod = m->layers[t].mod;
+    if (!moe || !mod) return sm_fail(err, SM_ERR_ARG, "ssmoe collapse: no MoE layer %d", l);
+    char name[SM_NAME_MAX + 16];
+    snprintf(name, sizeof name, "%s.router.weight", mod->name);
+    int iw = sm_params_find(&m->params, name);
+    snprintf(name, sizeof name, "%s.router.ev", mod->name);
+    int ie = sm_params_find(&m->params, name);
+    if (iw < 0 || ie < 0) return sm_fail(err, SM_ERR_ARG, "ssmoe collapse: MoE layer %d has no ev router", l);
+    const sm_real *w = sm_params_data(&m->params, iw), *ev = sm_params_data(&m->params, ie);
+    sm_real *mean = malloc(sizeof(sm_real) * (size_t)moe->E * moe->d);
+    if (!mean) return sm_fail(err, SM_ERR_NOMEM, "ssmoe collapse: out of memory");
+    /* the mean of each expert's two descriptors (W1 and W2^T) */
+    for (int e = 0; e < moe->E; e++)
+        for (int i = 0; i < moe->d; i++)
+            mean[(size_t)e * moe->d + i] = (ev[((size_t)e * 2) * moe->d + i] + ev[((size_t)e * 2 + 1) * moe->d + i]) / 2;
+    *router_corr = sm_mean_abs_offdiag_corr(w, moe->E, moe->d);
+    *ev_corr = sm_mean_abs_offdiag_corr(mean, moe->E, moe->d);
+    free(mean);
+    return SM_OK;
 }

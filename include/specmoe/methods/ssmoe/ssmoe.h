@@ -61,6 +61,11 @@ sm_status sm_expert_scores(sm_model *m, const float *x, int n, sm_expert_rank ra
  * expert tensors and router rows shrink to E_keep, k = min(k, E_keep)). */
 sm_model *sm_model_prune_experts(const sm_model *m, const int *keep, int E_keep, sm_error *err);
 
+/* SSMoE's router-collapse diagnostic for MoE layer l of a model with the ev router: the mean
+ * |off-diagonal correlation| of the learned router's expert embeddings and of the EV descriptors (the
+ * mean of each expert's two). */
+sm_status sm_ssmoe_collapse(const sm_model *m, int l, double *router_corr, double *ev_corr, sm_error *err);
+
 #ifdef __cplusplus
 }
 #endif
