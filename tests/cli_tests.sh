@@ -176,6 +176,18 @@ expect 2 "bench ssmoe: k > E refused" "" -- "$bin" bench ssmoe --configs 16:20
         "$bin" bench ssmoe-build --experts 3 --d 64 --inter 32 --ev-c 5
     expect 1 "resume with other model flags refused" "does not match" -- \
         "$bin" train --per-class 300 --epochs 3 --arch dense:64,moe:32 --experts 8 --out "$tmp/run2" --resume "$run/checkpoint.safetensors"
+    # --val-size validates at the end of every epoch, the last one (the saved model) too, labelled with
+    # the epoch it closes (the epoch of that epoch's train records)
+    "$bin" train --per-class 100 --epochs 3 --val-size 200 --arch dense:16,moe:8 --experts 4 --out "$tmp/val3" \
+        --threads 1 >/dev/null 2>&1
+    v=$(grep '"kind":"val"' "$tmp/val3/metrics.jsonl" 2>/dev/null | sed -nE 's/.*"step":([0-9]+),"epoch":([0-9]+).*/\1:\2/p' | tr '\n' ' ')
+    [ "$v" = "7:0 14:1 21:2 " ] && ok "--val-size validates after every epoch, the last too, with its epoch" \
+        || bad "--val-size validates after every epoch, the last too, with its epoch" "step:epoch = $v"
+    "$bin" train --per-class 100 --epochs 1 --val-size 200 --arch dense:16,moe:8 --experts 4 --out "$tmp/val1" \
+        --threads 1 >/dev/null 2>&1
+    v=$(grep -c '"kind":"val"' "$tmp/val1/metrics.jsonl" 2>/dev/null)
+    [ "$v" = 1 ] && ok "--val-size with one epoch validates the final model" \
+        || bad "--val-size with one epoch validates the final model" "$v validation records"
     # SR-MoE: a short model with spectral penalties, analyze, and a miniature one-shot benchmark
     expect 0 "srmoe trains with spectral penalties" "final test accuracy" -- "$bin" train --model srmoe --per-class 30 \
         --epochs 1 --spectral-alpha 0.01 --diversity-beta 0.1 --out "$tmp/sr" --threads 1

@@ -205,18 +205,6 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
     while (ts.step < stop_at) {
         int B = sm_batcher_next(&bat, xb, yb);
         if (B == 0) { /* end of an epoch: the batcher has moved on to the next */
-            if (val && on_log) {
-                sm_eval_result ev;
-                st = sm_evaluate(m, val, m->max_T, &ev, err);
-                if (st != SM_OK) goto done_buf;
-                {
-                    sm_log_record r = {.step = ts.step, .total_steps = total_steps, .epoch = bat.epoch,
-                                       .loss = ev.loss, .acc = ev.acc, .n_moe = ev.n_moe, .final = -1};
-                    for (int l = 0; l < ev.n_moe; l++) sm_routing_summarize(&ev.routing[l], &r.routing[l]);
-                    write_record(mf, &r, "val");
-                    on_log(&r, user);
-                }
-            }
             if (ckpt[0] && cfg->ckpt_every == 0) {
                 ts.epoch = bat.epoch;
                 ts.pos = bat.pos;
@@ -280,6 +268,18 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
             win_loss = win_gn = 0;
             win_n = win_steps = win_correct = 0;
             t_win = now;
+        }
+        /* the step that closes an epoch (the last one too, so the saved model is validated): the
+         * batcher is still in that epoch, which labels the record like the epoch's train records */
+        if (val && on_log && ts.step % steps_per_epoch == 0) {
+            sm_eval_result ev;
+            st = sm_evaluate(m, val, m->max_T, &ev, err);
+            if (st != SM_OK) goto done_buf;
+            sm_log_record r = {.step = ts.step, .total_steps = total_steps, .epoch = bat.epoch,
+                               .loss = ev.loss, .acc = ev.acc, .n_moe = ev.n_moe, .final = -1};
+            for (int l = 0; l < ev.n_moe; l++) sm_routing_summarize(&ev.routing[l], &r.routing[l]);
+            write_record(mf, &r, "val");
+            on_log(&r, user);
         }
         if (ckpt[0] && ((cfg->ckpt_every > 0 && ts.step % cfg->ckpt_every == 0) || last)) {
             st = sm_checkpoint_save(ckpt, m, &opt, &ts, err);
