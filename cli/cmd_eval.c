@@ -38,8 +38,8 @@ int cmd_eval(int argc, char **argv) {
         fprintf(stderr, "specmoe eval: --split: '%s' is not train or test\n", split);
         return CLI_EXIT_USAGE;
     }
-    if (o.batch < 1 || o.per_class < 0) {
-        fprintf(stderr, "specmoe eval: --batch must be >= 1 and --per-class >= 0\n");
+    if (o.batch < 1 || o.per_class < 0 || o.threads < 1) {
+        fprintf(stderr, "specmoe eval: --batch and --threads must be >= 1 and --per-class >= 0\n");
         return CLI_EXIT_USAGE;
     }
     cli_set_threads(o.threads);
@@ -110,7 +110,7 @@ int cmd_eval(int argc, char **argv) {
         }
     }
     sm_dataset ds;
-    if (st == SM_OK) st = cli_load_split(&ds, &o, split, !strcmp(split, "train"), &err);
+    if (st == SM_OK) st = cli_load_split(&ds, &o, split, 1, &err); /* --per-class on either split */
     if (st != SM_OK) {
         sm_model_free(m);
         return cli_fail(st, &err);

@@ -264,9 +264,23 @@ int cmd_train(int argc, char **argv) {
         return CLI_EXIT_USAGE;
     }
     if (o.epochs < 1 || o.d.batch < 1 || o.d.batch > 65536 || o.lr < 0 || o.warmup < 0 || o.clip < 0 || o.log_every < 1 ||
-        o.val_size < 0 || o.d.per_class < 0 || o.d.threads < 0) {
+        o.val_size < 0 || o.d.per_class < 0) {
         fprintf(stderr, "specmoe train: --epochs, --batch (<= 65536) and --log-every must be >= 1; --lr, --warmup, "
-                        "--clip, --val-size, --per-class, --threads must be >= 0\n");
+                        "--clip, --val-size, --per-class must be >= 0\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (o.d.threads < 1) {
+        fprintf(stderr, "specmoe train: --threads must be >= 1 (got %d)\n", o.d.threads);
+        return CLI_EXIT_USAGE;
+    }
+    /* the schedule decays from --lr to --final-lr: a negative end trains by gradient ascent, and an end
+     * above the peak makes the schedule rise */
+    if (o.final_lr < 0) {
+        fprintf(stderr, "specmoe train: --final-lr must be >= 0 (got %g)\n", o.final_lr);
+        return CLI_EXIT_USAGE;
+    }
+    if (o.final_lr > o.lr) {
+        fprintf(stderr, "specmoe train: --final-lr (%g) must not exceed --lr (%g)\n", o.final_lr, o.lr);
         return CLI_EXIT_USAGE;
     }
     tc.epochs = o.epochs;

@@ -67,7 +67,7 @@ typedef struct {
 #define CLI_DATA_FLAGS(o)                                                                                     \
     {"data", FL_STRING, &o.data, SM_FASHION_MNIST_DIR, "directory with the Fashion-MNIST IDX .gz files", 0},   \
     {"classes", FL_STRING, &o.classes, "all", "class subset, e.g. 0,1,7,8", 0},                               \
-    {"per-class", FL_INT, &o.per_class, "0", "keep at most this many training examples per class (0 = all)", 0}, \
+    {"per-class", FL_INT, &o.per_class, "0", "keep at most this many examples per class (train: of the training split; 0 = all)", 0}, \
     {"batch", FL_INT, &o.batch, "128", "minibatch size", 0},                                                   \
     {"threads", FL_INT, &o.threads, "2", "OpenMP / OpenBLAS threads", 0}
 

@@ -64,6 +64,16 @@ expect 2 "bench without a benchmark is a usage error" "usage: specmoe bench BENC
 expect 2 "unknown flag"              "unknown flag '--nope'" -- "$bin" train --nope 1
 expect 2 "bad number"                "--lr: 'abc' is not"    -- "$bin" train --lr abc
 expect 2 "missing value"             "needs a value"         -- "$bin" train --lr
+# numbers are decimal and finite; the learning-rate schedule never rises nor goes below 0
+expect 2 "hex number refused"        "--lr: '0x10' is not a valid decimal number" -- "$bin" train --lr 0x10 --out "$tmp/hex"
+expect 2 "inf refused"               "--lr: 'inf' is not"    -- "$bin" train --lr inf
+expect 2 "nan refused"               "--clip: 'nan' is not"  -- "$bin" train --clip nan
+expect 2 "negative --final-lr refused" "--final-lr must be >= 0" -- "$bin" train --final-lr -1 --per-class 5 --epochs 1 --out "$tmp/flr"
+expect 2 "--final-lr above --lr refused" "--final-lr \(0.01\) must not exceed --lr \(0.001\)" -- "$bin" train --final-lr 0.01 --lr 0.001 --per-class 5 --epochs 1 --out "$tmp/flr"
+expect 2 "train --threads 0 refused" "--threads must be >= 1" -- "$bin" train --threads 0 --per-class 5 --epochs 1 --out "$tmp/thr"
+expect 2 "eval --threads -1 refused" "--threads must be >= 1" -- "$bin" eval "$root/tests/data/ckpt_v0_topk.safetensors" --threads -1
+expect 2 "eval --per-class -1 refused" "--per-class" -- "$bin" eval "$root/tests/data/ckpt_v0_topk.safetensors" --per-class -1
+expect 2 "a trailing comma in --arch refused" "empty layer" -- "$bin" train --arch dense:256, --per-class 5 --epochs 1 --out "$tmp/arch"
 expect 2 "k > E refused"             "top-k must be in"      -- "$bin" train --experts 4 --topk 5
 expect 2 "temperature <= 0 refused"  "temperature must be > 0" -- "$bin" train --temperature 0
 expect 2 "capacity < 0 refused"      "capacity factor"       -- "$bin" train --capacity -1
@@ -171,6 +181,9 @@ for fx in "topk 0.6506" "grassmann 0.6136" "srmoe 0.2091"; do
     expect 0 "a $kind checkpoint from before the module refactor evaluates to $facc" "test accuracy: $facc " -- \
         "$bin" eval "$root/tests/data/ckpt_v0_$kind.safetensors" --threads 1
 done
+# eval --per-class N evaluates on at most N images of each class
+expect 0 "eval --per-class evaluates on at most N images per class" "test accuracy: [0-9.]+ \(loss [0-9.]+, 30 examples\)" -- \
+    "$bin" eval "$root/tests/data/ckpt_v0_topk.safetensors" --per-class 3 --threads 1
 expect 2 "bench ssmoe: k > E refused" "" -- "$bin" bench ssmoe --configs 16:20
     expect 0 "bench ssmoe-build times the EV build of a SwiGLU layer" "bench-ssmoe-build experts=3" -- \
         "$bin" bench ssmoe-build --experts 3 --d 64 --inter 32 --ev-c 5
