@@ -189,6 +189,12 @@ expect 2 "bench ssmoe: k > E refused" "" -- "$bin" bench ssmoe --configs 16:20
         "$bin" bench ssmoe-build --experts 3 --d 64 --inter 32 --ev-c 5
     expect 1 "resume with other model flags refused" "does not match" -- \
         "$bin" train --per-class 300 --epochs 3 --arch dense:64,moe:32 --experts 8 --out "$tmp/run2" --resume "$run/checkpoint.safetensors"
+    # the NaN guard after --resume A --out B, before B holds a checkpoint, names A (with its step)
+    # (A stops in the middle of its first epoch: 3 steps of 128 of 300 examples)
+    "$bin" train --per-class 30 --epochs 2 --stop-after 1 --arch dense:16,moe:8 --experts 4 --out "$tmp/nanA" --threads 1 >/dev/null 2>&1
+    expect 1 "the NaN guard after a resume names the resumed checkpoint while --out has none" \
+        "last good checkpoint: $tmp/nanA/checkpoint.safetensors \(step 1\)" -- "$bin" train --per-class 30 --epochs 2 \
+        --arch dense:16,moe:8 --experts 4 --resume "$tmp/nanA/checkpoint.safetensors" --out "$tmp/nanB" --fault-nan-step 1 --threads 1
     # --val-size validates at the end of every epoch, the last one (the saved model) too, labelled with
     # the epoch it closes (the epoch of that epoch's train records)
     "$bin" train --per-class 100 --epochs 3 --val-size 200 --arch dense:16,moe:8 --experts 4 --out "$tmp/val3" \

@@ -201,6 +201,8 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
     double win_loss = 0, win_gn = 0, t_start = sm_time_now(), t_win = t_start;
     long win_n = 0, win_steps = 0, win_correct = 0, last_good_step = -1;
     int V = m->cfg.n_classes;
+    /* the last good checkpoint: the resumed one until this run has written its own */
+    const char *last_good = cfg->resume;
     if (cfg->resume) last_good_step = ts.step;
     while (ts.step < stop_at) {
         int B = sm_batcher_next(&bat, xb, yb);
@@ -210,6 +212,7 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
                 ts.pos = bat.pos;
                 st = sm_checkpoint_save(ckpt, m, &opt, &ts, err);
                 if (st != SM_OK) goto done_buf;
+                last_good = ckpt;
                 last_good_step = ts.step;
             }
             continue;
@@ -224,10 +227,8 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
         int bad = first_nonfinite_grad(&m->params);
         if (!isfinite(loss) || bad >= 0) {
             char good[4200];
-            if (last_good_step >= 0 && ckpt[0])
-                snprintf(good, sizeof good, "last good checkpoint: %s (step %ld)", ckpt, last_good_step);
-            else if (cfg->resume)
-                snprintf(good, sizeof good, "last good checkpoint: %s", cfg->resume);
+            if (last_good)
+                snprintf(good, sizeof good, "last good checkpoint: %s (step %ld)", last_good, last_good_step);
             else
                 snprintf(good, sizeof good, "no checkpoint was written before it");
             if (!isfinite(loss))
@@ -284,6 +285,7 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
         if (ckpt[0] && ((cfg->ckpt_every > 0 && ts.step % cfg->ckpt_every == 0) || last)) {
             st = sm_checkpoint_save(ckpt, m, &opt, &ts, err);
             if (st != SM_OK) goto done_buf;
+            last_good = ckpt;
             last_good_step = ts.step;
         }
     }
