@@ -195,6 +195,11 @@ expect 2 "bench ssmoe: k > E refused" "" -- "$bin" bench ssmoe --configs 16:20
     expect 1 "the NaN guard after a resume names the resumed checkpoint while --out has none" \
         "last good checkpoint: $tmp/nanA/checkpoint.safetensors \(step 1\)" -- "$bin" train --per-class 30 --epochs 2 \
         --arch dense:16,moe:8 --experts 4 --resume "$tmp/nanA/checkpoint.safetensors" --out "$tmp/nanB" --fault-nan-step 1 --threads 1
+    # a metrics.jsonl that cannot be written (disk full) is a runtime error naming it
+    mkdir -p "$tmp/full" && ln -s /dev/full "$tmp/full/metrics.jsonl"
+    expect 1 "a failed write of metrics.jsonl (disk full) is a runtime error naming the file" \
+        "full/metrics.jsonl: cannot write: No space left on device" -- "$bin" train --per-class 10 --epochs 1 \
+        --arch dense:16,moe:8 --experts 4 --out "$tmp/full" --threads 1
     # --val-size validates at the end of every epoch, the last one (the saved model) too, labelled with
     # the epoch it closes (the epoch of that epoch's train records)
     "$bin" train --per-class 100 --epochs 3 --val-size 200 --arch dense:16,moe:8 --experts 4 --out "$tmp/val3" \

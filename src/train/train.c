@@ -103,8 +103,10 @@ static int first_nonfinite_grad(const sm_params *ps) {
     return -1;
 }
 
-static void write_record(FILE *f, const sm_log_record *r, const char *kind) {
-    if (!f) return;
+/* Appends one record to metrics.jsonl (path names it in the error); a failed write (disk full) is
+ * an I/O error, checked at every record. */
+static sm_status write_record(FILE *f, const char *path, const sm_log_record *r, const char *kind, sm_error *err) {
+    if (!f) return SM_OK;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "kind", kind);
     cJSON_AddNumberToObject(o, "step", (double)r->step);
@@ -129,12 +131,14 @@ static void write_record(FILE *f, const sm_log_record *r, const char *kind) {
         cJSON_AddItemToArray(layers, L);
     }
     char *s = cJSON_PrintUnformatted(o);
-    if (s) {
-        fprintf(f, "%s\n", s);
-        fflush(f);
-    }
-    free(s);
     cJSON_Delete(o);
+    if (!s) return sm_fail(err, SM_ERR_NOMEM, "%s: out of memory formatting a record", path);
+    errno = 0;
+    fprintf(f, "%s\n", s);
+    free(s);
+    if (fflush(f) != 0 || ferror(f))
+        return sm_fail(err, SM_ERR_IO, "%s: cannot write: %s", path, errno ? strerror(errno) : "write error");
+    return SM_OK;
 }
 
 sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, const sm_train_config *cfg,
@@ -263,7 +267,7 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
                 sm_routing_summarize(&win[l], &r.routing[l]);
                 r.dropped[l] = win[l].dropped;
             }
-            write_record(mf, &r, "train");
+            if ((st = write_record(mf, metrics_path, &r, "train", err)) != SM_OK) goto done_buf;
             if (on_log) on_log(&r, user);
             for (int l = 0; l < n_moe; l++) sm_routing_stats_reset(&win[l], win[l].E, win[l].k);
             win_loss = win_gn = 0;
@@ -279,7 +283,7 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
             sm_log_record r = {.step = ts.step, .total_steps = total_steps, .epoch = bat.epoch,
                                .loss = ev.loss, .acc = ev.acc, .n_moe = ev.n_moe, .final = -1};
             for (int l = 0; l < ev.n_moe; l++) sm_routing_summarize(&ev.routing[l], &r.routing[l]);
-            write_record(mf, &r, "val");
+            if ((st = write_record(mf, metrics_path, &r, "val", err)) != SM_OK) goto done_buf;
             on_log(&r, user);
         }
         if (ckpt[0] && ((cfg->ckpt_every > 0 && ts.step % cfg->ckpt_every == 0) || last)) {
@@ -295,7 +299,8 @@ done_buf:
     free(xb);
     free(yb);
 done:
-    if (mf) fclose(mf);
+    if (mf && fclose(mf) != 0 && st == SM_OK)
+        st = sm_fail(err, SM_ERR_IO, "%s: cannot write: %s", metrics_path, strerror(errno));
     sm_batcher_free(&bat);
     sm_optim_free(&opt);
     return st;
