@@ -195,6 +195,10 @@ expect 2 "bench ssmoe: k > E refused" "" -- "$bin" bench ssmoe --configs 16:20
     expect 1 "the NaN guard after a resume names the resumed checkpoint while --out has none" \
         "last good checkpoint: $tmp/nanA/checkpoint.safetensors \(step 1\)" -- "$bin" train --per-class 30 --epochs 2 \
         --arch dense:16,moe:8 --experts 4 --resume "$tmp/nanA/checkpoint.safetensors" --out "$tmp/nanB" --fault-nan-step 1 --threads 1
+    # after a resume, the throughput line counts this run's steps only (5 of the 6)
+    expect 0 "after a resume, 'trained N steps' counts this run's steps only" "^trained 5 steps in" -- \
+        "$bin" train --per-class 30 --epochs 2 --arch dense:16,moe:8 --experts 4 --resume "$tmp/nanA/checkpoint.safetensors" \
+        --out "$tmp/nanC" --threads 1
     # a metrics.jsonl that cannot be written (disk full) is a runtime error naming it
     mkdir -p "$tmp/full" && ln -s /dev/full "$tmp/full/metrics.jsonl"
     expect 1 "a failed write of metrics.jsonl (disk full) is a runtime error naming the file" \

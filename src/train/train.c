@@ -208,6 +208,7 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
     /* the last good checkpoint: the resumed one until this run has written its own */
     const char *last_good = cfg->resume;
     if (cfg->resume) last_good_step = ts.step;
+    const long first_step = ts.step;
     while (ts.step < stop_at) {
         int B = sm_batcher_next(&bat, xb, yb);
         if (B == 0) { /* end of an epoch: the batcher has moved on to the next */
@@ -293,7 +294,7 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
             last_good_step = ts.step;
         }
     }
-    res->steps = ts.step;
+    res->steps = ts.step - first_step; /* this call's steps, not the resumed checkpoint's */
     res->seconds = sm_time_now() - t_start;
 done_buf:
     free(xb);

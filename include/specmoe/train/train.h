@@ -67,7 +67,7 @@ typedef struct {
 typedef void (*sm_log_fn)(const sm_log_record *rec, void *user);
 
 typedef struct {
-    long steps;
+    long steps; /* steps taken by this call (after a resume, not counting the checkpoint's) */
     double final_train_loss;
     double seconds;
 } sm_train_result;
