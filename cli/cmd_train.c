@@ -147,8 +147,9 @@ static int build_model_config(opts *o, const fl_flag *fl, int nfl, sm_model_conf
     sm_status st;
     if (!strcmp(o->model, "srmoe")) {
         int stem[4], n = 0;
-        for (const char *p = o->stem; *p && n < 4;) {
+        for (const char *p = o->stem; *p;) {
             char *end;
+            if (n == 4) return sm_fail(err, SM_ERR_ARG, "--stem: at most 4 stem convolutions ('%s' has more)", o->stem);
             long v = strtol(p, &end, 10);
             if (end == p || v < 1 || v > 4096 || (*end && *end != ',')) return sm_fail(err, SM_ERR_ARG, "--stem: '%s' is not a list of channel counts", o->stem);
             stem[n++] = (int)v;

@@ -83,6 +83,7 @@ expect 2 "conv without its numbers refused" "takes 4 number"  -- "$bin" train --
 expect 2 "kernel larger than its input refused" "larger than"  -- "$bin" train --arch conv:4:40:1:0,dense:8 --per-class 5
 expect 2 "tau <= 0 refused"          "temperature must be > 0" -- "$bin" train --model srmoe --tau 0
 expect 2 "zero experts refused"      "number of experts"     -- "$bin" train --model srmoe --experts 0
+expect 2 "more than 4 stem convolutions refused" "--stem: at most 4" -- "$bin" train --model srmoe --stem 8,8,8,8,8 --per-class 5 --epochs 1 --out "$tmp/stem"
 expect 2 "unknown class refused"     "class"                 -- "$bin" train --classes 3,12
 expect 2 "unknown class name refused" "unknown class 'Boot'" -- "$bin" train --classes Bag,Boot
 expect 1 "out of memory is a runtime error (exit 1), not a usage error" "cannot allocate" -- "$bin" train --arch dense:1000000,dense:1000000 --per-class 5 --out "$tmp/oom"
