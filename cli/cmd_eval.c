@@ -47,6 +47,10 @@ int cmd_eval(int argc, char **argv) {
     sm_model_config mc;
     sm_status st = sm_checkpoint_read_config(pos[0], &mc, &err);
     if (st != SM_OK) return cli_fail(st, &err);
+    if (router && !strcmp(router, "ev") && !cli_config_has_moe(&mc)) {
+        fprintf(stderr, "specmoe eval: %s: the checkpoint has no MoE layer; --router ev needs one\n", pos[0]);
+        return CLI_EXIT_USAGE;
+    }
     /* SSMoE: a top-k checkpoint evaluated with the eigenvector router built from its own experts */
     int build_ev = router && !strcmp(router, "ev") && !strcmp(mc.moe.router.name, "topk");
     if (build_ev || (router && !strcmp(router, "ev") && !strcmp(mc.moe.router.name, "ev"))) {

@@ -74,6 +74,8 @@ typedef struct {
 /* Loads one split ("train" or "test") of the data the flags name, keeping the --classes subset; the
  * training split (train_subset) also keeps at most --per-class examples per class. */
 sm_status cli_load_split(sm_dataset *ds, const cli_data_opts *o, const char *split, int train_subset, sm_error *err);
+/* 1 if the model description has a MoE layer (a dense checkpoint has none). */
+int cli_config_has_moe(const sm_model_config *mc);
 /* The help text of a --router flag: before, the routers the library knows (sm_router_names), after;
  * written to buf (n bytes), which is returned. Built at run time so a new router shows up in every
  * command's help without editing it. */

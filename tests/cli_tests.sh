@@ -190,6 +190,12 @@ expect 2 "bench ssmoe: k > E refused" "" -- "$bin" bench ssmoe --configs 16:20
         "$bin" bench ssmoe-build --experts 3 --d 64 --inter 32 --ev-c 5
     expect 1 "resume with other model flags refused" "does not match" -- \
         "$bin" train --per-class 300 --epochs 3 --arch dense:64,moe:32 --experts 8 --out "$tmp/run2" --resume "$run/checkpoint.safetensors"
+    # a dense checkpoint (no MoE layer) has no experts to route by eigenvectors or to prune
+    "$bin" train --arch dense:16 --per-class 10 --epochs 1 --out "$tmp/dense" --threads 1 >/dev/null 2>&1
+    expect 2 "eval --router ev on a dense checkpoint refused" "the checkpoint has no MoE layer" -- \
+        "$bin" eval "$tmp/dense/checkpoint.safetensors" --router ev --threads 1
+    expect 2 "ssmoe prune on a dense checkpoint refused" "the checkpoint has no MoE layer" -- \
+        "$bin" ssmoe prune "$tmp/dense/checkpoint.safetensors" --out "$tmp/dense-pruned.safetensors"
     # the NaN guard after --resume A --out B, before B holds a checkpoint, names A (with its step)
     # (A stops in the middle of its first epoch: 3 steps of 128 of 300 examples)
     "$bin" train --per-class 30 --epochs 2 --stop-after 1 --arch dense:16,moe:8 --experts 4 --out "$tmp/nanA" --threads 1 >/dev/null 2>&1
