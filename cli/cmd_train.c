@@ -308,6 +308,12 @@ int cmd_train(int argc, char **argv) {
     if (sm_optim_init(&probe, &tc.opt, &none, &err) != SM_OK) return cli_fail(SM_ERR_ARG, &err);
     sm_optim_free(&probe);
     cli_set_threads(o.d.threads);
+    /* the run directory is checked before the data are loaded, not at the first checkpoint */
+    if (!*o.out) {
+        fprintf(stderr, "specmoe train: --out: the path is empty\n");
+        return CLI_EXIT_USAGE;
+    }
+    if ((st = sm_train_check_out(o.out, &err)) != SM_OK) return cli_fail(st, &err);
 
     /* on resume, sm_train refuses a checkpoint whose model differs from the one the flags describe */
     sm_dataset train, test, val = {0};

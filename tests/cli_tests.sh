@@ -83,6 +83,17 @@ expect 2 "conv without its numbers refused" "takes 4 number"  -- "$bin" train --
 expect 2 "kernel larger than its input refused" "larger than"  -- "$bin" train --arch conv:4:40:1:0,dense:8 --per-class 5
 expect 2 "tau <= 0 refused"          "temperature must be > 0" -- "$bin" train --model srmoe --tau 0
 expect 2 "zero experts refused"      "number of experts"     -- "$bin" train --model srmoe --experts 0
+# output paths are checked before the data are loaded: an empty one is a usage error, an unwritable
+# one a runtime error naming it
+expect 2 "train --out '' refused" "--out: the path is empty" -- "$bin" train --out "" --per-class 5 --epochs 1
+touch "$tmp/afile"
+expect 1 "train --out under a file refused before loading data, naming the path" "afile/run: cannot create run directory" -- \
+    "$bin" train --out "$tmp/afile/run" --per-class 5 --epochs 1 --data "$tmp/nodata"
+mkdir -p "$tmp/ro" && chmod 555 "$tmp/ro"
+if [ ! -w "$tmp/ro" ]; then
+    expect 1 "train --out in a read-only directory refused before loading data" "ro/metrics.jsonl: cannot create" -- \
+        "$bin" train --out "$tmp/ro" --per-class 5 --epochs 1 --data "$tmp/nodata"
+fi
 expect 2 "more than 4 stem convolutions refused" "--stem: at most 4" -- "$bin" train --model srmoe --stem 8,8,8,8,8 --per-class 5 --epochs 1 --out "$tmp/stem"
 expect 2 "unknown class refused"     "class"                 -- "$bin" train --classes 3,12
 expect 2 "unknown class name refused" "unknown class 'Boot'" -- "$bin" train --classes Bag,Boot

@@ -41,6 +41,32 @@ static int make_dirs(const char *path) {
     return 0;
 }
 
+sm_status sm_train_check_out(const char *out_dir, sm_error *err) {
+    if (!out_dir || !*out_dir) return sm_fail(err, SM_ERR_ARG, "run directory: the path is empty");
+    if (strlen(out_dir) >= 4000) return sm_fail(err, SM_ERR_ARG, "%.64s...: run directory path too long", out_dir);
+    if (make_dirs(out_dir) != 0)
+        return sm_fail(err, SM_ERR_IO, "%s: cannot create run directory: %s", out_dir, strerror(errno));
+    struct stat sb;
+    if (stat(out_dir, &sb) != 0)
+        return sm_fail(err, SM_ERR_IO, "%s: cannot use as run directory: %s", out_dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return sm_fail(err, SM_ERR_IO, "%s: cannot use as run directory: not a directory", out_dir);
+    char path[4096];
+    /* metrics.jsonl is opened for appending (never truncated here); the checkpoint is written to
+     * checkpoint.safetensors.tmp and renamed, so a probe of that name shows the directory takes it */
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
+    FILE *f = fopen(path, "a");
+    if (!f) return sm_fail(err, SM_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    fclose(f);
+    snprintf(path, sizeof path, "%s/checkpoint.safetensors", out_dir);
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return sm_fail(err, SM_ERR_IO, "%s: cannot write the checkpoint: it is a directory", path);
+    snprintf(path, sizeof path, "%s/checkpoint.safetensors.tmp", out_dir);
+    f = fopen(path, "w");
+    if (!f) return sm_fail(err, SM_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    fclose(f);
+    remove(path);
+    return SM_OK;
+}
 
 sm_status sm_evaluate(sm_model *m, const sm_dataset *ds, int batch, sm_eval_result *out, sm_error *err) {
     memset(out, 0, sizeof *out);
@@ -156,8 +182,8 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
     char ckpt[4096] = "", metrics_path[4096] = "";
     FILE *mf = NULL;
     if (cfg->out_dir) {
-        if (make_dirs(cfg->out_dir) != 0)
-            return sm_fail(err, SM_ERR_IO, "%s: cannot create run directory: %s", cfg->out_dir, strerror(errno));
+        sm_status cst = sm_train_check_out(cfg->out_dir, err);
+        if (cst != SM_OK) return cst;
         snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", cfg->out_dir);
         snprintf(metrics_path, sizeof metrics_path, "%s/metrics.jsonl", cfg->out_dir);
     }

@@ -72,6 +72,12 @@ typedef struct {
     double seconds;
 } sm_train_result;
 
+/* Checks a run directory before any work: creates it (with its parents) and tries creating
+ * metrics.jsonl (opened for appending, so an earlier run's records stay) and the checkpoint's temporary
+ * file there. SM_ERR_ARG for an empty path, SM_ERR_IO naming the path that cannot be created.
+ * sm_train runs it too. */
+sm_status sm_train_check_out(const char *out_dir, sm_error *err);
+
 /* Trains m on train (and, if val is non-NULL, evaluates it at the end of every epoch into the log).
  * On NaN/Inf returns SM_ERR_NUMERIC with a message naming the step, the tensor and the last good
  * checkpoint. */
