@@ -113,6 +113,15 @@ int cmd_eval(int argc, char **argv) {
             free(mean);
         }
     }
+    /* a model trained on a class subset is evaluated on that subset unless --classes says otherwise */
+    char classes[128] = "";
+    if (st == SM_OK && !fl_find(fl, nfl, "classes")->set) {
+        st = sm_checkpoint_read_classes(pos[0], classes, sizeof classes, &err);
+        if (st == SM_OK && classes[0]) {
+            o.classes = classes;
+            printf("classes: %s (the checkpoint's training subset)\n", classes);
+        }
+    }
     sm_dataset ds;
     if (st == SM_OK) st = cli_load_split(&ds, &o, split, 1, &err); /* --per-class on either split */
     if (st != SM_OK) {

@@ -300,6 +300,16 @@ int cmd_train(int argc, char **argv) {
     tc.log_every = o.log_every;
     tc.ckpt_every = o.ckpt_every;
     tc.resume = o.resume;
+    /* the class subset goes into the checkpoint (as numbers, in label order), so eval uses it */
+    char classes[128] = "";
+    {
+        int cl[64];
+        int n = sm_parse_class_list(o.d.classes, cl, 64, 10 /* Fashion-MNIST */, &err);
+        if (n < 0) return cli_fail(SM_ERR_ARG, &err);
+        for (int i = 0, used = 0; n < 10 /* Fashion-MNIST */ && i < n; i++)
+            used += snprintf(classes + used, sizeof classes - (size_t)used, "%s%d", i ? "," : "", cl[i]);
+        tc.classes = classes;
+    }
     tc.stop_after = o.stop_after;
     tc.inject_nan_step = o.fault_nan_step;
     sm_optim probe;

@@ -207,6 +207,12 @@ expect 2 "bench ssmoe: k > E refused" "" -- "$bin" bench ssmoe --configs 16:20
         "$bin" eval "$tmp/dense/checkpoint.safetensors" --router ev --threads 1
     expect 2 "ssmoe prune on a dense checkpoint refused" "the checkpoint has no MoE layer" -- \
         "$bin" ssmoe prune "$tmp/dense/checkpoint.safetensors" --out "$tmp/dense-pruned.safetensors"
+    # a model trained on a class subset is evaluated on that subset (1000 test images per class)
+    "$bin" train --classes 0,1,7,8 --per-class 20 --epochs 1 --arch dense:16 --out "$tmp/cls" --threads 1 >/dev/null 2>&1
+    expect 0 "eval uses the class subset stored in the checkpoint" "test accuracy: [0-9.]+ \(loss [0-9.]+, 4000 examples\)" -- \
+        "$bin" eval "$tmp/cls/checkpoint.safetensors" --threads 1
+    expect 0 "eval --classes overrides the stored subset" "test accuracy: [0-9.]+ \(loss [0-9.]+, 10000 examples\)" -- \
+        "$bin" eval "$tmp/cls/checkpoint.safetensors" --classes all --threads 1
     # the NaN guard after --resume A --out B, before B holds a checkpoint, names A (with its step)
     # (A stops in the middle of its first epoch: 3 steps of 128 of 300 examples)
     "$bin" train --per-class 30 --epochs 2 --stop-after 1 --arch dense:16,moe:8 --experts 4 --out "$tmp/nanA" --threads 1 >/dev/null 2>&1

@@ -210,6 +210,7 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
             goto done;
         }
     }
+    snprintf(ts.classes, sizeof ts.classes, "%s", cfg->classes ? cfg->classes : "");
     sm_batcher_seek(&bat, ts.epoch, ts.pos);
     const long steps_per_epoch = (train->n + cfg->batch - 1) / cfg->batch;
     const long total_steps = steps_per_epoch * cfg->epochs;

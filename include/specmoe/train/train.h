@@ -46,6 +46,7 @@ typedef struct {
     int log_every;          /* steps between log records */
     long ckpt_every;        /* steps between checkpoints; 0 = at the end of every epoch */
     const char *resume;     /* checkpoint to continue from, or NULL */
+    const char *classes;    /* class subset stored in the checkpoints (sm_train_state.classes); NULL = all */
     long stop_after;        /* stop (with a checkpoint) after this many steps in total; 0 = run to the end */
     long inject_nan_step;   /* testing aid: poison one gradient at this step (-1 = never) */
     sm_step_hook hook;      /* between backward and optimiser; fn NULL = none */
