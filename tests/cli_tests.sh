@@ -131,6 +131,9 @@ else
     bad "bench routing runs all eight methods and writes Markdown + JSON" "exit $rc: $(echo "$out" | tail -n 3)"
 fi
 expect 2 "bench routing: unknown setting refused" "unknown setting" -- "$bin" bench routing --setting medium
+expect 2 "bench routing: an unknown method is refused listing the methods" \
+    "unknown method 'bogus' .*0 Softmax Top-1, 1 Switch.*7 GrMoE \+ Amort" -- "$bin" bench routing --methods bogus
+expect 2 "bench routing: a method index out of range is refused" "unknown method '8'" -- "$bin" bench routing --methods 1,8
 out=$("$bin" bench alpha --seeds 2 --steps 20 --test-tokens 256 --out "$tmp/ba" 2>&1); rc=$?
 if [ $rc -eq 0 ] && echo "$out" | grep -q "monotone" && [ -s "$tmp/ba/alpha_easy.png" ]; then
     ok "bench alpha sweeps the dials, reports monotonicity and draws the PNG"
