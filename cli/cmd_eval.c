@@ -38,8 +38,8 @@ int cmd_eval(int argc, char **argv) {
         fprintf(stderr, "specmoe eval: --split: '%s' is not train or test\n", split);
         return CLI_EXIT_USAGE;
     }
-    if (o.batch < 1 || o.per_class < 0) {
-        fprintf(stderr, "specmoe eval: --batch must be >= 1 and --per-class >= 0\n");
+    if (o.batch < 1 || o.per_class < 0 || o.threads < 1) {
+        fprintf(stderr, "specmoe eval: --batch and --threads must be >= 1 and --per-class >= 0\n");
         return CLI_EXIT_USAGE;
     }
     cli_set_threads(o.threads);
@@ -47,6 +47,10 @@ int cmd_eval(int argc, char **argv) {
     sm_model_config mc;
     sm_status st = sm_checkpoint_read_config(pos[0], &mc, &err);
     if (st != SM_OK) return cli_fail(st, &err);
+    if (router && !strcmp(router, "ev") && !cli_config_has_moe(&mc)) {
+        fprintf(stderr, "specmoe eval: %s: the checkpoint has no MoE layer; --router ev needs one\n", pos[0]);
+        return CLI_EXIT_USAGE;
+    }
     /* SSMoE: a top-k checkpoint evaluated with the eigenvector router built from its own experts */
     int build_ev = router && !strcmp(router, "ev") && !strcmp(mc.moe.router.name, "topk");
     if (build_ev || (router && !strcmp(router, "ev") && !strcmp(mc.moe.router.name, "ev"))) {
@@ -97,8 +101,17 @@ int cmd_eval(int argc, char **argv) {
                        l, rc, ec);
         }
     }
+    /* a model trained on a class subset is evaluated on that subset unless --classes says otherwise */
+    char classes[128] = "";
+    if (st == SM_OK && !fl_find(fl, nfl, "classes")->set) {
+        st = sm_checkpoint_read_classes(pos[0], classes, sizeof classes, &err);
+        if (st == SM_OK && classes[0]) {
+            o.classes = classes;
+            printf("classes: %s (the checkpoint's training subset)\n", classes);
+        }
+    }
     sm_dataset ds;
-    if (st == SM_OK) st = cli_load_split(&ds, &o, split, !strcmp(split, "train"), &err);
+    if (st == SM_OK) st = cli_load_split(&ds, &o, split, 1, &err); /* --per-class on either split */
     if (st != SM_OK) {
         sm_model_free(m);
         return cli_fail(st, &err);

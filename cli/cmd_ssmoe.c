@@ -108,6 +108,10 @@ int cmd_ssmoe(int argc, char **argv) {
     sm_model_config mc;
     sm_status st = sm_checkpoint_read_config(pos[0], &mc, &err);
     if (st != SM_OK) return cli_fail(st, &err);
+    if (!cli_config_has_moe(&mc)) {
+        fprintf(stderr, "specmoe ssmoe prune: %s: the checkpoint has no MoE layer; there are no experts to prune\n", pos[0]);
+        return CLI_EXIT_USAGE;
+    }
     if (strcmp(mc.moe.router.name, "topk") != 0) {
         fprintf(stderr, "specmoe ssmoe prune: %s: the router is '%s'; pruning ranks the experts of topk models\n", pos[0],
                 mc.moe.router.name);

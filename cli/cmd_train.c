@@ -147,8 +147,9 @@ static int build_model_config(opts *o, const fl_flag *fl, int nfl, sm_model_conf
     sm_status st;
     if (!strcmp(o->model, "srmoe")) {
         int stem[4], n = 0;
-        for (const char *p = o->stem; *p && n < 4;) {
+        for (const char *p = o->stem; *p;) {
             char *end;
+            if (n == 4) return sm_fail(err, SM_ERR_ARG, "--stem: at most 4 stem convolutions ('%s' has more)", o->stem);
             long v = strtol(p, &end, 10);
             if (end == p || v < 1 || v > 4096 || (*end && *end != ',')) return sm_fail(err, SM_ERR_ARG, "--stem: '%s' is not a list of channel counts", o->stem);
             stem[n++] = (int)v;
@@ -264,9 +265,23 @@ int cmd_train(int argc, char **argv) {
         return CLI_EXIT_USAGE;
     }
     if (o.epochs < 1 || o.d.batch < 1 || o.d.batch > 65536 || o.lr < 0 || o.warmup < 0 || o.clip < 0 || o.log_every < 1 ||
-        o.val_size < 0 || o.d.per_class < 0 || o.d.threads < 0) {
+        o.val_size < 0 || o.d.per_class < 0) {
         fprintf(stderr, "specmoe train: --epochs, --batch (<= 65536) and --log-every must be >= 1; --lr, --warmup, "
-                        "--clip, --val-size, --per-class, --threads must be >= 0\n");
+                        "--clip, --val-size, --per-class must be >= 0\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (o.d.threads < 1) {
+        fprintf(stderr, "specmoe train: --threads must be >= 1 (got %d)\n", o.d.threads);
+        return CLI_EXIT_USAGE;
+    }
+    /* the schedule decays from --lr to --final-lr: a negative end trains by gradient ascent, and an end
+     * above the peak makes the schedule rise */
+    if (o.final_lr < 0) {
+        fprintf(stderr, "specmoe train: --final-lr must be >= 0 (got %g)\n", o.final_lr);
+        return CLI_EXIT_USAGE;
+    }
+    if (o.final_lr > o.lr) {
+        fprintf(stderr, "specmoe train: --final-lr (%g) must not exceed --lr (%g)\n", o.final_lr, o.lr);
         return CLI_EXIT_USAGE;
     }
     tc.epochs = o.epochs;
@@ -285,6 +300,16 @@ int cmd_train(int argc, char **argv) {
     tc.log_every = o.log_every;
     tc.ckpt_every = o.ckpt_every;
     tc.resume = o.resume;
+    /* the class subset goes into the checkpoint (as numbers, in label order), so eval uses it */
+    char classes[128] = "";
+    {
+        int cl[64];
+        int n = sm_parse_class_list(o.d.classes, cl, 64, 10 /* Fashion-MNIST */, &err);
+        if (n < 0) return cli_fail(SM_ERR_ARG, &err);
+        for (int i = 0, used = 0; n < 10 /* Fashion-MNIST */ && i < n; i++)
+            used += snprintf(classes + used, sizeof classes - (size_t)used, "%s%d", i ? "," : "", cl[i]);
+        tc.classes = classes;
+    }
     tc.stop_after = o.stop_after;
     tc.inject_nan_step = o.fault_nan_step;
     sm_optim probe;
@@ -293,6 +318,12 @@ int cmd_train(int argc, char **argv) {
     if (sm_optim_init(&probe, &tc.opt, &none, &err) != SM_OK) return cli_fail(SM_ERR_ARG, &err);
     sm_optim_free(&probe);
     cli_set_threads(o.d.threads);
+    /* the run directory is checked before the data are loaded, not at the first checkpoint */
+    if (!*o.out) {
+        fprintf(stderr, "specmoe train: --out: the path is empty\n");
+        return CLI_EXIT_USAGE;
+    }
+    if ((st = sm_train_check_out(o.out, &err)) != SM_OK) return cli_fail(st, &err);
 
     /* on resume, sm_train refuses a checkpoint whose model differs from the one the flags describe */
     sm_dataset train, test, val = {0};

@@ -115,6 +115,12 @@ sm_status cli_load_split(sm_dataset *ds, const cli_data_opts *o, const char *spl
     return st;
 }
 
+int cli_config_has_moe(const sm_model_config *mc) {
+    for (int i = 0; i < mc->n_layers; i++)
+        if (mc->layers[i].kind == SM_LAYER_MOE) return 1;
+    return 0;
+}
+
 const char *cli_router_help(char *buf, size_t n, const char *before, const char *after) {
     snprintf(buf, n, "%s%s%s", before, sm_router_names(), after);
     return buf;

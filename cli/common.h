@@ -67,13 +67,15 @@ typedef struct {
 #define CLI_DATA_FLAGS(o)                                                                                     \
     {"data", FL_STRING, &o.data, SM_FASHION_MNIST_DIR, "directory with the Fashion-MNIST IDX .gz files", 0},   \
     {"classes", FL_STRING, &o.classes, "all", "class subset, e.g. 0,1,7,8", 0},                               \
-    {"per-class", FL_INT, &o.per_class, "0", "keep at most this many training examples per class (0 = all)", 0}, \
+    {"per-class", FL_INT, &o.per_class, "0", "keep at most this many examples per class (train: of the training split; 0 = all)", 0}, \
     {"batch", FL_INT, &o.batch, "128", "minibatch size", 0},                                                   \
     {"threads", FL_INT, &o.threads, "2", "OpenMP / OpenBLAS threads", 0}
 
 /* Loads one split ("train" or "test") of the data the flags name, keeping the --classes subset; the
  * training split (train_subset) also keeps at most --per-class examples per class. */
 sm_status cli_load_split(sm_dataset *ds, const cli_data_opts *o, const char *split, int train_subset, sm_error *err);
+/* 1 if the model description has a MoE layer (a dense checkpoint has none). */
+int cli_config_has_moe(const sm_model_config *mc);
 /* The help text of a --router flag: before, the routers the library knows (sm_router_names), after;
  * written to buf (n bytes), which is returned. Built at run time so a new router shows up in every
  * command's help without editing it. */

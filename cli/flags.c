@@ -31,6 +31,8 @@ static int set_value(fl_flag *f, const char *v, const char *cmd) {
         return 0;
     }
     case FL_DOUBLE: {
+        /* decimal only: strtod would also read hex ("0x10" = 16), "inf" and "nan" */
+        if (v[strspn(v, "0123456789.eE+-")]) goto bad;
         double x = strtod(v, &end);
         if (!*v || *end || errno || !isfinite(x)) goto bad;
         *(double *)f->dst = x;
@@ -47,7 +49,7 @@ static int set_value(fl_flag *f, const char *v, const char *cmd) {
     }
 bad:
     fprintf(stderr, "specmoe %s: --%s: '%s' is not a valid %s\n", cmd, f->name, v,
-            f->type == FL_DOUBLE ? "finite number" : f->type == FL_BOOL ? "boolean (0/1)" :
+            f->type == FL_DOUBLE ? "decimal number" : f->type == FL_BOOL ? "boolean (0/1)" :
             f->type == FL_U64 ? "non-negative integer" : "integer");
     return 2;
 }

@@ -64,6 +64,16 @@ expect 2 "bench without a benchmark is a usage error" "usage: specmoe bench BENC
 expect 2 "unknown flag"              "unknown flag '--nope'" -- "$bin" train --nope 1
 expect 2 "bad number"                "--lr: 'abc' is not"    -- "$bin" train --lr abc
 expect 2 "missing value"             "needs a value"         -- "$bin" train --lr
+# numbers are decimal and finite; the learning-rate schedule never rises nor goes below 0
+expect 2 "hex number refused"        "--lr: '0x10' is not a valid decimal number" -- "$bin" train --lr 0x10 --out "$tmp/hex"
+expect 2 "inf refused"               "--lr: 'inf' is not"    -- "$bin" train --lr inf
+expect 2 "nan refused"               "--clip: 'nan' is not"  -- "$bin" train --clip nan
+expect 2 "negative --final-lr refused" "--final-lr must be >= 0" -- "$bin" train --final-lr -1 --per-class 5 --epochs 1 --out "$tmp/flr"
+expect 2 "--final-lr above --lr refused" "--final-lr \(0.01\) must not exceed --lr \(0.001\)" -- "$bin" train --final-lr 0.01 --lr 0.001 --per-class 5 --epochs 1 --out "$tmp/flr"
+expect 2 "train --threads 0 refused" "--threads must be >= 1" -- "$bin" train --threads 0 --per-class 5 --epochs 1 --out "$tmp/thr"
+expect 2 "eval --threads -1 refused" "--threads must be >= 1" -- "$bin" eval "$root/tests/data/ckpt_v0_topk.safetensors" --threads -1
+expect 2 "eval --per-class -1 refused" "--per-class" -- "$bin" eval "$root/tests/data/ckpt_v0_topk.safetensors" --per-class -1
+expect 2 "a trailing comma in --arch refused" "empty layer" -- "$bin" train --arch dense:256, --per-class 5 --epochs 1 --out "$tmp/arch"
 expect 2 "k > E refused"             "top-k must be in"      -- "$bin" train --experts 4 --topk 5
 expect 2 "temperature <= 0 refused"  "temperature must be > 0" -- "$bin" train --temperature 0
 expect 2 "capacity < 0 refused"      "capacity factor"       -- "$bin" train --capacity -1
@@ -73,6 +83,18 @@ expect 2 "conv without its numbers refused" "takes 4 number"  -- "$bin" train --
 expect 2 "kernel larger than its input refused" "larger than"  -- "$bin" train --arch conv:4:40:1:0,dense:8 --per-class 5
 expect 2 "tau <= 0 refused"          "temperature must be > 0" -- "$bin" train --model srmoe --tau 0
 expect 2 "zero experts refused"      "number of experts"     -- "$bin" train --model srmoe --experts 0
+# output paths are checked before the data are loaded: an empty one is a usage error, an unwritable
+# one a runtime error naming it
+expect 2 "train --out '' refused" "--out: the path is empty" -- "$bin" train --out "" --per-class 5 --epochs 1
+touch "$tmp/afile"
+expect 1 "train --out under a file refused before loading data, naming the path" "afile/run: cannot create run directory" -- \
+    "$bin" train --out "$tmp/afile/run" --per-class 5 --epochs 1 --data "$tmp/nodata"
+mkdir -p "$tmp/ro" && chmod 555 "$tmp/ro"
+if [ ! -w "$tmp/ro" ]; then
+    expect 1 "train --out in a read-only directory refused before loading data" "ro/metrics.jsonl: cannot create" -- \
+        "$bin" train --out "$tmp/ro" --per-class 5 --epochs 1 --data "$tmp/nodata"
+fi
+expect 2 "more than 4 stem convolutions refused" "--stem: at most 4" -- "$bin" train --model srmoe --stem 8,8,8,8,8 --per-class 5 --epochs 1 --out "$tmp/stem"
 expect 2 "unknown class refused"     "class"                 -- "$bin" train --classes 3,12
 expect 2 "unknown class name refused" "unknown class 'Boot'" -- "$bin" train --classes Bag,Boot
 expect 1 "out of memory is a runtime error (exit 1), not a usage error" "cannot allocate" -- "$bin" train --arch dense:1000000,dense:1000000 --per-class 5 --out "$tmp/oom"
@@ -109,6 +131,9 @@ else
     bad "bench routing runs all eight methods and writes Markdown + JSON" "exit $rc: $(echo "$out" | tail -n 3)"
 fi
 expect 2 "bench routing: unknown setting refused" "unknown setting" -- "$bin" bench routing --setting medium
+expect 2 "bench routing: an unknown method is refused listing the methods" \
+    "unknown method 'bogus' .*0 Softmax Top-1, 1 Switch.*7 GrMoE \+ Amort" -- "$bin" bench routing --methods bogus
+expect 2 "bench routing: a method index out of range is refused" "unknown method '8'" -- "$bin" bench routing --methods 1,8
 out=$("$bin" bench alpha --seeds 2 --steps 20 --test-tokens 256 --out "$tmp/ba" 2>&1); rc=$?
 if [ $rc -eq 0 ] && echo "$out" | grep -q "monotone" && [ -s "$tmp/ba/alpha_easy.png" ]; then
     ok "bench alpha sweeps the dials, reports monotonicity and draws the PNG"
@@ -171,11 +196,53 @@ for fx in "topk 0.6506" "grassmann 0.6136" "srmoe 0.2091"; do
     expect 0 "a $kind checkpoint from before the module refactor evaluates to $facc" "test accuracy: $facc " -- \
         "$bin" eval "$root/tests/data/ckpt_v0_$kind.safetensors" --threads 1
 done
+# eval --per-class N evaluates on at most N images of each class
+expect 0 "eval --per-class evaluates on at most N images per class" "test accuracy: [0-9.]+ \(loss [0-9.]+, 30 examples\)" -- \
+    "$bin" eval "$root/tests/data/ckpt_v0_topk.safetensors" --per-class 3 --threads 1
 expect 2 "bench ssmoe: k > E refused" "" -- "$bin" bench ssmoe --configs 16:20
     expect 0 "bench ssmoe-build times the EV build of a SwiGLU layer" "bench-ssmoe-build experts=3" -- \
         "$bin" bench ssmoe-build --experts 3 --d 64 --inter 32 --ev-c 5
     expect 1 "resume with other model flags refused" "does not match" -- \
         "$bin" train --per-class 300 --epochs 3 --arch dense:64,moe:32 --experts 8 --out "$tmp/run2" --resume "$run/checkpoint.safetensors"
+    # a dense checkpoint (no MoE layer) has no experts to route by eigenvectors or to prune
+    "$bin" train --arch dense:16 --per-class 10 --epochs 1 --out "$tmp/dense" --threads 1 >/dev/null 2>&1
+    expect 2 "eval --router ev on a dense checkpoint refused" "the checkpoint has no MoE layer" -- \
+        "$bin" eval "$tmp/dense/checkpoint.safetensors" --router ev --threads 1
+    expect 2 "ssmoe prune on a dense checkpoint refused" "the checkpoint has no MoE layer" -- \
+        "$bin" ssmoe prune "$tmp/dense/checkpoint.safetensors" --out "$tmp/dense-pruned.safetensors"
+    # a model trained on a class subset is evaluated on that subset (1000 test images per class)
+    "$bin" train --classes 0,1,7,8 --per-class 20 --epochs 1 --arch dense:16 --out "$tmp/cls" --threads 1 >/dev/null 2>&1
+    expect 0 "eval uses the class subset stored in the checkpoint" "test accuracy: [0-9.]+ \(loss [0-9.]+, 4000 examples\)" -- \
+        "$bin" eval "$tmp/cls/checkpoint.safetensors" --threads 1
+    expect 0 "eval --classes overrides the stored subset" "test accuracy: [0-9.]+ \(loss [0-9.]+, 10000 examples\)" -- \
+        "$bin" eval "$tmp/cls/checkpoint.safetensors" --classes all --threads 1
+    # the NaN guard after --resume A --out B, before B holds a checkpoint, names A (with its step)
+    # (A stops in the middle of its first epoch: 3 steps of 128 of 300 examples)
+    "$bin" train --per-class 30 --epochs 2 --stop-after 1 --arch dense:16,moe:8 --experts 4 --out "$tmp/nanA" --threads 1 >/dev/null 2>&1
+    expect 1 "the NaN guard after a resume names the resumed checkpoint while --out has none" \
+        "last good checkpoint: $tmp/nanA/checkpoint.safetensors \(step 1\)" -- "$bin" train --per-class 30 --epochs 2 \
+        --arch dense:16,moe:8 --experts 4 --resume "$tmp/nanA/checkpoint.safetensors" --out "$tmp/nanB" --fault-nan-step 1 --threads 1
+    # after a resume, the throughput line counts this run's steps only (5 of the 6)
+    expect 0 "after a resume, 'trained N steps' counts this run's steps only" "^trained 5 steps in" -- \
+        "$bin" train --per-class 30 --epochs 2 --arch dense:16,moe:8 --experts 4 --resume "$tmp/nanA/checkpoint.safetensors" \
+        --out "$tmp/nanC" --threads 1
+    # a metrics.jsonl that cannot be written (disk full) is a runtime error naming it
+    mkdir -p "$tmp/full" && ln -s /dev/full "$tmp/full/metrics.jsonl"
+    expect 1 "a failed write of metrics.jsonl (disk full) is a runtime error naming the file" \
+        "full/metrics.jsonl: cannot write: No space left on device" -- "$bin" train --per-class 10 --epochs 1 \
+        --arch dense:16,moe:8 --experts 4 --out "$tmp/full" --threads 1
+    # --val-size validates at the end of every epoch, the last one (the saved model) too, labelled with
+    # the epoch it closes (the epoch of that epoch's train records)
+    "$bin" train --per-class 100 --epochs 3 --val-size 200 --arch dense:16,moe:8 --experts 4 --out "$tmp/val3" \
+        --threads 1 >/dev/null 2>&1
+    v=$(grep '"kind":"val"' "$tmp/val3/metrics.jsonl" 2>/dev/null | sed -nE 's/.*"step":([0-9]+),"epoch":([0-9]+).*/\1:\2/p' | tr '\n' ' ')
+    [ "$v" = "7:0 14:1 21:2 " ] && ok "--val-size validates after every epoch, the last too, with its epoch" \
+        || bad "--val-size validates after every epoch, the last too, with its epoch" "step:epoch = $v"
+    "$bin" train --per-class 100 --epochs 1 --val-size 200 --arch dense:16,moe:8 --experts 4 --out "$tmp/val1" \
+        --threads 1 >/dev/null 2>&1
+    v=$(grep -c '"kind":"val"' "$tmp/val1/metrics.jsonl" 2>/dev/null)
+    [ "$v" = 1 ] && ok "--val-size with one epoch validates the final model" \
+        || bad "--val-size with one epoch validates the final model" "$v validation records"
     # SR-MoE: a short model with spectral penalties, analyze, and a miniature one-shot benchmark
     expect 0 "srmoe trains with spectral penalties" "final test accuracy" -- "$bin" train --model srmoe --per-class 30 \
         --epochs 1 --spectral-alpha 0.01 --diversity-beta 0.1 --out "$tmp/sr" --threads 1

@@ -203,3 +203,16 @@ Test(train, learns_clusters_and_writes_metrics) {
     sm_model_free(m);
     sm_dataset_free(&ds);
 }
+
+/* an --arch string with an empty layer (a leading, trailing or doubled comma) is a usage error, not
+ * read as if the comma were not there */
+Test(train, arch_with_an_empty_layer_refused) {
+    const char *bad[] = {"dense:256,", ",dense:8", "dense:8,,moe:8"};
+    for (int i = 0; i < 3; i++) {
+        sm_model_config mc;
+        sm_model_config_default(&mc);
+        sm_error err;
+        cr_assert_eq(sm_model_parse_arch(&mc, bad[i], &err), SM_ERR_ARG, "'%s' accepted", bad[i]);
+        cr_assert(strstr(err.msg, "empty layer"), "'%s': %s", bad[i], err.msg);
+    }
+}

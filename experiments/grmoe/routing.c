@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "cli/common.h"
@@ -40,6 +41,32 @@ typedef struct {
 /* ---------------------------------------------------------------------------------------------- */
 /* parse */
 
+/* --methods: "all" or a comma-separated list of method indices or names (case-insensitive) into use;
+ * 0, or 2 after printing a message that lists the methods */
+static int parse_methods(const char *s, int *use) {
+    for (int i = 0; i < N_METHODS; i++) use[i] = !strcmp(s, "all");
+    if (!strcmp(s, "all")) return 0;
+    const char *p = s;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        int m = -1;
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (len && end == p + len && v >= 0 && v < N_METHODS) m = (int)v;
+        for (int i = 0; m < 0 && i < N_METHODS; i++)
+            if (len && strlen(kMethods[i].label) == len && !strncasecmp(p, kMethods[i].label, len)) m = i;
+        if (m < 0) {
+            fprintf(stderr, "specmoe bench routing: --methods: unknown method '%.*s' (all, or indices or names:", (int)len, p);
+            for (int i = 0; i < N_METHODS; i++) fprintf(stderr, "%s %d %s", i ? "," : "", i, kMethods[i].label);
+            fprintf(stderr, ")\n");
+            return 2;
+        }
+        use[m] = 1;
+        if (!p[len]) return 0;
+        p += len + 1;
+    }
+}
+
 /* flags -> settings; returns 0, 1 after --help, 2 after a usage error (printed), like fl_parse */
 static int parse(routing_settings *o, int argc, char **argv) {
     const char *only;
@@ -47,7 +74,7 @@ static int parse(routing_settings *o, int argc, char **argv) {
         {"setting", FL_STRING, &o->setting, "easy", "easy (rho* 0.1, sigma^2 0.1) or hard (rho* 0.4, sigma^2 0.5)", 0},
         {"seeds", FL_INT, &o->seeds, "50", "seeds per method", 0},
         GR_TRAIN_FLAGS(o->to),
-        {"methods", FL_STRING, &only, "all", "comma-separated method indices 0-7 or all", 0},
+        {"methods", FL_STRING, &only, "all", "comma-separated method indices 0-7 or names (Switch, GrMoE, ...), or all", 0},
         {"threads", FL_INT, &o->threads, "2", "runs in parallel", 0},
         {"seed-offset", FL_INT, &o->seed_offset, "0", "first seed (use a disjoint range, e.g. 1000, to choose settings)", 0},
         {"out", FL_STRING, &o->out_dir, "runs/bench-routing", "directory for the Markdown and JSON results", 0},
@@ -66,17 +93,7 @@ static int parse(routing_settings *o, int argc, char **argv) {
                         "--batch >= %d, --lr > 0\n", o->sc.N);
         return 2;
     }
-    for (int i = 0; i < N_METHODS; i++) o->use[i] = !strcmp(only, "all");
-    if (strcmp(only, "all")) {
-        int list[N_METHODS];
-        int n = sm_parse_class_list(only, list, N_METHODS, N_METHODS, &err);
-        if (n < 0) {
-            fprintf(stderr, "specmoe bench routing: --methods: %s\n", err.msg);
-            return 2;
-        }
-        for (int i = 0; i < n; i++) o->use[list[i]] = 1;
-    }
-    return 0;
+    return parse_methods(only, o->use);
 }
 
 /* ---------------------------------------------------------------------------------------------- */

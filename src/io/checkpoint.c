@@ -80,6 +80,7 @@ sm_status sm_checkpoint_save(const char *path, const sm_model *m, const sm_optim
             snprintf(b, sizeof b, "%" PRIu64, ts->rng.s[i]);
             cJSON_AddItemToArray(rng, cJSON_CreateString(b));
         }
+        if (ts->classes[0]) cJSON_AddStringToObject(o, "classes", ts->classes);
         train_json = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
     }
@@ -143,7 +144,10 @@ static sm_status read_train_state(const sm_safetensors *st, const char *path, sm
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step"), *epoch = cJSON_GetObjectItemCaseSensitive(o, "epoch");
     const cJSON *pos = cJSON_GetObjectItemCaseSensitive(o, "pos"), *os = cJSON_GetObjectItemCaseSensitive(o, "optim_step");
     const cJSON *rng = cJSON_GetObjectItemCaseSensitive(o, "rng");
-    if (!cJSON_IsObject(o) || !cJSON_IsNumber(step) || !cJSON_IsNumber(epoch) || !cJSON_IsNumber(pos) ||
+    const cJSON *classes = cJSON_GetObjectItemCaseSensitive(o, "classes"); /* optional */
+    if (classes && (!cJSON_IsString(classes) || strlen(classes->valuestring) >= sizeof ts->classes)) {
+        s = sm_fail(err, SM_ERR_FORMAT, "%s: __metadata__.train.classes is not a class list", path);
+    } else if (!cJSON_IsObject(o) || !cJSON_IsNumber(step) || !cJSON_IsNumber(epoch) || !cJSON_IsNumber(pos) ||
         !cJSON_IsNumber(os) || !cJSON_IsArray(rng) || cJSON_GetArraySize(rng) != 4 || !(step->valuedouble >= 0) ||
         !(epoch->valuedouble >= 0) || !(pos->valuedouble >= 0) || !(os->valuedouble >= 0) || step->valuedouble > 1e15 ||
         os->valuedouble > 1e15 || epoch->valuedouble > 2e9 || pos->valuedouble > 2e9) {
@@ -153,11 +157,28 @@ static sm_status read_train_state(const sm_safetensors *st, const char *path, sm
         ts->epoch = (int)epoch->valuedouble;
         ts->pos = (int)pos->valuedouble;
         *optim_step = (long)os->valuedouble;
+        snprintf(ts->classes, sizeof ts->classes, "%s", classes ? classes->valuestring : "");
         for (int i = 0; i < 4 && s == SM_OK; i++)
             if (parse_u64(cJSON_GetArrayItem(rng, i), &ts->rng.s[i]) != SM_OK)
                 s = sm_fail(err, SM_ERR_FORMAT, "%s: __metadata__.train.rng[%d] is not a u64", path, i);
     }
     cJSON_Delete(o);
+    return s;
+}
+
+sm_status sm_checkpoint_read_classes(const char *path, char *buf, size_t n, sm_error *err) {
+    if (n) buf[0] = 0;
+    sm_safetensors st;
+    sm_status s = sm_safetensors_load(&st, path, err);
+    if (s != SM_OK) return s;
+    if (sm_safetensors_meta(&st, "train")) { /* an inference-only checkpoint has none */
+        sm_train_state ts;
+        long optim_step;
+        s = read_train_state(&st, path, &ts, &optim_step, err);
+        if (s == SM_OK && strlen(ts.classes) >= n) s = sm_fail(err, SM_ERR_ARG, "%s: class list longer than the buffer", path);
+        if (s == SM_OK) memcpy(buf, ts.classes, strlen(ts.classes) + 1);
+    }
+    sm_safetensors_free(&st);
     return s;
 }
 

@@ -29,6 +29,10 @@ sm_status sm_model_parse_arch(sm_model_config *c, const char *arch, sm_error *er
     char buf[512];
     if (strlen(arch) >= sizeof buf) return sm_fail(err, SM_ERR_ARG, "--arch: too long");
     strcpy(buf, arch);
+    /* strtok_r skips empty tokens: "dense:256," would read as "dense:256" */
+    size_t len = strlen(arch);
+    if (len && (arch[0] == ',' || arch[len - 1] == ',' || strstr(arch, ",,")))
+        return sm_fail(err, SM_ERR_ARG, "--arch: empty layer in '%s' (a comma with no layer on one side)", arch);
     int n = 0;
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         if (n == SM_MAX_LAYERS) return sm_fail(err, SM_ERR_ARG, "--arch: more than %d layers", SM_MAX_LAYERS);

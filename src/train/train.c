@@ -41,6 +41,32 @@ static int make_dirs(const char *path) {
     return 0;
 }
 
+sm_status sm_train_check_out(const char *out_dir, sm_error *err) {
+    if (!out_dir || !*out_dir) return sm_fail(err, SM_ERR_ARG, "run directory: the path is empty");
+    if (strlen(out_dir) >= 4000) return sm_fail(err, SM_ERR_ARG, "%.64s...: run directory path too long", out_dir);
+    if (make_dirs(out_dir) != 0)
+        return sm_fail(err, SM_ERR_IO, "%s: cannot create run directory: %s", out_dir, strerror(errno));
+    struct stat sb;
+    if (stat(out_dir, &sb) != 0)
+        return sm_fail(err, SM_ERR_IO, "%s: cannot use as run directory: %s", out_dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return sm_fail(err, SM_ERR_IO, "%s: cannot use as run directory: not a directory", out_dir);
+    char path[4096];
+    /* metrics.jsonl is opened for appending (never truncated here); the checkpoint is written to
+     * checkpoint.safetensors.tmp and renamed, so a probe of that name shows the directory takes it */
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
+    FILE *f = fopen(path, "a");
+    if (!f) return sm_fail(err, SM_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    fclose(f);
+    snprintf(path, sizeof path, "%s/checkpoint.safetensors", out_dir);
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return sm_fail(err, SM_ERR_IO, "%s: cannot write the checkpoint: it is a directory", path);
+    snprintf(path, sizeof path, "%s/checkpoint.safetensors.tmp", out_dir);
+    f = fopen(path, "w");
+    if (!f) return sm_fail(err, SM_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    fclose(f);
+    remove(path);
+    return SM_OK;
+}
 
 sm_status sm_evaluate(sm_model *m, const sm_dataset *ds, int batch, sm_eval_result *out, sm_error *err) {
     memset(out, 0, sizeof *out);
@@ -103,8 +129,10 @@ static int first_nonfinite_grad(const sm_params *ps) {
     return -1;
 }
 
-static void write_record(FILE *f, const sm_log_record *r, const char *kind) {
-    if (!f) return;
+/* Appends one record to metrics.jsonl (path names it in the error); a failed write (disk full) is
+ * an I/O error, checked at every record. */
+static sm_status write_record(FILE *f, const char *path, const sm_log_record *r, const char *kind, sm_error *err) {
+    if (!f) return SM_OK;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "kind", kind);
     cJSON_AddNumberToObject(o, "step", (double)r->step);
@@ -129,12 +157,14 @@ static void write_record(FILE *f, const sm_log_record *r, const char *kind) {
         cJSON_AddItemToArray(layers, L);
     }
     char *s = cJSON_PrintUnformatted(o);
-    if (s) {
-        fprintf(f, "%s\n", s);
-        fflush(f);
-    }
-    free(s);
     cJSON_Delete(o);
+    if (!s) return sm_fail(err, SM_ERR_NOMEM, "%s: out of memory formatting a record", path);
+    errno = 0;
+    fprintf(f, "%s\n", s);
+    free(s);
+    if (fflush(f) != 0 || ferror(f))
+        return sm_fail(err, SM_ERR_IO, "%s: cannot write: %s", path, errno ? strerror(errno) : "write error");
+    return SM_OK;
 }
 
 sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, const sm_train_config *cfg,
@@ -152,8 +182,8 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
     char ckpt[4096] = "", metrics_path[4096] = "";
     FILE *mf = NULL;
     if (cfg->out_dir) {
-        if (make_dirs(cfg->out_dir) != 0)
-            return sm_fail(err, SM_ERR_IO, "%s: cannot create run directory: %s", cfg->out_dir, strerror(errno));
+        sm_status cst = sm_train_check_out(cfg->out_dir, err);
+        if (cst != SM_OK) return cst;
         snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", cfg->out_dir);
         snprintf(metrics_path, sizeof metrics_path, "%s/metrics.jsonl", cfg->out_dir);
     }
@@ -180,6 +210,7 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
             goto done;
         }
     }
+    snprintf(ts.classes, sizeof ts.classes, "%s", cfg->classes ? cfg->classes : "");
     sm_batcher_seek(&bat, ts.epoch, ts.pos);
     const long steps_per_epoch = (train->n + cfg->batch - 1) / cfg->batch;
     const long total_steps = steps_per_epoch * cfg->epochs;
@@ -201,27 +232,19 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
     double win_loss = 0, win_gn = 0, t_start = sm_time_now(), t_win = t_start;
     long win_n = 0, win_steps = 0, win_correct = 0, last_good_step = -1;
     int V = m->cfg.n_classes;
+    /* the last good checkpoint: the resumed one until this run has written its own */
+    const char *last_good = cfg->resume;
     if (cfg->resume) last_good_step = ts.step;
+    const long first_step = ts.step;
     while (ts.step < stop_at) {
         int B = sm_batcher_next(&bat, xb, yb);
         if (B == 0) { /* end of an epoch: the batcher has moved on to the next */
-            if (val && on_log) {
-                sm_eval_result ev;
-                st = sm_evaluate(m, val, m->max_T, &ev, err);
-                if (st != SM_OK) goto done_buf;
-                {
-                    sm_log_record r = {.step = ts.step, .total_steps = total_steps, .epoch = bat.epoch,
-                                       .loss = ev.loss, .acc = ev.acc, .n_moe = ev.n_moe, .final = -1};
-                    for (int l = 0; l < ev.n_moe; l++) sm_routing_summarize(&ev.routing[l], &r.routing[l]);
-                    write_record(mf, &r, "val");
-                    on_log(&r, user);
-                }
-            }
             if (ckpt[0] && cfg->ckpt_every == 0) {
                 ts.epoch = bat.epoch;
                 ts.pos = bat.pos;
                 st = sm_checkpoint_save(ckpt, m, &opt, &ts, err);
                 if (st != SM_OK) goto done_buf;
+                last_good = ckpt;
                 last_good_step = ts.step;
             }
             continue;
@@ -236,10 +259,8 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
         int bad = first_nonfinite_grad(&m->params);
         if (!isfinite(loss) || bad >= 0) {
             char good[4200];
-            if (last_good_step >= 0 && ckpt[0])
-                snprintf(good, sizeof good, "last good checkpoint: %s (step %ld)", ckpt, last_good_step);
-            else if (cfg->resume)
-                snprintf(good, sizeof good, "last good checkpoint: %s", cfg->resume);
+            if (last_good)
+                snprintf(good, sizeof good, "last good checkpoint: %s (step %ld)", last_good, last_good_step);
             else
                 snprintf(good, sizeof good, "no checkpoint was written before it");
             if (!isfinite(loss))
@@ -274,26 +295,40 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
                 sm_routing_summarize(&win[l], &r.routing[l]);
                 r.dropped[l] = win[l].dropped;
             }
-            write_record(mf, &r, "train");
+            if ((st = write_record(mf, metrics_path, &r, "train", err)) != SM_OK) goto done_buf;
             if (on_log) on_log(&r, user);
             for (int l = 0; l < n_moe; l++) sm_routing_stats_reset(&win[l], win[l].E, win[l].k);
             win_loss = win_gn = 0;
             win_n = win_steps = win_correct = 0;
             t_win = now;
         }
+        /* the step that closes an epoch (the last one too, so the saved model is validated): the
+         * batcher is still in that epoch, which labels the record like the epoch's train records */
+        if (val && on_log && ts.step % steps_per_epoch == 0) {
+            sm_eval_result ev;
+            st = sm_evaluate(m, val, m->max_T, &ev, err);
+            if (st != SM_OK) goto done_buf;
+            sm_log_record r = {.step = ts.step, .total_steps = total_steps, .epoch = bat.epoch,
+                               .loss = ev.loss, .acc = ev.acc, .n_moe = ev.n_moe, .final = -1};
+            for (int l = 0; l < ev.n_moe; l++) sm_routing_summarize(&ev.routing[l], &r.routing[l]);
+            if ((st = write_record(mf, metrics_path, &r, "val", err)) != SM_OK) goto done_buf;
+            on_log(&r, user);
+        }
         if (ckpt[0] && ((cfg->ckpt_every > 0 && ts.step % cfg->ckpt_every == 0) || last)) {
             st = sm_checkpoint_save(ckpt, m, &opt, &ts, err);
             if (st != SM_OK) goto done_buf;
+            last_good = ckpt;
             last_good_step = ts.step;
         }
     }
-    res->steps = ts.step;
+    res->steps = ts.step - first_step; /* this call's steps, not the resumed checkpoint's */
     res->seconds = sm_time_now() - t_start;
 done_buf:
     free(xb);
     free(yb);
 done:
-    if (mf) fclose(mf);
+    if (mf && fclose(mf) != 0 && st == SM_OK)
+        st = sm_fail(err, SM_ERR_IO, "%s: cannot write: %s", metrics_path, strerror(errno));
     sm_batcher_free(&bat);
     sm_optim_free(&opt);
     return st;

@@ -22,6 +22,8 @@ typedef struct {
     long step;       /* optimiser steps done */
     int epoch, pos;  /* data position: next example index within epoch */
     sm_rng rng;      /* training RNG (noisy gating, ...) */
+    char classes[128]; /* class subset trained on, as numbers in label order ("0,1,7,8"); "" = all.
+                        * Optional in the file: checkpoints without it load with "" */
 } sm_train_state;
 
 /* The generic layer, for any network (an RL agent's actor, critic and target network, ...): named
@@ -45,6 +47,9 @@ sm_status sm_checkpoint_read_sets(const sm_safetensors *st, const char *path, co
 /* The classifier's checkpoint. opt and ts may be NULL (an inference checkpoint). */
 sm_status sm_checkpoint_save(const char *path, const sm_model *m, const sm_optim *opt, const sm_train_state *ts,
                              sm_error *err);
+/* Reads only the class subset the checkpoint was trained on (sm_train_state.classes) into buf
+ * (n bytes); "" when it holds none (all classes, or a checkpoint written before it was stored). */
+sm_status sm_checkpoint_read_classes(const char *path, char *buf, size_t n, sm_error *err);
 /* Reads only the model description. */
 sm_status sm_checkpoint_read_config(const char *path, sm_model_config *cfg, sm_error *err);
 /* Loads parameters into m (names and shapes must match exactly, else SM_ERR_MISMATCH naming the

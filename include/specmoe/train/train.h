@@ -46,6 +46,7 @@ typedef struct {
     int log_every;          /* steps between log records */
     long ckpt_every;        /* steps between checkpoints; 0 = at the end of every epoch */
     const char *resume;     /* checkpoint to continue from, or NULL */
+    const char *classes;    /* class subset stored in the checkpoints (sm_train_state.classes); NULL = all */
     long stop_after;        /* stop (with a checkpoint) after this many steps in total; 0 = run to the end */
     long inject_nan_step;   /* testing aid: poison one gradient at this step (-1 = never) */
     sm_step_hook hook;      /* between backward and optimiser; fn NULL = none */
@@ -67,10 +68,16 @@ typedef struct {
 typedef void (*sm_log_fn)(const sm_log_record *rec, void *user);
 
 typedef struct {
-    long steps;
+    long steps; /* steps taken by this call (after a resume, not counting the checkpoint's) */
     double final_train_loss;
     double seconds;
 } sm_train_result;
+
+/* Checks a run directory before any work: creates it (with its parents) and tries creating
+ * metrics.jsonl (opened for appending, so an earlier run's records stay) and the checkpoint's temporary
+ * file there. SM_ERR_ARG for an empty path, SM_ERR_IO naming the path that cannot be created.
+ * sm_train runs it too. */
+sm_status sm_train_check_out(const char *out_dir, sm_error *err);
 
 /* Trains m on train (and, if val is non-NULL, evaluates it at the end of every epoch into the log).
  * On NaN/Inf returns SM_ERR_NUMERIC with a message naming the step, the tensor and the last good
