@@ -107,7 +107,7 @@ void sm_router_config_default(sm_router_config *c) {
 }
 
 const char *sm_router_names(void) {
-    static char names[512];
+    static _Thread_local char names[512]; /* per thread: built on every call, callers may race */
     size_t at = 0;
     for (size_t i = 0; i < N_ROUTERS && at < sizeof names; i++)
         at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", i ? ", " : "", kRouters[i]->name);
