@@ -10,48 +10,135 @@
 #include "common.h"
 #include "flags.h"
 
-/* every train flag */
+/* every train flag but the router options (router_flags below) */
 typedef struct {
     cli_data_opts d;
     const char *arch, *act, *router, *expert_act, *out, *resume, *optim, *schedule;
-    int residual, experts, topk, noisy, renorm, shared, expert_bias, epochs;
+    int residual, shared, expert_bias, epochs;
     int log_every, val_size;
     long warmup, ckpt_every, stop_after, fault_nan_step;
-    double temperature, capacity, lr, final_lr, momentum, beta1, beta2, eps, weight_decay, clip;
-    double balance, zloss, kappa_init, alpha, subspace_beta, rho0;
-    int kr, amortize, amort_hidden, pairs, slots, soft_group, soft_norm, proto_sq, stages, width;
-    double tau, spectral_alpha, sigma_t, rho_t, diversity_beta;
+    double lr, final_lr, momentum, beta1, beta2, eps, weight_decay, clip;
+    int stages, width;
+    double spectral_alpha, sigma_t, rho_t, diversity_beta;
     const char *model, *stem, *penalty_target;
-    uint64_t seed, router_seed;
+    uint64_t seed;
 } opts;
 
-/* The router flags. Defaults that depend on the router (switch: k = 1; topk and switch: balance 0.01; grassmann:
- * dense, k = E; soft: k = 1, slots = batch / E) are applied in build_router_config when the flag was
- * not given. */
-#define ROUTER_FLAGS(o, router_help)                                                                           \
-    {"router", FL_STRING, &o.router, "topk", router_help, 0},                                                   \
-    {"experts", FL_INT, &o.experts, "8", "experts per MoE layer", 0},                                           \
-    {"topk", FL_INT, &o.topk, "2", "experts per token (= experts: dense mixture; grassmann default: all)", 0},    \
-    {"temperature", FL_DOUBLE, &o.temperature, "1", "router softmax temperature", 0},                            \
-    {"noisy", FL_BOOL, &o.noisy, "0", "noisy top-k gating (Shazeer 2017) during training", 0},                  \
-    {"renorm", FL_BOOL, &o.renorm, "1", "renormalise the k selected routing weights", 0},                        \
-    {"capacity", FL_DOUBLE, &o.capacity, "0", "capacity factor (0 = unlimited; expert-choice: tokens per expert = cf*T/E)", 0}, \
-    {"balance", FL_DOUBLE, &o.balance, "0", "load-balancing loss weight (topk and switch default 0.01)", 0},       \
-    {"zloss", FL_DOUBLE, &o.zloss, "0", "router z-loss weight", 0},                                              \
-    {"kappa-init", FL_DOUBLE, &o.kappa_init, "1", "vmf/grassmann initial concentration kappa", 0},               \
-    {"alpha", FL_DOUBLE, &o.alpha, "1", "grassmann sparsity dial alpha (changeable at eval)", 0},                 \
-    {"kr", FL_INT, &o.kr, "16", "grassmann routing rank k_r", 0},                                                \
-    {"amortize", FL_BOOL, &o.amortize, "0", "grassmann amortiser h(x) = E softmax(MLP(x))", 0},                  \
-    {"amort-hidden", FL_INT, &o.amort_hidden, "32", "amortiser hidden width", 0},                                \
-    {"subspace-beta", FL_DOUBLE, &o.subspace_beta, "0.01", "grassmann subspace-overlap regulariser weight", 0},  \
-    {"rho0", FL_DOUBLE, &o.rho0, "0.3", "grassmann overlap threshold rho0", 0},                                  \
-    {"pairs", FL_INT, &o.pairs, "0", "grassmann sampled pairs per step (0 = 4E, -1 = all)", 0},                  \
-    {"slots", FL_INT, &o.slots, "0", "soft: slots per expert (0 = group / E, or batch / E)", 0},                 \
-    {"soft-group", FL_INT, &o.soft_group, "0", "soft: tokens per SoftMoE group (0 = the whole batch)", 0},       \
-    {"soft-norm", FL_BOOL, &o.soft_norm, "1", "soft: normalise tokens and slot parameters, learned scale", 0},    \
-    {"router-seed", FL_U64, &o.router_seed, "1", "seed of the random router at evaluation", 0},                 \
-    {"tau", FL_DOUBLE, &o.tau, "1", "prototype router temperature tau (SR-MoE Eq. 2)", 0},                       \
-    {"proto-sq", FL_BOOL, &o.proto_sq, "0", "prototype router: squared Euclidean distance", 0}
+/* The router flags, generated from the option tables (sm_router_opt) of the routers that can be
+ * trained: the shared options, then each router's own, one flag per name; the help line names the
+ * routers that list the flag ("[vmf, grassmann] initial concentration kappa"). The values are parsed
+ * into val[] and copied into an sm_router_config by router_flags_apply. */
+#define MAX_ROUTER_FLAGS 64
+typedef struct {
+    int n, n_shared;                      /* flags; the first n_shared are the shared options */
+    const sm_router_opt *opt[MAX_ROUTER_FLAGS]; /* the first option with this flag */
+    int owns_key[MAX_ROUTER_FLAGS];       /* no earlier flag sets the same field (tau does: temperature) */
+    union {
+        int i;
+        double d;
+        uint64_t u;
+    } val[MAX_ROUTER_FLAGS];
+    char name[MAX_ROUTER_FLAGS][32], users[MAX_ROUTER_FLAGS][96], help[MAX_ROUTER_FLAGS][192];
+    const fl_flag *row[MAX_ROUTER_FLAGS]; /* its row in the parsed table, after router_flags_bind */
+} router_flags;
+
+static int rf_find(const router_flags *rf, const char *name) {
+    for (int i = 0; i < rf->n; i++)
+        if (!strcmp(rf->name[i], name)) return i;
+    return -1;
+}
+
+static void rf_add(router_flags *rf, const sm_router_opt *o, const char *router) {
+    char name[32];
+    sm_router_opt_flag(o, name, sizeof name);
+    int i = rf_find(rf, name);
+    if (i < 0) {
+        if (rf->n == MAX_ROUTER_FLAGS) abort(); /* raise MAX_ROUTER_FLAGS */
+        i = rf->n++;
+        rf->opt[i] = o;
+        strcpy(rf->name[i], name);
+        rf->users[i][0] = 0;
+        rf->owns_key[i] = 1;
+        for (int j = 0; j < i; j++)
+            if (!strcmp(rf->opt[j]->key, o->key)) rf->owns_key[i] = 0;
+    }
+    if (router && i >= rf->n_shared) {
+        size_t at = strlen(rf->users[i]);
+        snprintf(rf->users[i] + at, sizeof rf->users[i] - at, "%s%s", at ? ", " : "", router);
+    }
+}
+
+/* Writes the router flag rows into fl (room for MAX_ROUTER_FLAGS); returns their number. */
+static int router_flags_rows(router_flags *rf, fl_flag *fl) {
+    int n;
+    const sm_router_opt *shared = sm_router_shared_opts(&n);
+    rf->n = rf->n_shared = 0;
+    for (int i = 0; i < n; i++) rf_add(rf, &shared[i], NULL);
+    rf->n_shared = rf->n;
+    for (int r = 0; r < sm_router_count(); r++) {
+        const sm_router_ops *ops = sm_router_at(r);
+        if (ops->built_from) continue; /* not trained: its options belong to the command that builds it */
+        for (int i = 0; i < ops->n_opts; i++) rf_add(rf, &ops->opts[i], ops->name);
+    }
+    for (int i = 0; i < rf->n; i++) {
+        const sm_router_opt *o = rf->opt[i];
+        if (rf->users[i][0]) snprintf(rf->help[i], sizeof rf->help[i], "[%s] %s", rf->users[i], o->help);
+        else snprintf(rf->help[i], sizeof rf->help[i], "%s", o->help);
+        fl_type t = o->type == SM_OPT_NUM ? FL_DOUBLE : o->type == SM_OPT_BOOL ? FL_BOOL
+                    : o->type == SM_OPT_U64 ? FL_U64 : FL_INT;
+        fl[i] = (fl_flag){rf->name[i], t, &rf->val[i], o->def, rf->help[i], 0};
+    }
+    return rf->n;
+}
+
+/* After parsing: the row of each router flag (rows were copied into the table fl_parse filled). */
+static void router_flags_bind(router_flags *rf, const fl_flag *fl, int nfl) {
+    for (int i = 0; i < rf->n; i++) rf->row[i] = fl_find(fl, nfl, rf->name[i]);
+}
+
+static void rf_copy(const router_flags *rf, int i, const sm_router_opt *o, sm_router_config *c) {
+    char *f = (char *)c + o->offset;
+    if (o->type == SM_OPT_NUM) *(double *)f = rf->val[i].d;
+    else if (o->type == SM_OPT_U64) *(uint64_t *)f = rf->val[i].u;
+    else *(int *)f = rf->val[i].i;
+}
+
+/* the flag that sets key for router ops: its own option with that key, else the flag owning the key */
+static int rf_for_key(const router_flags *rf, const sm_router_ops *ops, const char *key) {
+    char name[32];
+    for (int i = 0; i < ops->n_opts; i++)
+        if (!strcmp(ops->opts[i].key, key)) return rf_find(rf, sm_router_opt_flag(&ops->opts[i], name, sizeof name));
+    for (int i = 0; i < rf->n; i++)
+        if (rf->owns_key[i] && !strcmp(rf->opt[i]->key, key)) return i;
+    return -1;
+}
+
+typedef struct {
+    const router_flags *rf;
+    const sm_router_ops *ops;
+} rf_given_ctx;
+
+static int rf_given(const void *user, const char *key) {
+    const rf_given_ctx *g = user;
+    int i = rf_for_key(g->rf, g->ops, key);
+    return i >= 0 && g->rf->row[i] && g->rf->row[i]->set;
+}
+
+/* Fills c from the flags for router ops: every flag that owns its field, then the router's own
+ * flags (so --tau, not --temperature, sets a prototype router's temperature), then the router's
+ * defaults for what was not given. */
+static void router_flags_apply(const router_flags *rf, const sm_router_ops *ops, int batch, sm_router_config *c) {
+    for (int i = 0; i < rf->n; i++)
+        if (rf->owns_key[i]) rf_copy(rf, i, rf->opt[i], c);
+    char name[32];
+    for (int i = 0; i < ops->n_opts; i++) {
+        int j = rf_find(rf, sm_router_opt_flag(&ops->opts[i], name, sizeof name));
+        if (j >= 0) rf_copy(rf, j, &ops->opts[i], c);
+    }
+    rf_given_ctx ctx = {rf, ops};
+    sm_router_given g = {rf_given, &ctx, batch};
+    if (ops->defaults) ops->defaults(c, &g);
+}
 
 /* progress: a bar on a terminal, plain lines otherwise */
 typedef struct {
@@ -91,50 +178,18 @@ static int flag_set(const fl_flag *fl, int n, const char *name) {
 }
 
 /* Router options from the flags, with the router-dependent defaults; validated by creating it. */
-static int build_router_config(const opts *o, const fl_flag *fl, int nfl, int d, sm_router_config *r, sm_error *err) {
+static int build_router_config(const opts *o, const router_flags *rf, int d, sm_router_config *r, sm_error *err) {
     sm_router_config_default(r);
-    if (!strcmp(o->router, "ev"))
-        return sm_fail(err, SM_ERR_ARG, "--router ev is built from a trained topk model, not trained: "
-                                        "specmoe eval CHECKPOINT --router ev");
+    const sm_router_ops *ops = sm_router_find(o->router);
+    if (ops && ops->built_from)
+        return sm_fail(err, SM_ERR_ARG, "--router %s is built from %s, not trained: specmoe eval CHECKPOINT --router %s",
+                       ops->name, ops->built_from, ops->name);
     if (strlen(o->router) >= sizeof r->name) return sm_fail(err, SM_ERR_ARG, "--router: unknown router '%s'", o->router);
     strcpy(r->name, o->router);
-    r->E = o->experts;
-    r->k = o->topk;
-    if (!flag_set(fl, nfl, "topk")) {
-        if (!strcmp(o->router, "grassmann") || !strcmp(o->router, "prototype"))
-            r->k = o->experts; /* GrMoE and SR-MoE: dense mixtures by default */
-        if (!strcmp(o->router, "switch") || !strcmp(o->router, "soft") || !strcmp(o->router, "expert-choice"))
-            r->k = 1;
-    }
-    r->temperature = o->temperature;
-    r->noisy = o->noisy;
-    r->renorm = o->renorm;
-    r->capacity = o->capacity;
-    if (flag_set(fl, nfl, "capacity") && !(o->capacity > 0))
+    int cap = rf_find(rf, "capacity");
+    if (rf->row[cap]->set && !(rf->val[cap].d > 0))
         return sm_fail(err, SM_ERR_ARG, "--capacity: the capacity factor must be > 0 (leave the flag out for no limit)");
-    r->balance_coef = o->balance;
-    /* the Switch / Mixtral load-balancing loss is on by default for token-choice softmax routers: without
-     * it the default run starves 4 of 8 experts (< 0.01% of tokens). 0.01 is Switch's value; on the
-     * validation split it kept every expert above 8% at the same accuracy (BENCHMARKS.md) */
-    if ((!strcmp(o->router, "switch") || !strcmp(o->router, "topk")) && !flag_set(fl, nfl, "balance"))
-        r->balance_coef = 0.01;
-    r->zloss_coef = o->zloss;
-    r->kappa_init = o->kappa_init;
-    r->alpha = o->alpha;
-    r->kr = o->kr;
-    r->amortize = o->amortize;
-    r->amort_hidden = o->amort_hidden;
-    r->subspace_beta = o->subspace_beta;
-    r->rho0 = o->rho0;
-    r->pairs = o->pairs;
-    r->slots = o->slots;
-    r->soft_group = o->soft_group;
-    r->soft_norm = o->soft_norm;
-    r->seed = o->router_seed;
-    r->proto_sq = o->proto_sq;
-    if (!strcmp(o->router, "prototype")) r->temperature = o->tau; /* tau is the prototype gate's temperature */
-    if (!strcmp(o->router, "soft") && r->slots == 0 && r->soft_group == 0)
-        r->slots = (o->d.batch + o->experts - 1) / (o->experts > 0 ? o->experts : 1);
+    if (ops) router_flags_apply(rf, ops, o->d.batch, r); /* an unknown name: sm_router_create lists the known ones */
     /* validate now, before any data is read */
     sm_router *probe = sm_router_create(r, d, err);
     if (!probe) return SM_ERR_ARG;
@@ -142,7 +197,7 @@ static int build_router_config(const opts *o, const fl_flag *fl, int nfl, int d,
     return SM_OK;
 }
 
-static int build_model_config(opts *o, const fl_flag *fl, int nfl, sm_model_config *mc, sm_error *err) {
+static int build_model_config(opts *o, router_flags *rf, const fl_flag *fl, int nfl, sm_model_config *mc, sm_error *err) {
     sm_model_config_default(mc);
     sm_status st;
     if (!strcmp(o->model, "srmoe")) {
@@ -158,7 +213,7 @@ static int build_model_config(opts *o, const fl_flag *fl, int nfl, sm_model_conf
         st = sm_model_arch_srmoe(mc, o->stages, o->width, stem, n, err);
         /* SR-MoE's defaults: prototype routing over 4 experts, dense mixture */
         if (!flag_set(fl, nfl, "router")) o->router = "prototype";
-        if (!flag_set(fl, nfl, "experts")) o->experts = 4;
+        if (!flag_set(fl, nfl, "experts")) rf->val[rf_find(rf, "experts")].i = 4;
         mc->in_c = 1;
         mc->in_h = mc->in_w = 28;
     } else if (!strcmp(o->model, "mlp")) {
@@ -185,7 +240,7 @@ static int build_model_config(opts *o, const fl_flag *fl, int nfl, sm_model_conf
         if (mc->layers[i].kind == SM_LAYER_DENSE) w = mc->layers[i].width;
         else if (mc->layers[i].kind == SM_LAYER_MOE && w < dmin) dmin = w;
     }
-    st = build_router_config(o, fl, nfl, dmin < (1 << 30) ? dmin : w, &mc->moe.router, err);
+    st = build_router_config(o, rf, dmin < (1 << 30) ? dmin : w, &mc->moe.router, err);
     if (st != SM_OK) return st;
     mc->moe.n_shared = o->shared;
     mc->moe.expert_bias = o->expert_bias;
@@ -203,16 +258,24 @@ static int build_model_config(opts *o, const fl_flag *fl, int nfl, sm_model_conf
 
 int cmd_train(int argc, char **argv) {
     opts o;
-    char router_help[512];
-    cli_router_help(router_help, sizeof router_help, "router: ",
-                    " (ev is built from a trained topk model: specmoe eval CHECKPOINT --router ev)");
-    fl_flag fl[] = {
+    char router_help[512], built[256] = "";
+    for (int r = 0; r < sm_router_count(); r++) { /* routers made by another command (ev: by eval) */
+        const sm_router_ops *ops = sm_router_at(r);
+        size_t at = strlen(built);
+        if (ops->built_from)
+            snprintf(built + at, sizeof built - at, " (%s is built from %s: specmoe eval CHECKPOINT --router %s)", ops->name,
+                     ops->built_from, ops->name);
+    }
+    cli_router_help(router_help, sizeof router_help, "router: ", built);
+    static router_flags rf;
+    fl_flag head[] = {
         CLI_DATA_FLAGS(o.d),
         {"val-size", FL_INT, &o.val_size, "0", "hold out the last N training examples for per-epoch validation", 0},
         {"arch", FL_STRING, &o.arch, "dense:256,moe:256", "layers: dense:W | ffn:H | moe:H, comma-separated", 0},
         {"act", FL_STRING, &o.act, "relu", "activation of dense layers and ffn (none|relu|gelu|tanh|silu)", 0},
         {"residual", FL_BOOL, &o.residual, "0", "ffn/moe layers add their input to their output", 0},
-        ROUTER_FLAGS(o, router_help),
+        {"router", FL_STRING, &o.router, "topk", router_help, 0},
+    }, tail[] = {
         {"shared", FL_INT, &o.shared, "0", "always-on shared experts per MoE layer", 0},
         {"expert-act", FL_STRING, &o.expert_act, "relu", "expert activation", 0},
         {"expert-bias", FL_BOOL, &o.expert_bias, "1", "experts have biases", 0},
@@ -245,16 +308,23 @@ int cmd_train(int argc, char **argv) {
         {"stop-after", FL_LONG, &o.stop_after, "0", "stop after this many steps in total (0 = all epochs)", 0},
         {"fault-nan-step", FL_LONG, &o.fault_nan_step, "-1", "testing aid: poison a gradient at this step", 0},
     };
-    int nfl = (int)(sizeof fl / sizeof fl[0]), npos;
+    /* head, the router flags, tail */
+    fl_flag fl[SM_LEN(head) + MAX_ROUTER_FLAGS + SM_LEN(tail)];
+    int nfl = (int)SM_LEN(head), npos;
+    memcpy(fl, head, sizeof head);
+    nfl += router_flags_rows(&rf, fl + nfl);
+    memcpy(fl + nfl, tail, sizeof tail);
+    nfl += (int)SM_LEN(tail);
     const char *pos[1];
     int rc = fl_parse(fl, nfl, argc, argv, 2, "train", "[flags]", pos, 0, &npos);
     if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
+    router_flags_bind(&rf, fl, nfl);
 
     sm_error err;
     sm_model_config mc;
     sm_train_config tc;
     sm_train_config_default(&tc);
-    sm_status st = build_model_config(&o, fl, nfl, &mc, &err);
+    sm_status st = build_model_config(&o, &rf, fl, nfl, &mc, &err);
     if (st != SM_OK) return cli_fail(SM_ERR_ARG, &err);
     if (sm_opt_parse(o.optim, &tc.opt.kind)) {
         fprintf(stderr, "specmoe train: --optim: unknown optimiser '%s' (sgd|adam|adamw)\n", o.optim);

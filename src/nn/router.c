@@ -23,35 +23,105 @@ static const sm_router_ops *const kRouters[] = {
 };
 #define N_ROUTERS (sizeof kRouters / sizeof kRouters[0])
 
+/* The options several routers read. Each router's own are in its ops table. The first eight are
+ * the fields of the first checkpoints, required in JSON; later ones keep their defaults when absent. */
+static const sm_router_opt kShared[] = {
+    SM_ROUTER_OPT("experts", NULL, SM_OPT_INT, E, "8", "experts per MoE layer", 1),
+    SM_ROUTER_OPT("topk", NULL, SM_OPT_INT, k, "2", "experts per token (= experts: dense mixture; grassmann default: all)", 1),
+    SM_ROUTER_OPT("temperature", NULL, SM_OPT_NUM, temperature, "1", "router softmax temperature", 1),
+    SM_ROUTER_OPT("noisy", NULL, SM_OPT_BOOL, noisy, "0", "noisy top-k gating (Shazeer 2017) during training", 1),
+    SM_ROUTER_OPT("renorm", NULL, SM_OPT_BOOL, renorm, "1", "renormalise the k selected routing weights", 1),
+    SM_ROUTER_OPT("capacity", NULL, SM_OPT_NUM, capacity, "0",
+                  "capacity factor (0 = unlimited; expert-choice: tokens per expert = cf*T/E)", 1),
+    SM_ROUTER_OPT("balance", NULL, SM_OPT_NUM, balance_coef, "0", "load-balancing loss weight (topk and switch default 0.01)", 0),
+    SM_ROUTER_OPT("zloss", NULL, SM_OPT_NUM, zloss_coef, "0", "router z-loss weight", 0),
+};
+
+const sm_router_opt *sm_router_shared_opts(int *n) {
+    *n = (int)SM_LEN(kShared);
+    return kShared;
+}
+
+int sm_router_count(void) { return (int)N_ROUTERS; }
+
+const sm_router_ops *sm_router_at(int i) { return i >= 0 && i < (int)N_ROUTERS ? kRouters[i] : NULL; }
+
+const sm_router_ops *sm_router_find(const char *name) {
+    for (size_t i = 0; i < N_ROUTERS; i++)
+        if (strcmp(kRouters[i]->name, name) == 0) return kRouters[i];
+    return NULL;
+}
+
+const char *sm_router_opt_flag(const sm_router_opt *o, char *buf, size_t n) {
+    snprintf(buf, n, "%s", o->flag ? o->flag : o->key);
+    for (char *p = buf; *p; p++)
+        if (*p == '_') *p = '-';
+    return buf;
+}
+
+int sm_router_opt_set(const sm_router_opt *o, sm_router_config *c, const char *text) {
+    char *f = (char *)c + o->offset, *end = NULL;
+    errno = 0;
+    if (o->type == SM_OPT_INT || o->type == SM_OPT_BOOL) {
+        long v = strtol(text, &end, 10);
+        if (!*text || *end || errno || v < -2147483647L || v > 2147483647L) return -1;
+        *(int *)f = (int)v;
+    } else if (o->type == SM_OPT_NUM) {
+        double v = strtod(text, &end);
+        if (!*text || *end || errno || !isfinite(v)) return -1;
+        *(double *)f = v;
+    } else {
+        unsigned long long v = strtoull(text, &end, 10);
+        if (!*text || *end || errno || *text == '-') return -1;
+        *(uint64_t *)f = (uint64_t)v;
+    }
+    return 0;
+}
+
+/* Calls fn on every option once per JSON key: the shared ones, then each router's own in registry
+ * order (a key two routers list is visited at its first appearance). */
+static void for_each_key(void (*fn)(const sm_router_opt *, void *), void *user) {
+    for (int t = -1; t < (int)N_ROUTERS; t++) {
+        const sm_router_opt *opts = t < 0 ? kShared : kRouters[t]->opts;
+        int n = t < 0 ? (int)SM_LEN(kShared) : kRouters[t]->n_opts;
+        for (int i = 0; i < n; i++) {
+            int seen = 0;
+            for (int u = -1; u <= t && !seen; u++) {
+                const sm_router_opt *prev = u < 0 ? kShared : kRouters[u]->opts;
+                int m = u == t ? i : u < 0 ? (int)SM_LEN(kShared) : kRouters[u]->n_opts;
+                for (int j = 0; j < m && !seen; j++) seen = !strcmp(prev[j].key, opts[i].key);
+            }
+            if (!seen) fn(&opts[i], user);
+        }
+    }
+}
+
+static void set_default(const sm_router_opt *o, void *c) {
+    if (sm_router_opt_set(o, c, o->def)) abort(); /* a bad built-in default is a bug */
+}
+
 void sm_router_config_default(sm_router_config *c) {
     memset(c, 0, sizeof *c);
     strcpy(c->name, "topk");
-    c->E = 8;
-    c->k = 2;
-    c->temperature = 1.0;
-    c->renorm = 1;
-    c->kappa_init = 1.0;
-    c->alpha = 1.0;
-    c->kr = 16;
-    c->amort_hidden = 32;
-    c->subspace_beta = 0.01;
-    c->rho0 = 0.3;
-    c->soft_norm = 1;
-    c->seed = 1;
-    c->ev_c = 5;
+    for_each_key(set_default, c);
 }
 
-const char *sm_router_names(void) { return "topk, switch, expert-choice, hash, random, soft, vmf, grassmann, prototype, ev"; }
+const char *sm_router_names(void) {
+    static _Thread_local char names[512]; /* per thread: built on every call, callers may race */
+    size_t at = 0;
+    for (size_t i = 0; i < N_ROUTERS && at < sizeof names; i++)
+        at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", i ? ", " : "", kRouters[i]->name);
+    return names;
+}
 
 sm_router *sm_router_create(const sm_router_config *cfg, int d, sm_error *err) {
-    const sm_router_ops *ops = NULL;
-    for (size_t i = 0; i < N_ROUTERS; i++)
-        if (strcmp(kRouters[i]->name, cfg->name) == 0) ops = kRouters[i];
+    const sm_router_ops *ops = sm_router_find(cfg->name);
     if (!ops) {
         sm_fail(err, SM_ERR_ARG, "router: unknown router '%s' (known: %s)", cfg->name, sm_router_names());
         return NULL;
     }
-    /* every impossible setting is refused here, before any parameter or data is touched */
+    /* every impossible setting is refused here, before any parameter or data is touched: the
+     * generic checks, then the router's own */
     const char *why = NULL;
     char buf[160];
     if (cfg->E < 1) why = "number of experts must be >= 1";
@@ -59,17 +129,8 @@ sm_router *sm_router_create(const sm_router_config *cfg, int d, sm_error *err) {
     else if (!(cfg->temperature > 0)) why = "temperature must be > 0";
     else if (!(cfg->capacity >= 0)) why = "capacity factor must be > 0, or 0 for unlimited";
     else if (!(cfg->balance_coef >= 0) || !(cfg->zloss_coef >= 0)) why = "loss coefficients must be >= 0";
-    else if (!(cfg->alpha >= 0)) why = "alpha (the sparsity dial) must be >= 0";
-    else if (!(cfg->kappa_init > 0)) why = "initial concentration kappa must be > 0";
-    else if (!strcmp(cfg->name, "grassmann") && (cfg->kr < 1 || cfg->kr > d)) {
-        snprintf(buf, sizeof buf, "routing rank k_r must be in [1, d=%d]", d);
-        why = buf;
-    } else if (cfg->amortize && cfg->amort_hidden < 1) why = "amortiser hidden width must be >= 1";
-    else if (!(cfg->subspace_beta >= 0) || !(cfg->rho0 >= 0)) why = "subspace beta and rho0 must be >= 0";
-    else if (cfg->pairs < -1) why = "sampled pairs must be >= 1, 0 (4E) or -1 (all)";
-    else if (cfg->slots < 0 || cfg->soft_group < 0) why = "soft slots and group size must be >= 0";
     else if (d < 1) why = "token width must be >= 1";
-    else if (!strcmp(cfg->name, "ev") && (cfg->ev_c < 1 || cfg->alpha > 1)) why = "ev needs c >= 1 and a mixing alpha in [0, 1]";
+    else if (ops->check) why = ops->check(cfg, d, buf, sizeof buf);
     if (why) {
         sm_fail(err, SM_ERR_ARG, "router %s: %s (E=%d, k=%d, temperature=%g, capacity=%g, alpha=%g, k_r=%d)",
                 cfg->name, why, cfg->E, cfg->k, cfg->temperature, cfg->capacity, cfg->alpha, cfg->kr);
@@ -148,77 +209,71 @@ void sm_route_group(sm_route *route, const int *choice, const sm_real *w, int T,
     route->T = T;
 }
 
-/* Router options as stored in a model's JSON ("moe" object): one row per field of sm_router_config.
- * Fields added after the first checkpoints are optional and keep their defaults when absent. */
-typedef enum { OPT_INT, OPT_NUM, OPT_U64 } opt_type;
+/* Router options as stored in a model's JSON ("moe" object): one field per option key. */
 typedef struct {
-    const char *key;
-    opt_type type;
-    size_t offset;
-    int required;
-} router_opt;
-#define OPT(key, type, field, req) {key, type, offsetof(sm_router_config, field), req}
-static const router_opt kOpts[] = {
-    OPT("experts", OPT_INT, E, 1),          OPT("topk", OPT_INT, k, 1),
-    OPT("temperature", OPT_NUM, temperature, 1), OPT("noisy", OPT_INT, noisy, 1),
-    OPT("renorm", OPT_INT, renorm, 1),      OPT("capacity", OPT_NUM, capacity, 1),
-    OPT("balance", OPT_NUM, balance_coef, 0), OPT("zloss", OPT_NUM, zloss_coef, 0),
-    OPT("kappa_init", OPT_NUM, kappa_init, 0), OPT("alpha", OPT_NUM, alpha, 0),
-    OPT("kr", OPT_INT, kr, 0),              OPT("amortize", OPT_INT, amortize, 0),
-    OPT("amort_hidden", OPT_INT, amort_hidden, 0), OPT("subspace_beta", OPT_NUM, subspace_beta, 0),
-    OPT("rho0", OPT_NUM, rho0, 0),          OPT("pairs", OPT_INT, pairs, 0),
-    OPT("slots", OPT_INT, slots, 0),        OPT("soft_group", OPT_INT, soft_group, 0),
-    OPT("soft_norm", OPT_INT, soft_norm, 0), OPT("seed", OPT_U64, seed, 0),
-    OPT("proto_sq", OPT_INT, proto_sq, 0),  OPT("ev_c", OPT_INT, ev_c, 0),
-    OPT("ev_avg", OPT_INT, ev_avg, 0),
-};
-#undef OPT
+    sm_router_config *c;
+    const cJSON *in;
+    cJSON *out;
+    const char *what;
+    sm_error *err;
+    sm_status st;
+} json_ctx;
+
+static void opt_to_json(const sm_router_opt *o, void *user) {
+    json_ctx *x = user;
+    const char *f = (const char *)x->c + o->offset;
+    if (o->type == SM_OPT_U64 && *(const uint64_t *)f > (1ull << 53)) {
+        /* beyond 2^53 a JSON number loses bits: the exact decimal string instead */
+        char b[32];
+        snprintf(b, sizeof b, "%llu", (unsigned long long)*(const uint64_t *)f);
+        cJSON_AddStringToObject(x->out, o->key, b);
+        return;
+    }
+    double v = o->type == SM_OPT_NUM ? *(const double *)f
+               : o->type == SM_OPT_U64 ? (double)*(const uint64_t *)f : *(const int *)f;
+    cJSON_AddNumberToObject(x->out, o->key, v);
+}
 
 void sm_router_config_to_json(const sm_router_config *c, cJSON *o) {
     cJSON_AddStringToObject(o, "router", c->name);
-    for (size_t i = 0; i < sizeof kOpts / sizeof kOpts[0]; i++) {
-        const char *f = (const char *)c + kOpts[i].offset;
-        if (kOpts[i].type == OPT_U64 && *(const uint64_t *)f > (1ull << 53)) {
-            /* beyond 2^53 a JSON number loses bits: the exact decimal string instead */
-            char b[32];
-            snprintf(b, sizeof b, "%llu", (unsigned long long)*(const uint64_t *)f);
-            cJSON_AddStringToObject(o, kOpts[i].key, b);
-            continue;
+    json_ctx x = {(sm_router_config *)c, NULL, o, NULL, NULL, SM_OK};
+    for_each_key(opt_to_json, &x);
+}
+
+/* Options absent from the JSON keep their defaults unless required. */
+static void opt_from_json(const sm_router_opt *o, void *user) {
+    json_ctx *x = user;
+    if (x->st != SM_OK) return;
+    char *f = (char *)x->c + o->offset;
+    int opt = !o->required;
+    if (o->type == SM_OPT_INT || o->type == SM_OPT_BOOL) {
+        x->st = sm_json_int(x->in, o->key, opt, (int *)f, x->what, x->err);
+    } else if (o->type == SM_OPT_NUM) {
+        x->st = sm_json_num(x->in, o->key, opt, (double *)f, x->what, x->err);
+    } else { /* a number up to 2^53, or the exact decimal string */
+        const cJSON *j = cJSON_GetObjectItemCaseSensitive(x->in, o->key);
+        if (cJSON_IsString(j)) {
+            char *end = NULL;
+            errno = 0;
+            unsigned long long u = strtoull(j->valuestring, &end, 10);
+            if (!*j->valuestring || *end || errno || j->valuestring[0] == '-')
+                x->st = sm_fail(x->err, SM_ERR_FORMAT, "%s: field '%s' is not an unsigned 64-bit integer", x->what, o->key);
+            else
+                *(uint64_t *)f = (uint64_t)u;
+            return;
         }
-        double v = kOpts[i].type == OPT_INT ? *(const int *)f
-                   : kOpts[i].type == OPT_NUM ? *(const double *)f : (double)*(const uint64_t *)f;
-        cJSON_AddNumberToObject(o, kOpts[i].key, v);
+        double v = (double)*(uint64_t *)f;
+        x->st = sm_json_num(x->in, o->key, opt, &v, x->what, x->err);
+        /* files written before seeds above 2^53 became strings hold them as (rounded) numbers */
+        if (x->st == SM_OK && !(v >= 0 && v < 18446744073709551616.0 && v == floor(v)))
+            x->st = sm_fail(x->err, SM_ERR_FORMAT, "%s: field '%s' is not an unsigned 64-bit integer", x->what, o->key);
+        if (x->st == SM_OK) *(uint64_t *)f = (uint64_t)v;
     }
 }
 
 sm_status sm_router_config_from_json(sm_router_config *c, const cJSON *o, const char *what, sm_error *err) {
-    sm_status st = sm_json_str(o, "router", c->name, sizeof c->name, what, err);
-    for (size_t i = 0; i < sizeof kOpts / sizeof kOpts[0] && st == SM_OK; i++) {
-        char *f = (char *)c + kOpts[i].offset;
-        int opt = !kOpts[i].required;
-        if (kOpts[i].type == OPT_INT) {
-            st = sm_json_int(o, kOpts[i].key, opt, (int *)f, what, err);
-        } else if (kOpts[i].type == OPT_NUM) {
-            st = sm_json_num(o, kOpts[i].key, opt, (double *)f, what, err);
-        } else { /* a number up to 2^53, or the exact decimal string */
-            const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, kOpts[i].key);
-            if (cJSON_IsString(j)) {
-                char *end = NULL;
-                errno = 0;
-                unsigned long long u = strtoull(j->valuestring, &end, 10);
-                if (!*j->valuestring || *end || errno || j->valuestring[0] == '-')
-                    st = sm_fail(err, SM_ERR_FORMAT, "%s: field '%s' is not an unsigned 64-bit integer", what, kOpts[i].key);
-                else
-                    *(uint64_t *)f = (uint64_t)u;
-                continue;
-            }
-            double v = (double)*(uint64_t *)f;
-            st = sm_json_num(o, kOpts[i].key, opt, &v, what, err);
-            /* files written before seeds above 2^53 became strings hold them as (rounded) numbers */
-            if (st == SM_OK && !(v >= 0 && v < 18446744073709551616.0 && v == floor(v)))
-                st = sm_fail(err, SM_ERR_FORMAT, "%s: field '%s' is not an unsigned 64-bit integer", what, kOpts[i].key);
-            if (st == SM_OK) *(uint64_t *)f = (uint64_t)v;
-        }
-    }
-    return st;
+    json_ctx x = {c, o, NULL, what, err, SM_OK};
+    x.st = sm_json_str(o, "router", c->name, sizeof c->name, what, err);
+    for_each_key(opt_from_json, &x);
+    return x.st;
 }

@@ -154,10 +154,15 @@ static void ec_destroy(sm_router *r) {
     r->state = NULL;
 }
 
+/* one token slot per expert choice by default */
+static void ec_defaults(sm_router_config *c, const sm_router_given *g) {
+    if (!g->given(g->user, "topk")) c->k = 1;
+}
+
 const sm_router_ops sm_router_expert_choice_ops = {
     .name = "expert-choice", .kind = SM_ROUTE_SPARSE, .declare = ec_declare, .bind = ec_bind,
     .max_assign = ec_max_assign, .reserve = ec_reserve, .forward = ec_forward, .backward = ec_backward,
-    .destroy = ec_destroy,
+    .destroy = ec_destroy, .defaults = ec_defaults,
 };
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -267,8 +272,12 @@ const sm_router_ops sm_router_hash_ops = {
     .backward = fixed_backward, .destroy = fixed_destroy,
 };
 
+static const sm_router_opt kRandomOpts[] = {
+    SM_ROUTER_OPT("seed", "router-seed", SM_OPT_U64, seed, "1", "seed of the router at evaluation", 0),
+};
+
 const sm_router_ops sm_router_random_ops = {
     .name = "random", .kind = SM_ROUTE_SPARSE, .declare = fixed_declare, .bind = fixed_bind,
     .max_assign = fixed_max_assign, .reserve = fixed_reserve, .forward = fixed_forward,
-    .backward = fixed_backward, .destroy = fixed_destroy,
+    .backward = fixed_backward, .destroy = fixed_destroy, .opts = kRandomOpts, .n_opts = SM_LEN(kRandomOpts),
 };

@@ -190,8 +190,27 @@ static void soft_destroy(sm_router *r) {
     r->state = NULL;
 }
 
+static const sm_router_opt kSoftOpts[] = {
+    SM_ROUTER_OPT("slots", NULL, SM_OPT_INT, slots, "0", "slots per expert (0 = group / E, or batch / E)", 0),
+    SM_ROUTER_OPT("soft_group", NULL, SM_OPT_INT, soft_group, "0", "tokens per SoftMoE group (0 = the whole batch)", 0),
+    SM_ROUTER_OPT("soft_norm", NULL, SM_OPT_BOOL, soft_norm, "1", "normalise tokens and slot parameters, learned scale", 0),
+};
+
+static const char *soft_check(const sm_router_config *c, int d, char *buf, size_t n) {
+    (void)d, (void)buf, (void)n;
+    return c->slots < 0 || c->soft_group < 0 ? "soft slots and group size must be >= 0" : NULL;
+}
+
+/* one slot per expert and token of a training batch, fixed at training time so that evaluation at
+ * another batch size keeps the trained slot count */
+static void soft_defaults(sm_router_config *c, const sm_router_given *g) {
+    if (!g->given(g->user, "topk")) c->k = 1;
+    if (c->slots == 0 && c->soft_group == 0 && g->batch > 0) c->slots = (g->batch + c->E - 1) / (c->E > 0 ? c->E : 1);
+}
+
 const sm_router_ops sm_router_soft_ops = {
     .name = "soft", .kind = SM_ROUTE_SOFT, .declare = soft_declare, .bind = soft_bind,
     .max_assign = soft_max_assign, .max_slots = soft_max_slots, .reserve = soft_reserve,
     .forward = soft_forward, .backward = soft_backward, .destroy = soft_destroy,
+    .opts = kSoftOpts, .n_opts = SM_LEN(kSoftOpts), .check = soft_check, .defaults = soft_defaults,
 };

@@ -9,6 +9,8 @@
 #ifndef SPECMOE_ROUTER_H
 #define SPECMOE_ROUTER_H
 
+#include <stddef.h>
+
 #include "specmoe/core/core.h"
 #include "specmoe/core/params.h"
 
@@ -16,7 +18,8 @@
 extern "C" {
 #endif
 
-/* Options of every router, set from flags. A router reads the fields it understands. */
+/* Options of every router, set from flags. A router reads the fields it understands; which router
+ * owns which field is said by the option tables (sm_router_opt) of the ops tables below. */
 typedef struct {
     char name[32];       /* "topk", "switch", ... (sm_router_names lists them) */
     int E;               /* experts */
@@ -48,6 +51,35 @@ typedef struct {
     int ev_c;            /* right singular vectors kept per descriptor (top-c by signed alignment) */
     int ev_avg;          /* router-free "averaged EV": top-c by singular value */
 } sm_router_config;
+
+/* One router option: the JSON key it is stored under in a model description, the command-line flag
+ * that sets it, its type, where it lives in sm_router_config, its default and a help line. Options
+ * several routers read (experts, topk, temperature, ...) are in one shared table (router.c,
+ * sm_router_shared_opts); each router's ops table lists the ones it adds. The same key may appear in
+ * several tables (alpha: grassmann and ev) as long as type, field and default agree. From these
+ * tables come the defaults (sm_router_config_default), the JSON fields (sm_router_config_to_json /
+ * _from_json) and the command-line flags of `specmoe train`. */
+typedef enum { SM_OPT_INT, SM_OPT_NUM, SM_OPT_BOOL, SM_OPT_U64 } sm_opt_type;
+
+typedef struct {
+    const char *key;    /* JSON key */
+    const char *flag;   /* flag name without "--"; NULL: the key with '_' -> '-' (sm_router_opt_flag) */
+    sm_opt_type type;   /* INT, BOOL: int field; NUM: double; U64: uint64_t */
+    size_t offset;      /* of the field in sm_router_config */
+    const char *def;    /* default as text, parsed like a flag value */
+    const char *help;   /* one line, without the router names (the CLI adds "[grassmann] ") */
+    int required;       /* must be present in JSON (the fields of the first checkpoints) */
+} sm_router_opt;
+
+#define SM_ROUTER_OPT(key, flag, type, field, def, help, required) \
+    {key, flag, type, offsetof(sm_router_config, field), def, help, required}
+
+/* What a front end knows when it fills a config from user options, for sm_router_ops.defaults. */
+typedef struct {
+    int (*given)(const void *user, const char *key); /* 1 if the user set the option with this key */
+    const void *user;
+    int batch;  /* examples per training batch, 0 if unknown */
+} sm_router_given;
 
 void sm_router_config_default(sm_router_config *c);
 /* The config as JSON fields ("router", "experts", "topk", ...) added to object o, and back (what
@@ -107,6 +139,19 @@ typedef struct {
     /* dx (T,d) += ..., parameter gradients += ..., from route->dweight and the aux loss weight. */
     void (*backward)(sm_router *r, sm_real *dx, const sm_route *route, const sm_real *x, int T);
     void (*destroy)(sm_router *r);
+    /* The options this router reads beyond the shared ones (sm_router_shared_opts); may be NULL. */
+    const sm_router_opt *opts;
+    int n_opts;
+    /* Router-specific validation for tokens of width d: NULL if cfg is fine, else the reason (a
+     * static string, or one written to buf of n bytes). sm_router_create calls it after the
+     * generic checks (E, k, temperature, capacity, loss weights, d). May be NULL. */
+    const char *(*check)(const sm_router_config *cfg, int d, char *buf, size_t n);
+    /* Router-dependent defaults a front end applies after filling cfg from user options (topk:
+     * balance 0.01 unless given; grassmann: k = E unless given, ...). May be NULL. */
+    void (*defaults)(sm_router_config *cfg, const sm_router_given *g);
+    /* Non-NULL for a router that is not trained but built from something else, which this names
+     * (ev: "a trained topk model"); the training command refuses it and shows none of its options. */
+    const char *built_from;
 } sm_router_ops;
 
 struct sm_router {
@@ -119,8 +164,18 @@ struct sm_router {
 /* Creates the router named cfg->name for tokens of width d; validates cfg (k <= E, T > 0, ...). */
 sm_router *sm_router_create(const sm_router_config *cfg, int d, sm_error *err);
 void sm_router_free(sm_router *r);
-/* Comma-separated list of registered router names. */
+/* Comma-separated list of registered router names, from the registry. */
 const char *sm_router_names(void);
+/* The registry: number of routers, the i-th router's ops, the router named name (NULL if none). */
+int sm_router_count(void);
+const sm_router_ops *sm_router_at(int i);
+const sm_router_ops *sm_router_find(const char *name);
+/* The options every router shares (experts, topk, temperature, ...); n receives their number. */
+const sm_router_opt *sm_router_shared_opts(int *n);
+/* The flag name of an option (o->flag, or the key with '_' -> '-') in buf of n bytes. */
+const char *sm_router_opt_flag(const sm_router_opt *o, char *buf, size_t n);
+/* Sets the option's field in c from text (as a flag value); 0 on success, -1 if text is invalid. */
+int sm_router_opt_set(const sm_router_opt *o, sm_router_config *c, const char *text);
 
 /* Allocates a route for up to max_T tokens; SOFT routes also get their (max_T, E*slots) matrices. */
 sm_status sm_route_alloc(sm_route *route, sm_route_kind kind, int max_T, int E, int max_assign, int slots,

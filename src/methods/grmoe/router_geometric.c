@@ -293,14 +293,51 @@ static void geo_destroy(sm_router *r) {
     r->state = NULL;
 }
 
+/* kappa_init (first row) is both routers'; the rest are grassmann's */
+static const sm_router_opt kGeoOpts[] = {
+    SM_ROUTER_OPT("kappa_init", NULL, SM_OPT_NUM, kappa_init, "1", "initial concentration kappa", 0),
+    SM_ROUTER_OPT("alpha", NULL, SM_OPT_NUM, alpha, "1", "sparsity dial alpha (changeable at eval)", 0),
+    SM_ROUTER_OPT("kr", NULL, SM_OPT_INT, kr, "16", "routing rank k_r", 0),
+    SM_ROUTER_OPT("amortize", NULL, SM_OPT_BOOL, amortize, "0", "amortiser h(x) = E softmax(MLP(x))", 0),
+    SM_ROUTER_OPT("amort_hidden", NULL, SM_OPT_INT, amort_hidden, "32", "amortiser hidden width", 0),
+    SM_ROUTER_OPT("subspace_beta", NULL, SM_OPT_NUM, subspace_beta, "0.01", "subspace-overlap regulariser weight", 0),
+    SM_ROUTER_OPT("rho0", NULL, SM_OPT_NUM, rho0, "0.3", "overlap threshold rho0", 0),
+    SM_ROUTER_OPT("pairs", NULL, SM_OPT_INT, pairs, "0", "sampled pairs per step (0 = 4E, -1 = all)", 0),
+};
+
+static const char *vmf_check(const sm_router_config *c, int d, char *buf, size_t n) {
+    (void)d, (void)buf, (void)n;
+    return c->kappa_init > 0 ? NULL : "initial concentration kappa must be > 0";
+}
+
+static const char *grassmann_check(const sm_router_config *c, int d, char *buf, size_t n) {
+    if (!(c->alpha >= 0)) return "alpha (the sparsity dial) must be >= 0";
+    const char *why = vmf_check(c, d, buf, n);
+    if (why) return why;
+    if (c->kr < 1 || c->kr > d) {
+        snprintf(buf, n, "routing rank k_r must be in [1, d=%d]", d);
+        return buf;
+    }
+    if (c->amortize && c->amort_hidden < 1) return "amortiser hidden width must be >= 1";
+    if (!(c->subspace_beta >= 0) || !(c->rho0 >= 0)) return "subspace beta and rho0 must be >= 0";
+    if (c->pairs < -1) return "sampled pairs must be >= 1, 0 (4E) or -1 (all)";
+    return NULL;
+}
+
+/* GrMoE: a dense mixture by default */
+static void grassmann_defaults(sm_router_config *c, const sm_router_given *g) {
+    if (!g->given(g->user, "topk")) c->k = c->E;
+}
+
 const sm_router_ops sm_router_vmf_ops = {
     .name = "vmf", .kind = SM_ROUTE_SPARSE, .declare = geo_declare, .bind = geo_bind,
     .max_assign = geo_max_assign, .reserve = geo_reserve, .forward = geo_forward,
-    .backward = geo_backward, .destroy = geo_destroy,
+    .backward = geo_backward, .destroy = geo_destroy, .opts = kGeoOpts, .n_opts = 1, .check = vmf_check,
 };
 
 const sm_router_ops sm_router_grassmann_ops = {
     .name = "grassmann", .kind = SM_ROUTE_SPARSE, .declare = geo_declare, .bind = geo_bind,
     .max_assign = geo_max_assign, .reserve = geo_reserve, .forward = geo_forward,
-    .backward = geo_backward, .destroy = geo_destroy,
+    .backward = geo_backward, .destroy = geo_destroy, .opts = kGeoOpts, .n_opts = SM_LEN(kGeoOpts),
+    .check = grassmann_check, .defaults = grassmann_defaults,
 };

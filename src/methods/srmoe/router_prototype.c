@@ -107,8 +107,21 @@ static void proto_destroy(sm_router *r) {
     r->state = NULL;
 }
 
+/* tau is the prototype gate's temperature: its flag --tau sets the shared temperature field (and
+ * --temperature does not apply to this router) */
+static const sm_router_opt kProtoOpts[] = {
+    SM_ROUTER_OPT("temperature", "tau", SM_OPT_NUM, temperature, "1", "temperature tau (SR-MoE Eq. 2)", 1),
+    SM_ROUTER_OPT("proto_sq", NULL, SM_OPT_BOOL, proto_sq, "0", "squared Euclidean distance", 0),
+};
+
+/* SR-MoE: a dense mixture by default */
+static void proto_defaults(sm_router_config *c, const sm_router_given *g) {
+    if (!g->given(g->user, "topk")) c->k = c->E;
+}
+
 const sm_router_ops sm_router_prototype_ops = {
     .name = "prototype", .kind = SM_ROUTE_SPARSE, .declare = proto_declare, .bind = proto_bind,
     .max_assign = proto_max_assign, .reserve = proto_reserve, .forward = proto_forward,
-    .backward = proto_backward, .destroy = proto_destroy,
+    .backward = proto_backward, .destroy = proto_destroy, .opts = kProtoOpts, .n_opts = SM_LEN(kProtoOpts),
+    .defaults = proto_defaults,
 };

@@ -126,8 +126,22 @@ double sm_ev_router_take_overlap(sm_router *r) {
     return v;
 }
 
+static const sm_router_opt kEvOpts[] = {
+    SM_ROUTER_OPT("alpha", NULL, SM_OPT_NUM, alpha, "1", "weight of the EV router in the mix", 0),
+    SM_ROUTER_OPT("ev_c", NULL, SM_OPT_INT, ev_c, "5", "right singular vectors averaged per descriptor", 0),
+    SM_ROUTER_OPT("ev_avg", NULL, SM_OPT_BOOL, ev_avg, "0", "router-free averaged-EV descriptors", 0),
+};
+
+static const char *ev_check(const sm_router_config *c, int d, char *buf, size_t n) {
+    (void)d, (void)buf, (void)n;
+    if (!(c->alpha >= 0)) return "alpha (the sparsity dial) must be >= 0";
+    if (c->ev_c < 1 || c->alpha > 1) return "ev needs c >= 1 and a mixing alpha in [0, 1]";
+    return NULL;
+}
+
 const sm_router_ops sm_router_ev_ops = {
     .name = "ev", .kind = SM_ROUTE_SPARSE, .declare = ev_declare, .bind = ev_bind,
     .max_assign = ev_max_assign, .reserve = ev_reserve, .forward = ev_forward,
-    .backward = ev_backward, .destroy = ev_destroy,
+    .backward = ev_backward, .destroy = ev_destroy, .opts = kEvOpts, .n_opts = SM_LEN(kEvOpts),
+    .check = ev_check, .built_from = "a trained topk model",
 };
