@@ -132,3 +132,25 @@ Test(step, checkpoints_hold_named_sets_and_metadata) {
     sm_safetensors_free(&st);
     net_free(&actor), net_free(&critic), net_free(&a2), net_free(&c2);
 }
+
+/* a checkpoint holding a NaN or Inf parameter is refused naming the tensor, and nothing is copied */
+Test(step, non_finite_parameters_are_refused) {
+    net a, b;
+    net_init(&a, 3, 5);
+    net_init(&b, 3, 6);
+    sm_error err = {0};
+    char path[512];
+    snprintf(path, sizeof path, "%s/nan.safetensors", tu_tmpdir());
+    a.ps.data[a.ps.p[1].offset + 2] = INFINITY;
+    sm_ckpt_set set = {"", &a.ps, NULL};
+    cr_assert_eq(sm_checkpoint_write(path, &set, 1, NULL, 0, &err), SM_OK, "%s", err.msg);
+    sm_safetensors st;
+    cr_assert_eq(sm_safetensors_load(&st, path, &err), SM_OK);
+    sm_real keep = b.ps.data[0];
+    sm_ckpt_set back = {"", &b.ps, NULL};
+    cr_expect_eq(sm_checkpoint_read_sets(&st, path, &back, 1, NULL, &err), SM_ERR_FORMAT);
+    cr_expect(strstr(err.msg, a.ps.p[1].name) && strstr(err.msg, "non-finite"), "%s", err.msg);
+    cr_expect_eq(b.ps.data[0], keep);
+    sm_safetensors_free(&st);
+    net_free(&a), net_free(&b);
+}

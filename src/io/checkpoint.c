@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,7 +122,13 @@ static sm_status load_tensor(const sm_safetensors *st, const char *path, const c
     for (int d = 0; same && d < q->ndim; d++) same = t->shape[d] == q->shape[d];
     if (!same) return sm_fail(err, SM_ERR_MISMATCH, "%s: tensor '%s' has a different shape than the model's", path, name);
     sm_status s = sm_st_tensor_to_f32(t, tmp, q->numel, err);
-    if (s != SM_OK || !dst) return s; /* dst NULL: validation only */
+    if (s != SM_OK) return s;
+    /* a NaN or Inf parameter would evaluate to loss nan and rank every expert equal: refuse it */
+    for (size_t i = 0; i < q->numel; i++)
+        if (!isfinite(tmp[i]))
+            return sm_fail(err, SM_ERR_FORMAT, "%s: tensor '%s' holds a non-finite value (%g at element %zu)", path, name,
+                           (double)tmp[i], i);
+    if (!dst) return SM_OK; /* validation only */
     for (size_t i = 0; i < q->numel; i++) dst[i] = (sm_real)tmp[i];
     return SM_OK;
 }
