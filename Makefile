@@ -67,8 +67,10 @@ $(BUILD)/libspecmoe.a: $(LIB_OBJ)
 $(BUILD)/libspecmoe_f64.a: $(LIB64_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+# the shared library carries a SONAME of its major version: libspecmoe.so.$(SOMAJOR), file libspecmoe.so.$(VERSION)
+SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
 $(BUILD)/libspecmoe.so: $(LIB_OBJ)
-	$(CC) -shared $(CFLAGS) $(OMP) -o $@ $^ $(LIBS)
+	$(CC) -shared $(CFLAGS) $(OMP) -Wl,-soname,libspecmoe.so.$(SOMAJOR) -o $@ $^ $(LIBS)
 $(BUILD)/specmoe: $(CLI_OBJ) $(EXP_OBJ) $(BUILD)/libspecmoe.a
 	$(CC) $(CFLAGS) $(OMP) -o $@ $(CLI_OBJ) $(EXP_OBJ) $(BUILD)/libspecmoe.a $(LIBS)
 
@@ -96,7 +98,9 @@ install-check: all
 	  'for e in hello_moe compose_moe; do $(CC) $(CFLAGS) examples/$$e.c $$(pkg-config --cflags --libs --static specmoe) -o $(BUILD)/$$e || exit 1; done' \
 	  && LD_LIBRARY_PATH=$(abspath $(BUILD)/prefix)/lib $(BUILD)/hello_moe \
 	  && LD_LIBRARY_PATH=$(abspath $(BUILD)/prefix)/lib $(BUILD)/compose_moe \
-	  && echo 'install-check: pkg-config --cflags --libs specmoe works (examples/hello_moe.c, examples/compose_moe.c)'
+	  && readelf -d $(BUILD)/prefix/lib/libspecmoe.so.$(VERSION) | grep -q 'SONAME.*\[libspecmoe.so.$(SOMAJOR)\]' \
+	  && [ -L $(BUILD)/prefix/lib/libspecmoe.so.$(SOMAJOR) ] && [ -L $(BUILD)/prefix/lib/libspecmoe.so ] \
+	  && echo 'install-check: pkg-config --cflags --libs specmoe works (examples/hello_moe.c, examples/compose_moe.c); libspecmoe.so.$(VERSION) has SONAME libspecmoe.so.$(SOMAJOR)'
 
 # the whole suite again with AddressSanitizer + UBSan (any report fails the run)
 debug:
@@ -111,7 +115,9 @@ $(BUILD)/specmoe.pc: Makefile cli/common.h
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/specmoe $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(BUILD)/libspecmoe.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/libspecmoe.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libspecmoe.so $(DESTDIR)$(PREFIX)/lib/libspecmoe.so.$(VERSION)
+	ln -sf libspecmoe.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libspecmoe.so.$(SOMAJOR)
+	ln -sf libspecmoe.so.$(SOMAJOR) $(DESTDIR)$(PREFIX)/lib/libspecmoe.so
 	install -m 644 include/specmoe.h $(DESTDIR)$(PREFIX)/include/
 	cd include && for h in specmoe/*/*.h specmoe/methods/*/*.h; do install -D -m 644 $$h $(DESTDIR)$(PREFIX)/include/$$h; done
 	install -m 755 $(BUILD)/specmoe $(DESTDIR)$(PREFIX)/bin/

@@ -428,6 +428,14 @@ int cmd_train(int argc, char **argv) {
     sm_model_format_arch(&mc, arch, sizeof arch);
     printf("specmoe train: %s, %d train / %d test examples, %zu parameters (%zu active per token), %d threads\n", arch,
            train.n, test.n, m->params.total, sm_model_active_params(m), omp_get_max_threads());
+    {
+        /* a warm-up longer than the run means the learning rate never reaches --lr */
+        long steps = (long)((train.n + tc.batch - 1) / tc.batch) * tc.epochs;
+        if (tc.stop_after > 0 && tc.stop_after < steps) steps = tc.stop_after;
+        if (tc.warmup > steps)
+            fprintf(stderr, "specmoe train: warning: --warmup %ld is longer than the run (%ld steps): the learning rate "
+                            "never reaches --lr %g\n", tc.warmup, steps, tc.opt.lr);
+    }
     fflush(stdout);
     log_ctx lc = {isatty(2), 0};
     sm_train_result res;

@@ -60,7 +60,7 @@ static const char *type_name(fl_type t) {
     case FL_U64: return "U64";
     case FL_DOUBLE: return "NUM";
     case FL_STRING: return "STR";
-    case FL_BOOL: return "0|1";
+    case FL_BOOL: return "[0|1]";
     }
     return "?";
 }
@@ -118,6 +118,13 @@ int fl_parse(fl_flag *fl, int n, int argc, char **argv, int first, const char *c
             return 2;
         }
         const char *v = eq ? eq + 1 : NULL;
+        /* a boolean is a plain switch (--noisy) unless a boolean word follows (--noisy 0, --noisy=off) */
+        if (!v && f->type == FL_BOOL) {
+            static const char *const words[] = {"0", "1", "true", "false", "yes", "no", "on", "off"};
+            int word = 0;
+            for (size_t w = 0; a + 1 < argc && w < sizeof words / sizeof words[0]; w++) word |= !strcmp(argv[a + 1], words[w]);
+            if (!word) v = "1";
+        }
         if (!v) {
             if (a + 1 >= argc) {
                 fprintf(stderr, "specmoe %s: --%s needs a value\n", cmd, name);

@@ -98,6 +98,8 @@ expect 2 "more than 4 stem convolutions refused" "--stem: at most 4" -- "$bin" t
 expect 2 "unknown class refused"     "class"                 -- "$bin" train --classes 3,12
 expect 2 "unknown class name refused" "unknown class 'Boot'" -- "$bin" train --classes Bag,Boot
 expect 1 "out of memory is a runtime error (exit 1), not a usage error" "cannot allocate" -- "$bin" train --arch dense:1000000,dense:1000000 --per-class 5 --out "$tmp/oom"
+expect 2 "a boolean flag is a plain switch (--noisy then --temperature 0 reaches the temperature check)" "temperature must be > 0" -- "$bin" train --noisy --temperature 0
+expect 2 "after a plain boolean switch a non-word is an argument, not its value" "unexpected argument 'maybe'" -- "$bin" train --noisy maybe
 expect 2 "unknown router refused"    "unknown router"        -- "$bin" train --router nope
 expect 2 "unknown optimiser refused" "unknown optimiser"     -- "$bin" train --optim lion
 expect 2 "bad class list refused"    "class"                 -- "$bin" train --classes 3,3
@@ -153,6 +155,8 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     grep -qE '^step [0-9]+/[0-9]+ epoch' "$tmp/train.err" && ok "plain progress lines when stderr is not a terminal" \
         || bad "plain progress lines when stderr is not a terminal"
     echo "$out" | grep -q "load per expert" && ok "routing statistics printed" || bad "routing statistics printed"
+    expect 0 "a warm-up longer than the run is warned about" "warning: --warmup 500 is longer than the run \\(20 steps\\)" -- \
+        "$bin" train --per-class 20 --epochs 1 --batch 10 --warmup 500 --arch dense:8,moe:8 --experts 2 --out "$tmp/warm" --threads 1
     # the load-balancing loss is on by default for topk (0.01), and the summary says routing is healthy
     echo "$out" | grep -q "routing healthy: every expert gets >= 1% of tokens" && ok "the default topk run reports healthy routing" \
         || bad "the default topk run reports healthy routing" "$(echo "$out" | grep 'moe layer' | head -n 3)"
