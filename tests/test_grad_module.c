@@ -187,7 +187,7 @@ Test(grad_module, taps_see_every_linear_row) {
     int w[2] = {5, 4};
     mctx c;
     mctx_init(&c, sm_mlp_module("p", w, 2, 3, SM_ACT_TANH, &e), sm_shape_vec(6), 20);
-    tap_acc a = {{on_linear, NULL}, &c.ps, calloc(c.ps.total, sizeof(sm_real)), 0};
+    tap_acc a = {{on_linear, NULL, NULL}, &c.ps, calloc(c.ps.total, sizeof(sm_real)), 0};
     sm_ctx ctx = sm_ctx_make(&c.ps, NULL, 1);
     ctx.taps = &a.t;
     mloss(&c);
@@ -318,4 +318,44 @@ Test(grad_module, extra_gradient_on_expert_features) {
                  &f.c.rng, 24);
     gc_check("input", f.c.x, f.c.dx, f.c.nin, floss, &f, &f.c.rng, 24);
     mctx_free(&f.c);
+}
+
+/* taps inside the experts: summed over the routed rows, dout (x) in of every expert matrix equals
+ * that matrix's weight gradient, for the first, hidden and last layers */
+static void on_expert_linear(sm_taps *t, const char *param, int block, const int *token, const sm_real *in,
+                             const sm_real *dout, int n, int F, int W) {
+    tap_acc *a = (tap_acc *)t;
+    int i = sm_params_find(a->ps, param);
+    cr_assert(i >= 0, "tap names unknown tensor %s", param);
+    cr_assert(token[0] >= 0 && token[n - 1] < B, "token out of range");
+    sm_real *g = a->acc + a->ps->p[i].offset + (size_t)block * W * F;
+    for (int r = 0; r < n; r++)
+        for (int o = 0; o < W; o++)
+            for (int f = 0; f < F; f++) g[(size_t)o * F + f] += dout[(size_t)r * W + o] * in[(size_t)r * F + f];
+    a->calls++;
+}
+
+Test(grad_module, taps_see_every_expert_linear_map) {
+    sm_moe_config mc = moe_cfg("topk", 3, 2, 4);
+    mc.depth = 3;
+    mctx c;
+    mctx_init(&c, sm_moe_module("moe", &mc, &e), sm_shape_vec(5), 26);
+    tap_acc a = {{NULL, on_expert_linear, NULL}, &c.ps, calloc(c.ps.total, sizeof(sm_real)), 0};
+    sm_ctx ctx = sm_ctx_make(&c.ps, NULL, 1);
+    ctx.taps = &a.t;
+    mloss(&c);
+    sm_params_zero_grad(&c.ps);
+    sm_module_backward(c.m, c.dx, c.G, c.x, B, &ctx);
+    cr_expect(a.calls >= 4, "only %d expert taps", a.calls);
+    int seen = 0;
+    for (int i = 0; i < c.ps.n; i++) {
+        const char *nm = c.ps.p[i].name;
+        if (!strstr(nm, ".experts.w")) continue; /* w1, wh, w2 */
+        seen++;
+        for (size_t j = 0; j < c.ps.p[i].numel; j++)
+            cr_expect_float_eq(a.acc[c.ps.p[i].offset + j], sm_params_grad(&c.ps, i)[j], 1e-12, "%s[%zu]", nm, j);
+    }
+    cr_expect_eq(seen, 3);
+    free(a.acc);
+    mctx_free(&c);
 }

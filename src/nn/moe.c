@@ -193,6 +193,13 @@ static sm_mlp_grads expert_grads(sm_real *dw1, sm_real *db1, sm_real *dw2, sm_re
     return g;
 }
 
+/* Reports one of an expert's linear maps to the taps: matrix `block` of tensor ip[which] */
+static void expert_tap(const sm_moe *m, int which, int block, int a0, const sm_real *in, const sm_real *dout, int n,
+                       int fin, int fout) {
+    if (!m->taps || !m->taps->expert_linear || m->ip[which] < 0) return;
+    m->taps->expert_linear(m->taps, m->tap_ps->p[m->ip[which]].name, block, m->route.token + a0, in, dout, n, fin, fout);
+}
+
 /* Routed expert e on its n gathered rows starting at assignment a0: hidden layer j reads
  * layer j-1's activation (layer 0 reads xg) - for L = 1 exactly sm_mlp_forward's sequence. */
 static void expert_forward(sm_moe *m, int e, int a0, int n) {
@@ -217,6 +224,7 @@ static void expert_backward(sm_moe *m, int e, int a0, int n) {
     const sm_real *W2 = m->w2 + (size_t)e * O * H, *dy = m->dy + (size_t)a0 * O, *hl = m->h + (L - 1) * stride + row;
     sm_gemm(0, 0, n, H, O, 1, dy, O, W2, H, 0, dh, H);
     sm_linear_backward(NULL, m->dw2 + (size_t)e * O * H, m->db2 ? m->db2 + (size_t)e * O : NULL, dy, hl, W2, n, H, O);
+    expert_tap(m, 2, e, a0, hl, dy, n, H, O);
     if (m->dfeat_used)
         for (size_t i = 0; i < (size_t)n * H; i++) dh[i] += m->dfeat[row + i];
     for (int j = L - 1; j >= 0; j--) {
@@ -224,11 +232,13 @@ static void expert_backward(sm_moe *m, int e, int a0, int n) {
         if (j == 0) {
             sm_linear_backward(m->dxg + (size_t)a0 * d, m->dw1 + (size_t)e * H * d, m->db1 ? m->db1 + (size_t)e * H : NULL,
                                dh, m->xg + (size_t)a0 * d, m->w1 + (size_t)e * H * d, n, d, H);
+            expert_tap(m, 0, e, a0, m->xg + (size_t)a0 * d, dh, n, d, H);
         } else {
             size_t k = ((size_t)e * (L - 1) + j - 1);
             memset(dh2, 0, sizeof(sm_real) * (size_t)n * H);
             sm_linear_backward(dh2, m->dwh + k * H * H, m->dbh ? m->dbh + k * H : NULL, dh,
                                m->h + (j - 1) * stride + row, m->wh + k * H * H, n, H, H);
+            expert_tap(m, 8, (int)k, a0, m->h + (j - 1) * stride + row, dh, n, H, H);
             sm_real *t = dh;
             dh = dh2, dh2 = t;
         }
@@ -341,7 +351,8 @@ void sm_moe_backward_gated(sm_moe *m, sm_real *dx, sm_real *dgx, const sm_real *
         r->dweight[a] = dot;
     }
     memset(m->dxg, 0, sizeof(sm_real) * (size_t)A * d);
-#pragma omp parallel for schedule(dynamic, 1)
+    /* taps see one expert at a time, from one thread */
+#pragma omp parallel for schedule(dynamic, 1) if (!m->taps)
     for (int e = 0; e < E; e++) {
         int a0 = r->offset[e], n = r->offset[e + 1] - a0;
         if (n == 0) continue;
@@ -435,13 +446,15 @@ static void moe_mod_backward(sm_module *m, sm_real *din, const sm_real *dout, co
     sm_real *dx = din;
     if (!dx) memset(dx = mm->scratch, 0, sizeof(sm_real) * (size_t)N * mm->moe->d);
     sm_moe_bind(mm->moe, ctx->pv);
+    mm->moe->taps = ctx->taps, mm->moe->tap_ps = ctx->pv;
     if (!mm->gate) {
         sm_moe_backward(mm->moe, dx, dout, in, N);
-        return;
+    } else {
+        memset(mm->dg, 0, sizeof(sm_real) * (size_t)N * mm->moe->dg);
+        sm_moe_backward_gated(mm->moe, dx, mm->dg, dout, in, mm->g, N);
+        sm_module_backward(mm->gate, dx, mm->dg, in, B, ctx);
     }
-    memset(mm->dg, 0, sizeof(sm_real) * (size_t)N * mm->moe->dg);
-    sm_moe_backward_gated(mm->moe, dx, mm->dg, dout, in, mm->g, N);
-    sm_module_backward(mm->gate, dx, mm->dg, in, B, ctx);
+    mm->moe->taps = NULL;
 }
 static void moe_mod_json(const sm_module *m, cJSON *o) {
     const moe_mod *mm = (const moe_mod *)m;

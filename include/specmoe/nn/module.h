@@ -62,6 +62,13 @@ static inline size_t sm_shape_numel(sm_shape s) { return (size_t)s.rows * (size_
 typedef struct sm_taps {
     void (*linear)(struct sm_taps *t, const char *param, const sm_real *in, const sm_real *dout, int N, int fan_in,
                    int fan_out);
+    /* the linear maps inside MoE experts (may be NULL): matrix `block` of tensor `param` viewed as
+     * (blocks, fan_out, fan_in) - the expert for w1 / w2, expert * (L-1) + layer for the hidden
+     * layers wh - over the n assignments routed to that expert; token (n) are their rows in the
+     * layer's input (row / rows-per-example = the example); dout already carries the routing weight.
+     * Called from one thread, expert after expert. */
+    void (*expert_linear)(struct sm_taps *t, const char *param, int block, const int *token, const sm_real *in,
+                          const sm_real *dout, int n, int fan_in, int fan_out);
     void *user;
 } sm_taps;
 

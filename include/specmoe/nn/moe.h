@@ -70,6 +70,8 @@ typedef struct {
     sm_real *dh2;  /* (A,H) second backward scratch of deeper experts */
     sm_real *dfeat;/* (A,H) extra gradient on the last hidden features (sm_moe_features) */
     int dfeat_used;
+    struct sm_taps *taps;  /* set by the module for one backward: expert linear maps are reported */
+    const sm_params *tap_ps; /* whose tensor names the taps report */
 } sm_moe;
 
 sm_moe *sm_moe_create(const sm_moe_config *cfg, int d, sm_error *err);
