@@ -172,14 +172,17 @@ typedef struct {
     sm_real *acc;
     int calls;
 } tap_acc;
+/* g (W,F) += sum over the N rows of dout_r (x) in_r: a weight gradient rebuilt from tapped rows */
+static void add_outer(sm_real *g, const sm_real *dout, const sm_real *in, int N, int F, int W) {
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < W; o++)
+            for (int f = 0; f < F; f++) g[(size_t)o * F + f] += dout[(size_t)n * W + o] * in[(size_t)n * F + f];
+}
 static void on_linear(sm_taps *t, const char *param, const sm_real *in, const sm_real *dout, int N, int F, int W) {
     tap_acc *a = (tap_acc *)t;
     int i = sm_params_find(a->ps, param);
     cr_assert(i >= 0, "tap names unknown tensor %s", param);
-    sm_real *g = a->acc + a->ps->p[i].offset;
-    for (int n = 0; n < N; n++)
-        for (int o = 0; o < W; o++)
-            for (int f = 0; f < F; f++) g[(size_t)o * F + f] += dout[(size_t)n * W + o] * in[(size_t)n * F + f];
+    add_outer(a->acc + a->ps->p[i].offset, dout, in, N, F, W);
     a->calls++;
 }
 
@@ -328,10 +331,7 @@ static void on_expert_linear(sm_taps *t, const char *param, int block, const int
     int i = sm_params_find(a->ps, param);
     cr_assert(i >= 0, "tap names unknown tensor %s", param);
     cr_assert(token[0] >= 0 && token[n - 1] < B, "token out of range");
-    sm_real *g = a->acc + a->ps->p[i].offset + (size_t)block * W * F;
-    for (int r = 0; r < n; r++)
-        for (int o = 0; o < W; o++)
-            for (int f = 0; f < F; f++) g[(size_t)o * F + f] += dout[(size_t)r * W + o] * in[(size_t)r * F + f];
+    add_outer(a->acc + a->ps->p[i].offset + (size_t)block * W * F, dout, in, n, F, W);
     a->calls++;
 }
 
