@@ -294,14 +294,7 @@ void sm_model_free(sm_model *m) {
 
 const sm_real *sm_model_forward(sm_model *m, const float *x, int T, sm_rng *rng, int train) {
     for (size_t i = 0; i < (size_t)T * m->cfg.in_dim; i++) m->input[i] = (sm_real)x[i];
-    sm_ctx ctx = sm_ctx_make(&m->params, rng, train);
-    const int n = m->n_layers;
-    sm_seq_forward_range(m->body, 0, n, NULL, m->input, T, &ctx);
-    m->aux_loss = 0;
-    for (int i = 0; i < n; i++)
-        if (m->layers[i].moe) m->aux_loss += m->layers[i].moe->route.aux_loss;
-    sm_module_forward(m->head, m->logits, sm_seq_output(m->body, n - 1), T, &ctx);
-    return m->logits;
+    return sm_model_forward_from(m, 0, m->input, T, rng, train);
 }
 
 const sm_real *sm_model_forward_from(sm_model *m, int first, const sm_real *h, int T, sm_rng *rng, int train) {

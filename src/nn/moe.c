@@ -245,10 +245,10 @@ static void expert_backward(sm_moe *m, int e, int a0, int n) {
     }
 }
 
-const sm_real *sm_moe_features(const sm_moe *m, sm_real **dfeat) {
+const sm_real *sm_moe_features(sm_moe *m, sm_real **dfeat) {
     if (dfeat) {
         *dfeat = m->dfeat;
-        ((sm_moe *)m)->dfeat_used = 1; /* the backward now adds it in */
+        m->dfeat_used = 1; /* the backward now adds it in */
     }
     return m->h + (size_t)(m->L - 1) * m->max_A * m->H;
 }

@@ -102,15 +102,21 @@ sm_status sm_evaluate(sm_model *m, const sm_dataset *ds, int batch, sm_eval_resu
     return SM_OK;
 }
 
+/* First tensor whose gradient is not finite, or -1. */
+static int first_nonfinite_grad(const sm_params *ps) {
+    for (int i = 0; i < ps->n; i++)
+        if (!sm_all_finite(sm_params_grad(ps, i), ps->p[i].numel)) return i;
+    return -1;
+}
+
 sm_status sm_train_step(sm_optim *opt, sm_params *ps, double lr, double clip, const sm_step_hook *hook, double *grad_norm,
                         sm_error *err) {
     if (hook && hook->fn) {
         sm_status st = hook->fn(ps, hook->user, err);
         if (st != SM_OK) return st;
     }
-    for (int i = 0; i < ps->n; i++)
-        if (!sm_all_finite(sm_params_grad(ps, i), ps->p[i].numel))
-            return sm_fail(err, SM_ERR_NUMERIC, "gradient of tensor '%s' is not finite", ps->p[i].name);
+    int bad = first_nonfinite_grad(ps);
+    if (bad >= 0) return sm_fail(err, SM_ERR_NUMERIC, "gradient of tensor '%s' is not finite", ps->p[bad].name);
     double gn = sm_optim_apply(opt, ps, lr, clip);
     if (grad_norm) *grad_norm = gn;
     return SM_OK;
@@ -120,13 +126,6 @@ double sm_optim_apply(sm_optim *opt, sm_params *ps, double lr, double clip) {
     double gn = sm_clip_grad_norm(ps, clip);
     sm_optim_step(opt, ps, lr);
     return gn;
-}
-
-/* First tensor whose gradient is not finite, or -1. */
-static int first_nonfinite_grad(const sm_params *ps) {
-    for (int i = 0; i < ps->n; i++)
-        if (!sm_all_finite(sm_params_grad(ps, i), ps->p[i].numel)) return i;
-    return -1;
 }
 
 /* Appends one record to metrics.jsonl (path names it in the error); a failed write (disk full) is

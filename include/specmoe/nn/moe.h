@@ -89,7 +89,7 @@ void sm_moe_backward(sm_moe *m, sm_real *dx, const sm_real *dout, const sm_real 
  * expert-major order (route.token / route.weight say whose and how much): (A,H) with A =
  * route.n_assign. dfeat (A,H), zeroed by every forward, takes an extra gradient on them (e.g. a
  * penalty on routing-weighted expert features, SPHERE); the backward adds it in. */
-const sm_real *sm_moe_features(const sm_moe *m, sm_real **dfeat);
+const sm_real *sm_moe_features(sm_moe *m, sm_real **dfeat);
 /* A router reading gate input g (T,dg) instead of x: the layer is built with sm_moe_create_gated,
  * and forward/backward take g and its gradient dg (T,dg) += ... (dg may alias dx when g is x). */
 sm_moe *sm_moe_create_gated(const sm_moe_config *cfg, int d, int dg, sm_error *err);

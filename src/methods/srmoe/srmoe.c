@@ -67,13 +67,13 @@ static sm_penalty *srmoe_attach(sm_model *m, sm_status *st, sm_error *err) {
         p->target[k] = -1;
         if (!(c->spectral_alpha > 0)) continue;
         if (c->penalty_on_prototypes) {
-            char name[SM_NAME_MAX];
-            snprintf(name, sizeof name, "layers.%d.router.prototypes", i);
+            char name[SM_NAME_MAX + 32];
+            snprintf(name, sizeof name, "%s.router.prototypes", m->layers[i].mod->name);
             target = sm_params_find(ps, name);
         } else {
             for (int j = i - 1; j >= 0 && target < 0; j--) {
-                char name[SM_NAME_MAX];
-                snprintf(name, sizeof name, "layers.%d.weight", j);
+                char name[SM_NAME_MAX + 32];
+                snprintf(name, sizeof name, "%s.weight", m->layers[j].mod->name);
                 if (m->layers[j].kind == SM_LAYER_DENSE) target = sm_params_find(ps, name);
                 else if (m->layers[j].kind != SM_LAYER_LN) break;
             }
