@@ -28,16 +28,18 @@ OMP     := -fopenmp
 
 # src/core -> src/nn -> src/methods/<paper> -> src/io -> src/train (docs/ARCHITECTURE.md)
 LIB_SRC := $(sort $(wildcard src/*/*.c src/methods/*/*.c))
+# environments (envs/<family>/<task>.c, the vector and registry in envs/): part of the library
+ENV_SRC := $(sort $(wildcard envs/*.c envs/*/*.c))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 # the benchmarks and paper studies, linked into build/specmoe (docs/CLI.md)
 EXP_SRC := $(sort $(wildcard experiments/*/*.c))
 TEST_SRC:= $(sort $(wildcard tests/test_*.c))
-HDRS    := $(wildcard include/*.h include/specmoe/*/*.h include/specmoe/methods/*/*.h) $(wildcard src/*/*.h)
+HDRS    := $(wildcard include/*.h include/specmoe/*/*.h include/specmoe/methods/*/*.h) $(wildcard src/*/*.h envs/*/*.h)
 # the tool's own headers: an edit to one rebuilds the tool, not the library
 CLI_HDRS:= $(HDRS) $(wildcard cli/*.h experiments/*.h experiments/*/*.h)
 
-LIB_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
-LIB64_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/obj64/%.o)
+LIB_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o) $(ENV_SRC:envs/%.c=$(BUILD)/obj/envs/%.o)
+LIB64_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/obj64/%.o) $(ENV_SRC:envs/%.c=$(BUILD)/obj64/envs/%.o)
 CLI_OBJ := $(CLI_SRC:cli/%.c=$(BUILD)/obj/cli_%.o)
 # experiments/<paper>/<file>.c -> obj/exp/<paper>/<file>.o: papers may reuse file names
 EXP_OBJ := $(EXP_SRC:experiments/%.c=$(BUILD)/obj/exp/%.o)
@@ -49,6 +51,12 @@ all: $(BUILD)/specmoe $(BUILD)/libspecmoe.a $(BUILD)/libspecmoe.so $(BUILD)/spec
 $(BUILD)/obj/%.o: src/%.c $(HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(OMP) -fPIC -c $< -o $@
+$(BUILD)/obj/envs/%.o: envs/%.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(OMP) -fPIC -c $< -o $@
+$(BUILD)/obj64/envs/%.o: envs/%.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -DSPECMOE_DOUBLE $(WARN) $(CFLAGS) $(OMP) -c $< -o $@
 # the double-precision twin of the library, used by the gradient checks
 $(BUILD)/obj64/%.o: src/%.c $(HDRS)
 	@mkdir -p $(@D)
@@ -140,7 +148,7 @@ FUZZ_CC      ?= clang
 FUZZ_DIR     := build-fuzz
 FUZZ_NAMES   := safetensors idx hf calib model_config checkpoint
 FUZZ_SRC     := $(LIB_SRC)
-FUZZ_OBJ     := $(FUZZ_SRC:src/%.c=$(FUZZ_DIR)/obj/%.o)
+FUZZ_OBJ     := $(FUZZ_SRC:src/%.c=$(FUZZ_DIR)/obj/%.o) $(ENV_SRC:envs/%.c=$(FUZZ_DIR)/obj/envs/%.o)
 FUZZ_LIB     := $(FUZZ_DIR)/libspecmoe_fuzz.a
 # keep the objects: they are intermediates of a pattern chain, which make would otherwise delete
 .SECONDARY: $(FUZZ_OBJ)
@@ -149,6 +157,9 @@ FUZZ_CFLAGS  := -std=c11 -Wall -Wextra -Werror -Iinclude -Isrc -D_DEFAULT_SOURCE
                 -fno-sanitize-recover=undefined -fopenmp -Wno-pass-failed
 
 $(FUZZ_DIR)/obj/%.o: src/%.c $(HDRS)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+$(FUZZ_DIR)/obj/envs/%.o: envs/%.c $(HDRS)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
 $(FUZZ_LIB): $(FUZZ_OBJ)

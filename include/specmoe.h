@@ -72,5 +72,6 @@
 #include "specmoe/core/stiefel.h"
 #include "specmoe/methods/grmoe/synth.h"
 #include "specmoe/train/train.h"
+#include "specmoe/rl/env.h"
 
 #endif

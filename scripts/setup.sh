@@ -2,12 +2,13 @@
 # Installs every dependency of specmoe from Debian 12 packages (run as root, or with sudo).
 #   compiler and tools: build-essential pkg-config clang (libFuzzer for `make fuzz`)
 #   libraries: OpenBLAS (OpenMP build), LAPACKE, zlib, cJSON, Criterion
+#   physics: MuJoCo 2.2.2 (libmujoco-dev) and its sample models (libmujoco-samples)
 #   data: dataset-fashion-mnist (IDX .gz files under /usr/share/datasets/fashion-mnist)
 #   tools: python3-torch + numpy (reference tensors, PyTorch peer benchmark, safetensors interop), gnuplot
 # Already-installed packages are skipped, so a second run costs a few seconds.
 set -euo pipefail
 pkgs=(build-essential pkg-config clang libopenblas-openmp-dev liblapacke-dev zlib1g-dev libcjson-dev
-      libcriterion-dev dataset-fashion-mnist python3 python3-numpy python3-torch gnuplot-nox)
+      libcriterion-dev libmujoco-dev libmujoco-samples dataset-fashion-mnist python3 python3-numpy python3-torch gnuplot-nox)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,14 @@
+/* Every environment, by its exported spec (one line per environment; the spec lives in
+ * envs/<family>/<task>.c). Names are "family/task". */
+#include "specmoe/rl/env.h"
+
+extern const sm_env_spec sm_env_cartpole;
+
+static const sm_env_spec *const kEnvs[] = {
+    &sm_env_cartpole,
+};
+
+const sm_env_spec *const *sm_env_list(int *n) {
+    *n = (int)(sizeof kEnvs / sizeof kEnvs[0]);
+    return kEnvs;
+}
