@@ -205,7 +205,7 @@ static sm_module *layer_module(const sm_model_config *c, int i, sm_error *err) {
 }
 
 sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm_error *err) {
-    if (cfg->in_dim < 1 || cfg->n_classes < 2 || cfg->n_layers < 1 || cfg->n_layers > SM_MAX_LAYERS || max_T < 1) {
+    if (cfg->in_dim < 1 || cfg->n_classes < 1 || cfg->n_layers < 1 || cfg->n_layers > SM_MAX_LAYERS || max_T < 1) {
         sm_fail(err, SM_ERR_ARG, "model: bad dimensions (in %d, classes %d, layers %d, batch %d)", cfg->in_dim,
                 cfg->n_classes, cfg->n_layers, max_T);
         return NULL;
