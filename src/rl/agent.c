@@ -7,8 +7,13 @@
 
 #include "specmoe/io/safetensors.h"
 
+extern const sm_agent_kind sm_agent_dqn, sm_agent_rainbow, sm_agent_der;
+
 /* NULL-terminated */
 static const sm_agent_kind *const kAgents[] = {
+    &sm_agent_dqn,
+    &sm_agent_rainbow,
+    &sm_agent_der,
     NULL,
 };
 static const int N_AGENTS = (int)SM_LEN(kAgents) - 1;
