@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -582,6 +583,9 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
     sm_status st = dqn_check(&c, env, err);
     if (st != SM_OK) return st;
     if (run->resume) return sm_fail(err, SM_ERR_ARG, "resuming a %s run is not built yet", k->name);
+    /* the network's OpenMP regions use the run's thread count too (at RL sizes one thread is often
+     * fastest: the matrices are small and threads cost more than they save) */
+    if (run->threads > 0) omp_set_num_threads(run->threads);
     const long total = run->frames > 0 ? run->frames : c.total_frames;
     const int N = c.num_envs, B = c.batch_size;
 
