@@ -20,8 +20,14 @@
  *   phi1 = -m2 l1 lc2 dt2^2 sin t2 - 2 m2 l1 lc2 dt2 dt1 sin t2 + (m1 lc1 + m2 l1) g cos(t1 - pi/2) + phi2
  *   ddt2 = (a + d2/d1 phi1 - m2 l1 lc2 dt1^2 sin t2 - phi2) / (m2 lc2^2 + I2 - d2^2/d1)
  *   ddt1 = -(d2 ddt2 + phi1) / d1
- * They are evaluated as written (cos(x - pi/2), not sin x) so the trajectories are gymnasium's to the
- * last bit of double rounding that the formulas themselves fix. */
+ *
+ * Speed: the sines and cosines are most of a step's time, so each stage evaluates only sin/cos of t1
+ * and t2 (one sincos each), through exact identities: cos(t1 - pi/2) = sin t1 and
+ * cos(t1 + t2 - pi/2) = sin(t1 + t2) = sin t1 cos t2 + cos t1 sin t2. The first stage reuses the
+ * values the previous step computed for the observation (kept in the state), and the terminal test
+ * -cos t1 - cos(t1 + t2) = -cos t1 - (cos t1 cos t2 - sin t1 sin t2) needs none of its own: 8 sincos
+ * calls a step instead of 15 sin/cos calls. The results differ from the formulas as written only by
+ * double rounding (about 1e-16 relative), far below the float observation's resolution. */
 #include <math.h>
 
 #include "classic.h"
@@ -43,17 +49,18 @@
 typedef struct {
     sm_rng rng; /* first: classic_init seeds it */
     double s[4]; /* t1, t2, dt1, dt2 */
+    double c1, s1, c2, s2; /* cos t1, sin t1, cos t2, sin t2 of s */
 } acrobot;
 
-/* the time derivative of (t1, t2, dt1, dt2) under torque a */
-static void ab_deriv(const double s[4], double a, double ds[4]) {
-    const double t1 = s[0], t2 = s[1], dt1 = s[2], dt2 = s[3];
-    const double c2 = cos(t2), s2 = sin(t2);
+/* the time derivative of (t1, t2, dt1, dt2) under torque a, given c1 = cos t1, s1 = sin t1,
+ * c2 = cos t2, s2 = sin t2 */
+static void ab_deriv(const double s[4], double c1, double s1, double c2, double s2, double a, double ds[4]) {
+    const double dt1 = s[2], dt2 = s[3];
     double d1 = AB_M1 * AB_LC1 * AB_LC1 + AB_M2 * (AB_L1 * AB_L1 + AB_LC2 * AB_LC2 + 2 * AB_L1 * AB_LC2 * c2) + AB_I1 + AB_I2;
     double d2 = AB_M2 * (AB_LC2 * AB_LC2 + AB_L1 * AB_LC2 * c2) + AB_I2;
-    double phi2 = AB_M2 * AB_LC2 * AB_G * cos(t1 + t2 - M_PI / 2.0);
+    double phi2 = AB_M2 * AB_LC2 * AB_G * (s1 * c2 + c1 * s2); /* cos(t1 + t2 - pi/2) */
     double phi1 = -AB_M2 * AB_L1 * AB_LC2 * dt2 * dt2 * s2 - 2 * AB_M2 * AB_L1 * AB_LC2 * dt2 * dt1 * s2 +
-                  (AB_M1 * AB_LC1 + AB_M2 * AB_L1) * AB_G * cos(t1 - M_PI / 2.0) + phi2;
+                  (AB_M1 * AB_LC1 + AB_M2 * AB_L1) * AB_G * s1 /* cos(t1 - pi/2) */ + phi2;
     double ddt2 = (a + d2 / d1 * phi1 - AB_M2 * AB_L1 * AB_LC2 * dt1 * dt1 * s2 - phi2) /
                   (AB_M2 * AB_LC2 * AB_LC2 + AB_I2 - d2 * d2 / d1);
     double ddt1 = -(d2 * ddt2 + phi1) / d1;
@@ -71,11 +78,22 @@ static double ab_wrap(double x, double lo, double hi) {
     return x;
 }
 
-static void ab_obs(const acrobot *e, float *obs) {
-    obs[0] = (float)cos(e->s[0]);
-    obs[1] = (float)sin(e->s[0]);
-    obs[2] = (float)cos(e->s[1]);
-    obs[3] = (float)sin(e->s[1]);
+/* ab_deriv at a stage point y, with the sines and cosines of its angles */
+static void ab_deriv_at(const double y[4], double a, double ds[4]) {
+    ab_deriv(y, cos(y[0]), sin(y[0]), cos(y[1]), sin(y[1]), a, ds);
+}
+
+/* Takes the sines and cosines of the new state's angles (for the observation and the next step's
+ * first stage) and writes the observation. */
+static void ab_obs(acrobot *e, float *obs) {
+    e->c1 = cos(e->s[0]);
+    e->s1 = sin(e->s[0]);
+    e->c2 = cos(e->s[1]);
+    e->s2 = sin(e->s[1]);
+    obs[0] = (float)e->c1;
+    obs[1] = (float)e->s1;
+    obs[2] = (float)e->c2;
+    obs[3] = (float)e->s2;
     obs[4] = (float)e->s[2];
     obs[5] = (float)e->s[3];
 }
@@ -92,21 +110,22 @@ static void ab_step(void *st, const int *a, const float *a_box, float *obs, floa
     const double torque = (double)(*a - 1); /* actions 0, 1, 2: torques -1, 0, +1 */
     /* one RK4 step of length dt */
     double k1[4], k2[4], k3[4], k4[4], y[4];
-    ab_deriv(e->s, torque, k1);
+    ab_deriv(e->s, e->c1, e->s1, e->c2, e->s2, torque, k1);
     for (int i = 0; i < 4; i++) y[i] = e->s[i] + AB_DT / 2 * k1[i];
-    ab_deriv(y, torque, k2);
+    ab_deriv_at(y, torque, k2);
     for (int i = 0; i < 4; i++) y[i] = e->s[i] + AB_DT / 2 * k2[i];
-    ab_deriv(y, torque, k3);
+    ab_deriv_at(y, torque, k3);
     for (int i = 0; i < 4; i++) y[i] = e->s[i] + AB_DT * k3[i];
-    ab_deriv(y, torque, k4);
+    ab_deriv_at(y, torque, k4);
     for (int i = 0; i < 4; i++) y[i] = e->s[i] + AB_DT / 6.0 * (k1[i] + 2 * k2[i] + 2 * k3[i] + k4[i]);
     e->s[0] = ab_wrap(y[0], -M_PI, M_PI);
     e->s[1] = ab_wrap(y[1], -M_PI, M_PI);
     e->s[2] = classic_clip(y[2], -AB_MAX_VEL1, AB_MAX_VEL1);
     e->s[3] = classic_clip(y[3], -AB_MAX_VEL2, AB_MAX_VEL2);
-    *terminal = -cos(e->s[0]) - cos(e->s[1] + e->s[0]) > 1.0;
-    *reward = *terminal ? 0.0f : -1.0f;
     ab_obs(e, obs);
+    /* -cos t1 - cos(t2 + t1) > 1, with cos(t1 + t2) = cos t1 cos t2 - sin t1 sin t2 */
+    *terminal = -e->c1 - (e->c1 * e->c2 - e->s1 * e->s2) > 1.0;
+    *reward = *terminal ? 0.0f : -1.0f;
 }
 
 /* The pivot in the middle, the two links, and the line the free end must rise above. */

@@ -24,11 +24,14 @@
 typedef struct {
     sm_rng rng; /* first: classic_init seeds it */
     double th, thdot;
+    double cos_th, sin_th; /* of th: taken once for the observation, reused by the next step */
 } pendulum;
 
-static void pd_obs(const pendulum *e, float *obs) {
-    obs[0] = (float)cos(e->th);
-    obs[1] = (float)sin(e->th);
+static void pd_obs(pendulum *e, float *obs) {
+    e->cos_th = cos(e->th);
+    e->sin_th = sin(e->th);
+    obs[0] = (float)e->cos_th;
+    obs[1] = (float)e->sin_th;
     obs[2] = (float)e->thdot;
 }
 
@@ -52,7 +55,7 @@ static void pd_step(void *st, const int *a_disc, const float *a_box, float *obs,
     double u = classic_clip(a_box[0], -PD_MAX_TORQUE, PD_MAX_TORQUE);
     double an = pd_angle_normalize(e->th);
     double cost = an * an + 0.1 * e->thdot * e->thdot + 0.001 * (u * u);
-    double thdot = e->thdot + (3 * PD_G / (2 * PD_L) * sin(e->th) + 3.0 / (PD_M * PD_L * PD_L) * u) * PD_DT;
+    double thdot = e->thdot + (3 * PD_G / (2 * PD_L) * e->sin_th + 3.0 / (PD_M * PD_L * PD_L) * u) * PD_DT;
     thdot = classic_clip(thdot, -PD_MAX_SPEED, PD_MAX_SPEED);
     e->th = e->th + thdot * PD_DT;
     e->thdot = thdot;
