@@ -86,7 +86,7 @@ expect 2 "rl eval: a bad seed refused" "--seed: '-1' is not" -- "$bin" rl eval -
 expect 2 "rl eval: an unknown policy refused" "unknown policy 'greedy' \(one of: random\)" -- "$bin" rl eval --env classic/cartpole --policy greedy
 expect 2 "rl eval CKPT: not built yet" "run.safetensors: evaluating a checkpoint is not built yet" -- "$bin" rl eval run.safetensors --env classic/cartpole
 expect 2 "rl eval without --env names the environments" "--env is required .*classic/cartpole" -- "$bin" rl eval --policy random
-expect 0 "bench env runs on one environment" "^bench-env env=classic/mountaincar threads=1 steps_per_s=[0-9]+\$" -- \
+expect 0 "bench env runs on one environment" "^bench-env env=classic/mountaincar threads=1 steps_per_s=[0-9]+ steps_per_cpu_s=[0-9]+\$" -- \
     "$bin" bench env --env classic/mountaincar --steps 20000 --envs 8
 expect 2 "bench env: an unknown environment is refused, naming the valid ones" "unknown environment 'x' .*classic/acrobot" -- "$bin" bench env --env x
 expect 2 "bench env: --steps 0 refused" "must be >= 1" -- "$bin" bench env --steps 0
