@@ -62,7 +62,7 @@ expect_table "bench --help lists every benchmark once" benchmarks "alpha env lay
 expect 2 "bench: unknown benchmark names every benchmark" "unknown benchmark 'nope' .*layer.*ssmoe-build" -- "$bin" bench nope
 expect 2 "bench without a benchmark is a usage error" "usage: specmoe bench BENCHMARK" -- "$bin" bench
 # reinforcement learning (cli/cmd_rl.c): the subcommand table, environments, the random-policy reference
-expect_table "rl --help lists every subcommand once" subcommands "envs eval" -- "$bin" rl
+expect_table "rl --help lists every subcommand once" subcommands "envs eval train" -- "$bin" rl
 expect 2 "rl: unknown subcommand names every subcommand" "unknown subcommand 'nope' .*envs.*eval" -- "$bin" rl nope
 expect 0 "rl envs lists cartpole with its spaces and time limit" "^classic/cartpole +4 +discrete 2 +500 " -- "$bin" rl envs
 expect 0 "rl envs lists pendulum's box action with its bounds" "^classic/pendulum +3 +box 1 in \[-2, 2\] +200 " -- "$bin" rl envs
@@ -80,11 +80,28 @@ expect 0 "rl eval --policy random on pendulum (box actions)" "episodic_return_me
     "$bin" rl eval --env classic/pendulum --policy random --episodes 4
 expect 2 "rl eval: an unknown environment is refused, naming the valid ones" \
     "unknown environment 'classic/nope' .*classic/cartpole.*classic/pendulum" -- "$bin" rl eval --env classic/nope --policy random
-expect 2 "rl eval: --episodes 0 refused" "--episodes and --threads must be >= 1" -- "$bin" rl eval --env classic/cartpole --policy random --episodes 0
+expect 2 "rl eval: --episodes 0 refused" "--episodes must be in \[1, 1e9\] and --threads >= 1" -- "$bin" rl eval --env classic/cartpole --policy random --episodes 0
 expect 2 "rl eval: a bad number refused" "--episodes: 'ten' is not a valid integer" -- "$bin" rl eval --env classic/cartpole --policy random --episodes ten
 expect 2 "rl eval: a bad seed refused" "--seed: '-1' is not" -- "$bin" rl eval --env classic/cartpole --policy random --seed -1
 expect 2 "rl eval: an unknown policy refused" "unknown policy 'greedy' \(one of: random\)" -- "$bin" rl eval --env classic/cartpole --policy greedy
-expect 2 "rl eval CKPT: not built yet" "run.safetensors: evaluating a checkpoint is not built yet" -- "$bin" rl eval run.safetensors --env classic/cartpole
+expect 1 "rl eval CKPT: a missing checkpoint is named" "run.safetensors: cannot open" -- "$bin" rl eval run.safetensors --env classic/cartpole
+# rl train (cli/cmd_rl_train.c): agents, their option flags, refusals before any work, the run directory
+expect 0 "rl train --help lists every agent and its options" "^  rainbow - Rainbow-lite" -- "$bin" rl train --help
+expect 2 "rl train: an unknown agent is named with the valid ones" "unknown agent 'nope' \(one of: dqn, rainbow, der" -- "$bin" rl train --env classic/cartpole --agent nope
+expect 2 "rl train: dqn refuses box actions with the reason" "cannot run on classic/pendulum: .*discrete actions" -- "$bin" rl train --env classic/pendulum --agent dqn
+expect 2 "rl train: a batch larger than the buffer is refused" "batch_size 512 is larger than the replay buffer_size 100" -- "$bin" rl train --env classic/cartpole --batch-size 512 --buffer-size 100
+expect 2 "rl train: n-step 0 is refused" "n_step must be >= 1" -- "$bin" rl train --env classic/cartpole --n-step 0
+expect 2 "rl train: an unknown preset names the valid ones" "no preset 'x' \(presets: minatar, cleanrl\)" -- "$bin" rl train --env classic/cartpole --preset x
+expect 2 "rl train: a bad option value is refused" "--lr: invalid value 'fast'" -- "$bin" rl train --env classic/cartpole --lr fast
+rl_out="$tmp/rl_dqn"
+expect 0 "rl train: a short DQN run on cartpole writes its run directory" "^rl-train env=classic/cartpole agent=dqn frames=3000 " -- \
+    "$bin" rl train --env classic/cartpole --agent dqn --frames 3000 --learning-starts 500 --out "$rl_out"
+expect 0 "rl train: settings.json holds every option" '"agent_settings":' -- cat "$rl_out/settings.json"
+expect 0 "rl train: metrics.jsonl speaks CleanRL (episodic_return, losses/td_loss)" '"episodic_return".*|"losses/td_loss"' -- cat "$rl_out/metrics.jsonl"
+expect 0 "rl eval CKPT: the trained policy is evaluated" "^rl-eval env=classic/cartpole policy=.*agent=dqn episodes=5 " -- \
+    "$bin" rl eval "$rl_out/checkpoint.safetensors" --episodes 5
+expect 2 "rl eval CKPT: a checkpoint and --policy random together are refused" "not both" -- \
+    "$bin" rl eval "$rl_out/checkpoint.safetensors" --policy random
 expect 2 "rl eval without --env names the environments" "--env is required .*classic/cartpole" -- "$bin" rl eval --policy random
 expect 0 "bench env runs on one environment" "^bench-env env=classic/mountaincar threads=1 steps_per_s=[0-9]+ steps_per_cpu_s=[0-9]+\$" -- \
     "$bin" bench env --env classic/mountaincar --steps 20000 --envs 8
