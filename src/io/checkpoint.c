@@ -22,6 +22,20 @@ static float *to_f32(const sm_real *x, size_t n) {
  * "<prefix>optim.m.<name>" / "<prefix>optim.v.<name>", and the key/value metadata. */
 sm_status sm_checkpoint_write(const char *path, const sm_ckpt_set *sets, int n_sets, const sm_st_meta *meta, int n_meta,
                               sm_error *err) {
+    return sm_checkpoint_write_blobs(path, sets, n_sets, meta, n_meta, NULL, 0, err);
+}
+
+sm_status sm_checkpoint_read_blob(const sm_safetensors *st, const char *path, const char *name, void *out, size_t bytes,
+                                  sm_error *err) {
+    const sm_st_tensor *t = sm_safetensors_find(st, name);
+    if (!t || t->dtype != SM_DT_U8 || t->ndim != 1 || (size_t)t->shape[0] != bytes)
+        return sm_fail(err, SM_ERR_FORMAT, "%s: state '%s' is missing or not %zu bytes (a checkpoint of another run?)", path,
+                       name, bytes);
+    return sm_st_read_bytes(st, t, 0, bytes, out, err);
+}
+
+sm_status sm_checkpoint_write_blobs(const char *path, const sm_ckpt_set *sets, int n_sets, const sm_st_meta *meta,
+                                    int n_meta, const sm_ckpt_blob *blobs, int n_blobs, sm_error *err) {
     sm_st_writer w;
     sm_st_writer_init(&w);
     sm_status st = SM_OK;
@@ -55,6 +69,7 @@ sm_status sm_checkpoint_write(const char *path, const sm_ckpt_set *sets, int n_s
             }
         }
     }
+    for (int i = 0; i < n_blobs && st == SM_OK; i++) st = sm_st_writer_add_u8(&w, blobs[i].name, blobs[i].bytes, blobs[i].data, err);
     for (int i = 0; i < n_meta && st == SM_OK; i++) st = sm_st_writer_meta(&w, meta[i].key, meta[i].value, err);
     if (st == SM_OK) st = sm_st_writer_write(&w, path, err);
     sm_st_writer_free(&w);

@@ -38,6 +38,19 @@ typedef struct {
 
 sm_status sm_checkpoint_write(const char *path, const sm_ckpt_set *sets, int n_sets, const sm_st_meta *meta, int n_meta,
                               sm_error *err);
+/* Raw state stored beside the parameters as a U8 tensor (an agent's replay buffer, environment
+ * states, counters): exact resume of runs whose state is more than parameters. */
+typedef struct {
+    const char *name;
+    const void *data;
+    size_t bytes;
+} sm_ckpt_blob;
+sm_status sm_checkpoint_write_blobs(const char *path, const sm_ckpt_set *sets, int n_sets, const sm_st_meta *meta,
+                                    int n_meta, const sm_ckpt_blob *blobs, int n_blobs, sm_error *err);
+/* Reads blob `name` of exactly `bytes` bytes into out (SM_ERR_FORMAT naming the file and blob if it
+ * is missing, not U8 or of another size). */
+sm_status sm_checkpoint_read_blob(const sm_safetensors *st, const char *path, const char *name, void *out, size_t bytes,
+                                  sm_error *err);
 /* Loads every set from an opened file (sm_safetensors_load): names and shapes must match (else
  * SM_ERR_MISMATCH naming the tensor); nothing is copied unless everything matches. skip (may be
  * NULL) leaves tensors out by name. Metadata: sm_safetensors_meta. */
