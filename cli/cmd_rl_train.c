@@ -17,7 +17,11 @@
 #include "commands.h"
 #include "common.h"
 #include "flags.h"
+#include <cjson/cJSON.h>
+
+#include "specmoe/io/safetensors.h"
 #include "specmoe/rl/agent.h"
+#include "specmoe/rl/rl_log.h"
 
 #define RL_MAX_FLAGS 160
 
@@ -27,14 +31,41 @@ static void on_signal(int sig) {
     g_stop = 1;
 }
 
-/* The agent named by --agent NAME / --agent=NAME in argv (default dqn), before flags are parsed:
- * its options decide which flags exist. */
-static const char *find_agent_arg(int argc, char **argv) {
+/* The value of --NAME VALUE / --NAME=VALUE in argv, before flags are parsed (NULL if absent). */
+static const char *find_arg(int argc, char **argv, const char *name) {
+    size_t n = strlen(name);
     for (int i = 3; i < argc; i++) {
-        if (!strcmp(argv[i], "--agent") && i + 1 < argc) return argv[i + 1];
-        if (!strncmp(argv[i], "--agent=", 8)) return argv[i] + 8;
+        if (strncmp(argv[i], "--", 2) || strncmp(argv[i] + 2, name, n)) continue;
+        if (argv[i][2 + n] == 0 && i + 1 < argc) return argv[i + 1];
+        if (argv[i][2 + n] == '=') return argv[i] + 3 + n;
     }
-    return "dqn";
+    return NULL;
+}
+
+/* What a checkpoint says about its run (resume takes the run's settings from it). */
+typedef struct {
+    sm_safetensors st;
+    int open;
+    const char *agent, *env, *settings, *model, *frames_total, *seed;
+} ckpt_meta;
+
+static int read_ckpt_meta(ckpt_meta *m, const char *path) {
+    memset(m, 0, sizeof *m);
+    sm_error err = {0};
+    if (sm_safetensors_open(&m->st, path, &err) != SM_OK) return cli_fail(err.code ? err.code : SM_ERR_IO, &err);
+    m->open = 1;
+    m->agent = sm_safetensors_meta(&m->st, "agent");
+    m->env = sm_safetensors_meta(&m->st, "env");
+    m->settings = sm_safetensors_meta(&m->st, "agent_settings");
+    m->model = sm_safetensors_meta(&m->st, "model");
+    if (!m->model) m->model = sm_safetensors_meta(&m->st, "network");
+    m->frames_total = sm_safetensors_meta(&m->st, "frames_total");
+    m->seed = sm_safetensors_meta(&m->st, "seed");
+    if (!m->agent || !m->env || !m->settings) {
+        fprintf(stderr, "specmoe: %s: not a checkpoint of specmoe rl train (no agent, env or settings in its metadata)\n", path);
+        return CLI_EXIT_USAGE;
+    }
+    return 0;
 }
 
 typedef struct {
@@ -135,8 +166,53 @@ static int fresh_run_dir(char *buf, size_t n, const char *env, const char *agent
     return -1;
 }
 
+/* Loads the agent settings and network of a resumed run; a flag the user typed must agree with the
+ * checkpoint (exit 2 naming it otherwise). Returns 0 or an exit code. */
+static int resume_settings(const sm_agent_kind *k, const ckpt_meta *cm, void *cfg, sm_model_config *net, const opt_flags *of,
+                           const char *path) {
+    sm_error err = {0};
+    cJSON *o = cJSON_Parse(cm->settings);
+    char what[4200];
+    snprintf(what, sizeof what, "%s: __metadata__.agent_settings", path);
+    sm_status st = o ? sm_agent_config_from_json(k, cfg, o, what, &err) : sm_fail(&err, SM_ERR_FORMAT, "%s is not JSON", what);
+    cJSON_Delete(o);
+    if (st == SM_OK && cm->model && sm_model_config_from_json(net, cm->model, &err) != SM_OK) st = SM_ERR_FORMAT;
+    if (st != SM_OK) return cli_fail(st, &err);
+    void *typed = calloc(1, k->cfg_bytes > sizeof *net ? k->cfg_bytes : sizeof *net);
+    if (!typed) return CLI_EXIT_RUNTIME;
+    int code = 0;
+    for (int i = 0; i < of->n && !code; i++) {
+        if (!of->of[i].text) continue;
+        const void *have = of->of[i].router ? (const void *)&net->moe.router : cfg;
+        memcpy(typed, have, of->of[i].router ? sizeof net->moe.router : k->cfg_bytes);
+        char a[300], b[300];
+        if (sm_opt_set(of->of[i].opt, typed, of->of[i].text)) {
+            fprintf(stderr, "specmoe rl train: --%s: invalid value '%s'\n", of->names[i], of->of[i].text);
+            code = CLI_EXIT_USAGE;
+            break;
+        }
+        sm_opt_format(of->of[i].opt, typed, a, sizeof a);
+        sm_opt_format(of->of[i].opt, have, b, sizeof b);
+        if (strcmp(a, b)) {
+            fprintf(stderr, "specmoe rl train: --%s %s conflicts with the checkpoint's %s (resume keeps the run's settings)\n",
+                    of->names[i], of->of[i].text, b);
+            code = CLI_EXIT_USAGE;
+        }
+    }
+    free(typed);
+    return code;
+}
+
 int cmd_rl_train(int argc, char **argv) {
-    const char *agent_name = find_agent_arg(argc, argv);
+    /* resume: the run's settings come from its checkpoint */
+    static ckpt_meta cm;
+    const char *resume_arg = find_arg(argc, argv, "resume");
+    if (resume_arg) {
+        int rc0 = read_ckpt_meta(&cm, resume_arg);
+        if (rc0) return rc0;
+    }
+    const char *agent_name = find_arg(argc, argv, "agent");
+    if (!agent_name) agent_name = resume_arg ? cm.agent : "dqn";
     const sm_agent_kind *k = sm_agent_find(agent_name);
     if (!k) {
         fprintf(stderr, "specmoe rl train: unknown agent '%s' (one of: %s)\n", agent_name, sm_agent_names());
@@ -148,10 +224,12 @@ int cmd_rl_train(int argc, char **argv) {
         long frames;
         int threads;
         double sticky, progress_every;
+        long stop_after;
     } o;
     fl_flag fl[RL_MAX_FLAGS + 16] = {
         {"env", FL_STRING, &o.env, NULL, "environment (specmoe rl envs lists them)", 0},
         {"agent", FL_STRING, &o.agent, "dqn", "agent (listed below)", 0},
+        {"stop-after", FL_LONG, &o.stop_after, "0", "checkpoint and stop after this many frames (continue with --resume)", 0},
         {"preset", FL_STRING, &o.preset, NULL, "a named set of the agent's settings (listed below)", 0},
         {"frames", FL_LONG, &o.frames, "0", "environment frames of the run (0: the agent's total_frames)", 0},
         {"seed", FL_U64, &o.seed, "1", "seed of environments, network and exploration", 0},
@@ -161,7 +239,7 @@ int cmd_rl_train(int argc, char **argv) {
         {"sticky", FL_DOUBLE, &o.sticky, "-1", "MinAtar sticky-action probability (-1: the environment's 0.1)", 0},
         {"progress-every", FL_DOUBLE, &o.progress_every, "5", "seconds between progress lines", 0},
     };
-    int nfl = 10;
+    int nfl = 11;
     static opt_flags of;
     memset(&of, 0, sizeof of);
     add_opt_flags(&of, fl, &nfl, k->opts, k->n_opts, 0);
@@ -180,6 +258,21 @@ int cmd_rl_train(int argc, char **argv) {
         return 0;
     }
     if (rc) return CLI_EXIT_USAGE;
+    if (o.resume) {
+        if (o.env && strcmp(o.env, cm.env)) {
+            fprintf(stderr, "specmoe rl train: --env %s conflicts with the checkpoint's %s (resume keeps the run's settings)\n", o.env, cm.env);
+            return CLI_EXIT_USAGE;
+        }
+        if (strcmp(k->name, cm.agent)) {
+            fprintf(stderr, "specmoe rl train: --agent %s conflicts with the checkpoint's %s (resume keeps the run's settings)\n", k->name, cm.agent);
+            return CLI_EXIT_USAGE;
+        }
+        o.env = cm.env;
+        if (o.preset) {
+            fprintf(stderr, "specmoe rl train: --preset cannot change a resumed run (resume keeps the run's settings)\n");
+            return CLI_EXIT_USAGE;
+        }
+    }
     if (!o.env) {
         fprintf(stderr, "specmoe rl train: --env is required (one of: %s)\n", sm_env_names());
         return CLI_EXIT_USAGE;
@@ -198,11 +291,27 @@ int cmd_rl_train(int argc, char **argv) {
         fprintf(stderr, "specmoe rl train: --threads >= 1, --frames >= 0, --progress-every > 0 and --sticky <= 1 are needed\n");
         return CLI_EXIT_USAGE;
     }
-    /* settings: defaults -> preset -> environment defaults -> flags */
+    /* settings: defaults -> preset -> environment defaults -> flags; on resume, the checkpoint's */
     void *cfg = calloc(1, k->cfg_bytes);
     if (!cfg) return CLI_EXIT_RUNTIME;
     sm_error err = {0};
     int code = 0;
+    sm_model_config net;
+    sm_model_config_default(&net);
+    if (o.resume) {
+        code = resume_settings(k, &cm, cfg, &net, &of, o.resume);
+        if (code) goto out;
+        if (!o.frames && cm.frames_total) o.frames = atol(cm.frames_total);
+        if (!o.out) { /* the run continues in its own directory */
+            static char dir[4096];
+            snprintf(dir, sizeof dir, "%s", o.resume);
+            char *slash = strrchr(dir, '/');
+            if (slash) *slash = 0;
+            else snprintf(dir, sizeof dir, ".");
+            o.out = dir;
+        }
+        goto settings_done;
+    }
     if (sm_opt_defaults(k->opts, k->n_opts, cfg)) {
         fprintf(stderr, "specmoe rl train: agent %s: a built-in default does not parse (a bug)\n", k->name);
         code = CLI_EXIT_RUNTIME;
@@ -219,8 +328,6 @@ int cmd_rl_train(int argc, char **argv) {
     }
     given2 g = {&of, preset_text};
     if (k->env_defaults) k->env_defaults(cfg, env, user_or_preset_gave, &g);
-    sm_model_config net;
-    sm_model_config_default(&net);
     for (int i = 0; i < of.n; i++) {
         if (!of.of[i].text) continue;
         void *dst = of.of[i].router ? (void *)&net.moe.router : cfg;
@@ -230,6 +337,7 @@ int cmd_rl_train(int argc, char **argv) {
             goto out;
         }
     }
+settings_done:
     if (k->check && k->check(cfg, env, &err) != SM_OK) {
         code = cli_fail(SM_ERR_ARG, &err);
         goto out;
@@ -253,6 +361,7 @@ int cmd_rl_train(int argc, char **argv) {
     run.frames = o.frames;
     run.resume = o.resume;
     run.stop = &g_stop;
+    run.stop_after = o.stop_after;
     run.progress = stderr;
     run.progress_every = o.progress_every;
     printf("specmoe rl train: %s on %s, run directory %s\n", k->name, env->name, o.out);
@@ -271,16 +380,20 @@ int cmd_rl_train(int argc, char **argv) {
         goto out;
     }
     if (res.stopped) {
-        fprintf(stderr, "specmoe: interrupted at frame %ld; checkpoint %s/checkpoint.safetensors; resume with:\n"
-                        "  specmoe rl train --env %s --agent %s --out %s --resume %s/checkpoint.safetensors\n",
-                res.frames, o.out, env->name, k->name, o.out, o.out);
-        code = 130;
+        fprintf(stderr, "specmoe: %s at frame %ld; checkpoint %s/checkpoint.safetensors; continue with:\n"
+                        "  specmoe rl train --resume %s/checkpoint.safetensors\n",
+                res.stopped == 1 ? "interrupted" : "stopped as asked (--stop-after)", res.frames, o.out, o.out);
+        code = res.stopped == 1 ? 130 : 0;
         goto out;
     }
+    /* SPS over this process's frames: a resumed run's earlier frames took no time here */
+    const long done = res.frames - res.frames_start;
     printf("rl-train env=%s agent=%s frames=%ld updates=%ld seconds=%.1f SPS=%.0f episodes=%ld final_return=%.3f\n",
-           env->name, k->name, res.frames, res.updates, res.seconds, res.seconds > 0 ? res.frames / res.seconds : 0,
+           env->name, k->name, res.frames, res.updates, res.seconds, res.seconds > 0 ? done / res.seconds : 0,
            res.episodes, res.last_return);
 out:
     free(cfg);
+    if (cm.open) sm_safetensors_free(&cm.st);
+    cm.open = 0;
     return code;
 }

@@ -102,6 +102,18 @@ expect 0 "rl eval CKPT: the trained policy is evaluated" "^rl-eval env=classic/c
     "$bin" rl eval "$rl_out/checkpoint.safetensors" --episodes 5
 expect 2 "rl eval CKPT: a checkpoint and --policy random together are refused" "not both" -- \
     "$bin" rl eval "$rl_out/checkpoint.safetensors" --policy random
+# a run split by --stop-after and continued with --resume alone (settings from the checkpoint) ends in
+# the same checkpoint bytes as the run straight through
+expect 0 "rl train --stop-after checkpoints and says how to continue" "continue with:.*|--resume $tmp/rl_split/checkpoint.safetensors" -- \
+    "$bin" rl train --env classic/cartpole --agent rainbow --frames 3000 --learning-starts 500 --stop-after 1300 --out "$tmp/rl_split"
+expect 0 "rl train --resume takes the run's settings from the checkpoint" "^rl-train env=classic/cartpole agent=rainbow frames=3000 " -- \
+    "$bin" rl train --resume "$tmp/rl_split/checkpoint.safetensors"
+expect 0 "rl train: the same run straight through" "^rl-train env=classic/cartpole agent=rainbow frames=3000 " -- \
+    "$bin" rl train --env classic/cartpole --agent rainbow --frames 3000 --learning-starts 500 --out "$tmp/rl_straight"
+expect 0 "rl train: split and resumed equals straight through, byte for byte" "" -- \
+    cmp "$tmp/rl_split/checkpoint.safetensors" "$tmp/rl_straight/checkpoint.safetensors"
+expect 2 "rl train --resume refuses a conflicting setting by name" "--lr 0.1 conflicts with the checkpoint's 6.25e-05" -- \
+    "$bin" rl train --resume "$tmp/rl_split/checkpoint.safetensors" --lr 0.1
 expect 2 "rl eval without --env names the environments" "--env is required .*classic/cartpole" -- "$bin" rl eval --policy random
 expect 0 "bench env runs on one environment" "^bench-env env=classic/mountaincar threads=1 steps_per_s=[0-9]+ steps_per_cpu_s=[0-9]+\$" -- \
     "$bin" bench env --env classic/mountaincar --steps 20000 --envs 8

@@ -442,12 +442,13 @@ static sm_status write_ckpt(const char *dir, const sm_agent_kind *k, const sm_dq
     cJSON *set = sm_agent_config_to_json(k, c);
     char *set_s = set ? cJSON_PrintUnformatted(set) : NULL, *net_s = sm_model_config_to_json(&n->q->cfg);
     cJSON_Delete(set);
-    char frames[32], seed[32];
+    char frames[32], seed[32], total[32];
     snprintf(frames, sizeof frames, "%ld", ct->frames);
+    snprintf(total, sizeof total, "%ld", run->frames > 0 ? run->frames : (long)c->total_frames);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)run->seed);
     sm_st_meta meta[] = {{"format", "specmoe"}, {"agent", (char *)k->name}, {"env", (char *)run->env},
                          {"agent_settings", set_s}, {"model", net_s},        {"frames", frames},
-                         {"seed", seed}};
+                         {"seed", seed},            {"frames_total", total}};
     sm_ckpt_set sets[] = {{"", &n->q->params, (sm_optim *)opt}, {"target.", &n->qt->params, NULL}};
     ct->optim_step = opt->step;
     ct->replay_written = rb->written;
@@ -674,7 +675,8 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
     const long total = run->frames > 0 ? run->frames : c.total_frames;
     const int N = c.num_envs, B = c.batch_size;
 
-    dqn_counters ct = {0};
+    dqn_counters ct;
+    memset(&ct, 0, sizeof ct); /* padding too: the struct is saved as bytes */
     sm_rng_seed(&ct.rng, run->seed);
     dqn_nets n;
     sm_vecenv v;
@@ -730,6 +732,10 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
     while (ct.frames < total) {
         if (run->stop && *run->stop) {
             res->stopped = 1;
+            break;
+        }
+        if (run->stop_after > 0 && ct.frames >= run->stop_after) {
+            res->stopped = 2;
             break;
         }
         /* act: epsilon-greedy over the N environments */
@@ -803,6 +809,7 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
     if ((st = write_ckpt(run->out_dir, k, &c, run, &n, &opt, &ct, &rb, &v, b.obs, save_replay || res->stopped, err)) != SM_OK)
         goto done;
     res->frames = ct.frames;
+    res->frames_start = frames0;
     res->updates = ct.updates;
     res->episodes = ct.episodes;
     res->seconds = sm_time_now() - t0;
