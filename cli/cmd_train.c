@@ -197,6 +197,10 @@ static int build_router_config(const opts *o, const router_flags *rf, int d, sm_
     return SM_OK;
 }
 
+/* the rows the model's activations are reserved for: the training batch, and at least 1000 so that
+ * evaluation runs in large batches */
+static int train_rows(int batch) { return batch < 1000 ? 1000 : batch; }
+
 static int build_model_config(opts *o, router_flags *rf, const fl_flag *fl, int nfl, sm_model_config *mc, sm_error *err) {
     sm_model_config_default(mc);
     sm_status st;
@@ -250,6 +254,18 @@ static int build_model_config(opts *o, router_flags *rf, const fl_flag *fl, int 
     sm_model_config probe = *mc;
     probe.in_dim = 784;
     if (probe.in_c == 0) probe.in_c = 1, probe.in_h = probe.in_w = 28;
+    /* a model far larger than memory is refused with the figure before anything large is allocated
+     * (the probe below allocates the parameters): it would be killed by the OOM killer a few steps in */
+    sm_model_memory mem;
+    if ((st = sm_model_estimate_memory(&probe, train_rows(o->d.batch), &mem, err)) != SM_OK) return st;
+    size_t avail = sm_available_memory_bytes();
+    if (avail && mem.train_bytes > avail) {
+        const double gib = 1024.0 * 1024 * 1024;
+        return sm_fail(err, SM_ERR_NOMEM, "the model needs about %.1f GiB to train (%zu parameters: %.1f GiB x 4 with "
+                       "gradients and optimiser moments, x 3 more while a checkpoint is written; activations %.1f GiB "
+                       "for a batch of %d) but this machine has %.1f GiB available", mem.train_bytes / gib, mem.params,
+                       mem.param_bytes / gib, mem.act_bytes / gib, train_rows(o->d.batch), avail / gib);
+    }
     sm_model *pm = sm_model_create(&probe, 1, NULL, err);
     if (!pm) return SM_ERR_ARG;
     sm_model_free(pm);
@@ -422,7 +438,7 @@ int cmd_train(int argc, char **argv) {
     if (train.dim == 784 && mc.in_c == 0) mc.in_c = 1, mc.in_h = mc.in_w = 28; /* Fashion-MNIST images */
     sm_rng rng;
     sm_rng_seed(&rng, o.seed);
-    sm_model *m = sm_model_create(&mc, o.d.batch < 1000 ? 1000 : o.d.batch, &rng, &err);
+    sm_model *m = sm_model_create(&mc, train_rows(o.d.batch), &rng, &err);
     if (!m) return cli_fail(SM_ERR_ARG, &err);
     char arch[512];
     sm_model_format_arch(&mc, arch, sizeof arch);

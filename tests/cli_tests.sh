@@ -97,7 +97,11 @@ fi
 expect 2 "more than 4 stem convolutions refused" "--stem: at most 4" -- "$bin" train --model srmoe --stem 8,8,8,8,8 --per-class 5 --epochs 1 --out "$tmp/stem"
 expect 2 "unknown class refused"     "class"                 -- "$bin" train --classes 3,12
 expect 2 "unknown class name refused" "unknown class 'Boot'" -- "$bin" train --classes Bag,Boot
-expect 1 "out of memory is a runtime error (exit 1), not a usage error" "cannot allocate" -- "$bin" train --arch dense:1000000,dense:1000000 --per-class 5 --out "$tmp/oom"
+expect 1 "out of memory is a runtime error (exit 1), not a usage error" "cannot allocate|needs about" -- "$bin" train --arch dense:1000000,dense:1000000 --per-class 5 --out "$tmp/oom"
+# a model far larger than memory is refused before anything is allocated, with the estimate
+expect 1 "a model larger than memory is refused with the estimate" \
+    "the model needs about [0-9.]+ GiB to train \(421277998762 parameters: 1569.4 GiB x 4 .* but this machine has [0-9.]+ GiB available" -- \
+    "$bin" train --arch moe:4096 --experts 65536 --per-class 5 --out "$tmp/huge"
 expect 2 "a boolean flag is a plain switch (--noisy then --temperature 0 reaches the temperature check)" "temperature must be > 0" -- "$bin" train --noisy --temperature 0
 expect 2 "after a plain boolean switch a non-word is an argument, not its value" "unexpected argument 'maybe'" -- "$bin" train --noisy maybe
 expect 2 "unknown router refused"    "unknown router"        -- "$bin" train --router nope
