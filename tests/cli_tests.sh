@@ -136,6 +136,9 @@ if [ $rc -eq 0 ] && [ "$(echo "$out" | grep -c '^| ')" -eq 9 ] && [ -s "$tmp/br/
 else
     bad "bench routing runs all eight methods and writes Markdown + JSON" "exit $rc: $(echo "$out" | tail -n 3)"
 fi
+# long benchmarks print a progress line per finished run, so a user sees they are alive
+[ "$(echo "$out" | grep -cE '^bench routing: \[[1-8]/8\] .* seed 0 done: acc')" -eq 8 ] \
+    && ok "bench routing prints a progress line per run" || bad "bench routing prints a progress line per run" "$(echo "$out" | head -n 2)"
 expect 2 "bench routing: unknown setting refused" "unknown setting" -- "$bin" bench routing --setting medium
 expect 2 "bench routing: an unknown method is refused listing the methods" \
     "unknown method 'bogus' .*0 Softmax Top-1, 1 Switch.*7 GrMoE \+ Amort" -- "$bin" bench routing --methods bogus
@@ -146,6 +149,8 @@ if [ $rc -eq 0 ] && echo "$out" | grep -q "monotone" && [ -s "$tmp/ba/alpha_easy
 else
     bad "bench alpha sweeps the dials, reports monotonicity and draws the PNG" "exit $rc: $(echo "$out" | tail -n 3)"
 fi
+[ "$(echo "$out" | grep -cE '^bench alpha: \[[1-4]/4\] .* seed [01] done')" -eq 4 ] \
+    && ok "bench alpha prints a progress line per run" || bad "bench alpha prints a progress line per run" "$(echo "$out" | head -n 2)"
 
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     run="$tmp/run"
@@ -209,6 +214,8 @@ expect 0 "eval --per-class evaluates on at most N images per class" "test accura
     "$bin" eval "$root/tests/data/ckpt_v0_topk.safetensors" --per-class 3 --threads 1
 expect 2 "bench ssmoe: k > E refused" "" -- "$bin" bench ssmoe --configs 16:20
     expect 0 "bench ssmoe-build times the EV build of a SwiGLU layer" "bench-ssmoe-build experts=3" -- \
+        "$bin" bench ssmoe-build --experts 3 --d 64 --inter 32 --ev-c 5
+    expect 0 "bench ssmoe-build prints its progress" "bench ssmoe-build: \[3/3\] experts built" -- \
         "$bin" bench ssmoe-build --experts 3 --d 64 --inter 32 --ev-c 5
     expect 1 "resume with other model flags refused" "does not match" -- \
         "$bin" train --per-class 300 --epochs 3 --arch dense:64,moe:32 --experts 8 --out "$tmp/run2" --resume "$run/checkpoint.safetensors"
