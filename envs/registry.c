@@ -3,9 +3,11 @@
 #include "specmoe/rl/env.h"
 
 extern const sm_env_spec sm_env_cartpole;
+extern const sm_env_spec sm_env_minatar_breakout;
 
 static const sm_env_spec *const kEnvs[] = {
     &sm_env_cartpole,
+    &sm_env_minatar_breakout,
 };
 
 const sm_env_spec *const *sm_env_list(int *n) {

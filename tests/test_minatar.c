@@ -1,0 +1,221 @@
+/* The MinAtar games (envs/minatar/): rules that cannot hold by luck, observed through the
+ * observation channels only. Determinism across threads is covered by test_env for every game. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "specmoe/rl/env.h"
+
+enum { NOOP = 0, LEFT, UP, RIGHT, DOWN, FIRE };
+
+/* the games and their channel counts (Young & Tian 2019, Table 1 / the game documentation) */
+static const struct {
+    const char *name;
+    int channels;
+} kGames[] = {
+    {"minatar/breakout", 4},
+};
+#define NGAMES ((int)(sizeof kGames / sizeof kGames[0]))
+
+/* N environments of one game with their buffers */
+typedef struct {
+    sm_vecenv v;
+    int D;
+    float *obs, *fin, *rew;
+    int *act;
+    unsigned char *term, *trunc;
+} rig;
+
+static void rig_init(rig *r, const char *name, int n, uint64_t seed, double sticky) {
+    sm_env_opts o = sm_env_opts_default();
+    o.sticky = sticky;
+    sm_error err = {0};
+    cr_assert_eq(sm_vecenv_init(&r->v, name, n, seed, &o, &err), SM_OK, "%s", err.msg);
+    r->D = sm_env_obs_numel(r->v.spec);
+    r->obs = calloc((size_t)n * r->D, sizeof(float));
+    r->fin = calloc((size_t)n * r->D, sizeof(float));
+    r->rew = calloc((size_t)n, sizeof(float));
+    r->act = calloc((size_t)n, sizeof(int));
+    r->term = calloc((size_t)n, 1);
+    r->trunc = calloc((size_t)n, 1);
+    sm_vecenv_bind(&r->v, r->obs, r->act, NULL, r->rew, r->term, r->trunc, r->fin);
+    sm_vecenv_reset(&r->v);
+}
+
+static void rig_free(rig *r) {
+    sm_vecenv_free(&r->v);
+    free(r->obs);
+    free(r->fin);
+    free(r->rew);
+    free(r->act);
+    free(r->term);
+    free(r->trunc);
+}
+
+/* the first lit cell of a channel of one observation as y * 10 + x, or -1 */
+static int find_cell(const float *obs, int channel) {
+    for (int k = 0; k < 100; k++)
+        if (obs[channel * 100 + k] != 0.0f) return k;
+    return -1;
+}
+
+static int count_cells(const float *obs, int channel) {
+    int n = 0;
+    for (int k = 0; k < 100; k++) n += obs[channel * 100 + k] != 0.0f;
+    return n;
+}
+
+/* Every game: the spec (10 x 10 x C binary, 6 actions); under a uniform random policy every value
+ * is 0 or 1, every channel lights up at some point, and every environment finishes episodes. */
+Test(minatar, binary_observations_channels_and_random_episodes_end) {
+    for (int g = 0; g < NGAMES; g++) {
+        const sm_env_spec *s = sm_env_find(kGames[g].name);
+        cr_assert_not_null(s, "%s is registered", kGames[g].name);
+        cr_assert_eq(s->obs_c, kGames[g].channels, "%s", s->name);
+        cr_assert_eq(s->obs_h, 10);
+        cr_assert_eq(s->obs_w, 10);
+        cr_assert(s->obs_binary);
+        cr_assert_eq(s->act_kind, SM_SPACE_DISCRETE);
+        cr_assert_eq(s->act_n, 6);
+        const int N = 8, T = 30000;
+        rig r;
+        rig_init(&r, s->name, N, 3 + (uint64_t)g, -1.0);
+        sm_rng rng;
+        sm_rng_seed(&rng, 9);
+        int lit[16] = {0}, episodes[8] = {0};
+        for (int t = 0; t < T; t++) {
+            for (int i = 0; i < N; i++) r.act[i] = (int)sm_rng_below(&rng, 6);
+            sm_vecenv_step(&r.v);
+            for (int i = 0; i < N; i++) {
+                episodes[i] += r.term[i] || r.trunc[i];
+                cr_assert_eq(r.trunc[i], 0, "%s: MinAtar ends episodes itself", s->name);
+            }
+            for (int k = 0; k < N * r.D; k++) {
+                float x = r.obs[k];
+                if (x != 0.0f && x != 1.0f) cr_assert_fail("%s: obs[%d] = %g is not 0/1", s->name, k, x);
+                if (x != 0.0f) lit[(k % r.D) / 100] = 1;
+            }
+        }
+        for (int c = 0; c < s->obs_c; c++) cr_expect(lit[c], "%s: channel %d never lit", s->name, c);
+        for (int i = 0; i < N; i++) cr_assert_gt(episodes[i], 0, "%s env %d: a random episode ends", s->name, i);
+        rig_free(&r);
+    }
+}
+
+/* Breakout: a paddle that follows the ball returns it; the first brick the ball hits gives +1 and
+ * exactly that brick (next to the ball) disappears; no step without reward removes a brick. */
+Test(minatar, breakout_brick_gives_one_and_disappears) {
+    rig r;
+    rig_init(&r, "minatar/breakout", 1, 21, 0.0);
+    int hits = 0;
+    for (int t = 0; t < 3000 && hits < 5; t++) {
+        float before[400];
+        memcpy(before, r.obs, sizeof before);
+        int paddle = find_cell(before, 0) % 10, ball = find_cell(before, 1) % 10;
+        r.act[0] = ball < paddle ? LEFT : ball > paddle ? RIGHT : NOOP;
+        sm_vecenv_step(&r.v);
+        if (r.term[0]) continue;
+        int removed = 0, added = 0, where = -1;
+        for (int k = 0; k < 100; k++) {
+            removed += before[300 + k] == 1.0f && r.obs[300 + k] == 0.0f;
+            added += before[300 + k] == 0.0f && r.obs[300 + k] == 1.0f;
+            if (before[300 + k] == 1.0f && r.obs[300 + k] == 0.0f) where = k;
+        }
+        if (r.rew[0] == 0.0f) {
+            cr_assert_eq(removed + added, 0, "step %d: bricks change without a reward", t);
+            continue;
+        }
+        cr_assert_eq(r.rew[0], 1.0f);
+        if (count_cells(before, 3) == 1) continue; /* the last brick: a new set appears */
+        cr_assert_eq(removed, 1, "step %d: one brick goes", t);
+        cr_assert_eq(added, 0);
+        int b = find_cell(r.obs, 1);
+        cr_assert_leq(abs(b / 10 - where / 10), 1, "the brick broken is next to the ball");
+        cr_assert_leq(abs(b % 10 - where % 10), 1, "the brick broken is next to the ball");
+        hits++;
+    }
+    cr_assert_eq(hits, 5, "a ball-following paddle breaks bricks");
+    rig_free(&r);
+}
+
+/* Breakout: a paddle that runs away from the ball misses it; the episode ends (terminal, not
+ * truncated) with the ball in the bottom row, and the next episode starts with the full wall. */
+Test(minatar, breakout_ball_past_paddle_is_terminal) {
+    rig r;
+    rig_init(&r, "minatar/breakout", 1, 5, 0.0);
+    int ended = 0;
+    for (int ep = 0; ep < 4; ep++) {
+        int ball = find_cell(r.obs, 1) % 10, t;
+        cr_assert_eq(count_cells(r.obs, 3), 30, "three rows of ten bricks");
+        for (t = 0; t < 100; t++) {
+            r.act[0] = ball < 5 ? RIGHT : LEFT; /* away from where the ball comes down */
+            sm_vecenv_step(&r.v);
+            if (r.term[0]) break;
+        }
+        cr_assert_eq(r.term[0], 1);
+        cr_assert_eq(r.trunc[0], 0);
+        cr_assert_eq(find_cell(r.fin, 1) / 10, 9, "the ball reached the bottom row");
+        cr_assert_neq(find_cell(r.fin, 1) % 10, find_cell(r.fin, 0) % 10, "past the paddle");
+        ended++;
+    }
+    cr_assert_eq(ended, 4);
+    rig_free(&r);
+}
+
+/* Sticky actions, seen through Breakout's paddle: choosing left and right in turn, a step whose
+ * executed action (the paddle's move) differs from the chosen one must repeat the previous executed
+ * action, and does so with frequency p among steps where the two differ. Tolerance: 5 standard
+ * deviations of the estimate. */
+static void sticky_frequency(double p, double *freq, long *eligible) {
+    rig r;
+    rig_init(&r, "minatar/breakout", 4, 77, p);
+    long n = 0, stuck = 0;
+    int prev[4] = {NOOP, NOOP, NOOP, NOOP};
+    for (int t = 0; t < 100000; t++) {
+        int before[4];
+        for (int i = 0; i < 4; i++) {
+            before[i] = find_cell(r.obs + i * r.D, 0) % 10;
+            r.act[i] = (t + i) % 2 ? LEFT : RIGHT;
+        }
+        sm_vecenv_step(&r.v);
+        for (int i = 0; i < 4; i++) {
+            if (r.term[i]) { /* auto-reset: the next episode starts from a no-op */
+                prev[i] = NOOP;
+                continue;
+            }
+            if (before[i] == 0 || before[i] == 9) { /* a wall hides the executed action */
+                prev[i] = -1;
+                continue;
+            }
+            int d = find_cell(r.obs + i * r.D, 0) % 10 - before[i];
+            int exec = d < 0 ? LEFT : d > 0 ? RIGHT : NOOP;
+            if (prev[i] >= 0 && prev[i] != r.act[i]) {
+                cr_assert(exec == r.act[i] || exec == prev[i], "executed %d: neither chosen %d nor previous %d", exec,
+                          r.act[i], prev[i]);
+                n++;
+                stuck += exec != r.act[i];
+            } else if (prev[i] >= 0) {
+                cr_assert_eq(exec, r.act[i]);
+            }
+            prev[i] = exec;
+        }
+    }
+    rig_free(&r);
+    *freq = (double)stuck / (double)n;
+    *eligible = n;
+}
+
+Test(minatar, sticky_actions_repeat_with_probability_p) {
+    double f;
+    long n;
+    sticky_frequency(-1.0, &f, &n); /* the default, 0.1 */
+    double sd = sqrt(0.1 * 0.9 / (double)n);
+    cr_assert_gt(n, 200000);
+    cr_assert(fabs(f - 0.1) < 5 * sd, "repeat frequency %.4f over %ld steps (expected 0.1 +- %.4f)", f, n, 5 * sd);
+    sticky_frequency(0.3, &f, &n);
+    sd = sqrt(0.3 * 0.7 / (double)n);
+    cr_assert(fabs(f - 0.3) < 5 * sd, "repeat frequency %.4f over %ld steps (expected 0.3 +- %.4f)", f, n, 5 * sd);
+    sticky_frequency(0.0, &f, &n);
+    cr_assert_eq(f, 0.0, "sticky 0: the chosen action always runs (%.5f)", f);
+}
