@@ -3,11 +3,15 @@
 #include "specmoe/rl/env.h"
 
 extern const sm_env_spec sm_env_cartpole;
+extern const sm_env_spec sm_env_minatar_asterix;
 extern const sm_env_spec sm_env_minatar_breakout;
+extern const sm_env_spec sm_env_minatar_freeway;
 
 static const sm_env_spec *const kEnvs[] = {
     &sm_env_cartpole,
+    &sm_env_minatar_asterix,
     &sm_env_minatar_breakout,
+    &sm_env_minatar_freeway,
 };
 
 const sm_env_spec *const *sm_env_list(int *n) {

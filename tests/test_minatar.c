@@ -15,6 +15,8 @@ static const struct {
     int channels;
 } kGames[] = {
     {"minatar/breakout", 4},
+    {"minatar/asterix", 4},
+    {"minatar/freeway", 7},
 };
 #define NGAMES ((int)(sizeof kGames / sizeof kGames[0]))
 
@@ -218,4 +220,93 @@ Test(minatar, sticky_actions_repeat_with_probability_p) {
     cr_assert(fabs(f - 0.3) < 5 * sd, "repeat frequency %.4f over %ld steps (expected 0.3 +- %.4f)", f, n, 5 * sd);
     sticky_frequency(0.0, &f, &n);
     cr_assert_eq(f, 0.0, "sticky 0: the chosen action always runs (%.5f)", f);
+}
+
+/* Freeway: every episode is exactly 2500 frames and ends as a terminal (not a truncation). */
+Test(minatar, freeway_ends_at_2500_frames_as_terminal) {
+    rig r;
+    rig_init(&r, "minatar/freeway", 2, 8, -1.0);
+    sm_rng rng;
+    sm_rng_seed(&rng, 2);
+    for (int ep = 0; ep < 3; ep++)
+        for (int t = 1; t <= 2500; t++) {
+            for (int i = 0; i < 2; i++) r.act[i] = (int)sm_rng_below(&rng, 6);
+            sm_vecenv_step(&r.v);
+            for (int i = 0; i < 2; i++) {
+                cr_assert_eq(r.term[i], t == 2500, "episode %d frame %d env %d", ep, t, i);
+                cr_assert_eq(r.trunc[i], 0);
+            }
+        }
+    sm_env_log l = sm_vecenv_log_take(&r.v);
+    cr_assert_eq(l.n, 6);
+    cr_assert_eq(l.episode_length, 6 * 2500.0);
+    rig_free(&r);
+}
+
+/* Freeway: a chicken that always goes up climbs at most one row every 3 frames, never moves
+ * sideways, scores +1 exactly when it steps from row 1 onto the top, and is then back in row 9. */
+Test(minatar, freeway_crossing_scores_and_returns_to_the_bottom) {
+    rig r;
+    rig_init(&r, "minatar/freeway", 1, 4, 0.0);
+    r.act[0] = UP;
+    int last_climb = -100, crossings = 0;
+    for (int t = 0; t < 2499; t++) {
+        int before = find_cell(r.obs, 0);
+        sm_vecenv_step(&r.v);
+        int after = find_cell(r.obs, 0);
+        cr_assert_eq(after % 10, before % 10, "the chicken keeps its column");
+        cr_assert_eq(count_cells(r.obs, 0), 1);
+        cr_assert_eq(count_cells(r.obs, 1), 8, "one car a lane");
+        if (r.rew[0] != 0.0f) {
+            cr_assert_eq(r.rew[0], 1.0f);
+            cr_assert_eq(before / 10, 1, "scored from row 1");
+            cr_assert_eq(after / 10, 9, "back at the bottom");
+            crossings++;
+        }
+        if (r.rew[0] != 0.0f || after / 10 == before / 10 - 1) {
+            cr_assert_geq(t - last_climb, 3, "frame %d: one move every 3 frames", t);
+            last_climb = t;
+        } else {
+            cr_assert(after / 10 == before / 10 || after / 10 == 9, "frame %d: only a car sends it down", t);
+        }
+    }
+    cr_assert_gt(crossings, 0, "an always-up chicken gets across");
+    rig_free(&r);
+}
+
+/* Asterix under a random policy: a step ends the episode exactly when an enemy is on the player's
+ * cell; +1 only when gold was on (or next to, and moving onto) the player's new cell, or entered at
+ * the edge this step, and that gold is gone. */
+Test(minatar, asterix_gold_scores_and_enemies_end_the_episode) {
+    const int N = 4;
+    rig r;
+    rig_init(&r, "minatar/asterix", N, 6, -1.0);
+    sm_rng rng;
+    sm_rng_seed(&rng, 1);
+    int golds = 0, deaths = 0;
+    float *before = malloc(sizeof(float) * N * r.D);
+    for (int t = 0; t < 20000; t++) {
+        memcpy(before, r.obs, sizeof(float) * N * r.D);
+        for (int i = 0; i < N; i++) r.act[i] = (int)sm_rng_below(&rng, 6);
+        sm_vecenv_step(&r.v);
+        for (int i = 0; i < N; i++) {
+            const float *o = r.term[i] ? r.fin + i * r.D : r.obs + i * r.D, *b = before + i * r.D;
+            int p = find_cell(o, 0);
+            cr_assert_eq(r.term[i], o[100 + p] == 1.0f, "terminal iff an enemy is on the player");
+            if (r.rew[i] != 0.0f) {
+                cr_assert_eq(r.rew[i], 1.0f);
+                int near = b[300 + p] == 1.0f || (p % 10 > 0 && b[300 + p - 1] == 1.0f) ||
+                           (p % 10 < 9 && b[300 + p + 1] == 1.0f);
+                int entered = p % 10 <= 1 || p % 10 >= 8; /* gold spawned at the edge (and moved) this step */
+                cr_assert(near || entered, "gold was at the player's cell or moving onto it");
+                cr_assert_eq(o[300 + p], 0.0f, "collected gold vanishes");
+                golds++;
+            }
+            deaths += r.term[i];
+        }
+    }
+    cr_assert_gt(golds, 20);
+    cr_assert_gt(deaths, 20);
+    free(before);
+    rig_free(&r);
 }
