@@ -6,12 +6,14 @@ extern const sm_env_spec sm_env_cartpole;
 extern const sm_env_spec sm_env_minatar_asterix;
 extern const sm_env_spec sm_env_minatar_breakout;
 extern const sm_env_spec sm_env_minatar_freeway;
+extern const sm_env_spec sm_env_minatar_seaquest;
 
 static const sm_env_spec *const kEnvs[] = {
     &sm_env_cartpole,
     &sm_env_minatar_asterix,
     &sm_env_minatar_breakout,
     &sm_env_minatar_freeway,
+    &sm_env_minatar_seaquest,
 };
 
 const sm_env_spec *const *sm_env_list(int *n) {

@@ -17,6 +17,7 @@ static const struct {
     {"minatar/breakout", 4},
     {"minatar/asterix", 4},
     {"minatar/freeway", 7},
+    {"minatar/seaquest", 10},
 };
 #define NGAMES ((int)(sizeof kGames / sizeof kGames[0]))
 
@@ -308,5 +309,84 @@ Test(minatar, asterix_gold_scores_and_enemies_end_the_episode) {
     cr_assert_gt(golds, 20);
     cr_assert_gt(deaths, 20);
     free(before);
+    rig_free(&r);
+}
+
+/* Seaquest: oxygen runs down one unit a frame, on the surface too: a submarine that waits there
+ * sees its gauge (10 cells, ceil(oxygen / 20)) fall and the episode end at frame 200; diving and
+ * coming straight back up with no diver ends it at once. */
+Test(minatar, seaquest_oxygen_runs_out_and_surfacing_empty_ends) {
+    rig r;
+    rig_init(&r, "minatar/seaquest", 1, 12, 0.0);
+    cr_assert_eq(count_cells(r.obs, 7), 10, "full oxygen");
+    cr_assert_eq(count_cells(r.obs, 8), 0, "no diver");
+    int t;
+    for (t = 1; t <= 300; t++) {
+        int before = count_cells(r.obs, 7);
+        r.act[0] = NOOP;
+        sm_vecenv_step(&r.v);
+        if (r.term[0]) break;
+        cr_assert_eq(count_cells(r.obs, 7), (200 - t + 19) / 20, "frame %d", t);
+        cr_assert_leq(count_cells(r.obs, 7), before);
+    }
+    cr_assert_eq(t, 200, "oxygen lasts 200 frames");
+    cr_assert_eq(count_cells(r.fin, 7), 0);
+    r.act[0] = DOWN;
+    sm_vecenv_step(&r.v);
+    cr_assert_eq(find_cell(r.obs, 0) / 10, 1);
+    cr_assert_eq(r.term[0], 0);
+    r.act[0] = UP;
+    sm_vecenv_step(&r.v);
+    cr_assert_eq(r.term[0], 1, "surfacing with no diver ends the episode");
+    cr_assert_eq(find_cell(r.fin, 0) / 10, 0);
+    cr_assert_eq(count_cells(r.fin, 7), 10, "with oxygen to spare");
+    rig_free(&r);
+}
+
+/* Seaquest: a submarine that chases divers and then surfaces. Every surfacing with k = 1..5 divers
+ * keeps k - 1 and refills the oxygen; with 6 it gives one point per lit oxygen cell and empties the
+ * boat. Every step: terminal iff the front meets a fish, a submarine or an enemy bullet, the oxygen
+ * is out, or the boat surfaced empty; any other reward is +1 per enemy shot, each costing a bullet. */
+Test(minatar, seaquest_divers_surfacing_and_hits) {
+    rig r;
+    rig_init(&r, "minatar/seaquest", 1, 3, 0.0);
+    sm_rng rng;
+    sm_rng_seed(&rng, 4);
+    int surfacings = 0, pickups = 0, shots = 0, deaths = 0;
+    float before[1000];
+    for (int t = 0; t < 200000; t++) {
+        memcpy(before, r.obs, sizeof before);
+        int f = find_cell(before, 0), divers = count_cells(before, 8), d = find_cell(before, 9);
+        if (divers > 0 && sm_rng_below(&rng, 4)) r.act[0] = UP;
+        else if (d >= 0 && sm_rng_below(&rng, 4)) /* towards the diver: row first */
+            r.act[0] = d / 10 < f / 10 ? UP : d / 10 > f / 10 ? DOWN : d % 10 < f % 10 ? LEFT : RIGHT;
+        else r.act[0] = (int)sm_rng_below(&rng, 6);
+        sm_vecenv_step(&r.v);
+        const float *o = r.term[0] ? r.fin : r.obs;
+        int g = find_cell(o, 0);
+        int surfaced = f / 10 == 1 && g / 10 == 0;
+        int hit = o[400 + g] != 0.0f || o[500 + g] != 0.0f || o[600 + g] != 0.0f;
+        int out = count_cells(o, 7) == 0;
+        cr_assert_eq(r.term[0], hit || out || (surfaced && divers == 0), "step %d", t);
+        deaths += r.term[0];
+        pickups += count_cells(o, 8) > divers;
+        float bonus = 0.0f;
+        if (surfaced && divers > 0) {
+            surfacings++;
+            cr_assert_eq(count_cells(o, 8), divers == 6 ? 0 : divers - 1);
+            cr_assert_eq(count_cells(o, 7), 10, "oxygen refilled");
+            if (divers == 6) bonus = (float)count_cells(before, 7);
+        }
+        float kills = r.rew[0] - bonus;
+        cr_assert(kills >= 0.0f && kills == (float)(int)kills, "reward %g", r.rew[0]);
+        if (kills > 0.0f) {
+            shots += (int)kills;
+            cr_assert_leq(count_cells(o, 2), count_cells(before, 2) + 1 - (int)kills, "each hit uses a bullet");
+        }
+    }
+    cr_assert_gt(pickups, 5);
+    cr_assert_gt(surfacings, 3);
+    cr_assert_gt(shots, 20);
+    cr_assert_gt(deaths, 20);
     rig_free(&r);
 }
