@@ -18,43 +18,63 @@ static const struct {
     {"minatar/asterix", 4},
     {"minatar/freeway", 7},
     {"minatar/seaquest", 10},
+    {"minatar/space_invaders", 6},
 };
 #define NGAMES ((int)(sizeof kGames / sizeof kGames[0]))
 
-/* N environments of one game with their buffers */
+/* N environments of one game with their buffers, the observations before the last step, and an
+ * RNG for random policies */
 typedef struct {
     sm_vecenv v;
-    int D;
-    float *obs, *fin, *rew;
-    int *act;
-    unsigned char *term, *trunc;
+    int N, D;
+    float *obs, *fin, *before, *rew; /* (N, D) x 3 and (N), one block */
+    int act[16];
+    unsigned char term[16], trunc[16];
+    sm_rng rng;
 } rig;
+
+static void rig_init_opts(rig *r, const char *name, int n, uint64_t seed, const sm_env_opts *o) {
+    sm_error err = {0};
+    cr_assert_leq(n, 16);
+    cr_assert_eq(sm_vecenv_init(&r->v, name, n, seed, o, &err), SM_OK, "%s", err.msg);
+    r->N = n;
+    r->D = sm_env_obs_numel(r->v.spec);
+    r->obs = calloc((size_t)n * (3 * r->D + 1), sizeof(float));
+    r->fin = r->obs + (size_t)n * r->D;
+    r->before = r->fin + (size_t)n * r->D;
+    r->rew = r->before + (size_t)n * r->D;
+    sm_rng_seed(&r->rng, seed + 1000);
+    sm_vecenv_bind(&r->v, r->obs, r->act, NULL, r->rew, r->term, r->trunc, r->fin);
+    sm_vecenv_reset(&r->v);
+}
 
 static void rig_init(rig *r, const char *name, int n, uint64_t seed, double sticky) {
     sm_env_opts o = sm_env_opts_default();
     o.sticky = sticky;
-    sm_error err = {0};
-    cr_assert_eq(sm_vecenv_init(&r->v, name, n, seed, &o, &err), SM_OK, "%s", err.msg);
-    r->D = sm_env_obs_numel(r->v.spec);
-    r->obs = calloc((size_t)n * r->D, sizeof(float));
-    r->fin = calloc((size_t)n * r->D, sizeof(float));
-    r->rew = calloc((size_t)n, sizeof(float));
-    r->act = calloc((size_t)n, sizeof(int));
-    r->term = calloc((size_t)n, 1);
-    r->trunc = calloc((size_t)n, 1);
-    sm_vecenv_bind(&r->v, r->obs, r->act, NULL, r->rew, r->term, r->trunc, r->fin);
-    sm_vecenv_reset(&r->v);
+    rig_init_opts(r, name, n, seed, &o);
 }
 
 static void rig_free(rig *r) {
     sm_vecenv_free(&r->v);
     free(r->obs);
-    free(r->fin);
-    free(r->rew);
-    free(r->act);
-    free(r->term);
-    free(r->trunc);
 }
+
+/* One step of the actions in r->act; r->before keeps the observations it started from. */
+static void rig_step(rig *r) {
+    memcpy(r->before, r->obs, sizeof(float) * (size_t)r->N * r->D);
+    sm_vecenv_step(&r->v);
+}
+
+/* One step of uniformly random actions (fire on top of that half the time when fire_half). */
+static void rig_step_random(rig *r, int fire_half) {
+    for (int i = 0; i < r->N; i++)
+        r->act[i] = fire_half && sm_rng_below(&r->rng, 2) ? FIRE : (int)sm_rng_below(&r->rng, 6);
+    rig_step(r);
+}
+
+/* Environment i's observation at the end of the last step: the final one if its episode ended. */
+static const float *rig_ended(const rig *r, int i) { return (r->term[i] ? r->fin : r->obs) + (size_t)i * r->D; }
+static const float *rig_before(const rig *r, int i) { return r->before + (size_t)i * r->D; }
 
 /* the first lit cell of a channel of one observation as y * 10 + x, or -1 */
 static int find_cell(const float *obs, int channel) {
@@ -84,12 +104,9 @@ Test(minatar, binary_observations_channels_and_random_episodes_end) {
         const int N = 8, T = 30000;
         rig r;
         rig_init(&r, s->name, N, 3 + (uint64_t)g, -1.0);
-        sm_rng rng;
-        sm_rng_seed(&rng, 9);
         int lit[16] = {0}, episodes[8] = {0};
         for (int t = 0; t < T; t++) {
-            for (int i = 0; i < N; i++) r.act[i] = (int)sm_rng_below(&rng, 6);
-            sm_vecenv_step(&r.v);
+            rig_step_random(&r, 0);
             for (int i = 0; i < N; i++) {
                 episodes[i] += r.term[i] || r.trunc[i];
                 cr_assert_eq(r.trunc[i], 0, "%s: MinAtar ends episodes itself", s->name);
@@ -113,11 +130,10 @@ Test(minatar, breakout_brick_gives_one_and_disappears) {
     rig_init(&r, "minatar/breakout", 1, 21, 0.0);
     int hits = 0;
     for (int t = 0; t < 3000 && hits < 5; t++) {
-        float before[400];
-        memcpy(before, r.obs, sizeof before);
-        int paddle = find_cell(before, 0) % 10, ball = find_cell(before, 1) % 10;
+        int paddle = find_cell(r.obs, 0) % 10, ball = find_cell(r.obs, 1) % 10;
         r.act[0] = ball < paddle ? LEFT : ball > paddle ? RIGHT : NOOP;
-        sm_vecenv_step(&r.v);
+        rig_step(&r);
+        const float *before = r.before;
         if (r.term[0]) continue;
         int removed = 0, added = 0, where = -1;
         for (int k = 0; k < 100; k++) {
@@ -227,12 +243,9 @@ Test(minatar, sticky_actions_repeat_with_probability_p) {
 Test(minatar, freeway_ends_at_2500_frames_as_terminal) {
     rig r;
     rig_init(&r, "minatar/freeway", 2, 8, -1.0);
-    sm_rng rng;
-    sm_rng_seed(&rng, 2);
     for (int ep = 0; ep < 3; ep++)
         for (int t = 1; t <= 2500; t++) {
-            for (int i = 0; i < 2; i++) r.act[i] = (int)sm_rng_below(&rng, 6);
-            sm_vecenv_step(&r.v);
+            rig_step_random(&r, 0);
             for (int i = 0; i < 2; i++) {
                 cr_assert_eq(r.term[i], t == 2500, "episode %d frame %d env %d", ep, t, i);
                 cr_assert_eq(r.trunc[i], 0);
@@ -282,16 +295,11 @@ Test(minatar, asterix_gold_scores_and_enemies_end_the_episode) {
     const int N = 4;
     rig r;
     rig_init(&r, "minatar/asterix", N, 6, -1.0);
-    sm_rng rng;
-    sm_rng_seed(&rng, 1);
     int golds = 0, deaths = 0;
-    float *before = malloc(sizeof(float) * N * r.D);
     for (int t = 0; t < 20000; t++) {
-        memcpy(before, r.obs, sizeof(float) * N * r.D);
-        for (int i = 0; i < N; i++) r.act[i] = (int)sm_rng_below(&rng, 6);
-        sm_vecenv_step(&r.v);
+        rig_step_random(&r, 0);
         for (int i = 0; i < N; i++) {
-            const float *o = r.term[i] ? r.fin + i * r.D : r.obs + i * r.D, *b = before + i * r.D;
+            const float *o = rig_ended(&r, i), *b = rig_before(&r, i);
             int p = find_cell(o, 0);
             cr_assert_eq(r.term[i], o[100 + p] == 1.0f, "terminal iff an enemy is on the player");
             if (r.rew[i] != 0.0f) {
@@ -308,7 +316,6 @@ Test(minatar, asterix_gold_scores_and_enemies_end_the_episode) {
     }
     cr_assert_gt(golds, 20);
     cr_assert_gt(deaths, 20);
-    free(before);
     rig_free(&r);
 }
 
@@ -350,19 +357,16 @@ Test(minatar, seaquest_oxygen_runs_out_and_surfacing_empty_ends) {
 Test(minatar, seaquest_divers_surfacing_and_hits) {
     rig r;
     rig_init(&r, "minatar/seaquest", 1, 3, 0.0);
-    sm_rng rng;
-    sm_rng_seed(&rng, 4);
     int surfacings = 0, pickups = 0, shots = 0, deaths = 0;
-    float before[1000];
+    const float *before = r.before;
     for (int t = 0; t < 200000; t++) {
-        memcpy(before, r.obs, sizeof before);
-        int f = find_cell(before, 0), divers = count_cells(before, 8), d = find_cell(before, 9);
-        if (divers > 0 && sm_rng_below(&rng, 4)) r.act[0] = UP;
-        else if (d >= 0 && sm_rng_below(&rng, 4)) /* towards the diver: row first */
+        int f = find_cell(r.obs, 0), divers = count_cells(r.obs, 8), d = find_cell(r.obs, 9);
+        if (divers > 0 && sm_rng_below(&r.rng, 4)) r.act[0] = UP;
+        else if (d >= 0 && sm_rng_below(&r.rng, 4)) /* towards the diver: row first */
             r.act[0] = d / 10 < f / 10 ? UP : d / 10 > f / 10 ? DOWN : d % 10 < f % 10 ? LEFT : RIGHT;
-        else r.act[0] = (int)sm_rng_below(&rng, 6);
-        sm_vecenv_step(&r.v);
-        const float *o = r.term[0] ? r.fin : r.obs;
+        else r.act[0] = (int)sm_rng_below(&r.rng, 6);
+        rig_step(&r);
+        const float *o = rig_ended(&r, 0);
         int g = find_cell(o, 0);
         int surfaced = f / 10 == 1 && g / 10 == 0;
         int hit = o[400 + g] != 0.0f || o[500 + g] != 0.0f || o[600 + g] != 0.0f;
@@ -389,4 +393,80 @@ Test(minatar, seaquest_divers_surfacing_and_hits) {
     cr_assert_gt(shots, 20);
     cr_assert_gt(deaths, 20);
     rig_free(&r);
+}
+
+/* Space Invaders under a policy that fires while drifting randomly: every alien carries exactly
+ * one direction channel, the same for all; a reward of k removes exactly k aliens (or clears the
+ * wave, which comes back whole: 4 rows of 6); terminal iff an enemy bullet is on the cannon or an
+ * alien has reached the bottom row. */
+Test(minatar, space_invaders_kills_waves_and_hits) {
+    const int N = 4;
+    rig r;
+    rig_init(&r, "minatar/space_invaders", N, 2, -1.0);
+    int kills = 0, deaths = 0;
+    for (int t = 0; t < 50000; t++) {
+        rig_step_random(&r, 1);
+        for (int i = 0; i < N; i++) {
+            const float *o = rig_ended(&r, i), *b = rig_before(&r, i);
+            int aliens = count_cells(o, 1), left = count_cells(o, 2), right = count_cells(o, 3);
+            cr_assert(left == aliens || right == aliens, "one direction for the block");
+            cr_assert_eq(left + right, aliens, "one direction channel per alien");
+            for (int k = 0; k < 100; k++)
+                if (o[100 + k] != 0.0f) cr_assert(o[200 + k] != 0.0f || o[300 + k] != 0.0f);
+            int c = find_cell(o, 0);
+            cr_assert_eq(c / 10, 9, "the cannon is on the bottom row");
+            int hit = o[500 + c] != 0.0f, landed = 0;
+            for (int x = 0; x < 10; x++) landed |= o[100 + 90 + x] != 0.0f;
+            cr_assert_eq(r.term[i], hit || landed, "terminal iff shot or landed");
+            deaths += r.term[i];
+            int k = (int)r.rew[i];
+            cr_assert_eq(r.rew[i], (float)k);
+            kills += k;
+            if (count_cells(b, 1) - k == 0) {
+                cr_assert_eq(aliens, 24, "a new wave of 4 x 6");
+            } else {
+                cr_assert_eq(aliens, count_cells(b, 1) - k, "a reward of %d removes %d aliens", k, k);
+            }
+        }
+    }
+    cr_assert_gt(kills, 100);
+    cr_assert_gt(deaths, 20);
+    rig_free(&r);
+}
+
+/* Asterix difficulty ramping, seen through the trail channel (a new trail cell appears exactly when
+ * an object moves): with ramping off, objects move only on every 5th frame of an episode; with it
+ * on, the interval shrinks after 100 frames, so moves come on other frames too. */
+static long asterix_off_beat_moves(int ramping, long *moves) {
+    sm_env_opts o = sm_env_opts_default();
+    o.ramping = ramping;
+    rig r;
+    rig_init_opts(&r, "minatar/asterix", 8, 31, &o);
+    int frame[8] = {0};
+    long off = 0;
+    *moves = 0;
+    for (int t = 0; t < 20000; t++) {
+        rig_step_random(&r, 0);
+        for (int i = 0; i < r.N; i++) {
+            frame[i]++;
+            if (r.term[i]) {
+                frame[i] = 0;
+                continue;
+            }
+            const float *o = r.obs + i * r.D, *b = rig_before(&r, i);
+            int moved = 0;
+            for (int k = 200; k < 300; k++) moved |= o[k] != 0.0f && b[k] == 0.0f;
+            *moves += moved;
+            off += moved && frame[i] % 5 != 0;
+        }
+    }
+    rig_free(&r);
+    return off;
+}
+
+Test(minatar, asterix_ramping_speeds_objects_up) {
+    long moves;
+    cr_assert_eq(asterix_off_beat_moves(0, &moves), 0, "without ramping objects move every 5 frames");
+    cr_assert_gt(moves, 1000);
+    cr_assert_gt(asterix_off_beat_moves(1, &moves), 100, "with ramping they speed up");
 }
