@@ -23,7 +23,7 @@
  *   The oxygen bar lights ceil(oxygen / 20) cells, so the bonus for surfacing with 6 divers is
  *   1 to 10. "Surfacing" is moving from row 1 to row 0.
  * - Fire: a bullet leaves from the front cell and travels one cell per frame in the facing
- *   direction; one shot every 5 frames; at most 4 bullets in flight.
+ *   direction; one shot every 5 frames. Two bullets in one cell strike as one.
  * - Enemies: at most one per water row; one spawns every `spawn_interval` frames (20 at first) on
  *   a uniformly chosen free row, at the left or right edge (equally likely) heading inwards, a
  *   submarine with probability 1/3, else a fish. All enemies move one cell every `move_interval`
@@ -47,8 +47,7 @@ enum {
 #define SQ_OXYGEN_PER_CELL 20
 #define SQ_MAX_DIVERS 6
 #define SQ_SHOT_COOLDOWN 5
-#define SQ_MAX_FBULLETS 4
-#define SQ_MAX_EBULLETS 16
+#define SQ_FULL_ROW 0x3FFu
 #define SQ_SPAWN0 20
 #define SQ_SPAWN_MIN 6
 #define SQ_SPAWN_STEP 2
@@ -58,7 +57,7 @@ enum {
 #define SQ_DIVER_SPAWN 30
 #define SQ_DIVER_MOVE 5
 
-/* something moving along a row: an enemy, a diver or a bullet */
+/* an enemy or a diver, moving along its row */
 typedef struct {
     signed char active, x, y, dir, tx; /* tx: previous column (trail), == x when just spawned */
     signed char sub, timer;            /* enemies: submarine?, frames to its next shot */
@@ -71,7 +70,9 @@ typedef struct {
     int spawn_interval, move_interval, spawn_timer, move_timer, diver_spawn_timer, diver_move_timer;
     int done;
     sq_mover enemy[SQ_ROWS], diver[SQ_ROWS]; /* the one on water row 1 + r */
-    sq_mover fb[SQ_MAX_FBULLETS], eb[SQ_MAX_EBULLETS];
+    /* bullets, the player's (fb) and the enemies' (eb): bit x of [d][y] is a bullet at (y, x) moving
+     * left (d = 0) or right (d = 1) */
+    unsigned fb[2][MA_N], eb[2][MA_N];
 } seaquest;
 
 static void sq_draw(const seaquest *e, float *obs) {
@@ -90,10 +91,10 @@ static void sq_draw(const seaquest *e, float *obs) {
             if (d->tx != d->x) ma_set(obs, SQ_TRAIL, d->y, d->tx);
         }
     }
-    for (int i = 0; i < SQ_MAX_FBULLETS; i++)
-        if (e->fb[i].active) ma_set(obs, SQ_FBULLET, e->fb[i].y, e->fb[i].x);
-    for (int i = 0; i < SQ_MAX_EBULLETS; i++)
-        if (e->eb[i].active) ma_set(obs, SQ_EBULLET, e->eb[i].y, e->eb[i].x);
+    for (int y = 0; y <= SQ_ROWS; y++) {
+        ma_set_row(obs, SQ_FBULLET, y, e->fb[0][y] | e->fb[1][y]);
+        ma_set_row(obs, SQ_EBULLET, y, e->eb[0][y] | e->eb[1][y]);
+    }
     ma_set_bar(obs, SQ_OXYGEN, SQ_GAUGE_ROW, (e->oxygen + SQ_OXYGEN_PER_CELL - 1) / SQ_OXYGEN_PER_CELL);
     ma_set_bar(obs, SQ_DIVERS, SQ_GAUGE_ROW, e->divers);
 }
@@ -126,15 +127,15 @@ static void sq_advance(sq_mover *m) {
     if (m->x < 0 || m->x >= MA_N) m->active = 0;
 }
 
-/* A free slot of the pool (NULL when all are in use). */
-static sq_mover *sq_free(sq_mover *pool, int n) {
-    for (int i = 0; i < n; i++)
-        if (!pool[i].active) return &pool[i];
-    return NULL;
+/* Bullets move one cell along their rows and leave at the edges. */
+static void sq_shift(unsigned b[2][MA_N]) {
+    for (int y = 0; y <= SQ_ROWS; y++) {
+        b[0][y] >>= 1;
+        b[1][y] = (b[1][y] << 1) & SQ_FULL_ROW;
+    }
 }
 
 static void sq_launch(sq_mover *m, int x, int y, int dir) {
-    if (!m || x < 0 || x >= MA_N) return;
     memset(m, 0, sizeof *m);
     m->active = 1;
     m->x = m->tx = (signed char)x;
@@ -164,21 +165,21 @@ static void sq_contact(seaquest *e) {
             e->divers++;
         }
     }
-    for (int i = 0; i < SQ_MAX_EBULLETS; i++)
-        if (e->eb[i].active && e->eb[i].x == e->x && e->eb[i].y == e->y) e->done = 1;
+    if ((e->eb[0][e->y] | e->eb[1][e->y]) >> e->x & 1u) e->done = 1;
 }
 
-/* Player bullets on an enemy's cell: +1 each, both removed. */
+/* Player bullets on an enemy's cell: +1 each enemy, bullets and enemy removed. */
 static float sq_bullet_hits(seaquest *e) {
     float r = 0.0f;
-    for (int i = 0; i < SQ_MAX_FBULLETS; i++) {
-        sq_mover *b = &e->fb[i];
-        if (!b->active || b->y < 1) continue;
-        sq_mover *m = &e->enemy[b->y - 1];
-        if (m->active && m->x == b->x) {
-            m->active = b->active = 0;
-            r += 1.0f;
-        }
+    for (int k = 0; k < SQ_ROWS; k++) {
+        sq_mover *m = &e->enemy[k];
+        if (!m->active) continue;
+        unsigned bit = 1u << m->x;
+        if (!((e->fb[0][m->y] | e->fb[1][m->y]) & bit)) continue;
+        e->fb[0][m->y] &= ~bit;
+        e->fb[1][m->y] &= ~bit;
+        m->active = 0;
+        r += 1.0f;
     }
     return r;
 }
@@ -210,11 +211,8 @@ static float sq_player(seaquest *e, int a) {
     float r = 0.0f;
     if (e->shot_cooldown > 0) e->shot_cooldown--;
     if (a == MA_FIRE && e->shot_cooldown == 0) {
-        sq_mover *b = sq_free(e->fb, SQ_MAX_FBULLETS);
-        if (b) {
-            sq_launch(b, e->x, e->y, e->facing);
-            e->shot_cooldown = SQ_SHOT_COOLDOWN;
-        }
+        e->fb[e->facing > 0][e->y] |= 1u << e->x;
+        e->shot_cooldown = SQ_SHOT_COOLDOWN;
     }
     int dx = ma_dx(a);
     if (dx) e->facing = dx;
@@ -230,7 +228,8 @@ static void sq_enemy_shots(seaquest *e) {
     for (int r = 0; r < SQ_ROWS; r++) {
         sq_mover *m = &e->enemy[r];
         if (m->active && m->sub && --m->timer <= 0) {
-            sq_launch(sq_free(e->eb, SQ_MAX_EBULLETS), m->x + m->dir, m->y, m->dir);
+            int x = m->x + m->dir;
+            if (x >= 0 && x < MA_N) e->eb[m->dir > 0][m->y] |= 1u << x;
             m->timer = SQ_ESHOT_EVERY;
         }
     }
@@ -240,11 +239,9 @@ static void sq_enemy_shots(seaquest *e) {
  * shows what hit it); returns the points scored. */
 static float sq_world(seaquest *e) {
     /* bullets: the player's, then the enemies' */
-    for (int i = 0; i < SQ_MAX_FBULLETS; i++)
-        if (e->fb[i].active) sq_advance(&e->fb[i]);
+    sq_shift(e->fb);
     float r = sq_bullet_hits(e);
-    for (int i = 0; i < SQ_MAX_EBULLETS; i++)
-        if (e->eb[i].active) sq_advance(&e->eb[i]);
+    sq_shift(e->eb);
     sq_contact(e);
     if (e->done) return r;
     if (--e->move_timer <= 0) {
