@@ -89,6 +89,12 @@ static int count_cells(const float *obs, int channel) {
     return n;
 }
 
+/* A paddle move for Breakout that follows the ball's column. */
+static int follow_ball(const float *obs) {
+    int paddle = find_cell(obs, 0) % 10, ball = find_cell(obs, 1) % 10;
+    return ball < paddle ? LEFT : ball > paddle ? RIGHT : NOOP;
+}
+
 /* Every game: the spec (10 x 10 x C binary, 6 actions); under a uniform random policy every value
  * is 0 or 1, every channel lights up at some point, and every environment finishes episodes. */
 Test(minatar, binary_observations_channels_and_random_episodes_end) {
@@ -130,8 +136,7 @@ Test(minatar, breakout_brick_gives_one_and_disappears) {
     rig_init(&r, "minatar/breakout", 1, 21, 0.0);
     int hits = 0;
     for (int t = 0; t < 3000 && hits < 5; t++) {
-        int paddle = find_cell(r.obs, 0) % 10, ball = find_cell(r.obs, 1) % 10;
-        r.act[0] = ball < paddle ? LEFT : ball > paddle ? RIGHT : NOOP;
+        r.act[0] = follow_ball(r.obs);
         rig_step(&r);
         const float *before = r.before;
         if (r.term[0]) continue;
@@ -155,6 +160,50 @@ Test(minatar, breakout_brick_gives_one_and_disappears) {
         hits++;
     }
     cr_assert_eq(hits, 5, "a ball-following paddle breaks bricks");
+    rig_free(&r);
+}
+
+/* Breakout: a lookahead player (it tries each paddle move on a copy of the environment's state,
+ * which the vector exposes, then follows the ball, and takes the move that scores soonest) clears
+ * the wall; the 30th brick gives +1 like the others and a new wall of three rows appears at once. */
+Test(minatar, breakout_cleared_wall_is_replaced) {
+    rig r;
+    rig_init(&r, "minatar/breakout", 1, 21, 0.0);
+    const sm_env_spec *s = r.v.spec;
+    unsigned char scratch[1024];
+    float sim_obs[400];
+    cr_assert_leq(s->state_bytes, sizeof scratch);
+    double episode_return = 0;
+    int replaced = 0;
+    for (int t = 0; t < 5000 && !replaced; t++) {
+        int best = follow_ball(r.obs), soonest = 1 << 30;
+        const int moves[3] = {NOOP, LEFT, RIGHT};
+        for (int m = 0; m < 3; m++) {
+            memcpy(scratch, r.v.states, s->state_bytes);
+            memcpy(sim_obs, r.obs, sizeof sim_obs);
+            for (int k = 0; k < 300; k++) {
+                int a = k ? follow_ball(sim_obs) : moves[m];
+                float rew;
+                unsigned char term = 0;
+                s->step(scratch, &a, NULL, sim_obs, &rew, &term);
+                if (term) break;
+                if (rew > 0.0f) {
+                    if (k < soonest) soonest = k, best = moves[m];
+                    break;
+                }
+            }
+        }
+        r.act[0] = best;
+        rig_step(&r);
+        episode_return = r.term[0] ? 0.0 : episode_return + r.rew[0];
+        if (!r.term[0] && r.rew[0] > 0.0f && count_cells(r.before, 3) == 1) {
+            cr_assert_eq(r.rew[0], 1.0f);
+            cr_assert_geq(count_cells(r.obs, 3), 29, "a new wall (less the ball's cell)");
+            cr_assert_eq(episode_return, 30.0, "one point per brick");
+            replaced = 1;
+        }
+    }
+    cr_assert(replaced, "the wall was cleared and replaced");
     rig_free(&r);
 }
 

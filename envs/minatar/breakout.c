@@ -11,13 +11,17 @@
  * - Bricks fill rows 1-3; row 0 is free, so a ball that gets above the bricks bounces between them
  *   and the top wall. The paddle is one cell wide, starts in column 4, moves one cell per step.
  * - The ball starts in row 4, in column 0 or 9 (equally likely), moving down towards the centre.
- * - Each step the paddle moves first, then the ball tries to move one cell diagonally. A side wall
- *   flips its horizontal direction and the top wall its vertical one, within the same move. If the
- *   target cell holds a brick, the brick goes, +1, the vertical direction flips and the ball stays
- *   where it is this step. If the target is in the bottom row and the paddle is there, the ball
- *   stays and goes back up the way it came (it hit the paddle's near side); if the paddle is
- *   right below the ball, it goes up keeping its horizontal direction (it hit the far side).
- *   Otherwise reaching the bottom row is terminal.
+ * - Each step the paddle moves first, then the ball tries to move one cell diagonally.
+ * - The walls stand just outside the grid: a ball that would cross a side wall bounces back into
+ *   its own column (this step it moves only vertically, its horizontal direction flipped); one that
+ *   would cross the top stays in row 0 (it moves only sideways, now heading down). These half-moves
+ *   switch the ball between the two diagonal lattices (x + y even or odd), so every brick can be hit.
+ * - If the target cell holds a brick, the brick goes, +1, the vertical direction flips and the ball
+ *   stays where it is this step.
+ * - If the target is in the bottom row and the paddle is there, the ball stays and goes back up the
+ *   way it came (it hit the paddle's near side); if the paddle is right below the ball, it goes up
+ *   keeping its horizontal direction (it hit the far side). Otherwise reaching the bottom row is
+ *   terminal.
  * - New bricks appear as soon as the last one is broken (the cell the ball is in stays empty).
  * - No difficulty ramping (the paper describes none for Breakout).
  * Actions: left and right move the paddle; the others do nothing.
@@ -76,13 +80,13 @@ static void bo_reset(void *st, float *obs) {
 /* Moves the ball one step; returns the reward. */
 static float bo_ball(breakout *e) {
     int nx = e->bx + e->dx, ny = e->by + e->dy;
-    if (nx < 0 || nx >= MA_N) {
+    if (nx < 0 || nx >= MA_N) { /* off a side wall: back into its own column */
         e->dx = -e->dx;
-        nx = e->bx + e->dx;
+        nx = e->bx;
     }
-    if (ny < 0) {
+    if (ny < 0) { /* off the top wall: along row 0 */
         e->dy = 1;
-        ny = e->by + 1;
+        ny = e->by;
     }
     if (bo_is_brick(e, ny, nx)) {
         int r = ny - BO_BRICK_ROW0;
