@@ -163,37 +163,57 @@ Test(minatar, breakout_brick_gives_one_and_disappears) {
     rig_free(&r);
 }
 
-/* Breakout: a lookahead player (it tries each paddle move on a copy of the environment's state,
- * which the vector exposes, then follows the ball, and takes the move that scores soonest) clears
- * the wall; the 30th brick gives +1 like the others and a new wall of three rows appears at once. */
-Test(minatar, breakout_cleared_wall_is_replaced) {
-    rig r;
-    rig_init(&r, "minatar/breakout", 1, 21, 0.0);
-    const sm_env_spec *s = r.v.spec;
-    unsigned char scratch[1024];
-    float sim_obs[400];
+/* A lookahead player for rules that only good play reaches: it tries each action on copies of
+ * environment 0's state (the vector exposes the states), continues each with `rollouts` runs of
+ * `policy` for up to `horizon` steps, and picks the action of the best mean score (rewards, earlier
+ * ones worth more, minus 100 for an episode's end). */
+typedef int (*rollout_policy)(const float *obs, sm_rng *rng);
+
+static int lookahead(rig *r, int horizon, int rollouts, rollout_policy policy) {
+    const sm_env_spec *s = r->v.spec;
+    unsigned char scratch[2048];
+    float sim_obs[1000];
     cr_assert_leq(s->state_bytes, sizeof scratch);
-    double episode_return = 0;
-    int replaced = 0;
-    for (int t = 0; t < 5000 && !replaced; t++) {
-        int best = follow_ball(r.obs), soonest = 1 << 30;
-        const int moves[3] = {NOOP, LEFT, RIGHT};
-        for (int m = 0; m < 3; m++) {
-            memcpy(scratch, r.v.states, s->state_bytes);
-            memcpy(sim_obs, r.obs, sizeof sim_obs);
-            for (int k = 0; k < 300; k++) {
-                int a = k ? follow_ball(sim_obs) : moves[m];
+    double best_score = -1e300;
+    int best = NOOP;
+    for (int a0 = 0; a0 < 6; a0++) {
+        double score = 0;
+        for (int k = 0; k < rollouts; k++) {
+            memcpy(scratch, r->v.states, s->state_bytes);
+            memcpy(sim_obs, r->obs, sizeof(float) * r->D);
+            for (int j = 0; j < horizon; j++) {
+                int a = j ? policy(sim_obs, &r->rng) : a0;
                 float rew;
                 unsigned char term = 0;
                 s->step(scratch, &a, NULL, sim_obs, &rew, &term);
+                score += rew * (1.0 - (double)j / horizon) - (term ? 100.0 : 0.0);
                 if (term) break;
-                if (rew > 0.0f) {
-                    if (k < soonest) soonest = k, best = moves[m];
-                    break;
-                }
             }
         }
-        r.act[0] = best;
+        if (score > best_score) best_score = score, best = a0;
+    }
+    return best;
+}
+
+static int follow_policy(const float *obs, sm_rng *rng) {
+    (void)rng;
+    return follow_ball(obs);
+}
+
+static int random_policy(const float *obs, sm_rng *rng) {
+    (void)obs;
+    return (int)sm_rng_below(rng, 6);
+}
+
+/* Breakout: a lookahead player clears the wall; the 30th brick gives +1 like the others and a new
+ * wall of three rows appears at once. */
+Test(minatar, breakout_cleared_wall_is_replaced) {
+    rig r;
+    rig_init(&r, "minatar/breakout", 1, 21, 0.0);
+    double episode_return = 0;
+    int replaced = 0;
+    for (int t = 0; t < 5000 && !replaced; t++) {
+        r.act[0] = lookahead(&r, 300, 1, follow_policy);
         rig_step(&r);
         episode_return = r.term[0] ? 0.0 : episode_return + r.rew[0];
         if (!r.term[0] && r.rew[0] > 0.0f && count_cells(r.before, 3) == 1) {
@@ -204,6 +224,26 @@ Test(minatar, breakout_cleared_wall_is_replaced) {
         }
     }
     cr_assert(replaced, "the wall was cleared and replaced");
+    rig_free(&r);
+}
+
+/* Seaquest: a lookahead player fills the boat; surfacing with 6 divers empties it, refills the
+ * oxygen and scores one point per lit oxygen cell at that moment. */
+Test(minatar, seaquest_six_divers_score_the_oxygen_left) {
+    rig r;
+    rig_init(&r, "minatar/seaquest", 1, 1, 0.0);
+    int full = 0;
+    for (int t = 0; t < 20000 && !full; t++) {
+        r.act[0] = lookahead(&r, 40, 8, random_policy);
+        rig_step(&r);
+        if (!r.term[0] && count_cells(r.before, 8) == 6 && find_cell(r.obs, 0) / 10 == 0) {
+            cr_assert_eq(count_cells(r.obs, 8), 0, "the boat is emptied");
+            cr_assert_eq(count_cells(r.obs, 7), 10, "oxygen refilled");
+            cr_assert_eq(r.rew[0], (float)count_cells(r.before, 7), "one point per oxygen cell");
+            full = 1;
+        }
+    }
+    cr_assert(full, "the boat was filled and brought up");
     rig_free(&r);
 }
 
