@@ -559,3 +559,41 @@ Test(minatar, asterix_ramping_speeds_objects_up) {
     cr_assert_gt(moves, 1000);
     cr_assert_gt(asterix_off_beat_moves(1, &moves), 100, "with ramping they speed up");
 }
+
+/* Space Invaders ramping: a lookahead player clears a wave; the next wave's block first moves 11
+ * frames after it appears with ramping (one frame faster than the 12 of the first wave), 12 without. */
+static int si_second_wave_first_move(int ramping) {
+    sm_env_opts o = sm_env_opts_default();
+    o.sticky = 0.0;
+    o.ramping = ramping;
+    rig r;
+    rig_init_opts(&r, "minatar/space_invaders", 1, 3, &o);
+    int since = -1;
+    for (int t = 0; t < 20000; t++) {
+        r.act[0] = lookahead(&r, 30, 8, random_policy);
+        rig_step(&r);
+        if (r.term[0]) {
+            since = -1;
+            continue;
+        }
+        int before = count_cells(r.before, 1), k = (int)r.rew[0];
+        if (since < 0) {
+            if (k > 0 && before == k) since = 0; /* the wave was cleared: a new one stands */
+            continue;
+        }
+        since++;
+        int moved = 0;
+        for (int c = 0; c < 100; c++) moved |= r.obs[100 + c] != 0.0f && r.before[100 + c] == 0.0f;
+        if (moved) {
+            rig_free(&r);
+            return since;
+        }
+    }
+    rig_free(&r);
+    return -1;
+}
+
+Test(minatar, space_invaders_waves_speed_up_with_ramping) {
+    cr_assert_eq(si_second_wave_first_move(1), 11);
+    cr_assert_eq(si_second_wave_first_move(0), 12);
+}
