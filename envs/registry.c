@@ -3,6 +3,9 @@
 #include "specmoe/rl/env.h"
 
 extern const sm_env_spec sm_env_cartpole;
+extern const sm_env_spec sm_env_acrobot;
+extern const sm_env_spec sm_env_mountaincar;
+extern const sm_env_spec sm_env_pendulum;
 extern const sm_env_spec sm_env_minatar_asterix;
 extern const sm_env_spec sm_env_minatar_breakout;
 extern const sm_env_spec sm_env_minatar_freeway;
@@ -11,6 +14,9 @@ extern const sm_env_spec sm_env_minatar_space_invaders;
 
 static const sm_env_spec *const kEnvs[] = {
     &sm_env_cartpole,
+    &sm_env_acrobot,
+    &sm_env_mountaincar,
+    &sm_env_pendulum,
     &sm_env_minatar_asterix,
     &sm_env_minatar_breakout,
     &sm_env_minatar_freeway,

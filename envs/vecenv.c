@@ -36,6 +36,15 @@ const char *sm_env_names(void) {
     return buf;
 }
 
+void sm_env_random_actions(const sm_env_spec *s, sm_rng *rng, int n, int *act_disc, float *act_box) {
+    for (int i = 0; i < n; i++) {
+        if (s->act_kind == SM_SPACE_DISCRETE) act_disc[i] = (int)sm_rng_below(rng, (uint32_t)s->act_n);
+        else
+            for (int j = 0; j < s->act_n; j++)
+                act_box[(size_t)i * s->act_n + j] = s->act_low[j] + (float)sm_rng_uniform(rng) * (s->act_high[j] - s->act_low[j]);
+    }
+}
+
 static void *env_state(const sm_vecenv *v, int i) { return v->states + (size_t)i * v->spec->state_bytes; }
 
 sm_status sm_vecenv_init(sm_vecenv *v, const char *name, int num_envs, uint64_t seed, const sm_env_opts *opts,
@@ -122,6 +131,41 @@ void sm_vecenv_step(sm_vecenv *v) {
             v->ep_length[i] = 0;
         }
     }
+}
+
+static size_t one_state(const sm_env_spec *s) { return s->save ? s->save_bytes : s->state_bytes; }
+
+size_t sm_vecenv_state_size(const sm_vecenv *v) {
+    const size_t N = (size_t)v->num_envs;
+    return N * (one_state(v->spec) + sizeof *v->ep_return + sizeof *v->ep_length + sizeof *v->logs);
+}
+
+void sm_vecenv_save(const sm_vecenv *v, void *buf) {
+    unsigned char *p = buf;
+    const size_t N = (size_t)v->num_envs, one = one_state(v->spec);
+    for (int i = 0; i < v->num_envs; i++, p += one) {
+        if (v->spec->save) v->spec->save(env_state(v, i), p);
+        else memcpy(p, env_state(v, i), one);
+    }
+    memcpy(p, v->ep_return, N * sizeof *v->ep_return);
+    p += N * sizeof *v->ep_return;
+    memcpy(p, v->ep_length, N * sizeof *v->ep_length);
+    p += N * sizeof *v->ep_length;
+    memcpy(p, v->logs, N * sizeof *v->logs);
+}
+
+void sm_vecenv_load(sm_vecenv *v, const void *buf) {
+    const unsigned char *p = buf;
+    const size_t N = (size_t)v->num_envs, one = one_state(v->spec);
+    for (int i = 0; i < v->num_envs; i++, p += one) {
+        if (v->spec->load) v->spec->load(env_state(v, i), p);
+        else memcpy(env_state(v, i), p, one);
+    }
+    memcpy(v->ep_return, p, N * sizeof *v->ep_return);
+    p += N * sizeof *v->ep_return;
+    memcpy(v->ep_length, p, N * sizeof *v->ep_length);
+    p += N * sizeof *v->ep_length;
+    memcpy(v->logs, p, N * sizeof *v->logs);
 }
 
 sm_env_log sm_vecenv_log_take(sm_vecenv *v) {

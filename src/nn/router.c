@@ -52,32 +52,6 @@ const sm_router_ops *sm_router_find(const char *name) {
     return NULL;
 }
 
-const char *sm_router_opt_flag(const sm_router_opt *o, char *buf, size_t n) {
-    snprintf(buf, n, "%s", o->flag ? o->flag : o->key);
-    for (char *p = buf; *p; p++)
-        if (*p == '_') *p = '-';
-    return buf;
-}
-
-int sm_router_opt_set(const sm_router_opt *o, sm_router_config *c, const char *text) {
-    char *f = (char *)c + o->offset, *end = NULL;
-    errno = 0;
-    if (o->type == SM_OPT_INT || o->type == SM_OPT_BOOL) {
-        long v = strtol(text, &end, 10);
-        if (!*text || *end || errno || v < -2147483647L || v > 2147483647L) return -1;
-        *(int *)f = (int)v;
-    } else if (o->type == SM_OPT_NUM) {
-        double v = strtod(text, &end);
-        if (!*text || *end || errno || !isfinite(v)) return -1;
-        *(double *)f = v;
-    } else {
-        unsigned long long v = strtoull(text, &end, 10);
-        if (!*text || *end || errno || *text == '-') return -1;
-        *(uint64_t *)f = (uint64_t)v;
-    }
-    return 0;
-}
-
 /* Calls fn on every option once per JSON key: the shared ones, then each router's own in registry
  * order (a key two routers list is visited at its first appearance). */
 static void for_each_key(void (*fn)(const sm_router_opt *, void *), void *user) {
@@ -153,16 +127,31 @@ void sm_router_free(sm_router *r) {
     free(r);
 }
 
+/* The real arrays of a route (sm_route_alloc's order): the four SOFT matrices close the table, a
+ * SPARSE route carves only the first four and leaves them NULL (sizes 0 here). */
+#define ROUTE_N_REAL 8
+static void route_sizes(sm_route_kind kind, int max_T, int E, int max_assign, int slots, size_t sizes[ROUTE_N_REAL]) {
+    size_t A = max_assign > 0 ? (size_t)max_assign : 1, TE = (size_t)max_T * E;
+    size_t n = kind == SM_ROUTE_SOFT ? TE * (size_t)slots : 0;
+    size_t s[ROUTE_N_REAL] = {A, A, TE, TE, n, n, n, n};
+    memcpy(sizes, s, sizeof s);
+}
+
+size_t sm_route_values(sm_route_kind kind, int max_T, int E, int max_assign, int slots) {
+    size_t sizes[ROUTE_N_REAL], n = 0;
+    route_sizes(kind, max_T, E, max_assign, slots, sizes);
+    for (int i = 0; i < ROUTE_N_REAL; i++) n += sizes[i];
+    return n;
+}
+
 sm_status sm_route_alloc(sm_route *route, sm_route_kind kind, int max_T, int E, int max_assign, int slots,
                          sm_error *err) {
     memset(route, 0, sizeof *route);
     route->kind = kind;
     route->E = E;
-    size_t A = max_assign > 0 ? (size_t)max_assign : 1, TE = (size_t)max_T * E;
-    size_t n = kind == SM_ROUTE_SOFT ? TE * (size_t)slots : 0;
-    /* the four SOFT matrices close the table: a SPARSE route carves only the first four arrays and
-     * leaves them NULL */
-    size_t sizes[] = {A, A, TE, TE, n, n, n, n};
+    size_t A = max_assign > 0 ? (size_t)max_assign : 1;
+    size_t sizes[ROUTE_N_REAL];
+    route_sizes(kind, max_T, E, max_assign, slots, sizes);
     sm_real **ptrs[] = {&route->weight, &route->dweight, &route->probs, &route->dprobs,
                         &route->dispatch, &route->combine, &route->ddispatch, &route->dcombine};
     size_t isizes[] = {(size_t)E + 1, A, A, (size_t)E};
@@ -221,17 +210,7 @@ typedef struct {
 
 static void opt_to_json(const sm_router_opt *o, void *user) {
     json_ctx *x = user;
-    const char *f = (const char *)x->c + o->offset;
-    if (o->type == SM_OPT_U64 && *(const uint64_t *)f > (1ull << 53)) {
-        /* beyond 2^53 a JSON number loses bits: the exact decimal string instead */
-        char b[32];
-        snprintf(b, sizeof b, "%llu", (unsigned long long)*(const uint64_t *)f);
-        cJSON_AddStringToObject(x->out, o->key, b);
-        return;
-    }
-    double v = o->type == SM_OPT_NUM ? *(const double *)f
-               : o->type == SM_OPT_U64 ? (double)*(const uint64_t *)f : *(const int *)f;
-    cJSON_AddNumberToObject(x->out, o->key, v);
+    sm_opt_to_json(o, x->c, x->out);
 }
 
 void sm_router_config_to_json(const sm_router_config *c, cJSON *o) {
@@ -243,32 +222,7 @@ void sm_router_config_to_json(const sm_router_config *c, cJSON *o) {
 /* Options absent from the JSON keep their defaults unless required. */
 static void opt_from_json(const sm_router_opt *o, void *user) {
     json_ctx *x = user;
-    if (x->st != SM_OK) return;
-    char *f = (char *)x->c + o->offset;
-    int opt = !o->required;
-    if (o->type == SM_OPT_INT || o->type == SM_OPT_BOOL) {
-        x->st = sm_json_int(x->in, o->key, opt, (int *)f, x->what, x->err);
-    } else if (o->type == SM_OPT_NUM) {
-        x->st = sm_json_num(x->in, o->key, opt, (double *)f, x->what, x->err);
-    } else { /* a number up to 2^53, or the exact decimal string */
-        const cJSON *j = cJSON_GetObjectItemCaseSensitive(x->in, o->key);
-        if (cJSON_IsString(j)) {
-            char *end = NULL;
-            errno = 0;
-            unsigned long long u = strtoull(j->valuestring, &end, 10);
-            if (!*j->valuestring || *end || errno || j->valuestring[0] == '-')
-                x->st = sm_fail(x->err, SM_ERR_FORMAT, "%s: field '%s' is not an unsigned 64-bit integer", x->what, o->key);
-            else
-                *(uint64_t *)f = (uint64_t)u;
-            return;
-        }
-        double v = (double)*(uint64_t *)f;
-        x->st = sm_json_num(x->in, o->key, opt, &v, x->what, x->err);
-        /* files written before seeds above 2^53 became strings hold them as (rounded) numbers */
-        if (x->st == SM_OK && !(v >= 0 && v < 18446744073709551616.0 && v == floor(v)))
-            x->st = sm_fail(x->err, SM_ERR_FORMAT, "%s: field '%s' is not an unsigned 64-bit integer", x->what, o->key);
-        if (x->st == SM_OK) *(uint64_t *)f = (uint64_t)v;
-    }
+    if (x->st == SM_OK) x->st = sm_opt_from_json(o, x->c, x->in, x->what, x->err);
 }
 
 sm_status sm_router_config_from_json(sm_router_config *c, const cJSON *o, const char *what, sm_error *err) {

@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "specmoe/core/core.h"
+#include "specmoe/core/opt.h"
 #include "specmoe/core/params.h"
 
 #ifdef __cplusplus
@@ -59,20 +60,11 @@ typedef struct {
  * several tables (alpha: grassmann and ev) as long as type, field and default agree. From these
  * tables come the defaults (sm_router_config_default), the JSON fields (sm_router_config_to_json /
  * _from_json) and the command-line flags of `specmoe train`. */
-typedef enum { SM_OPT_INT, SM_OPT_NUM, SM_OPT_BOOL, SM_OPT_U64 } sm_opt_type;
-
-typedef struct {
-    const char *key;    /* JSON key */
-    const char *flag;   /* flag name without "--"; NULL: the key with '_' -> '-' (sm_router_opt_flag) */
-    sm_opt_type type;   /* INT, BOOL: int field; NUM: double; U64: uint64_t */
-    size_t offset;      /* of the field in sm_router_config */
-    const char *def;    /* default as text, parsed like a flag value */
-    const char *help;   /* one line, without the router names (the CLI adds "[grassmann] ") */
-    int required;       /* must be present in JSON (the fields of the first checkpoints) */
-} sm_router_opt;
+/* (the generic option row, include/specmoe/core/opt.h) */
+typedef sm_opt sm_router_opt;
 
 #define SM_ROUTER_OPT(key, flag, type, field, def, help, required) \
-    {key, flag, type, offsetof(sm_router_config, field), def, help, required}
+    {key, flag, type, offsetof(sm_router_config, field), def, help, required, 0}
 
 /* What a front end knows when it fills a config from user options, for sm_router_ops.defaults. */
 typedef struct {
@@ -173,14 +165,18 @@ const sm_router_ops *sm_router_find(const char *name);
 /* The options every router shares (experts, topk, temperature, ...); n receives their number. */
 const sm_router_opt *sm_router_shared_opts(int *n);
 /* The flag name of an option (o->flag, or the key with '_' -> '-') in buf of n bytes. */
-const char *sm_router_opt_flag(const sm_router_opt *o, char *buf, size_t n);
+static inline const char *sm_router_opt_flag(const sm_router_opt *o, char *buf, size_t n) { return sm_opt_flag(o, buf, n); }
 /* Sets the option's field in c from text (as a flag value); 0 on success, -1 if text is invalid. */
-int sm_router_opt_set(const sm_router_opt *o, sm_router_config *c, const char *text);
+static inline int sm_router_opt_set(const sm_router_opt *o, sm_router_config *c, const char *text) {
+    return sm_opt_set(o, c, text);
+}
 
 /* Allocates a route for up to max_T tokens; SOFT routes also get their (max_T, E*slots) matrices. */
 sm_status sm_route_alloc(sm_route *route, sm_route_kind kind, int max_T, int E, int max_assign, int slots,
                          sm_error *err);
 void sm_route_free(sm_route *route);
+/* The sm_real values sm_route_alloc takes for these sizes (the memory estimate counts them). */
+size_t sm_route_values(sm_route_kind kind, int max_T, int E, int max_assign, int slots);
 /* Groups per-token choices into the expert-major layout: choice (T,k) expert ids (-1 = dropped
  * or unused), w (T,k) weights. Fills offset/token/slot/weight/load. Stable in token order. */
 void sm_route_group(sm_route *route, const int *choice, const sm_real *w, int T, int k);
