@@ -146,7 +146,7 @@ clean:
 FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
 FUZZ_DIR     := build-fuzz
-FUZZ_NAMES   := safetensors idx hf calib model_config checkpoint
+FUZZ_NAMES   := safetensors idx hf calib model_config checkpoint runlog
 FUZZ_SRC     := $(LIB_SRC)
 FUZZ_OBJ     := $(FUZZ_SRC:src/%.c=$(FUZZ_DIR)/obj/%.o) $(ENV_SRC:envs/%.c=$(FUZZ_DIR)/obj/envs/%.o)
 FUZZ_LIB     := $(FUZZ_DIR)/libspecmoe_fuzz.a

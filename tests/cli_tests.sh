@@ -39,7 +39,7 @@ expect 2 "no command is a usage error" "usage"               -- "$bin"
 expect 2 "unknown command"           "unknown command"       -- "$bin" frobnicate
 # the command table (cli/main.c): the help has exactly one row per command, each row is a command
 # with a working --help, and the unknown-command message names them all
-expect_table "top-level help lists every command once" commands "analyze bench bingham-z eval info rl ssmoe train" -- "$bin"
+expect_table "top-level help lists every command once" commands "analyze bench bingham-z eval info plot rl ssmoe train" -- "$bin"
 expect 2 "unknown command names every command" "unknown command 'frobnicate' .*train.*bingham-z" -- "$bin" frobnicate
 ver=$(sed -nE 's/^#define CLI_VERSION "(.*)"/\1/p' "$root/cli/common.h")
 expect 0 "--version prints the version of cli/common.h" "^specmoe ${ver:-missing}\$" -- "$bin" --version
@@ -120,6 +120,14 @@ expect 0 "rl train: split and resumed equals straight through, byte for byte" ""
     cmp "$tmp/rl_split/checkpoint.safetensors" "$tmp/rl_straight/checkpoint.safetensors"
 expect 2 "rl train --resume refuses a conflicting setting by name" "--lr 0.1 conflicts with the checkpoint's 6.25e-05" -- \
     "$bin" rl train --resume "$tmp/rl_split/checkpoint.safetensors" --lr 0.1
+# specmoe plot: learning curves with gnuplot; runs that differ only in the seed form one group
+expect 0 "plot: RL runs, grouped over seeds" "^plot: 3 runs in 2 groups -> $tmp/curve.png" -- \
+    "$bin" plot "$rl_out" "$rl_out" "$tmp/rl_split" --out "$tmp/curve.png"
+expect 0 "plot: the picture is a PNG" "PNG" -- head -c 4 "$tmp/curve.png"
+expect 2 "plot: no run directory is a usage error" "give one or more run directories" -- "$bin" plot
+expect 1 "plot: a run without metrics is named" "nope/metrics.jsonl" -- "$bin" plot "$tmp/nope"
+mkdir -p "$tmp/badlog" && printf '{"global_step": 1, "episodic_return": 2}\n{oops\n' > "$tmp/badlog/metrics.jsonl"
+expect 1 "plot: a malformed metrics line is refused with file and line" "badlog/metrics.jsonl:2: not a JSON object" -- "$bin" plot "$tmp/badlog"
 expect 2 "rl eval without --env names the environments" "--env is required .*classic/cartpole" -- "$bin" rl eval --policy random
 expect 0 "bench env runs on one environment" "^bench-env env=classic/mountaincar threads=1 steps_per_s=[0-9]+ steps_per_cpu_s=[0-9]+\$" -- \
     "$bin" bench env --env classic/mountaincar --steps 20000 --envs 8
