@@ -162,3 +162,21 @@ Test(dqn, resume_refuses_other_settings) {
     snprintf(cmd, sizeof cmd, "rm -rf %s", d);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* Every agent kind's defaults parse and each of its presets applies (a bad built-in default or
+ * preset would otherwise surface only when a user picks it). */
+Test(agents, defaults_and_presets_parse) {
+    int n;
+    const sm_agent_kind *const *all = sm_agent_list(&n);
+    cr_assert_gt(n, 0);
+    for (int a = 0; a < n; a++) {
+        const sm_agent_kind *k = all[a];
+        void *cfg = calloc(1, k->cfg_bytes);
+        cr_assert_eq(sm_opt_defaults(k->opts, k->n_opts, cfg), 0, "%s: a default does not parse", k->name);
+        for (const char *const *p = k->presets; p && p[0]; p += 2) {
+            sm_error err = {0};
+            cr_assert_eq(sm_agent_apply_preset(k, cfg, p[0], &err), SM_OK, "%s preset %s: %s", k->name, p[0], err.msg);
+        }
+        free(cfg);
+    }
+}

@@ -29,6 +29,10 @@ Test(router_opts, a_key_means_one_field_type_and_default_everywhere) {
         cr_expect_leq(a[i].o->offset + (a[i].o->type == SM_OPT_INT || a[i].o->type == SM_OPT_BOOL ? sizeof(int) : 8),
                       sizeof(sm_router_config), "%s", a[i].o->key);
         cr_expect(a[i].o->help && a[i].o->def, "%s", a[i].o->key);
+        sm_router_config scratch;
+        memset(&scratch, 0, sizeof scratch);
+        cr_expect_eq(sm_router_opt_set(a[i].o, &scratch, a[i].o->def), 0, "%s: the default '%s' does not parse", a[i].o->key,
+                     a[i].o->def);
         for (int j = 0; j < i; j++) {
             char fi[32], fj[32];
             sm_router_opt_flag(a[i].o, fi, sizeof fi);

@@ -71,7 +71,9 @@ static void for_each_key(void (*fn)(const sm_router_opt *, void *), void *user) 
 }
 
 static void set_default(const sm_router_opt *o, void *c) {
-    if (sm_router_opt_set(o, c, o->def)) abort(); /* a bad built-in default is a bug */
+    /* a built-in default that does not parse leaves the field zero; tests/test_router_opts.c parses
+     * every default, so the bug is caught there rather than by exiting the caller */
+    (void)sm_router_opt_set(o, c, o->def);
 }
 
 void sm_router_config_default(sm_router_config *c) {
