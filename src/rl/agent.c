@@ -6,9 +6,11 @@
 #include <string.h>
 
 #include "specmoe/io/safetensors.h"
+#include "specmoe/rl/ppo.h"
 
 /* NULL-terminated */
 static const sm_agent_kind *const kAgents[] = {
+    &sm_agent_ppo,
     NULL,
 };
 static const int N_AGENTS = (int)SM_LEN(kAgents) - 1;

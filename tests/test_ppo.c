@@ -1,0 +1,175 @@
+/* PPO (src/rl/ppo.c): the orthogonal initialiser, GAE against a hand-computed rollout with a
+ * terminal and a truncation, the settings it refuses, determinism, resume equals an uninterrupted
+ * run (the checkpoints are identical byte for byte), and learning CartPole-v1 to its solved level. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "specmoe/core/params.h"
+#include "specmoe/io/safetensors.h"
+#include "specmoe/rl/ppo.h"
+#include "testutil.h"
+
+Test(orthogonal, rows_or_columns_orthonormal_times_gain) {
+    const int64_t shapes[][2] = {{4, 64}, {64, 4}, {16, 16}, {1, 8}};
+    for (size_t s = 0; s < SM_LEN(shapes); s++) {
+        sm_params ps;
+        sm_params_init_table(&ps);
+        sm_error err = {0};
+        cr_assert_geq(sm_params_add(&ps, "w", 2, shapes[s], SM_INIT_ZERO, 0, 0, 0, &err), 0);
+        cr_assert_eq(sm_params_alloc(&ps, &err), SM_OK);
+        sm_rng rng;
+        sm_rng_seed(&rng, 3);
+        const double gain = sqrt(2.0);
+        cr_assert_eq(sm_params_init_orthogonal(&ps, 0, gain, &rng, &err), SM_OK, "%s", err.msg);
+        int R = (int)shapes[s][0], C = (int)shapes[s][1];
+        const sm_real *w = ps.data;
+        /* W W^T = gain^2 I when R <= C, W^T W = gain^2 I otherwise */
+        int n = R <= C ? R : C, len = R <= C ? C : R;
+        double worst = 0;
+        for (int a = 0; a < n; a++)
+            for (int b = 0; b < n; b++) {
+                double dot = 0;
+                for (int k = 0; k < len; k++)
+                    dot += R <= C ? (double)w[a * C + k] * w[b * C + k] : (double)w[k * C + a] * w[k * C + b];
+                double e = fabs(dot - (a == b ? gain * gain : 0));
+                worst = e > worst ? e : worst;
+            }
+        cr_assert_lt(worst, 1e-5, "shape (%d, %d): error %g", R, C, worst);
+        /* same seed, same matrix */
+        sm_real first = w[0];
+        sm_rng_seed(&rng, 3);
+        sm_params_init_orthogonal(&ps, 0, gain, &rng, &err);
+        cr_assert_eq(w[0], first);
+        sm_params_free(&ps);
+    }
+}
+
+Test(ppo, gae_hand_computed_with_terminal_and_truncation) {
+    /* T = 3 steps, N = 2 environments, gamma = lambda = 0.5; index t * N + i.
+     * env 0 ends in a terminal at t = 1; env 1 is truncated at t = 0 and bootstraps from V = 3. */
+    const sm_real rew[] = {1, 0, 1, 2, 1, 1}, val[] = {0.5, 1, 1, 1, 2, 1}, next[] = {4, 2};
+    const unsigned char done[] = {0, 1, 1, 0, 0, 0};
+    const sm_real boot[] = {0, 3, 0, 0, 0, 0};
+    sm_real adv[6], ret[6];
+    sm_ppo_gae(adv, ret, rew, val, next, done, boot, 3, 2, 0.5, 0.5);
+    /* env 0: t2 delta = 1 + .5*4 - 2 = 1; t1 (terminal) delta = 1 - 1 = 0; t0 delta = 1 + .5*1 - .5 = 1,
+     *        A0 = 1 + .25*0.  env 1: t2 delta = 1 + .5*2 - 1 = 1; t1 delta = 2 + .5*1 - 1 = 1.5,
+     *        A1 = 1.5 + .25*1; t0 (truncated) delta = 0 + .5*3 - 1 = 0.5, no carry. */
+    const double want_adv[] = {1, 0.5, 0, 1.75, 1, 1}, want_ret[] = {1.5, 1.5, 1, 2.75, 3, 2};
+    for (int k = 0; k < 6; k++) {
+        cr_assert_float_eq(adv[k], want_adv[k], 1e-6, "adv[%d] = %g, want %g", k, adv[k], want_adv[k]);
+        cr_assert_float_eq(ret[k], want_ret[k], 1e-6, "ret[%d] = %g, want %g", k, ret[k], want_ret[k]);
+    }
+}
+
+static void defaults(sm_ppo_config *c) { cr_assert_eq(sm_opt_defaults(sm_agent_ppo.opts, sm_agent_ppo.n_opts, c), 0); }
+
+Test(ppo, registered_with_presets_and_refusals) {
+    cr_assert_eq(sm_agent_find("ppo"), &sm_agent_ppo);
+    sm_ppo_config c;
+    sm_error err = {0};
+    defaults(&c);
+    cr_assert_eq(sm_agent_apply_preset(&sm_agent_ppo, &c, "cleanrl-continuous", &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(c.num_steps, 2048);
+    cr_assert_eq(c.num_minibatches, 32);
+    cr_assert(c.norm_obs && c.norm_reward);
+    cr_assert_eq(sm_agent_apply_preset(&sm_agent_ppo, &c, "cleanrl-discrete", &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(c.num_envs, 4);
+    cr_assert(!c.norm_obs && !c.norm_reward);
+    const sm_env_spec *cp = sm_env_find("classic/cartpole");
+    cr_assert_eq(sm_agent_ppo.check(&c, cp, &err), SM_OK, "%s", err.msg);
+    c.num_minibatches = 3;
+    cr_assert_eq(sm_agent_ppo.check(&c, cp, &err), SM_ERR_ARG);
+    cr_assert(strstr(err.msg, "num_minibatches") && strstr(err.msg, "512"), "%s", err.msg);
+    defaults(&c);
+    snprintf(c.arch, sizeof c.arch, "dense:x");
+    cr_assert_eq(sm_agent_ppo.check(&c, cp, &err), SM_ERR_ARG);
+    cr_assert(strstr(err.msg, "arch"), "%s", err.msg);
+    defaults(&c);
+    c.gamma = 1.5;
+    cr_assert_eq(sm_agent_ppo.check(&c, cp, &err), SM_ERR_ARG);
+    cr_assert(strstr(err.msg, "gamma"), "%s", err.msg);
+}
+
+/* A small run of PPO on CartPole: 2 x 32 steps per update, 2 minibatches, 2 epochs. */
+static void small(sm_ppo_config *c, long updates) {
+    defaults(c);
+    c->num_envs = 2, c->num_steps = 32, c->num_minibatches = 2, c->update_epochs = 2;
+    c->total_timesteps = (uint64_t)updates * 64;
+}
+
+static sm_status run_ppo(const sm_ppo_config *c, const char *dir, long frames, const char *resume, uint64_t seed,
+                         sm_rl_result *res, sm_error *err) {
+    sm_rl_run run = {0};
+    run.env = "classic/cartpole";
+    run.env_opts = sm_env_opts_default();
+    run.out_dir = dir;
+    run.seed = seed;
+    run.threads = 1;
+    run.frames = frames;
+    run.resume = resume;
+    return sm_agent_ppo.train(c, NULL, &run, res, err);
+}
+
+static unsigned char *checkpoint_bytes(const char *dir, size_t *n) {
+    char p[256];
+    snprintf(p, sizeof p, "%s/checkpoint.safetensors", dir);
+    unsigned char *b = tu_read_file(p, n);
+    cr_assert_not_null(b, "%s", p);
+    return b;
+}
+
+Test(ppo, same_seed_same_parameters) {
+    sm_ppo_config c;
+    small(&c, 4);
+    const char *d[2] = {tu_tmpdir(), tu_tmpdir()};
+    size_t n[2];
+    unsigned char *b[2];
+    for (int k = 0; k < 2; k++) {
+        sm_rl_result res;
+        sm_error err = {0};
+        cr_assert_eq(run_ppo(&c, d[k], 0, NULL, 5, &res, &err), SM_OK, "%s", err.msg);
+        cr_assert_eq(res.updates, 4);
+        cr_assert_eq(res.frames, 256);
+        b[k] = checkpoint_bytes(d[k], &n[k]);
+    }
+    cr_assert(n[0] == n[1] && !memcmp(b[0], b[1], n[0]), "two runs with seed 5 wrote different checkpoints");
+    /* another seed gives other parameters */
+    sm_rl_result res;
+    sm_error err = {0};
+    const char *d3 = tu_tmpdir();
+    cr_assert_eq(run_ppo(&c, d3, 0, NULL, 6, &res, &err), SM_OK, "%s", err.msg);
+    size_t n3;
+    unsigned char *b3 = checkpoint_bytes(d3, &n3);
+    cr_assert(n3 != n[0] || memcmp(b3, b[0], n3), "seeds 5 and 6 wrote the same checkpoint");
+    free(b[0]), free(b[1]), free(b3);
+}
+
+Test(ppo, resume_equals_an_uninterrupted_run) {
+    const long N = 3, M = 2;
+    sm_ppo_config c;
+    small(&c, N + M);
+    c.norm_obs = c.norm_reward = 1; /* the normalisers' statistics must carry over too */
+    sm_error err = {0};
+    sm_rl_result res;
+    /* interrupted: N updates, then M more from the checkpoint */
+    const char *a = tu_tmpdir(), *b = tu_tmpdir();
+    cr_assert_eq(run_ppo(&c, a, N * 64, NULL, 9, &res, &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(res.updates, N);
+    char ck[256];
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", a);
+    cr_assert_eq(run_ppo(&c, a, (N + M) * 64, ck, 9, &res, &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(res.frames, (N + M) * 64);
+    /* uninterrupted */
+    cr_assert_eq(run_ppo(&c, b, 0, NULL, 9, &res, &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(res.updates, N + M);
+    size_t na, nb;
+    unsigned char *ba = checkpoint_bytes(a, &na), *bb = checkpoint_bytes(b, &nb);
+    cr_assert(na == nb && !memcmp(ba, bb, na), "resumed and uninterrupted runs wrote different checkpoints");
+    free(ba), free(bb);
+    /* a checkpoint of other settings is refused, naming the difference */
+    c.ent_coef = 0.02;
+    cr_assert_eq(run_ppo(&c, tu_tmpdir(), (N + M) * 64, ck, 9, &res, &err), SM_ERR_MISMATCH);
+    cr_assert(strstr(err.msg, "settings"), "%s", err.msg);
+}
