@@ -8,6 +8,7 @@
 static const cli_command kBenchmarks[] = {
     {"layer", "engine: time forward+backward+Adam of one MoE layer against plain sgemm and the machine's peak",
      exp_engine_layer},
+    {"env", "environments: steps per second of a vector of environments with random actions and auto-reset", exp_engine_env},
     {"routing", "GrMoE's synthetic routing benchmark (Table 1)", exp_grmoe_routing},
     {"alpha", "GrMoE post-hoc sparsity: entropy vs alpha / inverse temperature (Fig. 1, Table 3)", exp_grmoe_alpha},
     {"oneshot", "SR-MoE one-shot interference (Tables 1-2)", exp_srmoe_oneshot},

@@ -11,5 +11,6 @@ int cmd_analyze(int argc, char **argv);
 int cmd_ssmoe(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bingham_z(int argc, char **argv);
+int cmd_rl(int argc, char **argv);
 
 #endif

@@ -15,6 +15,7 @@ static const cli_command kCommands[] = {
     {"info", "CHECKPOINT: print the model and tensor table of a checkpoint", cmd_info},
     {"analyze", "CHECKPOINT: spectral norm, stable rank, effective rank of every weight matrix", cmd_analyze},
     {"ssmoe", "SSMoE expert dropping and EV routers: prune CHECKPOINT, build --hf DIR, prune --hf DIR", cmd_ssmoe},
+    {"rl", "reinforcement learning: environments, random-policy reference (specmoe rl --help lists the subcommands)", cmd_rl},
     {"bench", "benchmarks of the engine and of the papers (specmoe bench --help lists them)", cmd_bench},
     {"bingham-z", "Kume-Wood saddle-point Bingham normaliser vs Monte Carlo (GrMoE Sec. 6.4.4)", cmd_bingham_z},
 };

@@ -3,9 +3,15 @@
 #include "specmoe/rl/env.h"
 
 extern const sm_env_spec sm_env_cartpole;
+extern const sm_env_spec sm_env_acrobot;
+extern const sm_env_spec sm_env_mountaincar;
+extern const sm_env_spec sm_env_pendulum;
 
 static const sm_env_spec *const kEnvs[] = {
     &sm_env_cartpole,
+    &sm_env_acrobot,
+    &sm_env_mountaincar,
+    &sm_env_pendulum,
 };
 
 const sm_env_spec *const *sm_env_list(int *n) {

@@ -36,6 +36,15 @@ const char *sm_env_names(void) {
     return buf;
 }
 
+void sm_env_random_actions(const sm_env_spec *s, sm_rng *rng, int n, int *act_disc, float *act_box) {
+    for (int i = 0; i < n; i++) {
+        if (s->act_kind == SM_SPACE_DISCRETE) act_disc[i] = (int)sm_rng_below(rng, (uint32_t)s->act_n);
+        else
+            for (int j = 0; j < s->act_n; j++)
+                act_box[(size_t)i * s->act_n + j] = s->act_low[j] + (float)sm_rng_uniform(rng) * (s->act_high[j] - s->act_low[j]);
+    }
+}
+
 static void *env_state(const sm_vecenv *v, int i) { return v->states + (size_t)i * v->spec->state_bytes; }
 
 sm_status sm_vecenv_init(sm_vecenv *v, const char *name, int num_envs, uint64_t seed, const sm_env_opts *opts,

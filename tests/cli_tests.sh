@@ -37,7 +37,7 @@ expect 2 "no command is a usage error" "usage"               -- "$bin"
 expect 2 "unknown command"           "unknown command"       -- "$bin" frobnicate
 # the command table (cli/main.c): the help has exactly one row per command, each row is a command
 # with a working --help, and the unknown-command message names them all
-expect_table "top-level help lists every command once" commands "analyze bench bingham-z eval info ssmoe train" -- "$bin"
+expect_table "top-level help lists every command once" commands "analyze bench bingham-z eval info rl ssmoe train" -- "$bin"
 expect 2 "unknown command names every command" "unknown command 'frobnicate' .*train.*bingham-z" -- "$bin" frobnicate
 ver=$(sed -nE 's/^#define CLI_VERSION "(.*)"/\1/p' "$root/cli/common.h")
 expect 0 "--version prints the version of cli/common.h" "^specmoe ${ver:-missing}\$" -- "$bin" --version
@@ -58,9 +58,38 @@ done
 expect 0 "info --help"               "CHECKPOINT"            -- "$bin" info --help
 expect 0 "bench layer --help"        "--shapes"              -- "$bin" bench layer --help
 # the benchmark table (cli/cmd_bench.c), like the command table
-expect_table "bench --help lists every benchmark once" benchmarks "alpha layer oneshot routing ssmoe ssmoe-build" -- "$bin" bench
+expect_table "bench --help lists every benchmark once" benchmarks "alpha env layer oneshot routing ssmoe ssmoe-build" -- "$bin" bench
 expect 2 "bench: unknown benchmark names every benchmark" "unknown benchmark 'nope' .*layer.*ssmoe-build" -- "$bin" bench nope
 expect 2 "bench without a benchmark is a usage error" "usage: specmoe bench BENCHMARK" -- "$bin" bench
+# reinforcement learning (cli/cmd_rl.c): the subcommand table, environments, the random-policy reference
+expect_table "rl --help lists every subcommand once" subcommands "envs eval" -- "$bin" rl
+expect 2 "rl: unknown subcommand names every subcommand" "unknown subcommand 'nope' .*envs.*eval" -- "$bin" rl nope
+expect 0 "rl envs lists cartpole with its spaces and time limit" "^classic/cartpole +4 +discrete 2 +500 " -- "$bin" rl envs
+expect 0 "rl envs lists pendulum's box action with its bounds" "^classic/pendulum +3 +box 1 in \[-2, 2\] +200 " -- "$bin" rl envs
+# a uniform random policy keeps CartPole up for about 22 steps (gymnasium's random baseline)
+out=$("$bin" rl eval --env classic/cartpole --policy random --episodes 500 --seed 3 2>&1); rc=$?
+mean=$(echo "$out" | sed -nE 's/.* episodic_return_mean=([0-9.]+) .*/\1/p')
+if [ $rc -eq 0 ] && awk -v m="${mean:-0}" 'BEGIN { exit !(m > 19 && m < 26) }'; then
+    ok "rl eval --policy random on cartpole: mean return $mean (about 22)"
+else
+    bad "rl eval --policy random on cartpole: mean return about 22" "exit $rc: $out"
+fi
+out2=$("$bin" rl eval --env classic/cartpole --policy random --episodes 500 --seed 3 --threads 2 2>&1)
+[ "$out" = "$out2" ] && ok "rl eval: the result does not depend on --threads" || bad "rl eval: the result does not depend on --threads" "$out / $out2"
+expect 0 "rl eval --policy random on pendulum (box actions)" "episodic_return_mean=-[0-9]+.* episodic_length_mean=200.00" -- \
+    "$bin" rl eval --env classic/pendulum --policy random --episodes 4
+expect 2 "rl eval: an unknown environment is refused, naming the valid ones" \
+    "unknown environment 'classic/nope' .*classic/cartpole.*classic/pendulum" -- "$bin" rl eval --env classic/nope --policy random
+expect 2 "rl eval: --episodes 0 refused" "--episodes and --threads must be >= 1" -- "$bin" rl eval --env classic/cartpole --policy random --episodes 0
+expect 2 "rl eval: a bad number refused" "--episodes: 'ten' is not a valid integer" -- "$bin" rl eval --env classic/cartpole --policy random --episodes ten
+expect 2 "rl eval: a bad seed refused" "--seed: '-1' is not" -- "$bin" rl eval --env classic/cartpole --policy random --seed -1
+expect 2 "rl eval: an unknown policy refused" "unknown policy 'greedy' \(one of: random\)" -- "$bin" rl eval --env classic/cartpole --policy greedy
+expect 2 "rl eval CKPT: not built yet" "run.safetensors: evaluating a checkpoint is not built yet" -- "$bin" rl eval run.safetensors --env classic/cartpole
+expect 2 "rl eval without --env names the environments" "--env is required .*classic/cartpole" -- "$bin" rl eval --policy random
+expect 0 "bench env runs on one environment" "^bench-env env=classic/mountaincar threads=1 steps_per_s=[0-9]+ steps_per_cpu_s=[0-9]+\$" -- \
+    "$bin" bench env --env classic/mountaincar --steps 20000 --envs 8
+expect 2 "bench env: an unknown environment is refused, naming the valid ones" "unknown environment 'x' .*classic/acrobot" -- "$bin" bench env --env x
+expect 2 "bench env: --steps 0 refused" "must be >= 1" -- "$bin" bench env --steps 0
 expect 2 "unknown flag"              "unknown flag '--nope'" -- "$bin" train --nope 1
 expect 2 "bad number"                "--lr: 'abc' is not"    -- "$bin" train --lr abc
 expect 2 "missing value"             "needs a value"         -- "$bin" train --lr

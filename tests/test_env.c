@@ -130,12 +130,7 @@ Test(env, deterministic_across_threads) {
             sm_rng g;
             sm_rng_seed(&g, 5);
             for (int t = 0; t < T; t++) {
-                for (int i = 0; i < N; i++) {
-                    if (s->act_kind == SM_SPACE_DISCRETE) act[i] = (int)sm_rng_below(&g, (uint32_t)s->act_n);
-                    else
-                        for (int j = 0; j < s->act_n; j++)
-                            box[i * s->act_n + j] = s->act_low[j] + (float)sm_rng_uniform(&g) * (s->act_high[j] - s->act_low[j]);
-                }
+                sm_env_random_actions(s, &g, N, act, box);
                 sm_vecenv_step(&v);
                 for (int i = 0; i < N; i++) sum[r] += rew[i];
             }

@@ -132,3 +132,51 @@ static void check_kind(sm_opt_kind kind) {
 Test(optim, adamw_block_pass_equals_serial_loop_and_is_thread_count_independent) { check_kind(SM_OPT_ADAMW); }
 
 Test(optim, adam_l2_block_pass_equals_serial_loop_and_is_thread_count_independent) { check_kind(SM_OPT_ADAM); }
+
+/* RMSprop against torch.optim.RMSprop's update written out here (momentum 0), centered and not,
+ * with L2 weight decay, over a few steps. */
+static void check_rmsprop(int centered) {
+    sm_params ps;
+    sm_error err;
+    sm_params_init_table(&ps);
+    const int64_t n = 257;
+    cr_assert_geq(sm_params_add(&ps, "w", 1, &n, SM_INIT_NORMAL, 1, 0.5, 0, &err), 0);
+    cr_assert_eq(sm_params_alloc(&ps, &err), SM_OK);
+    sm_rng rng;
+    sm_rng_seed(&rng, 5);
+    sm_params_initialize(&ps, &rng);
+    sm_optim_config c;
+    sm_optim_config_default(&c);
+    c.kind = SM_OPT_RMSPROP;
+    c.lr = 2.5e-4;
+    c.alpha = 0.95;
+    c.eps = 0.01;
+    c.centered = centered;
+    c.weight_decay = 0.1;
+    sm_optim o;
+    cr_assert_eq(sm_optim_init(&o, &c, &ps, &err), SM_OK, "%s", err.msg);
+    double w[257], sq[257] = {0}, ga[257] = {0};
+    for (int j = 0; j < n; j++) w[j] = ps.data[j];
+    for (int step = 0; step < 4; step++) {
+        for (int j = 0; j < n; j++) ps.grad[j] = (sm_real)sin(0.37 * j + step);
+        for (int j = 0; j < n; j++) {
+            double g = (double)ps.grad[j] + 0.1 * w[j];
+            sq[j] = 0.95 * sq[j] + 0.05 * g * g;
+            double avg;
+            if (centered) {
+                ga[j] = 0.95 * ga[j] + 0.05 * g;
+                avg = sqrt(sq[j] - ga[j] * ga[j]) + 0.01;
+            } else {
+                avg = sqrt(sq[j]) + 0.01;
+            }
+            w[j] -= 2.5e-4 * g / avg;
+        }
+        sm_optim_step(&o, &ps, 2.5e-4);
+        for (int j = 0; j < n; j++) cr_assert(fabs(ps.data[j] - w[j]) < 1e-6, "step %d elem %d: %g vs %g", step, j, (double)ps.data[j], w[j]);
+    }
+    sm_optim_free(&o);
+    sm_params_free(&ps);
+}
+
+Test(optim, rmsprop_matches_torch_formula) { check_rmsprop(0); }
+Test(optim, rmsprop_centered_matches_torch_formula) { check_rmsprop(1); }

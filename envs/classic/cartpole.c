@@ -4,7 +4,8 @@
  * Start state uniform in [-0.05, 0.05]^4. Observation (x, x_dot, theta, theta_dot). */
 #include <math.h>
 
-#include "specmoe/rl/env.h"
+#include "classic.h"
+#include "draw.h"
 
 #define CP_GRAVITY 9.8
 #define CP_MASSCART 1.0
@@ -16,7 +17,7 @@
 #define CP_X_LIMIT 2.4
 
 typedef struct {
-    sm_rng rng;
+    sm_rng rng; /* first: classic_init seeds it */
     double x, x_dot, theta, theta_dot;
 } cartpole;
 
@@ -25,12 +26,6 @@ static void cp_obs(const cartpole *e, float *obs) {
     obs[1] = (float)e->x_dot;
     obs[2] = (float)e->theta;
     obs[3] = (float)e->theta_dot;
-}
-
-static void cp_init(void *st, uint64_t seed, const sm_env_opts *opts) {
-    (void)opts;
-    cartpole *e = st;
-    sm_rng_seed(&e->rng, seed);
 }
 
 static void cp_reset(void *st, float *obs) {
@@ -71,6 +66,16 @@ static void cp_step(void *st, const int *a, const float *a_box, float *obs, floa
     cp_obs(e, obs);
 }
 
+/* The track, the cart at x and the pole at theta (the picture spans gym's observation bounds). */
+static void cp_render(const void *st, unsigned char *rgb, int h, int w) {
+    const cartpole *e = st;
+    draw_view v = draw_begin(rgb, h, w, -2 * CP_X_LIMIT, 2 * CP_X_LIMIT, 0.5, kDrawWhite);
+    draw_line(&v, -2 * CP_X_LIMIT, 0, 2 * CP_X_LIMIT, 0, 0.02, kDrawBlack);
+    draw_rect(&v, e->x, 0.1, 0.5, 0.3, kDrawBlack);
+    draw_line(&v, e->x, 0.15, e->x + 2 * CP_LENGTH * sin(e->theta), 0.15 + 2 * CP_LENGTH * cos(e->theta), 0.1, kDrawBrown);
+    draw_disc(&v, e->x, 0.15, 0.05, kDrawBlue);
+}
+
 /* gym's observation_space bounds: twice the termination limits for x and theta, unbounded speeds */
 static const float cp_low[4] = {-4.8f, -INFINITY, -0.41887903f, -INFINITY};
 static const float cp_high[4] = {4.8f, INFINITY, 0.41887903f, INFINITY};
@@ -83,5 +88,6 @@ const sm_env_spec sm_env_cartpole = {
     .act_kind = SM_SPACE_DISCRETE, .act_n = 2,
     .max_steps = 500,
     .state_bytes = sizeof(cartpole),
-    .init = cp_init, .reset = cp_reset, .step = cp_step,
+    .init = classic_init, .reset = cp_reset, .step = cp_step,
+    .render = cp_render,
 };

@@ -25,12 +25,16 @@ void sm_optim_config_default(sm_optim_config *c) {
     c->beta2 = 0.999;
     c->eps = 1e-8;
     c->weight_decay = 0;
+    c->alpha = 0.99;
+    c->centered = 0;
 }
 
-const char *sm_opt_name(sm_opt_kind k) { return k == SM_OPT_SGD ? "sgd" : k == SM_OPT_ADAM ? "adam" : "adamw"; }
+const char *sm_opt_name(sm_opt_kind k) {
+    return k == SM_OPT_SGD ? "sgd" : k == SM_OPT_ADAM ? "adam" : k == SM_OPT_ADAMW ? "adamw" : "rmsprop";
+}
 
 int sm_opt_parse(const char *s, sm_opt_kind *out) {
-    for (int k = SM_OPT_SGD; k <= SM_OPT_ADAMW; k++)
+    for (int k = SM_OPT_SGD; k <= SM_OPT_RMSPROP; k++)
         if (strcmp(s, sm_opt_name((sm_opt_kind)k)) == 0) {
             *out = (sm_opt_kind)k;
             return 0;
@@ -41,8 +45,9 @@ int sm_opt_parse(const char *s, sm_opt_kind *out) {
 sm_status sm_optim_init(sm_optim *o, const sm_optim_config *cfg, const sm_params *ps, sm_error *err) {
     memset(o, 0, sizeof *o);
     if (!(cfg->lr >= 0) || !(cfg->eps > 0) || !(cfg->beta1 >= 0 && cfg->beta1 < 1) ||
-        !(cfg->beta2 >= 0 && cfg->beta2 < 1) || !(cfg->weight_decay >= 0) || !(cfg->momentum >= 0))
-        return sm_fail(err, SM_ERR_ARG, "optimiser: lr, eps, betas in [0,1), weight decay and momentum must be valid");
+        !(cfg->beta2 >= 0 && cfg->beta2 < 1) || !(cfg->weight_decay >= 0) || !(cfg->momentum >= 0) ||
+        !(cfg->alpha >= 0 && cfg->alpha < 1))
+        return sm_fail(err, SM_ERR_ARG, "optimiser: lr, eps, betas and alpha in [0,1), weight decay and momentum must be valid");
     /* the Riemannian update of a Stiefel tensor needs, per frame, the projected gradient (r*d), the
      * point before retraction (r*d, kept for the Gram-Schmidt fallback) and the projection / QR
      * workspace; one block sized for the largest frame serves every tensor */
@@ -51,6 +56,8 @@ sm_status sm_optim_init(sm_optim *o, const sm_optim_config *cfg, const sm_params
         const sm_param *q = &ps->p[i];
         if (!(q->flags & SM_PARAM_STIEFEL)) continue;
         int E, r, d;
+        if (cfg->kind == SM_OPT_RMSPROP)
+            return sm_fail(err, SM_ERR_ARG, "optimiser: rmsprop has no Riemannian form; tensor '%s' lives on a Stiefel manifold (use adam or sgd)", q->name);
         if (sm_stiefel_shape(q->ndim, q->shape, &E, &r, &d) != 0)
             return sm_fail(err, SM_ERR_ARG, "optimiser: Stiefel tensor '%s' must have shape (E, r, d) or (r, d) "
                            "with r <= d", q->name);
@@ -209,6 +216,23 @@ void sm_optim_step(sm_optim *o, sm_params *ps, double lr) {
             stiefel_step(o, q, w, g, m, v, lr, bc1, bc2);
             continue;
         }
+        if (c->kind == SM_OPT_RMSPROP) {
+            const double al = c->alpha;
+            for (size_t j = 0; j < n; j++) {
+                double gj = (double)g[j] + c->weight_decay * w[j];
+                double sq = al * v[j] + (1 - al) * gj * gj, avg;
+                v[j] = (sm_real)sq;
+                if (c->centered) {
+                    double ga = al * m[j] + (1 - al) * gj;
+                    m[j] = (sm_real)ga;
+                    avg = sqrt(fmax((double)v[j] - (double)m[j] * m[j], 0.0)) + c->eps;
+                } else {
+                    avg = sqrt((double)v[j]) + c->eps;
+                }
+                w[j] = (sm_real)(w[j] - lr * gj / avg);
+            }
+            continue;
+        }
         if (c->kind != SM_OPT_SGD) continue; /* Adam / AdamW: all tensors at once below */
         for (size_t j = 0; j < n; j++) {
             double gj = (double)g[j] + c->weight_decay * w[j];
@@ -220,7 +244,7 @@ void sm_optim_step(sm_optim *o, sm_params *ps, double lr) {
             w[j] = (sm_real)(w[j] - lr * gj);
         }
     }
-    if (c->kind != SM_OPT_SGD) adam_all(o, ps, lr, bc1, bc2);
+    if (c->kind == SM_OPT_ADAM || c->kind == SM_OPT_ADAMW) adam_all(o, ps, lr, bc1, bc2);
 }
 
 double sm_clip_grad_norm_sets(sm_params *const *sets, int n, double max_norm) {

@@ -8,8 +8,13 @@
 #include "specmoe/io/safetensors.h"
 #include "specmoe/rl/ppo.h"
 
+extern const sm_agent_kind sm_agent_dqn, sm_agent_rainbow, sm_agent_der;
+
 /* NULL-terminated */
 static const sm_agent_kind *const kAgents[] = {
+    &sm_agent_dqn,
+    &sm_agent_rainbow,
+    &sm_agent_der,
     &sm_agent_ppo,
     NULL,
 };

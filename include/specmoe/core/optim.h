@@ -26,7 +26,10 @@
 extern "C" {
 #endif
 
-typedef enum { SM_OPT_SGD = 0, SM_OPT_ADAM, SM_OPT_ADAMW } sm_opt_kind;
+/* RMSPROP: torch.optim.RMSprop without momentum: s = alpha s + (1-alpha) g^2, with `centered`
+ * also a = alpha a + (1-alpha) g (kept in m) and s - a^2 under the root; w -= lr g / (sqrt(.) + eps).
+ * The optimiser of the DQN papers (MinAtar: lr 2.5e-4, alpha 0.95, eps 0.01, centered). */
+typedef enum { SM_OPT_SGD = 0, SM_OPT_ADAM, SM_OPT_ADAMW, SM_OPT_RMSPROP } sm_opt_kind;
 
 typedef struct {
     sm_opt_kind kind;
@@ -34,7 +37,9 @@ typedef struct {
     double momentum;      /* SGD */
     double beta1, beta2;  /* Adam(W) */
     double eps;
-    double weight_decay;  /* SGD/Adam: L2 added to the gradient (torch); AdamW: decoupled */
+    double weight_decay;  /* SGD/Adam/RMSprop: L2 added to the gradient (torch); AdamW: decoupled */
+    double alpha;         /* RMSprop smoothing constant */
+    int centered;         /* RMSprop: subtract the squared running mean of the gradient */
 } sm_optim_config;
 
 void sm_optim_config_default(sm_optim_config *c); /* AdamW, lr 1e-3, betas (0.9, 0.999), eps 1e-8, wd 0 */

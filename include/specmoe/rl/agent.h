@@ -31,7 +31,8 @@ typedef struct {
     sm_env_opts env_opts;
     const char *out_dir;    /* NULL: nothing written */
     uint64_t seed;
-    int threads;            /* OpenMP threads (environment stepping, network) */
+    int threads;            /* OpenMP threads for environment stepping and the network (the agent sets
+                             * omp_set_num_threads to it; 0 leaves OpenMP as it is) */
     long frames;            /* budget in environment frames, summed over the vector; 0: the agent's default */
     const char *resume;     /* checkpoint to continue from, or NULL */
     volatile sig_atomic_t *stop; /* set asynchronously (Ctrl-C): the agent checkpoints and returns */

@@ -128,6 +128,10 @@ void sm_vecenv_step(sm_vecenv *v);
 sm_env_log sm_vecenv_log_take(sm_vecenv *v);
 void sm_vecenv_free(sm_vecenv *v);
 
+/* n actions of a uniform random policy: discrete ones in [0, act_n) into act_disc (n), or box ones
+ * uniform within the bounds into act_box (n, act_n); the pointer of the other kind may be NULL. */
+void sm_env_random_actions(const sm_env_spec *s, sm_rng *rng, int n, int *act_disc, float *act_box);
+
 /* Seed of environment i from the vector's seed (splitmix64 of both): independent streams. */
 uint64_t sm_env_seed(uint64_t seed, int i);
 

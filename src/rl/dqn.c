@@ -1,0 +1,752 @@
+/* The DQN family (include/specmoe/rl/dqn.h): one config, one loop, three agent kinds.
+ *
+ * Per vector step: epsilon-greedy actions from the online network, one environment step, the
+ * transition into the replay (rows x environments, replay.h); every train_freq vector steps after
+ * learning_starts frames, one update on a sampled batch:
+ *   y = G + gamma^m * Q_target(s', a*),  a* = argmax Q_online(s') (double) or argmax Q_target(s')
+ *   loss = mean_b w_b huber(Q(s, a) - y)                          (DQN, Mnih et al. 2015)
+ *   C51: loss = mean_b w_b CE(Phi(G + gamma^m z, p_target(s', a*)), p(s, a))   (Bellemare et al. 2017)
+ * and every target_update frames the target network moves to the online one (tau = 1: a copy).
+ * Networks are specmoe models: --arch may hold MoE layers with any router.
+ */
+#include "specmoe/rl/dqn.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "specmoe/io/checkpoint.h"
+#include "specmoe/rl/replay.h"
+#include "specmoe/rl/rl_log.h"
+
+/* ---- losses ---- */
+
+double sm_dqn_td_loss(sm_real *dq, sm_real *td, const sm_real *q, const int *act, const sm_real *y,
+                      const float *w, int B, int A, int huber) {
+    double L = 0;
+    memset(dq, 0, sizeof(sm_real) * (size_t)B * A);
+    for (int b = 0; b < B; b++) {
+        double d = (double)q[(size_t)b * A + act[b]] - (double)y[b], wb = w ? w[b] : 1.0, l, g;
+        if (huber) {
+            double ad = fabs(d);
+            l = ad < 1 ? 0.5 * d * d : ad - 0.5;
+            g = ad < 1 ? d : (d > 0 ? 1 : -1);
+        } else {
+            l = d * d;
+            g = 2 * d;
+        }
+        L += wb * l;
+        dq[(size_t)b * A + act[b]] = (sm_real)(wb * g / B);
+        td[b] = (sm_real)d;
+    }
+    return L / B;
+}
+
+void sm_c51_project(sm_real *m, const sm_real *p_next, const float *ret, const float *disc, int B, int K,
+                    double v_min, double v_max) {
+    const double dz = (v_max - v_min) / (K - 1);
+    memset(m, 0, sizeof(sm_real) * (size_t)B * K);
+    for (int b = 0; b < B; b++) {
+        sm_real *mb = m + (size_t)b * K;
+        const sm_real *pb = p_next + (size_t)b * K;
+        for (int j = 0; j < K; j++) {
+            double tz = ret[b] + disc[b] * (v_min + j * dz);
+            tz = tz < v_min ? v_min : tz > v_max ? v_max : tz;
+            double pos = (tz - v_min) / dz;
+            int l = (int)floor(pos), u = (int)ceil(pos);
+            if (l < 0) l = 0;
+            if (u > K - 1) u = K - 1;
+            if (l == u) {
+                mb[l] += pb[j];
+            } else {
+                mb[l] += (sm_real)(pb[j] * (u - pos));
+                mb[u] += (sm_real)(pb[j] * (pos - l));
+            }
+        }
+    }
+}
+
+double sm_c51_loss(sm_real *dlogits, sm_real *ce, const sm_real *logits, const int *act, const sm_real *m,
+                   const float *w, int B, int A, int K) {
+    double L = 0;
+    memset(dlogits, 0, sizeof(sm_real) * (size_t)B * A * K);
+    for (int b = 0; b < B; b++) {
+        const sm_real *z = logits + ((size_t)b * A + act[b]) * K;
+        const sm_real *mb = m + (size_t)b * K;
+        double mx = z[0], s = 0;
+        for (int j = 1; j < K; j++) mx = z[j] > mx ? z[j] : mx;
+        for (int j = 0; j < K; j++) s += exp(z[j] - mx);
+        double lse = mx + log(s), c = 0, wb = w ? w[b] : 1.0;
+        sm_real *d = dlogits + ((size_t)b * A + act[b]) * K;
+        for (int j = 0; j < K; j++) {
+            c -= mb[j] * (z[j] - lse);
+            d[j] = (sm_real)(wb * (exp(z[j] - lse) - mb[j]) / B);
+        }
+        ce[b] = (sm_real)c;
+        L += wb * c;
+    }
+    return L / B;
+}
+
+/* ---- options ---- */
+
+#define ROW(key, type, field, def, help) SM_OPT_ROW(sm_dqn_config, key, type, field, def, help)
+#define SROW(key, field, def, help) SM_OPT_STR_ROW(sm_dqn_config, key, field, def, help)
+static const sm_opt kOpts[] = {
+    SROW("arch", arch, "", "Q-network hidden stack (--arch syntax; empty: conv:16:3:1:0,dense:128 on images, dense:120,dense:84 on vectors)"),
+    SROW("act", act, "relu", "activation"),
+    ROW("num_envs", SM_OPT_INT, num_envs, "1", "environments stepped together"),
+    ROW("total_frames", SM_OPT_INT, total_frames, "0", "frames of the run (0: 5M on images, 500k on vectors; --frames overrides)"),
+    ROW("buffer_size", SM_OPT_INT, buffer_size, "0", "replay capacity (0: 100k on images, 10k on vectors)"),
+    ROW("batch_size", SM_OPT_INT, batch_size, "0", "transitions per update (0: 32 on images, 128 on vectors)"),
+    ROW("learning_starts", SM_OPT_INT, learning_starts, "-1", "frames of random play before learning (-1: 5000 on images, 10000 on vectors)"),
+    ROW("train_freq", SM_OPT_INT, train_freq, "0", "vector steps between updates (0: 1 on images, 10 on vectors)"),
+    ROW("target_update", SM_OPT_INT, target_update, "0", "frames between target updates (0: 1000 on images, 500 on vectors)"),
+    ROW("tau", SM_OPT_NUM, tau, "1", "target update rate (1: copy)"),
+    ROW("gamma", SM_OPT_NUM, gamma, "0.99", "discount"),
+    SROW("optimizer", optimizer, "", "adam | rmsprop (empty: rmsprop on images as MinAtar, adam on vectors)"),
+    ROW("lr", SM_OPT_NUM, lr, "2.5e-4", "learning rate"),
+    ROW("adam_eps", SM_OPT_NUM, adam_eps, "1e-8", "Adam epsilon"),
+    ROW("rms_alpha", SM_OPT_NUM, rms_alpha, "0.95", "RMSprop smoothing (MinAtar: squared-gradient momentum 0.95)"),
+    ROW("rms_eps", SM_OPT_NUM, rms_eps, "0.01", "RMSprop epsilon (MinAtar: minimum squared gradient 0.01)"),
+    ROW("rms_centered", SM_OPT_BOOL, rms_centered, "1", "centered RMSprop"),
+    ROW("eps_start", SM_OPT_NUM, eps_start, "1", "initial exploration rate"),
+    ROW("eps_end", SM_OPT_NUM, eps_end, "-1", "final exploration rate (-1: 0.1 on images, 0.05 on vectors)"),
+    ROW("eps_frames", SM_OPT_INT, eps_frames, "0", "frames of linear decay after learning_starts (0: 100k on images, half the run on vectors)"),
+    SROW("loss", loss, "", "huber | mse (empty: huber on images, mse on vectors)"),
+    ROW("double_q", SM_OPT_BOOL, double_q, "0", "double Q-learning: the online network picks the bootstrap action"),
+    ROW("n_step", SM_OPT_INT, n_step, "1", "n-step returns"),
+    ROW("atoms", SM_OPT_INT, atoms, "1", "return distribution atoms (1: expected Q; 51: C51)"),
+    ROW("v_min", SM_OPT_NUM, v_min, "-10", "C51 support minimum"),
+    ROW("v_max", SM_OPT_NUM, v_max, "10", "C51 support maximum"),
+    ROW("prioritized", SM_OPT_BOOL, prioritized, "0", "prioritised replay (proportional)"),
+    ROW("per_alpha", SM_OPT_NUM, per_alpha, "0.5", "priority exponent"),
+    ROW("per_beta", SM_OPT_NUM, per_beta, "0.4", "initial importance-sampling exponent (annealed to 1)"),
+    ROW("per_eps", SM_OPT_NUM, per_eps, "1e-6", "added to |TD error| priorities"),
+    ROW("max_grad_norm", SM_OPT_NUM, max_grad_norm, "0", "global gradient-norm clip (0: none)"),
+    ROW("log_every", SM_OPT_INT, log_every, "1000", "frames between loss records in metrics.jsonl"),
+    ROW("ckpt_every", SM_OPT_INT, ckpt_every, "0", "frames between checkpoints (0: at the end)"),
+};
+#undef ROW
+#undef SROW
+
+static int is_image(const sm_env_spec *e) { return e->obs_h > 1 || e->obs_w > 1; }
+
+static const char *dqn_compatible(const sm_env_spec *env) {
+    return env->act_kind == SM_SPACE_DISCRETE ? NULL : "the DQN family needs discrete actions (use ppo for box actions)";
+}
+
+/* Fills the zero/empty "pick by environment" settings: MinAtar's DQN (Young & Tian 2019, Sec. 4)
+ * on images, CleanRL's dqn.py on vectors. Only options still at their "auto" value change, so
+ * what the user or a preset set stays. */
+static void fill_auto(sm_dqn_config *c, const sm_env_spec *env) {
+    int img = is_image(env);
+    if (!c->arch[0]) strcpy(c->arch, img ? "conv:16:3:1:0,dense:128" : "dense:120,dense:84");
+    if (!c->total_frames) c->total_frames = img ? 5000000 : 500000;
+    if (!c->buffer_size) c->buffer_size = img ? 100000 : 10000;
+    if (!c->batch_size) c->batch_size = img ? 32 : 128;
+    if (c->learning_starts < 0) c->learning_starts = img ? 5000 : 10000;
+    if (!c->train_freq) c->train_freq = img ? 1 : 10;
+    if (!c->target_update) c->target_update = img ? 1000 : 500;
+    if (!c->optimizer[0]) strcpy(c->optimizer, img ? "rmsprop" : "adam");
+    if (c->eps_end < 0) c->eps_end = img ? 0.1 : 0.05;
+    if (!c->eps_frames) c->eps_frames = img ? 100000 : c->total_frames / 2;
+    if (!c->loss[0]) strcpy(c->loss, img ? "huber" : "mse");
+}
+
+/* Sets key to text unless the user gave it. */
+static void kind_default(void *cfg, const char *key, const char *text, int (*given)(const void *, const char *),
+                         const void *user) {
+    for (size_t i = 0; i < SM_LEN(kOpts); i++)
+        if (!strcmp(kOpts[i].key, key) && !(given && given(user, key))) (void)sm_opt_set(&kOpts[i], cfg, text);
+}
+
+static void dqn_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(const void *, const char *), const void *user) {
+    (void)given;
+    (void)user;
+    fill_auto(cfg, env);
+}
+
+/* Rainbow-lite (Hessel et al. 2018 without noisy nets and dueling): C51 with 51 atoms, 3-step
+ * returns, prioritised replay (alpha 0.5, beta 0.4 -> 1), double Q, Adam (lr 6.25e-5, eps 1.5e-4). */
+static void rainbow_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(const void *, const char *),
+                                 const void *user) {
+    const char *kv[][2] = {{"atoms", "51"}, {"n_step", "3"}, {"prioritized", "1"}, {"double_q", "1"}, {"optimizer", "adam"},
+                           {"lr", "6.25e-5"}, {"adam_eps", "1.5e-4"}};
+    for (size_t i = 0; i < SM_LEN(kv); i++) kind_default(cfg, kv[i][0], kv[i][1], given, user);
+    fill_auto(cfg, env);
+}
+
+/* Data-efficient Rainbow (van Hasselt et al. 2019; Dopamine's DER settings as used by the
+ * SoftMoE-in-RL paper): 10-step returns, one update per step, learning after 1600 frames, target
+ * update every 2000, epsilon 1 -> 0.01 over 2000 frames, Adam lr 1e-4 eps 1.5e-4, C51, prioritised,
+ * double Q. Here exploration is epsilon-greedy: no noisy nets and no dueling head. */
+static void der_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(const void *, const char *), const void *user) {
+    const char *kv[][2] = {{"atoms", "51"}, {"n_step", "10"}, {"prioritized", "1"}, {"double_q", "1"}, {"optimizer", "adam"},
+                           {"lr", "1e-4"}, {"adam_eps", "1.5e-4"}, {"learning_starts", "1600"}, {"train_freq", "1"},
+                           {"target_update", "2000"}, {"eps_end", "0.01"}, {"eps_frames", "2000"}};
+    for (size_t i = 0; i < SM_LEN(kv); i++) kind_default(cfg, kv[i][0], kv[i][1], given, user);
+    fill_auto(cfg, env);
+}
+
+static sm_status dqn_check(const void *cfgv, const sm_env_spec *env, sm_error *err) {
+    const sm_dqn_config *c = cfgv;
+    (void)env;
+    if (c->num_envs < 1) return sm_fail(err, SM_ERR_ARG, "num_envs must be >= 1 (got %d)", c->num_envs);
+    if (c->batch_size < 1) return sm_fail(err, SM_ERR_ARG, "batch_size must be >= 1 (got %d)", c->batch_size);
+    if (c->n_step < 1) return sm_fail(err, SM_ERR_ARG, "n_step must be >= 1 (got %d)", c->n_step);
+    if (c->buffer_size < c->batch_size)
+        return sm_fail(err, SM_ERR_ARG, "batch_size %d is larger than the replay buffer_size %d", c->batch_size, c->buffer_size);
+    if (c->buffer_size / c->num_envs < c->n_step + 1)
+        return sm_fail(err, SM_ERR_ARG, "buffer_size %d over %d environments is too small for %d-step returns", c->buffer_size,
+                       c->num_envs, c->n_step);
+    if (c->train_freq < 1 || c->target_update < 1)
+        return sm_fail(err, SM_ERR_ARG, "train_freq and target_update must be >= 1");
+    if (c->learning_starts < 0) return sm_fail(err, SM_ERR_ARG, "learning_starts must be >= 0");
+    if (!(c->gamma >= 0 && c->gamma <= 1)) return sm_fail(err, SM_ERR_ARG, "gamma must be in [0, 1] (got %g)", c->gamma);
+    if (!(c->tau > 0 && c->tau <= 1)) return sm_fail(err, SM_ERR_ARG, "tau must be in (0, 1] (got %g)", c->tau);
+    if (!(c->lr > 0)) return sm_fail(err, SM_ERR_ARG, "lr must be > 0 (got %g)", c->lr);
+    if (!(c->eps_start >= 0 && c->eps_start <= 1 && c->eps_end >= 0 && c->eps_end <= 1))
+        return sm_fail(err, SM_ERR_ARG, "eps_start and eps_end must be in [0, 1]");
+    if (c->eps_frames < 0) return sm_fail(err, SM_ERR_ARG, "eps_frames must be >= 0");
+    if (c->atoms < 1) return sm_fail(err, SM_ERR_ARG, "atoms must be >= 1");
+    if (c->atoms > 1 && !(c->v_max > c->v_min)) return sm_fail(err, SM_ERR_ARG, "v_max must exceed v_min (got %g, %g)", c->v_min, c->v_max);
+    if (strcmp(c->optimizer, "adam") && strcmp(c->optimizer, "rmsprop"))
+        return sm_fail(err, SM_ERR_ARG, "optimizer must be adam or rmsprop (got '%s')", c->optimizer);
+    if (strcmp(c->loss, "huber") && strcmp(c->loss, "mse"))
+        return sm_fail(err, SM_ERR_ARG, "loss must be huber or mse (got '%s')", c->loss);
+    if (c->prioritized && !(c->per_alpha >= 0 && c->per_beta >= 0 && c->per_beta <= 1 && c->per_eps > 0))
+        return sm_fail(err, SM_ERR_ARG, "per_alpha >= 0, per_beta in [0, 1] and per_eps > 0 are needed");
+    if (c->log_every < 1 || c->ckpt_every < 0) return sm_fail(err, SM_ERR_ARG, "log_every must be >= 1 and ckpt_every >= 0");
+    sm_act a;
+    if (sm_act_parse(c->act, &a)) return sm_fail(err, SM_ERR_ARG, "unknown activation '%s'", c->act);
+    return SM_OK;
+}
+
+/* MinAtar's DQN exactly (Young & Tian 2019: Sec. 4 and their Table of hyper-parameters). */
+static const char *const kPresets[] = {
+    "minatar",
+    "arch=conv:16:3:1:0,dense:128,act=relu,num_envs=1,total_frames=5000000,buffer_size=100000,batch_size=32,"
+    "learning_starts=5000,train_freq=1,target_update=1000,tau=1,gamma=0.99,optimizer=rmsprop,lr=0.00025,rms_alpha=0.95,"
+    "rms_eps=0.01,rms_centered=1,eps_start=1,eps_end=0.1,eps_frames=100000,loss=huber,double_q=0,n_step=1,atoms=1,prioritized=0",
+    "cleanrl",
+    "arch=dense:120,dense:84,act=relu,num_envs=1,total_frames=500000,buffer_size=10000,batch_size=128,learning_starts=10000,"
+    "train_freq=10,target_update=500,tau=1,gamma=0.99,optimizer=adam,lr=0.00025,eps_start=1,eps_end=0.05,eps_frames=250000,"
+    "loss=mse,double_q=0,n_step=1,atoms=1,prioritized=0",
+    NULL};
+
+/* ---- the agent ---- */
+
+typedef struct {
+    sm_dqn_config c;
+    const sm_env_spec *env;
+    int A, K, D, out;     /* actions, atoms, observation values, network outputs A*K */
+    double dz;
+    sm_model *q, *qt;     /* online and target networks */
+    sm_real *support;     /* (K) atoms z_j */
+} dqn_nets;
+
+static sm_status build_nets(dqn_nets *n, const sm_dqn_config *c, const sm_env_spec *env, const sm_model_config *tmpl,
+                            int max_T, sm_rng *rng, sm_error *err) {
+    memset(n, 0, sizeof *n);
+    n->c = *c;
+    n->env = env;
+    n->A = env->act_n;
+    n->K = c->atoms > 1 ? c->atoms : 1;
+    n->D = sm_env_obs_numel(env);
+    n->out = n->A * n->K;
+    sm_model_config mc;
+    if (tmpl) mc = *tmpl;
+    else sm_model_config_default(&mc);
+    sm_status st = sm_model_parse_arch(&mc, c->arch, err);
+    if (st != SM_OK) return st;
+    (void)sm_act_parse(c->act, &mc.act);
+    mc.in_c = env->obs_c;
+    mc.in_h = env->obs_h;
+    mc.in_w = env->obs_w;
+    mc.in_dim = n->D;
+    mc.n_classes = n->out;
+    if (!(n->q = sm_model_create(&mc, max_T, rng, err))) return err ? err->code : SM_ERR_ARG;
+    if (!(n->qt = sm_model_create(&mc, c->batch_size, NULL, err))) return err ? err->code : SM_ERR_ARG;
+    memcpy(n->qt->params.data, n->q->params.data, sizeof(sm_real) * n->q->params.total);
+    n->support = calloc((size_t)n->K, sizeof(sm_real));
+    if (!n->support) return sm_fail(err, SM_ERR_NOMEM, "out of memory");
+    n->dz = n->K > 1 ? (c->v_max - c->v_min) / (n->K - 1) : 0;
+    for (int j = 0; j < n->K; j++) n->support[j] = (sm_real)(n->K > 1 ? c->v_min + j * n->dz : 0);
+    return SM_OK;
+}
+
+static void free_nets(dqn_nets *n) {
+    sm_model_free(n->q);
+    sm_model_free(n->qt);
+    free(n->support);
+}
+
+/* Q-values (T, A) from network outputs (T, A*K): identity, or the mean of the atom distribution.
+ * probs (T, A*K) receives the per-action softmax when K > 1. */
+static void q_values(const dqn_nets *n, const sm_real *out, int T, sm_real *q, sm_real *probs) {
+    const int A = n->A, K = n->K;
+    if (K == 1) {
+        memcpy(q, out, sizeof(sm_real) * (size_t)T * A);
+        return;
+    }
+    for (int t = 0; t < T * A; t++) {
+        const sm_real *z = out + (size_t)t * K;
+        sm_real *p = probs + (size_t)t * K;
+        double mx = z[0], s = 0, e = 0;
+        for (int j = 1; j < K; j++) mx = z[j] > mx ? z[j] : mx;
+        for (int j = 0; j < K; j++) s += (p[j] = (sm_real)exp(z[j] - mx));
+        for (int j = 0; j < K; j++) {
+            p[j] = (sm_real)(p[j] / s);
+            e += p[j] * n->support[j];
+        }
+        q[t] = (sm_real)e;
+    }
+}
+
+static int argmax(const sm_real *q, int A) {
+    int best = 0;
+    for (int a = 1; a < A; a++)
+        if (q[a] > q[best]) best = a;
+    return best;
+}
+
+/* The greedy policy of a checkpoint. */
+typedef struct {
+    dqn_nets nets;
+    sm_real *q, *probs;
+} dqn_policy;
+
+static void policy_act(sm_policy *p, const float *obs, int N, int *a_disc, float *a_box) {
+    (void)a_box;
+    dqn_policy *d = p->impl;
+    const sm_real *out = sm_model_forward(d->nets.q, obs, N, NULL, 0);
+    q_values(&d->nets, out, N, d->q, d->probs);
+    for (int i = 0; i < N; i++) a_disc[i] = argmax(d->q + (size_t)i * d->nets.A, d->nets.A);
+}
+
+static void policy_destroy(sm_policy *p) {
+    dqn_policy *d = p->impl;
+    free_nets(&d->nets);
+    free(d->q);
+    free(d->probs);
+    free(d);
+    free(p);
+}
+
+static const sm_agent_kind *kind_named(const char *name);
+
+/* Reads the agent settings, env and network of a checkpoint written by write_ckpt. */
+static sm_status read_header(const sm_safetensors *st, const char *path, sm_dqn_config *c, const sm_env_spec **env,
+                             sm_model_config *mc, sm_error *err) {
+    const char *agent = sm_safetensors_meta(st, "agent"), *envn = sm_safetensors_meta(st, "env"),
+               *set = sm_safetensors_meta(st, "agent_settings"), *net = sm_safetensors_meta(st, "model");
+    const sm_agent_kind *k = agent ? kind_named(agent) : NULL;
+    if (!k || !envn || !set || !net) return sm_fail(err, SM_ERR_FORMAT, "%s: not a DQN-family checkpoint", path);
+    if (!(*env = sm_env_find(envn)))
+        return sm_fail(err, SM_ERR_FORMAT, "%s: environment '%s' is unknown to this build (one of: %s)", path, envn, sm_env_names());
+    cJSON *o = cJSON_Parse(set);
+    if (!o) return sm_fail(err, SM_ERR_FORMAT, "%s: __metadata__.agent_settings is not JSON", path);
+    char what[600];
+    snprintf(what, sizeof what, "%s: __metadata__.agent_settings", path);
+    sm_status s = sm_agent_config_from_json(k, c, o, what, err);
+    cJSON_Delete(o);
+    if (s != SM_OK) return s;
+    sm_error e2 = {0};
+    if (sm_model_config_from_json(mc, net, &e2) != SM_OK) return sm_fail(err, SM_ERR_FORMAT, "%s: __metadata__.model: %s", path, e2.msg);
+    return SM_OK;
+}
+
+static sm_policy *dqn_load_policy(const char *path, int max_N, sm_error *err) {
+    sm_safetensors st;
+    if (sm_safetensors_load(&st, path, err) != SM_OK) return NULL;
+    sm_dqn_config c;
+    const sm_env_spec *env = NULL;
+    sm_model_config mc;
+    sm_policy *p = calloc(1, sizeof *p);
+    dqn_policy *d = calloc(1, sizeof *d);
+    sm_status s = !p || !d ? sm_fail(err, SM_ERR_NOMEM, "out of memory") : read_header(&st, path, &c, &env, &mc, err);
+    if (s == SM_OK) {
+        c.batch_size = 1; /* the target network is not used */
+        s = build_nets(&d->nets, &c, env, &mc, max_N, NULL, err);
+    }
+    if (s == SM_OK) {
+        sm_ckpt_set set = {"", &d->nets.q->params, NULL};
+        s = sm_checkpoint_read_sets(&st, path, &set, 1, NULL, err);
+    }
+    if (s == SM_OK) {
+        d->q = calloc((size_t)max_N * d->nets.A, sizeof(sm_real));
+        d->probs = calloc((size_t)max_N * d->nets.out, sizeof(sm_real));
+        if (!d->q || !d->probs) s = sm_fail(err, SM_ERR_NOMEM, "out of memory");
+    }
+    sm_safetensors_free(&st);
+    if (s != SM_OK) {
+        if (d) {
+            free_nets(&d->nets);
+            free(d->q);
+            free(d->probs);
+        }
+        free(d);
+        free(p);
+        return NULL;
+    }
+    p->env = env;
+    p->act = policy_act;
+    p->destroy = policy_destroy;
+    p->max_N = max_N;
+    p->impl = d;
+    return p;
+}
+
+/* ---- training ---- */
+
+typedef struct {
+    long frames, updates, vsteps;
+    sm_rng rng;
+} dqn_counters;
+
+static sm_status write_ckpt(const char *dir, const sm_agent_kind *k, const sm_dqn_config *c, const sm_rl_run *run,
+                            const dqn_nets *n, const sm_optim *opt, const dqn_counters *ct, sm_error *err) {
+    if (!dir) return SM_OK;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
+    cJSON *set = sm_agent_config_to_json(k, c);
+    char *set_s = set ? cJSON_PrintUnformatted(set) : NULL, *net_s = sm_model_config_to_json(&n->q->cfg);
+    cJSON_Delete(set);
+    char frames[32], updates[32], rng[4][32];
+    snprintf(frames, sizeof frames, "%ld", ct->frames);
+    snprintf(updates, sizeof updates, "%ld", ct->updates);
+    for (int i = 0; i < 4; i++) snprintf(rng[i], sizeof rng[i], "%llu", (unsigned long long)ct->rng.s[i]);
+    char rng_s[140];
+    snprintf(rng_s, sizeof rng_s, "%s,%s,%s,%s", rng[0], rng[1], rng[2], rng[3]);
+    sm_st_meta meta[] = {{"format", "specmoe"},  {"agent", (char *)k->name}, {"env", (char *)run->env},
+                         {"agent_settings", set_s}, {"model", net_s},          {"frames", frames},
+                         {"updates", updates},     {"rng", rng_s}};
+    sm_ckpt_set sets[] = {{"", &n->q->params, (sm_optim *)opt}, {"target.", &n->qt->params, NULL}};
+    sm_status st = !set_s || !net_s ? sm_fail(err, SM_ERR_NOMEM, "out of memory")
+                                    : sm_checkpoint_write(path, sets, 2, meta, (int)SM_LEN(meta), err);
+    free(set_s);
+    free(net_s);
+    return st;
+}
+
+static double epsilon_at(const sm_dqn_config *c, long frames) {
+    if (frames < c->learning_starts) return 1.0; /* random play fills the replay */
+    if (c->eps_frames <= 0) return c->eps_end;
+    double f = (double)(frames - c->learning_starts) / c->eps_frames;
+    if (f > 1) f = 1;
+    return c->eps_start + f * (c->eps_end - c->eps_start);
+}
+
+/* Buffers of one run: one allocation per role. */
+typedef struct {
+    float *obs, *prev, *fin, *rew;
+    int *act;
+    unsigned char *term, *trunc;
+    sm_real *qa;            /* (max(N, B), A) Q-values */
+    sm_real *pa;            /* (max(N, B), A*K) action distributions */
+    sm_real *qo, *po;       /* (B, A), (B, A*K) the online network's on s' (double Q) */
+    sm_real *pt;            /* (B, K) target distribution of a* */
+    sm_real *y, *td, *m;    /* (B), (B), (B, K) */
+    int *astar;             /* (B) */
+    sm_real *tout;          /* (B, A*K) a copy of the target network's outputs */
+    sm_replay_batch batch;
+} dqn_bufs;
+
+static sm_status bufs_alloc(dqn_bufs *b, int N, int B, const dqn_nets *n, sm_error *err) {
+    memset(b, 0, sizeof *b);
+    const size_t D = (size_t)n->D, A = (size_t)n->A, O = (size_t)n->out, M = (size_t)(N > B ? N : B);
+    b->obs = calloc((size_t)N * D, sizeof(float));
+    b->prev = calloc((size_t)N * D, sizeof(float));
+    b->fin = calloc((size_t)N * D, sizeof(float));
+    b->rew = calloc((size_t)N, sizeof(float));
+    b->act = calloc((size_t)N, sizeof(int));
+    b->term = calloc((size_t)N, 1);
+    b->trunc = calloc((size_t)N, 1);
+    sm_real **rp[] = {&b->qa, &b->pa, &b->qo, &b->po, &b->pt, &b->y, &b->td, &b->m, &b->tout};
+    size_t rs[] = {M * A, M * O, (size_t)B * A, (size_t)B * O, (size_t)B * n->K, (size_t)B, (size_t)B, (size_t)B * n->K, (size_t)B * O};
+    sm_real *blk = sm_carve(rp, rs, SM_LEN(rs), err, "DQN buffers (batch %d)", B);
+    b->astar = calloc((size_t)B, sizeof(int));
+    b->batch.obs = calloc((size_t)B * D, sizeof(float));
+    b->batch.next = calloc((size_t)B * D, sizeof(float));
+    b->batch.act = calloc((size_t)B, sizeof(int));
+    b->batch.ret = calloc((size_t)B, sizeof(float));
+    b->batch.disc = calloc((size_t)B, sizeof(float));
+    b->batch.idx = calloc((size_t)B, sizeof(long));
+    b->batch.weight = calloc((size_t)B, sizeof(float));
+    if (!blk || !b->obs || !b->prev || !b->fin || !b->rew || !b->act || !b->term || !b->trunc || !b->astar ||
+        !b->batch.obs || !b->batch.next || !b->batch.act || !b->batch.ret || !b->batch.disc || !b->batch.idx ||
+        !b->batch.weight)
+        return sm_fail(err, SM_ERR_NOMEM, "DQN buffers: out of memory");
+    return SM_OK;
+}
+
+static void bufs_free(dqn_bufs *b) {
+    free(b->obs);
+    free(b->prev);
+    free(b->fin);
+    free(b->rew);
+    free(b->act);
+    free(b->term);
+    free(b->trunc);
+    free(b->qa); /* the carved block starts at qa */
+    free(b->astar);
+    free(b->batch.obs);
+    free(b->batch.next);
+    free(b->batch.act);
+    free(b->batch.ret);
+    free(b->batch.disc);
+    free(b->batch.idx);
+    free(b->batch.weight);
+}
+
+/* One gradient step on a sampled batch; returns the loss and the mean Q of the chosen actions. */
+static double update(dqn_nets *n, sm_optim *opt, sm_replay *rb, dqn_bufs *b, sm_rng *rng, double beta, double *mean_q) {
+    const sm_dqn_config *c = &n->c;
+    const int B = c->batch_size, A = n->A, K = n->K;
+    sm_replay_batch *s = &b->batch;
+    sm_replay_sample(rb, B, rng, beta, s);
+    /* 1. target network on s': Q_target(s') in qa, its atom distributions in pa */
+    const sm_real *tout = sm_model_forward(n->qt, s->next, B, rng, 0);
+    memcpy(b->tout, tout, sizeof(sm_real) * (size_t)B * n->out);
+    q_values(n, b->tout, B, b->qa, b->pa);
+    /* 2. a* = argmax of Q_online(s') (double Q, van Hasselt et al. 2016) or of Q_target(s'); the
+     * online forward on s' comes before the one that is backpropagated */
+    const sm_real *qsel = b->qa;
+    if (c->double_q) {
+        const sm_real *on = sm_model_forward(n->q, s->next, B, rng, 0);
+        q_values(n, on, B, b->qo, b->po);
+        qsel = b->qo;
+    }
+    for (int i = 0; i < B; i++) b->astar[i] = argmax(qsel + (size_t)i * A, A);
+    if (K == 1) {
+        for (int i = 0; i < B; i++) b->y[i] = (sm_real)(s->ret[i] + s->disc[i] * b->qa[(size_t)i * A + b->astar[i]]);
+    } else {
+        for (int i = 0; i < B; i++) memcpy(b->pt + (size_t)i * K, b->pa + ((size_t)i * A + b->astar[i]) * K, sizeof(sm_real) * K);
+        sm_c51_project(b->m, b->pt, s->ret, s->disc, B, K, c->v_min, c->v_max);
+    }
+    /* 3. online network on s, loss, backward from the output gradient */
+    sm_model *q = n->q;
+    const sm_real *out = sm_model_forward(q, s->obs, B, rng, 1);
+    double L;
+    if (K == 1) {
+        L = sm_dqn_td_loss(q->dlogits, b->td, out, s->act, b->y, c->prioritized ? s->weight : NULL, B, A,
+                           !strcmp(c->loss, "huber"));
+        double mq = 0;
+        for (int i = 0; i < B; i++) mq += out[(size_t)i * A + s->act[i]];
+        *mean_q = mq / B;
+    } else {
+        L = sm_c51_loss(q->dlogits, b->td, out, s->act, b->m, c->prioritized ? s->weight : NULL, B, A, K);
+        q_values(n, out, B, b->qa, b->pa);
+        double mq = 0;
+        for (int i = 0; i < B; i++) mq += b->qa[(size_t)i * A + s->act[i]];
+        *mean_q = mq / B;
+    }
+    sm_params_zero_grad(&q->params);
+    sm_model_backward(q, B);
+    if (c->max_grad_norm > 0) sm_clip_grad_norm(&q->params, c->max_grad_norm);
+    sm_optim_step(opt, &q->params, c->lr);
+    if (c->prioritized) {
+        float pr[4096];
+        for (int i0 = 0; i0 < B; i0 += 4096) {
+            int m = B - i0 < 4096 ? B - i0 : 4096;
+            for (int i = 0; i < m; i++) pr[i] = (float)fabs((double)b->td[i0 + i]);
+            sm_replay_update(rb, s->idx + i0, pr, m, c->per_eps);
+        }
+    }
+    return L + q->aux_loss;
+}
+
+static void target_update(dqn_nets *n) {
+    const size_t P = n->q->params.total;
+    sm_real *t = n->qt->params.data;
+    const sm_real *o = n->q->params.data;
+    if (n->c.tau >= 1) {
+        memcpy(t, o, sizeof(sm_real) * P);
+        return;
+    }
+    const sm_real tau = (sm_real)n->c.tau;
+    for (size_t i = 0; i < P; i++) t[i] = tau * o[i] + (1 - tau) * t[i];
+}
+
+static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const sm_model_config *net, const sm_rl_run *run,
+                                sm_rl_result *res, sm_error *err) {
+    sm_dqn_config c = *(const sm_dqn_config *)cfgv;
+    memset(res, 0, sizeof *res);
+    const sm_env_spec *env = sm_env_find(run->env);
+    if (!env) return sm_fail(err, SM_ERR_ARG, "unknown environment '%s' (one of: %s)", run->env, sm_env_names());
+    const char *why = dqn_compatible(env);
+    if (why) return sm_fail(err, SM_ERR_ARG, "%s on %s: %s", k->name, env->name, why);
+    fill_auto(&c, env);
+    sm_status st = dqn_check(&c, env, err);
+    if (st != SM_OK) return st;
+    if (run->resume) return sm_fail(err, SM_ERR_ARG, "resuming a %s run is not built yet", k->name);
+    /* the network's OpenMP regions use the run's thread count too (at RL sizes one thread is often
+     * fastest: the matrices are small and threads cost more than they save) */
+    if (run->threads > 0) omp_set_num_threads(run->threads);
+    const long total = run->frames > 0 ? run->frames : c.total_frames;
+    const int N = c.num_envs, B = c.batch_size;
+
+    dqn_counters ct = {0};
+    sm_rng_seed(&ct.rng, run->seed);
+    dqn_nets n;
+    sm_vecenv v;
+    memset(&v, 0, sizeof v);
+    sm_replay rb;
+    memset(&rb, 0, sizeof rb);
+    dqn_bufs b;
+    memset(&b, 0, sizeof b);
+    sm_optim opt;
+    memset(&opt, 0, sizeof opt);
+    sm_rl_log log;
+    memset(&log, 0, sizeof log);
+    int have_nets = 0;
+    if ((st = build_nets(&n, &c, env, net, N > B ? N : B, &ct.rng, err)) != SM_OK) goto done;
+    have_nets = 1;
+    sm_optim_config oc;
+    sm_optim_config_default(&oc);
+    oc.lr = c.lr;
+    if (!strcmp(c.optimizer, "rmsprop")) {
+        oc.kind = SM_OPT_RMSPROP;
+        oc.alpha = c.rms_alpha;
+        oc.eps = c.rms_eps;
+        oc.centered = c.rms_centered;
+    } else {
+        oc.kind = SM_OPT_ADAM;
+        oc.eps = c.adam_eps;
+    }
+    if ((st = sm_optim_init(&opt, &oc, &n.q->params, err)) != SM_OK) goto done;
+    if ((st = sm_vecenv_init(&v, run->env, N, run->seed, &run->env_opts, err)) != SM_OK) goto done;
+    sm_vecenv_set_threads(&v, run->threads);
+    if ((st = sm_replay_init(&rb, c.buffer_size, N, n.D, env->obs_binary, c.n_step, c.gamma, c.prioritized, c.per_alpha,
+                             err)) != SM_OK)
+        goto done;
+    if ((st = bufs_alloc(&b, N, B, &n, err)) != SM_OK) goto done;
+    if ((st = sm_rl_log_open(&log, run, k, &c, &n.q->cfg, 0, err)) != SM_OK) goto done;
+
+    sm_vecenv_bind(&v, b.obs, b.act, NULL, b.rew, b.term, b.trunc, b.fin);
+    sm_vecenv_reset(&v);
+    double t0 = sm_time_now(), loss_sum = 0, q_sum = 0, recent = NAN;
+    long loss_n = 0, next_log = c.log_every, next_ckpt = c.ckpt_every > 0 ? c.ckpt_every : -1,
+         next_target = c.target_update, tail_from = total - total / 10, tail_n = 0;
+    double tail_sum = 0;
+    static const char *const kEp[] = {"episodic_return", "episodic_length", "epsilon"};
+    static const char *const kLoss[] = {"losses/td_loss", "q_values", "SPS", "updates"};
+    while (ct.frames < total) {
+        if (run->stop && *run->stop) {
+            res->stopped = 1;
+            break;
+        }
+        /* act: epsilon-greedy over the N environments */
+        double eps = epsilon_at(&c, ct.frames);
+        int greedy_needed = 0;
+        for (int i = 0; i < N; i++) {
+            if (sm_rng_uniform(&ct.rng) < eps) b.act[i] = (int)sm_rng_below(&ct.rng, (uint32_t)n.A);
+            else b.act[i] = -1, greedy_needed = 1;
+        }
+        if (greedy_needed) {
+            const sm_real *out = sm_model_forward(n.q, b.obs, N, &ct.rng, 0);
+            q_values(&n, out, N, b.qa, b.pa);
+            for (int i = 0; i < N; i++)
+                if (b.act[i] < 0) b.act[i] = argmax(b.qa + (size_t)i * n.A, n.A);
+        }
+        memcpy(b.prev, b.obs, sizeof(float) * (size_t)N * n.D);
+        sm_vecenv_step(&v);
+        /* the next observation of an ended episode is its final one, not the reset's */
+        for (int i = 0; i < N; i++)
+            if (!(b.term[i] || b.trunc[i])) memcpy(b.fin + (size_t)i * n.D, b.obs + (size_t)i * n.D, sizeof(float) * n.D);
+        sm_replay_add(&rb, b.prev, b.act, b.rew, b.term, b.trunc, b.fin);
+        ct.frames += N;
+        ct.vsteps++;
+        sm_env_log el = sm_vecenv_log_take(&v);
+        if (el.n > 0) {
+            recent = el.episode_return / el.n;
+            res->episodes += el.n;
+            if (ct.frames > tail_from) {
+                tail_sum += el.episode_return;
+                tail_n += el.n;
+            }
+            double vals[] = {recent, el.episode_length / el.n, eps};
+            if ((st = sm_rl_log_record(&log, ct.frames, kEp, vals, 3, err)) != SM_OK) goto done;
+        }
+        if (ct.frames >= c.learning_starts && ct.vsteps % c.train_freq == 0 && sm_replay_size(&rb) > 0) {
+            double beta = c.per_beta + (1 - c.per_beta) * fmin(1.0, (double)ct.frames / (double)total), mq;
+            double L = update(&n, &opt, &rb, &b, &ct.rng, beta, &mq);
+            if (!isfinite(L)) {
+                st = sm_fail(err, SM_ERR_NUMERIC, "%s: loss became %g at frame %ld (update %ld); last good checkpoint: %s",
+                             k->name, L, ct.frames, ct.updates, run->out_dir ? "none written in this run before it" : "none");
+                goto done;
+            }
+            ct.updates++;
+            loss_sum += L;
+            q_sum += mq;
+            loss_n++;
+        }
+        if (ct.frames >= next_target) {
+            target_update(&n);
+            next_target += c.target_update;
+        }
+        if (ct.frames >= next_log) {
+            next_log += c.log_every;
+            if (loss_n) {
+                double vals[] = {loss_sum / loss_n, q_sum / loss_n, sm_rl_log_sps(&log, ct.frames), (double)ct.updates};
+                if ((st = sm_rl_log_record(&log, ct.frames, kLoss, vals, 4, err)) != SM_OK) goto done;
+                loss_sum = q_sum = 0;
+                loss_n = 0;
+            }
+            char extra[96];
+            snprintf(extra, sizeof extra, "eps %.3f  updates %ld", eps, ct.updates);
+            sm_rl_log_progress(&log, ct.frames, total, recent, extra);
+        }
+        if (next_ckpt > 0 && ct.frames >= next_ckpt) {
+            next_ckpt += c.ckpt_every;
+            if ((st = write_ckpt(run->out_dir, k, &c, run, &n, &opt, &ct, err)) != SM_OK) goto done;
+        }
+    }
+    if ((st = write_ckpt(run->out_dir, k, &c, run, &n, &opt, &ct, err)) != SM_OK) goto done;
+    res->frames = ct.frames;
+    res->updates = ct.updates;
+    res->seconds = sm_time_now() - t0;
+    res->last_return = tail_n ? tail_sum / tail_n : NAN;
+done:
+    if (st == SM_OK) st = sm_rl_log_close(&log, err);
+    else sm_rl_log_close(&log, NULL);
+    bufs_free(&b);
+    sm_replay_free(&rb);
+    sm_vecenv_free(&v);
+    sm_optim_free(&opt);
+    if (have_nets) free_nets(&n);
+    return st;
+}
+
+static sm_status dqn_train(const void *c, const sm_model_config *net, const sm_rl_run *run, sm_rl_result *res, sm_error *err) {
+    return dqn_train_kind(&sm_agent_dqn, c, net, run, res, err);
+}
+static sm_status rainbow_train(const void *c, const sm_model_config *net, const sm_rl_run *run, sm_rl_result *res,
+                               sm_error *err) {
+    return dqn_train_kind(&sm_agent_rainbow, c, net, run, res, err);
+}
+static sm_status der_train(const void *c, const sm_model_config *net, const sm_rl_run *run, sm_rl_result *res, sm_error *err) {
+    return dqn_train_kind(&sm_agent_der, c, net, run, res, err);
+}
+
+const sm_agent_kind sm_agent_dqn = {
+    "dqn", "DQN (Mnih et al. 2015): MinAtar's settings on images, CleanRL's on vectors", sizeof(sm_dqn_config), kOpts,
+    (int)SM_LEN(kOpts), kPresets, dqn_compatible, dqn_env_defaults, dqn_check, dqn_train, dqn_load_policy};
+const sm_agent_kind sm_agent_rainbow = {
+    "rainbow", "Rainbow-lite: C51 + 3-step + prioritised replay + double Q (no noisy nets, no dueling)",
+    sizeof(sm_dqn_config), kOpts, (int)SM_LEN(kOpts), kPresets, dqn_compatible, rainbow_env_defaults, dqn_check,
+    rainbow_train, dqn_load_policy};
+const sm_agent_kind sm_agent_der = {
+    "der", "data-efficient Rainbow (van Hasselt et al. 2019): 10-step, an update per step (epsilon-greedy, no noisy nets)",
+    sizeof(sm_dqn_config), kOpts, (int)SM_LEN(kOpts), kPresets, dqn_compatible, der_env_defaults, dqn_check, der_train,
+    dqn_load_policy};
+
+static const sm_agent_kind *kind_named(const char *name) {
+    const sm_agent_kind *all[] = {&sm_agent_dqn, &sm_agent_rainbow, &sm_agent_der};
+    for (size_t i = 0; i < SM_LEN(all); i++)
+        if (!strcmp(all[i]->name, name)) return all[i];
+    return NULL;
+}

@@ -1,0 +1,108 @@
+/* The DQN family end to end: refusals before any work, determinism, and a short learning test on
+ * CartPole that a random policy (mean return ~22) cannot pass. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "specmoe/io/checkpoint.h"
+#include "specmoe/rl/dqn.h"
+
+static sm_dqn_config fast_config(const sm_agent_kind *k, const char *env) {
+    sm_dqn_config c;
+    cr_assert_eq(sm_opt_defaults(k->opts, k->n_opts, &c), 0);
+    c.learning_starts = 1000;
+    c.train_freq = 1;
+    c.target_update = 500;
+    c.eps_frames = 10000;
+    c.batch_size = 64;
+    c.lr = 1e-3;
+    k->env_defaults(&c, sm_env_find(env), NULL, NULL);
+    return c;
+}
+
+static sm_rl_run make_run(const char *env, long frames, uint64_t seed, const char *out) {
+    sm_rl_run r = {0};
+    r.env = env;
+    r.env_opts = sm_env_opts_default();
+    r.seed = seed;
+    r.threads = 1;
+    r.frames = frames;
+    r.out_dir = out;
+    return r;
+}
+
+Test(dqn, refuses_impossible_settings_before_work) {
+    const sm_agent_kind *k = sm_agent_find("dqn");
+    cr_assert_not_null(k);
+    sm_dqn_config c = fast_config(k, "classic/cartpole");
+    sm_error err = {0};
+    c.batch_size = 20000;
+    cr_assert_neq(k->check(&c, sm_env_find("classic/cartpole"), &err), SM_OK);
+    cr_assert(strstr(err.msg, "batch_size"), "%s", err.msg);
+    c = fast_config(k, "classic/cartpole");
+    c.n_step = 0;
+    cr_assert_neq(k->check(&c, sm_env_find("classic/cartpole"), &err), SM_OK);
+    cr_assert(strstr(err.msg, "n_step"), "%s", err.msg);
+    /* every agent kind: a preset that does not exist is answered with the ones that do */
+    cr_assert_neq(sm_agent_apply_preset(k, &c, "nope", &err), SM_OK);
+    cr_assert(strstr(err.msg, "minatar"), "%s", err.msg);
+}
+
+Test(dqn, same_seed_same_parameters) {
+    const sm_agent_kind *k = sm_agent_find("rainbow");
+    sm_dqn_config c = fast_config(k, "classic/cartpole");
+    c.learning_starts = 200;
+    char dir[2][64];
+    for (int r = 0; r < 2; r++) {
+        snprintf(dir[r], sizeof dir[r], "/tmp/specmoe_test_dqn_%d_%d", (int)getpid(), r);
+        sm_rl_run run = make_run("classic/cartpole", 1500, 7, dir[r]);
+        sm_rl_result res;
+        sm_error err = {0};
+        cr_assert_eq(k->train(&c, NULL, &run, &res, &err), SM_OK, "%s", err.msg);
+        cr_assert_eq(res.frames, 1500);
+        cr_assert_gt(res.updates, 1000);
+    }
+    char p0[128], p1[128];
+    snprintf(p0, sizeof p0, "%s/checkpoint.safetensors", dir[0]);
+    snprintf(p1, sizeof p1, "%s/checkpoint.safetensors", dir[1]);
+    FILE *f0 = fopen(p0, "rb"), *f1 = fopen(p1, "rb");
+    cr_assert(f0 && f1);
+    int same = 1, a, b;
+    do {
+        a = fgetc(f0);
+        b = fgetc(f1);
+        same &= a == b;
+    } while (a != EOF && b != EOF);
+    fclose(f0);
+    fclose(f1);
+    cr_assert(same, "two runs with one seed wrote different checkpoints");
+    /* the checkpoint is a policy that acts */
+    sm_error err = {0};
+    sm_policy *p = k->load_policy(p0, 4, &err);
+    cr_assert_not_null(p, "%s", err.msg);
+    sm_env_log log;
+    cr_assert_eq(sm_rl_evaluate(p, "classic/cartpole", NULL, 3, 2, 1, 1, &log, &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(log.n, 3);
+    p->destroy(p);
+    for (int r = 0; r < 2; r++) {
+        char cmd[160];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir[r]);
+        cr_assert_eq(system(cmd), 0);
+    }
+}
+
+/* 30k frames of DQN reach a mean return far above a random policy's 22 (measured at 108-133 over
+ * seeds 1-3; the bar is 60). */
+Test(dqn, learns_cartpole, .timeout = 120) {
+    const sm_agent_kind *k = sm_agent_find("dqn");
+    sm_dqn_config c = fast_config(k, "classic/cartpole");
+    sm_rl_run run = make_run("classic/cartpole", 30000, 1, NULL);
+    sm_rl_result res;
+    sm_error err = {0};
+    cr_assert_eq(k->train(&c, NULL, &run, &res, &err), SM_OK, "%s", err.msg);
+    cr_log_info("DQN CartPole 30k frames: mean return over the last 10%% = %.1f", res.last_return);
+    cr_assert_gt(res.last_return, 60.0, "mean return %.1f", res.last_return);
+}
