@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,18 +82,16 @@ static void ppo_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(con
     }
 }
 
-/* The actor's network: net when the caller gives one (the CLI's --arch with its MoE settings), else
- * cfg->arch with cfg->act; input and output widths always come from the environment. */
+/* The actor's network: the template net (the CLI's model config: MoE and router settings; NULL for
+ * the defaults) with the hidden stack cfg->arch and activation cfg->act, as the DQN family does;
+ * input and output widths come from the environment. */
 static sm_status actor_config(sm_model_config *mc, const sm_ppo_config *c, const sm_model_config *net,
                               const sm_env_spec *env, sm_error *err) {
-    if (net && net->n_layers > 0) {
-        *mc = *net;
-    } else {
-        sm_model_config_default(mc);
-        if (sm_act_parse(c->act, &mc->act)) return sm_fail(err, SM_ERR_ARG, "ppo: unknown activation '%s' (act)", c->act);
-        sm_error e;
-        if (sm_model_parse_arch(mc, c->arch, &e) != SM_OK) return sm_fail(err, SM_ERR_ARG, "ppo: arch: %s", e.msg);
-    }
+    if (net) *mc = *net;
+    else sm_model_config_default(mc);
+    if (sm_act_parse(c->act, &mc->act)) return sm_fail(err, SM_ERR_ARG, "ppo: unknown activation '%s' (act)", c->act);
+    sm_error e;
+    if (sm_model_parse_arch(mc, c->arch, &e) != SM_OK) return sm_fail(err, SM_ERR_ARG, "ppo: arch: %s", e.msg);
     mc->in_dim = sm_env_obs_numel(env);
     mc->in_c = env->obs_c;
     mc->in_h = env->obs_h;
@@ -402,6 +401,9 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
     sm_status st = sm_vecenv_init(&p->v, run->env, c->num_envs, run->seed, &run->env_opts, err);
     if (st != SM_OK) return st;
     sm_vecenv_set_threads(&p->v, run->threads);
+    /* the run's thread count applies to the networks too (OpenBLAS runs on OpenMP's threads): at
+     * these sizes one thread is fastest, and more cost more than they save */
+    if (run->threads > 0) omp_set_num_threads(run->threads);
     p->env = p->v.spec;
     if ((st = ppo_check(c, p->env, err)) != SM_OK) return st;
     p->N = c->num_envs, p->T = c->num_steps, p->D = sm_env_obs_numel(p->env), p->A = p->env->act_n;

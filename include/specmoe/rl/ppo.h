@@ -4,7 +4,8 @@
  *   const sm_agent_kind *k = sm_agent_find("ppo");          // or &sm_agent_ppo
  *   sm_ppo_config cfg;  sm_opt_defaults(k->opts, k->n_opts, &cfg);
  *   sm_agent_apply_preset(k, &cfg, "cleanrl-continuous", &err);   // optional
- *   k->train(&cfg, NULL, &run, &res, &err);                 // NULL net: the actor from cfg.arch / cfg.act
+ *   k->train(&cfg, NULL, &run, &res, &err);  // net (here NULL): a model-config template whose MoE and
+ *                                            // router settings the networks take; layers: cfg.arch, cfg.act
  *
  * Separate actor and critic networks (specmoe models with the same hidden stack; the actor's head
  * gives logits or action means, the critic's one value), orthogonal initialisation (gain sqrt(2)
