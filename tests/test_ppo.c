@@ -173,6 +173,17 @@ Test(ppo, same_seed_same_parameters) {
     free(b[0]), free(b[1]), free(b3);
 }
 
+/* a diverging run stops with SM_ERR_NUMERIC naming the update and what became non-finite */
+Test(ppo, nan_guard_names_the_update) {
+    sm_ppo_config c;
+    small(&c, 20);
+    c.learning_rate = 1e37, c.max_grad_norm = 0, c.anneal_lr = 0;
+    sm_rl_result res;
+    sm_error err = {0};
+    cr_assert_eq(run_ppo(&c, tu_tmpdir(), 0, NULL, 1, &res, &err), SM_ERR_NUMERIC, "%s", err.msg);
+    cr_assert(strstr(err.msg, "update") && strstr(err.msg, "checkpoint"), "%s", err.msg);
+}
+
 /* CartPole (categorical) and Pendulum (Gaussian, with the log-std and both normalisers) */
 Test(ppo, resume_equals_an_uninterrupted_run) {
     const char *envs[] = {"classic/cartpole", "classic/pendulum"};

@@ -837,6 +837,8 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
     const long tail_from = (long)(0.9 * (double)(end * batch));
     char ckpt[4200] = "";
     if (run->out_dir) snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", run->out_dir);
+    long saved_at = run->resume ? p.updates : -1;
+    const char *saved_path = run->resume;
     double t0 = sm_time_now();
     static const char *const kKeys[] = {"charts/learning_rate", "losses/value_loss", "losses/policy_loss",
                                         "losses/entropy",       "losses/old_approx_kl", "losses/approx_kl",
@@ -850,7 +852,16 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
         sm_ppo_gae(p.b_adv, p.b_ret, p.b_rew, p.b_val, p.next_value, p.b_done, p.b_boot, p.T, p.N, c->gamma, c->gae_lambda);
         sm_ppo_stats s = {0};
         double clipfrac = 0;
-        if ((st = learn(&p, lr, &s, &clipfrac, err)) != SM_OK) break;
+        if ((st = learn(&p, lr, &s, &clipfrac, err)) != SM_OK) {
+            /* the NaN guard names the last good checkpoint */
+            if (st == SM_ERR_NUMERIC && err) {
+                char why[sizeof err->msg];
+                snprintf(why, sizeof why, "%s", err->msg);
+                if (saved_at >= 0) sm_fail(err, st, "%s; the last good checkpoint is %s (update %ld)", why, saved_path, saved_at);
+                else sm_fail(err, st, "%s; no checkpoint was written", why);
+            }
+            break;
+        }
         p.updates++;
         double vals[] = {lr, s.v_loss, s.pg_loss, s.entropy, s.old_approx_kl, s.approx_kl, clipfrac,
                          explained_variance(p.b_val, p.b_ret, p.Bt), sm_rl_log_sps(&log, p.global_step)};
@@ -860,7 +871,8 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
         sm_rl_log_progress(&log, p.global_step, end * batch, ret_n ? ret_sum / ret_n : NAN, extra);
         int stop = run->stop && *run->stop;
         int due = c->checkpoint_every > 0 && p.updates % c->checkpoint_every == 0;
-        if (ckpt[0] && (stop || due || p.updates == end)) st = ppo_save(&p, ckpt, run->env, err);
+        if (ckpt[0] && (stop || due || p.updates == end) && (st = ppo_save(&p, ckpt, run->env, err)) == SM_OK)
+            saved_at = p.updates, saved_path = ckpt;
         if (stop) {
             res->stopped = 1;
             break;
