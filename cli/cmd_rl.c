@@ -17,7 +17,7 @@
 #include "commands.h"
 #include "common.h"
 #include "flags.h"
-#include "specmoe/rl/env.h"
+#include "specmoe/rl/agent.h"
 
 /* ---------------------------------------------------------------------------------------------- */
 /* rl envs */
@@ -70,75 +70,35 @@ typedef struct {
     int threads;
 } eval_settings;
 
-typedef struct {
-    double return_mean, return_std, length_mean;
-    long episodes;
-} eval_result;
-
-/* The vector's size: episodes are shared out in fixed quotas, so which episodes count does not
- * depend on which environment finishes first (taking the first N to end favours short ones). */
+/* Episodes are shared out in fixed quotas over this many environments (sm_rl_evaluate), so which
+ * episodes count does not depend on which environment finishes first. */
 #define EVAL_MAX_ENVS 16
 
-/* A uniform random policy for o->episodes episodes. The actions are drawn in one stream on the
- * calling thread, and each environment has its own seed, so the result does not depend on --threads. */
-static sm_status eval_random(const eval_settings *o, eval_result *R, sm_error *err) {
-    const int E = o->episodes < EVAL_MAX_ENVS ? (int)o->episodes : EVAL_MAX_ENVS;
-    sm_vecenv v;
-    sm_status st = sm_vecenv_init(&v, o->env, E, o->seed, NULL, err);
-    if (st != SM_OK) return st;
-    sm_vecenv_set_threads(&v, o->threads);
-    const sm_env_spec *s = v.spec;
-    const int D = sm_env_obs_numel(s);
-    float *obs = malloc(sizeof(float) * (size_t)E * D), *box = malloc(sizeof(float) * (size_t)E * s->act_n);
-    float *rew = malloc(sizeof(float) * E);
-    int *act = malloc(sizeof(int) * E);
-    unsigned char *term = malloc(E), *trunc = malloc(E);
-    double *ret = calloc((size_t)E, sizeof(double));
-    long *len = calloc((size_t)E, sizeof(long)), *left = malloc(sizeof(long) * E);
-    if (!obs || !box || !rew || !act || !term || !trunc || !ret || !len || !left) {
-        st = sm_fail(err, SM_ERR_NOMEM, "out of memory for %d environments '%s'", E, o->env);
-    } else {
-        sm_vecenv_bind(&v, obs, act, box, rew, term, trunc, NULL);
-        sm_vecenv_reset(&v);
-        sm_rng g;
-        sm_rng_seed(&g, o->seed);
-        for (int i = 0; i < E; i++) left[i] = o->episodes / E + (i < o->episodes % E);
-        double sum = 0, sum_sq = 0, sum_len = 0;
-        for (long remaining = o->episodes; remaining > 0;) {
-            sm_env_random_actions(s, &g, E, act, box);
-            sm_vecenv_step(&v);
-            for (int i = 0; i < E; i++) {
-                ret[i] += rew[i];
-                len[i]++;
-                if (!term[i] && !trunc[i]) continue;
-                if (left[i] > 0) {
-                    sum += ret[i];
-                    sum_sq += ret[i] * ret[i];
-                    sum_len += (double)len[i];
-                    left[i]--;
-                    remaining--;
-                }
-                ret[i] = 0;
-                len[i] = 0;
-            }
-        }
-        const double n = (double)o->episodes, mean = sum / n;
-        R->episodes = o->episodes;
-        R->return_mean = mean;
-        R->return_std = sqrt(fmax(sum_sq / n - mean * mean, 0.0)); /* over episodes (numpy's np.std) */
-        R->length_mean = sum_len / n;
-    }
-    free(obs);
-    free(box);
-    free(rew);
-    free(act);
-    free(term);
-    free(trunc);
-    free(ret);
-    free(len);
-    free(left);
-    sm_vecenv_free(&v);
-    return st;
+/* The result line of rl eval, for the random policy and a checkpoint alike. */
+static void print_eval(const char *env, const char *policy, const char *agent, const sm_env_log *log, uint64_t seed) {
+    const double n = (double)log->n, mean = log->episode_return / n;
+    const double sd = sqrt(fmax(log->return_sq / n - mean * mean, 0.0)); /* over episodes (numpy's np.std) */
+    printf("rl-eval env=%s policy=%s%s%s episodes=%ld seed=%llu episodic_return_mean=%.4f episodic_return_std=%.4f "
+           "episodic_length_mean=%.2f\n",
+           env, policy, agent ? " agent=" : "", agent ? agent : "", log->n, (unsigned long long)seed, mean, sd,
+           log->episode_length / n);
+}
+
+/* rl eval CKPT: the greedy policy of a checkpoint written by any agent. */
+static int eval_checkpoint(const eval_settings *o, const char *path) {
+    sm_error err = {0};
+    const sm_agent_kind *k = sm_agent_of_checkpoint(path, &err);
+    if (!k) return cli_fail(SM_ERR_FORMAT, &err);
+    cli_set_threads(o->threads);
+    sm_policy *p = k->load_policy(path, EVAL_MAX_ENVS, &err);
+    if (!p) return cli_fail(err.code ? err.code : SM_ERR_FORMAT, &err);
+    const char *env = o->env ? o->env : p->env->name;
+    sm_env_log log;
+    sm_status st = sm_rl_evaluate(p, env, NULL, (int)o->episodes, EVAL_MAX_ENVS, o->seed, o->threads, &log, &err);
+    p->destroy(p);
+    if (st != SM_OK) return cli_fail(st, &err);
+    print_eval(env, path, k->name, &log, o->seed);
+    return 0;
 }
 
 static int rl_eval(int argc, char **argv) {
@@ -156,10 +116,15 @@ static int rl_eval(int argc, char **argv) {
     int rc = fl_parse(fl, nfl, argc, argv, 3, "rl eval", "[CHECKPOINT] --env NAME --policy random [flags]", pos, 1, &npos);
     if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
     if (npos == 1) {
-        /* the place for `rl eval CKPT`: load the agent, run its greedy policy, print the same line */
-        fprintf(stderr, "specmoe rl eval: %s: evaluating a checkpoint is not built yet (it comes with rl train); "
-                        "--policy random is\n", pos[0]);
-        return CLI_EXIT_USAGE;
+        if (o.policy) {
+            fprintf(stderr, "specmoe rl eval: give a checkpoint or --policy random, not both\n");
+            return CLI_EXIT_USAGE;
+        }
+        if (o.episodes < 1 || o.episodes > 1000000000 || o.threads < 1) {
+            fprintf(stderr, "specmoe rl eval: --episodes must be in [1, 1e9] and --threads >= 1\n");
+            return CLI_EXIT_USAGE;
+        }
+        return eval_checkpoint(&o, pos[0]);
     }
     if (!o.policy || strcmp(o.policy, "random") != 0) {
         if (o.policy) fprintf(stderr, "specmoe rl eval: unknown policy '%s' (one of: random)\n", o.policy);
@@ -170,17 +135,15 @@ static int rl_eval(int argc, char **argv) {
         fprintf(stderr, "specmoe rl eval: --env is required (one of: %s)\n", sm_env_names());
         return CLI_EXIT_USAGE;
     }
-    if (o.episodes < 1 || o.threads < 1) {
-        fprintf(stderr, "specmoe rl eval: --episodes and --threads must be >= 1\n");
+    if (o.episodes < 1 || o.episodes > 1000000000 || o.threads < 1) {
+        fprintf(stderr, "specmoe rl eval: --episodes must be in [1, 1e9] and --threads >= 1\n");
         return CLI_EXIT_USAGE;
     }
-    eval_result R = {0};
+    sm_env_log log;
     sm_error err = {0};
-    sm_status st = eval_random(&o, &R, &err);
+    sm_status st = sm_rl_evaluate(NULL, o.env, NULL, (int)o.episodes, EVAL_MAX_ENVS, o.seed, o.threads, &log, &err);
     if (st != SM_OK) return cli_fail(st, &err);
-    printf("rl-eval env=%s policy=%s episodes=%ld seed=%llu episodic_return_mean=%.4f episodic_return_std=%.4f "
-           "episodic_length_mean=%.2f\n",
-           o.env, o.policy, R.episodes, (unsigned long long)o.seed, R.return_mean, R.return_std, R.length_mean);
+    print_eval(o.env, o.policy, NULL, &log, o.seed);
     return 0;
 }
 
@@ -188,8 +151,9 @@ static int rl_eval(int argc, char **argv) {
 
 static const cli_command kRl[] = {
     {"envs", "list every environment: observation shape, action space, time limit", rl_envs},
-    {"eval", "--env NAME --policy random: mean and std of the episodic return and mean length", rl_eval},
-    /* rl train, rl render: rows to add here (see the top of this file) */
+    {"train", "--env NAME --agent NAME: train an agent (rl train --help lists agents, options and presets)", cmd_rl_train},
+    {"eval", "CHECKPOINT | --env NAME --policy random: mean and std of the episodic return and mean length", rl_eval},
+    /* rl render: a row to add here (see the top of this file) */
 };
 
 int cmd_rl(int argc, char **argv) {

@@ -1,9 +1,14 @@
 /* specmoe train: a classifier on Fashion-MNIST (an MLP from --arch, or the SR-MoE network), with
  * any router, optimiser and schedule; writes metrics.jsonl and checkpoints to the run directory. */
+#include <cjson/cJSON.h>
+#include <errno.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "commands.h"
@@ -197,6 +202,10 @@ static int build_router_config(const opts *o, const router_flags *rf, int d, sm_
     return SM_OK;
 }
 
+/* the rows the model's activations are reserved for: the training batch, and at least 1000 so that
+ * evaluation runs in large batches */
+static int train_rows(int batch) { return batch < 1000 ? 1000 : batch; }
+
 static int build_model_config(opts *o, router_flags *rf, const fl_flag *fl, int nfl, sm_model_config *mc, sm_error *err) {
     sm_model_config_default(mc);
     sm_status st;
@@ -250,13 +259,167 @@ static int build_model_config(opts *o, router_flags *rf, const fl_flag *fl, int 
     sm_model_config probe = *mc;
     probe.in_dim = 784;
     if (probe.in_c == 0) probe.in_c = 1, probe.in_h = probe.in_w = 28;
+    /* a model far larger than memory is refused with the figure before anything large is allocated
+     * (the probe below allocates the parameters): it would be killed by the OOM killer a few steps in */
+    sm_model_memory mem;
+    if ((st = sm_model_estimate_memory(&probe, train_rows(o->d.batch), &mem, err)) != SM_OK) return st;
+    size_t avail = sm_available_memory_bytes();
+    if (avail && mem.train_bytes > avail) {
+        const double gib = 1024.0 * 1024 * 1024;
+        return sm_fail(err, SM_ERR_NOMEM, "the model needs about %.1f GiB to train (%zu parameters: %.1f GiB x 4 with "
+                       "gradients and optimiser moments, x 3 more while a checkpoint is written; activations %.1f GiB "
+                       "for a batch of %d) but this machine has %.1f GiB available", mem.train_bytes / gib, mem.params,
+                       mem.param_bytes / gib, mem.act_bytes / gib, train_rows(o->d.batch), avail / gib);
+    }
     sm_model *pm = sm_model_create(&probe, 1, NULL, err);
     if (!pm) return SM_ERR_ARG;
     sm_model_free(pm);
     return SM_OK;
 }
 
+/* ---------------------------------------------------------------------------------------------- */
+/* the run's settings: saved beside the metrics and in every checkpoint, restored on resume */
+
+/* What a resumed run may change: its length (the schedule then spans the new length), where the
+ * data are, the threads, and how often it logs and saves. Every other saved setting is the run's:
+ * typed again with another value, it is refused. */
+static const char *const kResumeMayChange[] = {"epochs", "data", "threads", "log-every", "ckpt-every"};
+/* Never taken from the checkpoint: where to resume from and where to write, and the one-off stops. */
+static const char *const kResumeNotSaved[] = {"resume", "out", "stop-after", "fault-nan-step"};
+
+static int name_in(const char *name, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(name, list[i])) return 1;
+    return 0;
+}
+
+/* What cmd_train frees on every return: the restored settings (string flags point into it) and the
+ * settings text the checkpoints store. */
+typedef struct {
+    cJSON *saved;
+    char *settings;
+    char made[4096]; /* the run directory new_run_dir made, while training has not started ("" after) */
+} train_keep;
+
+/* --resume: takes every saved setting the user did not type, refuses a typed one that differs
+ * (exit 2, naming it), and marks the flags the original run was given as given, so that defaults
+ * which depend on whether a flag was given (a router's balance coefficient) come out the same.
+ * A checkpoint written before settings were saved restores nothing: the flags describe its run. */
+static int restore_settings(fl_flag *fl, int nfl, const char *path, train_keep *keep) {
+    sm_error err;
+    char *text;
+    sm_status st = sm_checkpoint_read_meta(path, "settings", &text, &err);
+    if (st != SM_OK) return cli_fail(st, &err);
+    if (!text) {
+        fprintf(stderr, "specmoe train: note: %s stores no settings (an older checkpoint): the flags must describe its run\n",
+                path);
+        return 0;
+    }
+    cJSON *root = keep->saved = cJSON_Parse(text);
+    free(text);
+    const cJSON *flags = cJSON_GetObjectItemCaseSensitive(root, "flags"), *given = cJSON_GetObjectItemCaseSensitive(root, "given");
+    if (!cJSON_IsObject(flags) || !cJSON_IsArray(given)) {
+        fprintf(stderr, "specmoe: %s: __metadata__.settings is malformed\n", path);
+        return CLI_EXIT_RUNTIME;
+    }
+    const cJSON *item;
+    cJSON_ArrayForEach(item, flags) {
+        fl_flag *f = (fl_flag *)fl_find(fl, nfl, item->string);
+        if (!f || name_in(f->name, kResumeNotSaved, SM_LEN(kResumeNotSaved))) continue; /* unknown: a newer version's */
+        char buf[64], mine[4200];
+        const char *v = fl_json_text(f, item, buf, sizeof buf);
+        if (!v && !cJSON_IsNull(item)) {
+            fprintf(stderr, "specmoe: %s: __metadata__.settings: --%s has a value of the wrong type\n", path, f->name);
+            return CLI_EXIT_RUNTIME;
+        }
+        if (f->set) {
+            if (name_in(f->name, kResumeMayChange, SM_LEN(kResumeMayChange))) continue;
+            if (strcmp(fl_format(f, mine, sizeof mine), v ? v : "")) {
+                fprintf(stderr, "specmoe: --%s %s conflicts with the checkpoint's %s (resume keeps the run's settings)\n",
+                        f->name, mine, v ? v : "(unset)");
+                return CLI_EXIT_USAGE;
+            }
+            continue;
+        }
+        if (!v) *(const char **)f->dst = NULL;
+        else if (fl_set(f, v, "train")) return CLI_EXIT_RUNTIME;
+    }
+    cJSON_ArrayForEach(item, given) {
+        fl_flag *f = cJSON_IsString(item) ? (fl_flag *)fl_find(fl, nfl, item->valuestring) : NULL;
+        if (f && !name_in(f->name, kResumeNotSaved, SM_LEN(kResumeNotSaved))) f->set = 1;
+    }
+    return 0;
+}
+
+/* Every flag's value (defaults included) and the names typed on the command line, as JSON:
+ * formatted for OUT/settings.json, and on one line (*line) for the checkpoints. */
+static char *settings_json(const fl_flag *fl, int nfl, char **line) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "command", "train");
+    cJSON_AddStringToObject(o, "version", CLI_VERSION);
+    cJSON_AddItemToObject(o, "flags", fl_to_json(fl, nfl));
+    cJSON *given = cJSON_AddArrayToObject(o, "given");
+    for (int i = 0; i < nfl; i++)
+        if (fl[i].set) cJSON_AddItemToArray(given, cJSON_CreateString(fl[i].name));
+    char *pretty = cJSON_Print(o);
+    *line = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return pretty;
+}
+
+/* A new run directory, never an earlier run's: runs/train-YYYYmmdd-HHMMSS, or with -2, -3, ... when
+ * that exists (mkdir is atomic, so two runs started in the same second get two directories). */
+static sm_status new_run_dir(char *buf, size_t n, sm_error *err) {
+    time_t t = time(NULL);
+    struct tm tm;
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime_r(&t, &tm));
+    if (mkdir("runs", 0755) != 0 && errno != EEXIST) return sm_fail(err, SM_ERR_IO, "runs: cannot create: %s", strerror(errno));
+    for (int k = 1; k < 1000; k++) {
+        if (k == 1) snprintf(buf, n, "runs/train-%s", stamp);
+        else snprintf(buf, n, "runs/train-%s-%d", stamp, k);
+        if (mkdir(buf, 0755) == 0) return SM_OK;
+        if (errno != EEXIST) return sm_fail(err, SM_ERR_IO, "%s: cannot create: %s", buf, strerror(errno));
+    }
+    return sm_fail(err, SM_ERR_IO, "runs/train-%s: 999 run directories of that second exist", stamp);
+}
+
+static int train_main(int argc, char **argv, train_keep *keep);
+
+/* Ctrl-C (SIGINT) or SIGTERM during training: the handler only sets the flag sm_train polls after
+ * every step (it then saves a checkpoint and returns). SA_RESETHAND: a second Ctrl-C kills at once. */
+static volatile sig_atomic_t g_stop;
+static void on_stop_signal(int sig) { g_stop = sig; }
+static void catch_stop_signals(int on) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = on ? on_stop_signal : SIG_DFL;
+    sa.sa_flags = on ? SA_RESETHAND : 0;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 int cmd_train(int argc, char **argv) {
+    train_keep keep = {NULL, NULL, ""};
+    int rc = train_main(argc, argv, &keep);
+    if (rc != 0 && keep.made[0]) {
+        /* refused before training (no data, ...): the new directory holds only what the checks and
+         * settings.json put there; leave no empty run behind */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/settings.json", keep.made);
+        remove(path);
+        snprintf(path, sizeof path, "%s/metrics.jsonl", keep.made);
+        struct stat sb;
+        if (stat(path, &sb) == 0 && sb.st_size == 0) remove(path);
+        rmdir(keep.made);
+    }
+    cJSON_Delete(keep.saved);
+    free(keep.settings);
+    return rc;
+}
+
+static int train_main(int argc, char **argv, train_keep *keep) {
     opts o;
     char router_help[512], built[256] = "";
     for (int r = 0; r < sm_router_count(); r++) { /* routers made by another command (ev: by eval) */
@@ -301,10 +464,10 @@ int cmd_train(int argc, char **argv) {
         {"weight-decay", FL_DOUBLE, &o.weight_decay, "0.0001", "weight decay (decoupled for adamw)", 0},
         {"clip", FL_DOUBLE, &o.clip, "0", "global gradient-norm clipping (0 = off)", 0},
         {"seed", FL_U64, &o.seed, "1", "seed of initialisation, data order and noise", 0},
-        {"out", FL_STRING, &o.out, "runs/default", "run directory (metrics.jsonl, checkpoint.safetensors)", 0},
+        {"out", FL_STRING, &o.out, NULL, "run directory (settings.json, metrics.jsonl, checkpoint.safetensors); unset: a new runs/train-DATE-TIME, or the resumed checkpoint's directory", 0},
         {"log-every", FL_INT, &o.log_every, "100", "steps between log lines / metrics records", 0},
         {"ckpt-every", FL_LONG, &o.ckpt_every, "0", "steps between checkpoints (0 = every epoch end)", 0},
-        {"resume", FL_STRING, &o.resume, NULL, "continue from this checkpoint (model flags must match it)", 0},
+        {"resume", FL_STRING, &o.resume, NULL, "continue from this checkpoint with its run's settings (a typed flag must agree, but --epochs, --data, --threads, --log-every, --ckpt-every)", 0},
         {"stop-after", FL_LONG, &o.stop_after, "0", "stop after this many steps in total (0 = all epochs)", 0},
         {"fault-nan-step", FL_LONG, &o.fault_nan_step, "-1", "testing aid: poison a gradient at this step", 0},
     };
@@ -319,6 +482,7 @@ int cmd_train(int argc, char **argv) {
     int rc = fl_parse(fl, nfl, argc, argv, 2, "train", "[flags]", pos, 0, &npos);
     if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
     router_flags_bind(&rf, fl, nfl);
+    if (o.resume && (rc = restore_settings(fl, nfl, o.resume, keep)) != 0) return rc;
 
     sm_error err;
     sm_model_config mc;
@@ -366,7 +530,6 @@ int cmd_train(int argc, char **argv) {
     tc.warmup = o.warmup;
     tc.clip = o.clip;
     tc.seed = o.seed;
-    tc.out_dir = o.out;
     tc.log_every = o.log_every;
     tc.ckpt_every = o.ckpt_every;
     tc.resume = o.resume;
@@ -388,12 +551,38 @@ int cmd_train(int argc, char **argv) {
     if (sm_optim_init(&probe, &tc.opt, &none, &err) != SM_OK) return cli_fail(SM_ERR_ARG, &err);
     sm_optim_free(&probe);
     cli_set_threads(o.d.threads);
-    /* the run directory is checked before the data are loaded, not at the first checkpoint */
-    if (!*o.out) {
+    /* the run directory is checked before the data are loaded, not at the first checkpoint. Without
+     * --out: a resumed run goes on in its checkpoint's directory, a new run gets a new directory */
+    char out_dir[4096];
+    if (o.out && !*o.out) {
         fprintf(stderr, "specmoe train: --out: the path is empty\n");
         return CLI_EXIT_USAGE;
     }
+    if (!o.out && o.resume) {
+        const char *slash = strrchr(o.resume, '/');
+        snprintf(out_dir, sizeof out_dir, "%.*s", slash ? (int)(slash - o.resume) : 1, slash ? o.resume : ".");
+        if (!out_dir[0]) strcpy(out_dir, "/");
+        o.out = out_dir;
+    } else if (!o.out) {
+        if ((st = new_run_dir(out_dir, sizeof out_dir, &err)) != SM_OK) return cli_fail(st, &err);
+        snprintf(keep->made, sizeof keep->made, "%s", out_dir);
+        o.out = out_dir;
+    }
+    tc.out_dir = o.out;
     if ((st = sm_train_check_out(o.out, &err)) != SM_OK) return cli_fail(st, &err);
+    /* the full settings beside the metrics, and in every checkpoint for a resume */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/settings.json", o.out);
+    char *pretty = settings_json(fl, nfl, &keep->settings);
+    errno = 0;
+    int bad_settings = cli_write_text(path, pretty) != 0;
+    free(pretty);
+    tc.settings = keep->settings;
+    if (bad_settings || !tc.settings) {
+        fprintf(stderr, "specmoe: %s: cannot write: %s\n", path, errno ? strerror(errno) : "out of memory");
+        return CLI_EXIT_RUNTIME;
+    }
+    printf("specmoe train: run directory %s (settings.json, metrics.jsonl, checkpoint.safetensors)\n", o.out);
 
     /* on resume, sm_train refuses a checkpoint whose model differs from the one the flags describe */
     sm_dataset train, test, val = {0};
@@ -422,7 +611,7 @@ int cmd_train(int argc, char **argv) {
     if (train.dim == 784 && mc.in_c == 0) mc.in_c = 1, mc.in_h = mc.in_w = 28; /* Fashion-MNIST images */
     sm_rng rng;
     sm_rng_seed(&rng, o.seed);
-    sm_model *m = sm_model_create(&mc, o.d.batch < 1000 ? 1000 : o.d.batch, &rng, &err);
+    sm_model *m = sm_model_create(&mc, train_rows(o.d.batch), &rng, &err);
     if (!m) return cli_fail(SM_ERR_ARG, &err);
     char arch[512];
     sm_model_format_arch(&mc, arch, sizeof arch);
@@ -439,10 +628,23 @@ int cmd_train(int argc, char **argv) {
     fflush(stdout);
     log_ctx lc = {isatty(2), 0};
     sm_train_result res;
+    g_stop = 0;
+    tc.stop = &g_stop;
+    catch_stop_signals(1);
+    keep->made[0] = 0; /* from here on the directory holds a run */
     st = sm_train(m, &train, val.n ? &val : NULL, &tc, on_log, &lc, &res, &err);
+    catch_stop_signals(0);
     int code = 0;
-    if (st != SM_OK) {
+    if (st == SM_OK && res.interrupted) {
+        if (lc.tty) fprintf(stderr, "\n");
+        fprintf(stderr, "specmoe: interrupted at step %ld; resume with: specmoe train --resume %s/checkpoint.safetensors\n",
+                res.step, o.out);
+        code = 128 + (int)g_stop; /* the shell's code for death by that signal: 130 for SIGINT */
+    } else if (st != SM_OK) {
         code = cli_fail(st, &err);
+        /* the checkpoint holds another model than the flags describe: a usage error like any other
+         * conflict with the resumed run */
+        if (st == SM_ERR_MISMATCH && o.resume) code = CLI_EXIT_USAGE;
     } else {
         sm_eval_result ev;
         /* evaluated in batches of --batch, like `specmoe eval` by default: capacity limits depend
@@ -455,7 +657,13 @@ int cmd_train(int argc, char **argv) {
                    res.seconds > 0 ? (double)res.steps * o.d.batch / res.seconds : 0);
             cli_print_routing("test", &ev);
             printf("checkpoint: %s/checkpoint.safetensors\n", o.out);
+            if (res.best_step >= 0)
+                printf("best checkpoint: %s/best.safetensors (step %ld, %s %.4f)\n", o.out, res.best_step,
+                       o.val_size > 0 ? "validation accuracy" : "epoch mean training loss",
+                       o.val_size > 0 ? res.best_score : -res.best_score);
             printf("final test accuracy: %.4f (loss %.4f, %ld examples)\n", ev.acc, ev.loss, ev.n);
+            /* the test accuracy goes into metrics.jsonl too, as the run's last record */
+            if ((st = sm_train_log_eval(o.out, "test", res.step, res.epoch, &ev, &err)) != SM_OK) code = cli_fail(st, &err);
         }
     }
     printf("peak memory: %.1f MiB\n", (double)sm_peak_rss_bytes() / (1 << 20));

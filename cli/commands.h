@@ -12,5 +12,7 @@ int cmd_ssmoe(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bingham_z(int argc, char **argv);
 int cmd_rl(int argc, char **argv);
+/* rl subcommands in their own files (cli/cmd_rl_train.c) */
+int cmd_rl_train(int argc, char **argv);
 
 #endif

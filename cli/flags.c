@@ -1,13 +1,15 @@
 /* Command-line flags (see flags.h). */
 #include "flags.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int set_value(fl_flag *f, const char *v, const char *cmd) {
+int fl_set(fl_flag *f, const char *v, const char *cmd) {
     char *end = NULL;
     errno = 0;
     switch (f->type) {
@@ -86,7 +88,7 @@ int fl_parse(fl_flag *fl, int n, int argc, char **argv, int first, const char *c
     for (int i = 0; i < n; i++) {
         fl[i].set = 0;
         if (fl[i].def) {
-            if (set_value(&fl[i], fl[i].def, cmd)) return 2; /* a bad built-in default is a bug */
+            if (fl_set(&fl[i], fl[i].def, cmd)) return 2; /* a bad built-in default is a bug */
         } else if (fl[i].type == FL_STRING) {
             *(const char **)fl[i].dst = NULL;
         }
@@ -132,8 +134,66 @@ int fl_parse(fl_flag *fl, int n, int argc, char **argv, int first, const char *c
             }
             v = argv[++a];
         }
-        if (set_value(f, v, cmd)) return 2;
+        if (fl_set(f, v, cmd)) return 2;
         f->set = 1;
     }
     return 0;
+}
+
+/* the shortest of %.15g and %.17g that reads back to x: "0.1", not "0.10000000000000001" */
+static void format_double(double x, char *buf, size_t n) {
+    snprintf(buf, n, "%.15g", x);
+    if (strtod(buf, NULL) != x) snprintf(buf, n, "%.17g", x);
+}
+
+const char *fl_format(const fl_flag *f, char *buf, size_t n) {
+    switch (f->type) {
+    case FL_INT: snprintf(buf, n, "%d", *(const int *)f->dst); break;
+    case FL_LONG: snprintf(buf, n, "%ld", *(const long *)f->dst); break;
+    case FL_U64: snprintf(buf, n, "%" PRIu64, *(const uint64_t *)f->dst); break;
+    case FL_DOUBLE: format_double(*(const double *)f->dst, buf, n); break;
+    case FL_STRING: snprintf(buf, n, "%s", *(const char *const *)f->dst ? *(const char *const *)f->dst : ""); break;
+    case FL_BOOL: snprintf(buf, n, "%d", *(const int *)f->dst); break;
+    }
+    return buf;
+}
+
+cJSON *fl_to_json(const fl_flag *fl, int n) {
+    cJSON *o = cJSON_CreateObject();
+    for (int i = 0; o && i < n; i++) {
+        const fl_flag *f = &fl[i];
+        const void *d = f->dst;
+        switch (f->type) {
+        case FL_INT: cJSON_AddNumberToObject(o, f->name, *(const int *)d); break;
+        case FL_LONG: cJSON_AddNumberToObject(o, f->name, (double)*(const long *)d); break;
+        case FL_U64: {
+            uint64_t u = *(const uint64_t *)d;
+            char b[32];
+            if (u <= (1ull << 53)) cJSON_AddNumberToObject(o, f->name, (double)u);
+            else cJSON_AddStringToObject(o, f->name, fl_format(f, b, sizeof b));
+            break;
+        }
+        case FL_DOUBLE: cJSON_AddNumberToObject(o, f->name, *(const double *)d); break;
+        case FL_STRING:
+            if (*(const char *const *)d) cJSON_AddStringToObject(o, f->name, *(const char *const *)d);
+            else cJSON_AddNullToObject(o, f->name);
+            break;
+        case FL_BOOL: cJSON_AddBoolToObject(o, f->name, *(const int *)d); break;
+        }
+    }
+    return o;
+}
+
+const char *fl_json_text(const fl_flag *f, const cJSON *v, char *buf, size_t n) {
+    if (cJSON_IsString(v) && (f->type == FL_STRING || f->type == FL_U64)) return v->valuestring;
+    if (cJSON_IsBool(v) && f->type == FL_BOOL) return cJSON_IsTrue(v) ? "1" : "0";
+    if (cJSON_IsNumber(v) && f->type == FL_DOUBLE) {
+        format_double(v->valuedouble, buf, n);
+        return buf;
+    }
+    if (cJSON_IsNumber(v) && f->type != FL_STRING && f->type != FL_BOOL) {
+        snprintf(buf, n, "%.0f", v->valuedouble);
+        return buf;
+    }
+    return NULL;
 }

@@ -25,5 +25,16 @@ int fl_parse(fl_flag *fl, int n, int argc, char **argv, int first, const char *c
              const char **pos, int max_pos, int *n_pos);
 void fl_print_help(const fl_flag *fl, int n, const char *cmd, const char *usage);
 const fl_flag *fl_find(const fl_flag *fl, int n, const char *name);
+/* Sets f from text as if typed on the command line (f->set is left alone); 0, or 2 after printing
+ * why the value is bad. A string flag keeps the pointer v. */
+int fl_set(fl_flag *f, const char *v, const char *cmd);
+/* f's value as the text that fl_set reads back to the same value ("" for an unset string); returns buf. */
+const char *fl_format(const fl_flag *f, char *buf, size_t n);
+/* Every flag's value as a JSON object: name -> number, boolean, string, or null for an unset string.
+ * A U64 beyond 2^53 (not exact as a JSON number) is a decimal string. */
+struct cJSON *fl_to_json(const fl_flag *fl, int n);
+/* The text fl_set reads for a value of fl_to_json's object into buf; NULL for null (an unset string)
+ * or a value of another type than the flag's. */
+const char *fl_json_text(const fl_flag *f, const struct cJSON *v, char *buf, size_t n);
 
 #endif

@@ -133,6 +133,41 @@ void sm_vecenv_step(sm_vecenv *v) {
     }
 }
 
+static size_t one_state(const sm_env_spec *s) { return s->save ? s->save_bytes : s->state_bytes; }
+
+size_t sm_vecenv_state_size(const sm_vecenv *v) {
+    const size_t N = (size_t)v->num_envs;
+    return N * (one_state(v->spec) + sizeof *v->ep_return + sizeof *v->ep_length + sizeof *v->logs);
+}
+
+void sm_vecenv_save(const sm_vecenv *v, void *buf) {
+    unsigned char *p = buf;
+    const size_t N = (size_t)v->num_envs, one = one_state(v->spec);
+    for (int i = 0; i < v->num_envs; i++, p += one) {
+        if (v->spec->save) v->spec->save(env_state(v, i), p);
+        else memcpy(p, env_state(v, i), one);
+    }
+    memcpy(p, v->ep_return, N * sizeof *v->ep_return);
+    p += N * sizeof *v->ep_return;
+    memcpy(p, v->ep_length, N * sizeof *v->ep_length);
+    p += N * sizeof *v->ep_length;
+    memcpy(p, v->logs, N * sizeof *v->logs);
+}
+
+void sm_vecenv_load(sm_vecenv *v, const void *buf) {
+    const unsigned char *p = buf;
+    const size_t N = (size_t)v->num_envs, one = one_state(v->spec);
+    for (int i = 0; i < v->num_envs; i++, p += one) {
+        if (v->spec->load) v->spec->load(env_state(v, i), p);
+        else memcpy(env_state(v, i), p, one);
+    }
+    memcpy(v->ep_return, p, N * sizeof *v->ep_return);
+    p += N * sizeof *v->ep_return;
+    memcpy(v->ep_length, p, N * sizeof *v->ep_length);
+    p += N * sizeof *v->ep_length;
+    memcpy(v->logs, p, N * sizeof *v->logs);
+}
+
 sm_env_log sm_vecenv_log_take(sm_vecenv *v) {
     sm_env_log t = {0};
     for (int i = 0; i < v->num_envs; i++) {

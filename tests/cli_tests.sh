@@ -7,6 +7,8 @@ set -u
 bin=${1:?usage: cli_tests.sh path/to/specmoe}
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d /tmp/specmoe-cli-XXXXXX)
+# a run without --out writes to a new directory under ./runs: keep those in the scratch directory
+cd "$tmp" || exit 1
 pass=0; fail=0
 ok()   { pass=$((pass + 1)); echo "ok   $1"; }
 bad()  { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && echo "     $2"; }
@@ -62,7 +64,7 @@ expect_table "bench --help lists every benchmark once" benchmarks "alpha env lay
 expect 2 "bench: unknown benchmark names every benchmark" "unknown benchmark 'nope' .*layer.*ssmoe-build" -- "$bin" bench nope
 expect 2 "bench without a benchmark is a usage error" "usage: specmoe bench BENCHMARK" -- "$bin" bench
 # reinforcement learning (cli/cmd_rl.c): the subcommand table, environments, the random-policy reference
-expect_table "rl --help lists every subcommand once" subcommands "envs eval" -- "$bin" rl
+expect_table "rl --help lists every subcommand once" subcommands "envs eval train" -- "$bin" rl
 expect 2 "rl: unknown subcommand names every subcommand" "unknown subcommand 'nope' .*envs.*eval" -- "$bin" rl nope
 expect 0 "rl envs lists cartpole with its spaces and time limit" "^classic/cartpole +4 +discrete 2 +500 " -- "$bin" rl envs
 expect 0 "rl envs lists pendulum's box action with its bounds" "^classic/pendulum +3 +box 1 in \[-2, 2\] +200 " -- "$bin" rl envs
@@ -80,11 +82,40 @@ expect 0 "rl eval --policy random on pendulum (box actions)" "episodic_return_me
     "$bin" rl eval --env classic/pendulum --policy random --episodes 4
 expect 2 "rl eval: an unknown environment is refused, naming the valid ones" \
     "unknown environment 'classic/nope' .*classic/cartpole.*classic/pendulum" -- "$bin" rl eval --env classic/nope --policy random
-expect 2 "rl eval: --episodes 0 refused" "--episodes and --threads must be >= 1" -- "$bin" rl eval --env classic/cartpole --policy random --episodes 0
+expect 2 "rl eval: --episodes 0 refused" "--episodes must be in \[1, 1e9\] and --threads >= 1" -- "$bin" rl eval --env classic/cartpole --policy random --episodes 0
 expect 2 "rl eval: a bad number refused" "--episodes: 'ten' is not a valid integer" -- "$bin" rl eval --env classic/cartpole --policy random --episodes ten
 expect 2 "rl eval: a bad seed refused" "--seed: '-1' is not" -- "$bin" rl eval --env classic/cartpole --policy random --seed -1
 expect 2 "rl eval: an unknown policy refused" "unknown policy 'greedy' \(one of: random\)" -- "$bin" rl eval --env classic/cartpole --policy greedy
-expect 2 "rl eval CKPT: not built yet" "run.safetensors: evaluating a checkpoint is not built yet" -- "$bin" rl eval run.safetensors --env classic/cartpole
+expect 1 "rl eval CKPT: a missing checkpoint is named" "run.safetensors: cannot open" -- "$bin" rl eval run.safetensors --env classic/cartpole
+# rl train (cli/cmd_rl_train.c): agents, their option flags, refusals before any work, the run directory
+expect 0 "rl train --help lists every agent and its options" "^  rainbow - Rainbow-lite" -- "$bin" rl train --help
+expect 2 "rl train: an unknown agent is named with the valid ones" "unknown agent 'nope' \(one of: dqn, rainbow, der" -- "$bin" rl train --env classic/cartpole --agent nope
+expect 2 "rl train: dqn refuses box actions with the reason" "cannot run on classic/pendulum: .*discrete actions" -- "$bin" rl train --env classic/pendulum --agent dqn
+expect 2 "rl train: a batch larger than the buffer is refused" "batch_size 512 is larger than the replay buffer_size 100" -- "$bin" rl train --env classic/cartpole --batch-size 512 --buffer-size 100
+expect 2 "rl train: n-step 0 is refused" "n_step must be >= 1" -- "$bin" rl train --env classic/cartpole --n-step 0
+expect 2 "rl train: an unknown preset names the valid ones" "no preset 'x' \(presets: minatar, cleanrl\)" -- "$bin" rl train --env classic/cartpole --preset x
+expect 2 "rl train: a bad option value is refused" "--lr: invalid value 'fast'" -- "$bin" rl train --env classic/cartpole --lr fast
+rl_out="$tmp/rl_dqn"
+expect 0 "rl train: a short DQN run on cartpole writes its run directory" "^rl-train env=classic/cartpole agent=dqn frames=3000 " -- \
+    "$bin" rl train --env classic/cartpole --agent dqn --frames 3000 --learning-starts 500 --out "$rl_out"
+expect 0 "rl train: settings.json holds every option" '"agent_settings":' -- cat "$rl_out/settings.json"
+expect 0 "rl train: metrics.jsonl speaks CleanRL (episodic_return, losses/td_loss)" '"episodic_return".*|"losses/td_loss"' -- cat "$rl_out/metrics.jsonl"
+expect 0 "rl eval CKPT: the trained policy is evaluated" "^rl-eval env=classic/cartpole policy=.*agent=dqn episodes=5 " -- \
+    "$bin" rl eval "$rl_out/checkpoint.safetensors" --episodes 5
+expect 2 "rl eval CKPT: a checkpoint and --policy random together are refused" "not both" -- \
+    "$bin" rl eval "$rl_out/checkpoint.safetensors" --policy random
+# a run split by --stop-after and continued with --resume alone (settings from the checkpoint) ends in
+# the same checkpoint bytes as the run straight through
+expect 0 "rl train --stop-after checkpoints and says how to continue" "continue with:.*|--resume $tmp/rl_split/checkpoint.safetensors" -- \
+    "$bin" rl train --env classic/cartpole --agent rainbow --frames 3000 --learning-starts 500 --stop-after 1300 --out "$tmp/rl_split"
+expect 0 "rl train --resume takes the run's settings from the checkpoint" "^rl-train env=classic/cartpole agent=rainbow frames=3000 " -- \
+    "$bin" rl train --resume "$tmp/rl_split/checkpoint.safetensors"
+expect 0 "rl train: the same run straight through" "^rl-train env=classic/cartpole agent=rainbow frames=3000 " -- \
+    "$bin" rl train --env classic/cartpole --agent rainbow --frames 3000 --learning-starts 500 --out "$tmp/rl_straight"
+expect 0 "rl train: split and resumed equals straight through, byte for byte" "" -- \
+    cmp "$tmp/rl_split/checkpoint.safetensors" "$tmp/rl_straight/checkpoint.safetensors"
+expect 2 "rl train --resume refuses a conflicting setting by name" "--lr 0.1 conflicts with the checkpoint's 6.25e-05" -- \
+    "$bin" rl train --resume "$tmp/rl_split/checkpoint.safetensors" --lr 0.1
 expect 2 "rl eval without --env names the environments" "--env is required .*classic/cartpole" -- "$bin" rl eval --policy random
 expect 0 "bench env runs on one environment" "^bench-env env=classic/mountaincar threads=1 steps_per_s=[0-9]+ steps_per_cpu_s=[0-9]+\$" -- \
     "$bin" bench env --env classic/mountaincar --steps 20000 --envs 8
@@ -126,7 +157,11 @@ fi
 expect 2 "more than 4 stem convolutions refused" "--stem: at most 4" -- "$bin" train --model srmoe --stem 8,8,8,8,8 --per-class 5 --epochs 1 --out "$tmp/stem"
 expect 2 "unknown class refused"     "class"                 -- "$bin" train --classes 3,12
 expect 2 "unknown class name refused" "unknown class 'Boot'" -- "$bin" train --classes Bag,Boot
-expect 1 "out of memory is a runtime error (exit 1), not a usage error" "cannot allocate" -- "$bin" train --arch dense:1000000,dense:1000000 --per-class 5 --out "$tmp/oom"
+expect 1 "out of memory is a runtime error (exit 1), not a usage error" "cannot allocate|needs about" -- "$bin" train --arch dense:1000000,dense:1000000 --per-class 5 --out "$tmp/oom"
+# a model far larger than memory is refused before anything is allocated, with the estimate
+expect 1 "a model larger than memory is refused with the estimate" \
+    "the model needs about [0-9.]+ GiB to train \(421277998762 parameters: 1569.4 GiB x 4 .* but this machine has [0-9.]+ GiB available" -- \
+    "$bin" train --arch moe:4096 --experts 65536 --per-class 5 --out "$tmp/huge"
 expect 2 "a boolean flag is a plain switch (--noisy then --temperature 0 reaches the temperature check)" "temperature must be > 0" -- "$bin" train --noisy --temperature 0
 expect 2 "after a plain boolean switch a non-word is an argument, not its value" "unexpected argument 'maybe'" -- "$bin" train --noisy maybe
 expect 2 "unknown router refused"    "unknown router"        -- "$bin" train --router nope
@@ -144,7 +179,10 @@ if echo "$out" | awk '/^bench-peak /    { for (i = 2; i <= NF; i++) { split($i, 
 else
     bad "bench layer: measured peak bounds the step and plain sgemm" "$(echo "$out" | head -n 3)"
 fi
+mkdir -p "$tmp/nodir" && (cd "$tmp/nodir" && "$bin" train --data "$tmp/nonexistent" --epochs 1 >/dev/null 2>&1)
 expect 1 "missing data dir"          "specmoe: .*nonexistent" -- "$bin" train --data "$tmp/nonexistent" --epochs 1
+[ -z "$(ls -A "$tmp/nodir/runs" 2>/dev/null)" ] && ok "a run refused before training leaves no run directory behind" \
+    || bad "a run refused before training leaves no run directory behind" "$(ls "$tmp/nodir/runs")"
 expect 1 "info on a missing file"    "specmoe: "             -- "$bin" info "$tmp/none.safetensors"
 printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a":' > "$tmp/trunc.safetensors"
 expect 1 "info on a truncated file"  "specmoe: .*trunc"      -- "$bin" info "$tmp/trunc.safetensors"
@@ -161,6 +199,9 @@ if [ $rc -eq 0 ] && [ "$(echo "$out" | grep -c '^| ')" -eq 9 ] && [ -s "$tmp/br/
 else
     bad "bench routing runs all eight methods and writes Markdown + JSON" "exit $rc: $(echo "$out" | tail -n 3)"
 fi
+# long benchmarks print a progress line per finished run, so a user sees they are alive
+[ "$(echo "$out" | grep -cE '^bench routing: \[[1-8]/8\] .* seed 0 done: acc')" -eq 8 ] \
+    && ok "bench routing prints a progress line per run" || bad "bench routing prints a progress line per run" "$(echo "$out" | head -n 2)"
 expect 2 "bench routing: unknown setting refused" "unknown setting" -- "$bin" bench routing --setting medium
 expect 2 "bench routing: an unknown method is refused listing the methods" \
     "unknown method 'bogus' .*0 Softmax Top-1, 1 Switch.*7 GrMoE \+ Amort" -- "$bin" bench routing --methods bogus
@@ -171,6 +212,8 @@ if [ $rc -eq 0 ] && echo "$out" | grep -q "monotone" && [ -s "$tmp/ba/alpha_easy
 else
     bad "bench alpha sweeps the dials, reports monotonicity and draws the PNG" "exit $rc: $(echo "$out" | tail -n 3)"
 fi
+[ "$(echo "$out" | grep -cE '^bench alpha: \[[1-4]/4\] .* seed [01] done')" -eq 4 ] \
+    && ok "bench alpha prints a progress line per run" || bad "bench alpha prints a progress line per run" "$(echo "$out" | head -n 2)"
 
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     run="$tmp/run"
@@ -184,6 +227,14 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     grep -qE '^step [0-9]+/[0-9]+ epoch' "$tmp/train.err" && ok "plain progress lines when stderr is not a terminal" \
         || bad "plain progress lines when stderr is not a terminal"
     echo "$out" | grep -q "load per expert" && ok "routing statistics printed" || bad "routing statistics printed"
+    # the final test accuracy is the last record of metrics.jsonl
+    tacc=$(tail -n 1 "$run/metrics.jsonl" | sed -nE 's/^\{"kind":"test",.*"accuracy":([0-9.e-]+),.*/\1/p')
+    pacc=$(echo "$out" | sed -nE 's/^final test accuracy: ([0-9.]+).*/\1/p')
+    [ -n "$tacc" ] && awk -v a="$tacc" -v b="$pacc" 'BEGIN { d = a - b; exit !(d < 5e-5 && d > -5e-5) }' \
+        && ok "metrics.jsonl ends with the test accuracy ($tacc)" || bad "metrics.jsonl ends with the test accuracy" "'$tacc' vs $pacc"
+    # without a validation set the best checkpoint is the epoch with the lowest mean training loss
+    echo "$out" | grep -qE "^best checkpoint: .*run/best.safetensors \(step (24|48), epoch mean training loss" && [ -s "$run/best.safetensors" ] \
+        && ok "best.safetensors by training loss without --val-size" || bad "best.safetensors by training loss without --val-size" "$(echo "$out" | grep best)"
     expect 0 "a warm-up longer than the run is warned about" "warning: --warmup 500 is longer than the run \\(20 steps\\)" -- \
         "$bin" train --per-class 20 --epochs 1 --batch 10 --warmup 500 --arch dense:8,moe:8 --experts 2 --out "$tmp/warm" --threads 1
     # the load-balancing loss is on by default for topk (0.01), and the summary says routing is healthy
@@ -235,8 +286,43 @@ expect 0 "eval --per-class evaluates on at most N images per class" "test accura
 expect 2 "bench ssmoe: k > E refused" "" -- "$bin" bench ssmoe --configs 16:20
     expect 0 "bench ssmoe-build times the EV build of a SwiGLU layer" "bench-ssmoe-build experts=3" -- \
         "$bin" bench ssmoe-build --experts 3 --d 64 --inter 32 --ev-c 5
-    expect 1 "resume with other model flags refused" "does not match" -- \
+    expect 0 "bench ssmoe-build prints its progress" "bench ssmoe-build: \[3/3\] experts built" -- \
+        "$bin" bench ssmoe-build --experts 3 --d 64 --inter 32 --ev-c 5
+    # resume takes the run's saved settings; a typed one that differs is a usage error naming it
+    expect 2 "resume with other model flags refused, naming the flag" \
+        "--experts 8 conflicts with the checkpoint's 4 \(resume keeps the run's settings\)" -- \
         "$bin" train --per-class 300 --epochs 3 --arch dense:64,moe:32 --experts 8 --out "$tmp/run2" --resume "$run/checkpoint.safetensors"
+    for c in "--optim sgd:adamw" "--batch 64:128" "--seed 2:1" "--classes 0,1:all" "--per-class 30:300" "--router switch:topk"; do
+        expect 2 "resume refuses ${c%%:*} (the run's ${c##*:})" "${c%%:*} conflicts with the checkpoint's ${c##*:} " -- \
+            "$bin" train --resume "$run/checkpoint.safetensors" --out "$tmp/run2" ${c%%:*}
+    done
+    [ ! -e "$tmp/run2" ] && ok "a refused resume writes nothing" || bad "a refused resume writes nothing" "$(ls "$tmp/run2")"
+    # a checkpoint written before settings were saved: the flags describe its model, and a mismatch is
+    # a usage error too
+    expect 2 "resume of an older checkpoint with other model flags is a usage error" "does not match the requested one" -- \
+        "$bin" train --resume "$root/tests/data/ckpt_v0_topk.safetensors" --per-class 5 --out "$tmp/old" --threads 1
+    # resuming with no flag at all continues the run exactly: the same result as the uninterrupted run
+    # (optimiser, batch, seed, schedule and model all come from the checkpoint)
+    cfg="--per-class 30 --epochs 2 --arch dense:16,moe:8 --experts 4 --optim sgd --lr 0.01 --batch 32 --seed 5 --warmup 0 --threads 1"
+    u=$("$bin" train $cfg --out "$tmp/whole" 2>/dev/null | grep '^final test accuracy')
+    "$bin" train $cfg --stop-after 3 --out "$tmp/half" >/dev/null 2>&1
+    r=$(cd "$tmp" && "$bin" train --resume half/checkpoint.safetensors 2>/dev/null)
+    [ -n "$u" ] && [ "$(echo "$r" | grep '^final test accuracy')" = "$u" ] && echo "$r" | grep -q "^trained 17 steps" \
+        && ok "resume without flags takes the saved settings and matches the uninterrupted run" \
+        || bad "resume without flags takes the saved settings and matches the uninterrupted run" "$u vs $(echo "$r" | tail -n 3)"
+    echo "$r" | grep -q "run directory half " && [ "$(grep -c '"kind":"train"' "$tmp/half/metrics.jsonl")" -ge 2 ] \
+        && ok "resume without --out goes on in the checkpoint's directory" \
+        || bad "resume without --out goes on in the checkpoint's directory" "$(echo "$r" | head -n 1)"
+    # settings.json: every flag with its value, defaults included, and the names typed
+    grep -q '"optim":.*"sgd"' "$tmp/whole/settings.json" && grep -q '"weight-decay":.*0.0001' "$tmp/whole/settings.json" \
+        && grep -q '"given":' "$tmp/whole/settings.json" && ok "settings.json holds every flag, defaults included" \
+        || bad "settings.json holds every flag, defaults included"
+    # without --out, every run gets a new directory runs/train-DATE-TIME[-N]; nothing is overwritten
+    mkdir -p "$tmp/cwd" && for i in 1 2; do (cd "$tmp/cwd" && "$bin" train --per-class 5 --epochs 1 --arch dense:8 --threads 1 >/dev/null 2>&1); done
+    n=$(ls -d "$tmp"/cwd/runs/train-2*/ 2>/dev/null | wc -l)
+    [ "$n" = 2 ] && [ "$(ls "$tmp"/cwd/runs/train-*/checkpoint.safetensors | wc -l)" = 2 ] \
+        && ok "without --out each run writes to a new directory under runs/" \
+        || bad "without --out each run writes to a new directory under runs/" "$(ls "$tmp/cwd/runs" 2>&1)"
     # a dense checkpoint (no MoE layer) has no experts to route by eigenvectors or to prune
     "$bin" train --arch dense:16 --per-class 10 --epochs 1 --out "$tmp/dense" --threads 1 >/dev/null 2>&1
     expect 2 "eval --router ev on a dense checkpoint refused" "the checkpoint has no MoE layer" -- \
@@ -276,6 +362,24 @@ expect 2 "bench ssmoe: k > E refused" "" -- "$bin" bench ssmoe --configs 16:20
     v=$(grep -c '"kind":"val"' "$tmp/val1/metrics.jsonl" 2>/dev/null)
     [ "$v" = 1 ] && ok "--val-size with one epoch validates the final model" \
         || bad "--val-size with one epoch validates the final model" "$v validation records"
+    # the best checkpoint (highest validation accuracy, the first of equals) is kept beside the last
+    want=$(awk -F'[:,]' '/"kind":"val"/ { for (i = 1; i < NF; i++) { if ($i == "\"step\"") s = $(i + 1); if ($i == "\"accuracy\"") a = $(i + 1) }
+                                        if (!n || a > best) { best = a; step = s; n = 1 } } END { print step }' "$tmp/val3/metrics.jsonl")
+    got=$("$bin" info "$tmp/val3/best.safetensors" 2>/dev/null | sed -nE 's/^training state: \{"step":([0-9]+),.*/\1/p')
+    [ -n "$want" ] && [ "$got" = "$want" ] && [ -s "$tmp/val3/checkpoint.safetensors" ] \
+        && ok "best.safetensors holds the step of the best validation accuracy ($want), beside the last checkpoint" \
+        || bad "best.safetensors holds the step of the best validation accuracy, beside the last checkpoint" "best at $want, file at $got"
+    # Ctrl-C: a checkpoint at the end of the current step, how to resume, exit 130
+    "$bin" train --per-class 600 --epochs 100 --batch 16 --arch dense:32,moe:16 --experts 4 --log-every 5 --out "$tmp/int" \
+        --threads 1 >"$tmp/int.out" 2>"$tmp/int.err" &
+    pid=$!
+    for i in $(seq 150); do grep -q '^step ' "$tmp/int.err" 2>/dev/null && break; sleep 0.2; done
+    kill -INT $pid; wait $pid; rc=$?
+    n=$(sed -nE 's/^specmoe: interrupted at step ([0-9]+); resume with: specmoe train --resume .*int\/checkpoint.safetensors$/\1/p' "$tmp/int.err")
+    got=$("$bin" info "$tmp/int/checkpoint.safetensors" 2>/dev/null | sed -nE 's/^training state: \{"step":([0-9]+),.*/\1/p')
+    [ $rc -eq 130 ] && [ -n "$n" ] && [ "$got" = "$n" ] && ! grep -q "final test accuracy" "$tmp/int.out" \
+        && ok "SIGINT saves a checkpoint of the current step ($n), says how to resume and exits 130" \
+        || bad "SIGINT saves a checkpoint of the current step, says how to resume and exits 130" "exit $rc, step '$n', file '$got': $(tail -n 2 "$tmp/int.err")"
     # SR-MoE: a short model with spectral penalties, analyze, and a miniature one-shot benchmark
     expect 0 "srmoe trains with spectral penalties" "final test accuracy" -- "$bin" train --model srmoe --per-class 30 \
         --epochs 1 --spectral-alpha 0.01 --diversity-beta 0.1 --out "$tmp/sr" --threads 1

@@ -106,3 +106,59 @@ Test(dqn, learns_cartpole, .timeout = 120) {
     cr_log_info("DQN CartPole 30k frames: mean return over the last 10%% = %.1f", res.last_return);
     cr_assert_gt(res.last_return, 60.0, "mean return %.1f", res.last_return);
 }
+
+/* A run stopped half-way and resumed from its checkpoint ends in the same bytes as one run straight
+ * through: parameters, optimiser moments, target network, replay, environments and counters. */
+static void resume_equals_straight(const char *agent) {
+    const sm_agent_kind *k = sm_agent_find(agent);
+    sm_dqn_config c = fast_config(k, "classic/cartpole");
+    c.learning_starts = 300;
+    c.buffer_size = 1000; /* wraps around before the end */
+    char d1[96], d2[96];
+    snprintf(d1, sizeof d1, "/tmp/specmoe_test_resume_%d_%s_a", (int)getpid(), agent);
+    snprintf(d2, sizeof d2, "/tmp/specmoe_test_resume_%d_%s_b", (int)getpid(), agent);
+    sm_rl_result res;
+    sm_error err = {0};
+    sm_rl_run run = make_run("classic/cartpole", 2500, 3, d1);
+    cr_assert_eq(k->train(&c, NULL, &run, &res, &err), SM_OK, "%s", err.msg);
+    run = make_run("classic/cartpole", 2500, 3, d2);
+    run.stop_after = 1100;
+    cr_assert_eq(k->train(&c, NULL, &run, &res, &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(res.stopped, 2, "stopped by stop_after");
+    cr_assert_eq(res.frames, 1100);
+    char ck[128];
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", d2);
+    run = make_run("classic/cartpole", 2500, 3, d2);
+    run.resume = ck;
+    cr_assert_eq(k->train(&c, NULL, &run, &res, &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(res.frames, 2500);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "cmp -s %s/checkpoint.safetensors %s/checkpoint.safetensors", d1, d2);
+    int same = system(cmd);
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", d1, d2);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(same, 0, "%s: the resumed run's checkpoint differs from the straight run's", agent);
+}
+
+Test(dqn, resume_equals_straight_run) { resume_equals_straight("dqn"); }
+Test(dqn, resume_equals_straight_run_prioritized_c51) { resume_equals_straight("rainbow"); }
+
+/* A checkpoint of another run's settings is refused, naming what differs. */
+Test(dqn, resume_refuses_other_settings) {
+    const sm_agent_kind *k = sm_agent_find("dqn");
+    sm_dqn_config c = fast_config(k, "classic/cartpole");
+    char d[96], ck[140];
+    snprintf(d, sizeof d, "/tmp/specmoe_test_resume_other_%d", (int)getpid());
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", d);
+    sm_rl_result res;
+    sm_error err = {0};
+    sm_rl_run run = make_run("classic/cartpole", 600, 3, d);
+    cr_assert_eq(k->train(&c, NULL, &run, &res, &err), SM_OK, "%s", err.msg);
+    c.batch_size = 32;
+    run.resume = ck;
+    cr_assert_eq(k->train(&c, NULL, &run, &res, &err), SM_ERR_MISMATCH);
+    cr_assert(strstr(err.msg, "agent settings differ"), "%s", err.msg);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
+    cr_assert_eq(system(cmd), 0);
+}

@@ -42,3 +42,28 @@ Test(model_config, impossible_numbers_are_refused_by_field) {
     }
     free(json);
 }
+
+/* The memory estimate counts, before any allocation, exactly the parameters sm_model_create then
+ * allocates, and activations that grow with the batch. */
+Test(model_config, memory_estimate_counts_the_model_it_describes) {
+    const char *archs[] = {"dense:32,moe:16", "conv:4:3:2:1,dense:16,moe:8,moe:8"};
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
+        sm_model_config c;
+        sm_model_config_default(&c);
+        sm_error err = {0};
+        cr_assert_eq(sm_model_parse_arch(&c, archs[i], &err), SM_OK, "%s: %s", archs[i], err.msg);
+        c.in_dim = 784, c.in_c = 1, c.in_h = c.in_w = 28, c.n_classes = 10;
+        sm_model_memory small, large;
+        cr_assert_eq(sm_model_estimate_memory(&c, 10, &small, &err), SM_OK, "%s", err.msg);
+        cr_assert_eq(sm_model_estimate_memory(&c, 1000, &large, &err), SM_OK, "%s", err.msg);
+        sm_model *m = sm_model_create(&c, 10, NULL, &err);
+        cr_assert(m, "%s", err.msg);
+        cr_expect_eq(small.params, m->params.total, "%s: estimated %zu parameters, the model has %zu", archs[i],
+                     small.params, m->params.total);
+        cr_expect_eq(small.param_bytes, m->params.total * sizeof(sm_real));
+        cr_expect(large.act_bytes > 50 * small.act_bytes, "%s: activations %zu for 10 rows, %zu for 1000", archs[i],
+                  small.act_bytes, large.act_bytes);
+        cr_expect(small.train_bytes >= 4 * small.param_bytes + small.act_bytes);
+        sm_model_free(m);
+    }
+}

@@ -1,6 +1,7 @@
 /* Training-loop guarantees: determinism (same seed, one thread -> identical bits), exact resume
- * (interrupted + resumed == uninterrupted), the NaN/Inf guard naming step and tensor with the last
- * good checkpoint intact, and that training actually learns a separable problem. */
+ * (interrupted + resumed == uninterrupted, also after a stop request), the NaN/Inf guard naming step
+ * and tensor with the last good checkpoint intact, the best checkpoint beside the last, and that
+ * training actually learns a separable problem. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <omp.h>
@@ -73,6 +74,13 @@ static sm_model *train_run(const sm_dataset *ds, const char *out, long stop_afte
     return m;
 }
 
+/* how many parameters of two models of one config differ (bit for bit) */
+static size_t params_differ(const sm_model *a, const sm_model *b) {
+    size_t diff = 0;
+    for (size_t i = 0; i < a->params.total; i++) diff += a->params.data[i] != b->params.data[i];
+    return diff;
+}
+
 Test(train, same_seed_one_thread_is_bit_identical) {
     omp_set_num_threads(1);
     sm_dataset ds;
@@ -94,6 +102,18 @@ Test(train, same_seed_one_thread_is_bit_identical) {
     sm_dataset_free(&ds);
 }
 
+/* A stop request (the CLI's Ctrl-C) stands in for the signal: the hook raises the flag during step `at`. */
+typedef struct {
+    volatile sig_atomic_t *flag;
+    int calls, at;
+} stop_hook_ctx;
+static sm_status raise_stop(sm_params *ps, void *user, sm_error *err) {
+    (void)ps, (void)err;
+    stop_hook_ctx *c = user;
+    if (++c->calls == c->at) *c->flag = 1;
+    return SM_OK;
+}
+
 Test(train, resume_equals_uninterrupted) {
     omp_set_num_threads(1);
     sm_dataset ds;
@@ -111,11 +131,31 @@ Test(train, resume_equals_uninterrupted) {
     cr_expect_neq(memcmp(full->params.data, part->params.data, sizeof(sm_real) * full->params.total), 0);
     sm_model *resumed = train_run(&ds, tu_tmpdir(), 0, ck, &st, &err);
     cr_assert_eq(st, SM_OK, "%s", err.msg);
-    size_t diff = 0;
-    for (size_t i = 0; i < full->params.total; i++) diff += full->params.data[i] != resumed->params.data[i];
+    size_t diff = params_differ(full, resumed);
     cr_expect_eq(diff, 0, "%zu of %zu parameters differ after resume", diff, full->params.total);
+    sm_model_free(resumed);
+    /* a stop request ends training after the current step (17) with a checkpoint of it, and resuming
+     * from there is exact too */
+    dir = tu_tmpdir();
+    sm_train_config tc;
+    config(&tc, dir);
+    volatile sig_atomic_t flag = 0;
+    stop_hook_ctx ctx = {&flag, 0, 17};
+    tc.hook = (sm_step_hook){raise_stop, &ctx};
+    tc.stop = &flag;
+    sm_train_result res;
+    sm_model *stopped = make_model(7);
+    cr_assert_eq(sm_train(stopped, &ds, NULL, &tc, NULL, NULL, &res, &err), SM_OK, "%s", err.msg);
+    cr_expect(res.interrupted);
+    cr_expect_eq(res.step, 17, "stopped at step %ld", res.step);
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", dir);
+    resumed = train_run(&ds, tu_tmpdir(), 0, ck, &st, &err);
+    cr_assert_eq(st, SM_OK, "%s", err.msg);
+    diff = params_differ(full, resumed);
+    cr_expect_eq(diff, 0, "%zu of %zu parameters differ after the stopped run was resumed", diff, full->params.total);
     sm_model_free(full);
     sm_model_free(part);
+    sm_model_free(stopped);
     sm_model_free(resumed);
     sm_dataset_free(&ds);
 }
@@ -215,4 +255,43 @@ Test(train, arch_with_an_empty_layer_refused) {
         cr_assert_eq(sm_model_parse_arch(&mc, bad[i], &err), SM_ERR_ARG, "'%s' accepted", bad[i]);
         cr_assert(strstr(err.msg, "empty layer"), "'%s': %s", bad[i], err.msg);
     }
+}
+
+/* best.safetensors: written at an epoch end, by validation accuracy; its training state names that
+ * step and score, and the result reports the same. */
+Test(train, the_best_checkpoint_is_kept_beside_the_last) {
+    omp_set_num_threads(1);
+    sm_dataset ds, val;
+    make_data(&ds, 6);
+    /* the last 120 examples validate (the clusters are the training data's) */
+    val = ds;
+    val.n = 120;
+    val.x += (size_t)(N - 120) * D;
+    val.y += N - 120;
+    ds.n = N - 120;
+    const char *dir = tu_tmpdir();
+    sm_model *m = make_model(7);
+    sm_train_config tc;
+    config(&tc, dir);
+    sm_train_result res;
+    sm_error err;
+    cr_assert_eq(sm_train(m, &ds, &val, &tc, NULL, NULL, &res, &err), SM_OK, "%s", err.msg);
+    const long per_epoch = (N - 120 + 31) / 32;
+    cr_expect(res.best_step > 0 && res.best_step % per_epoch == 0, "best at step %ld", res.best_step);
+    cr_expect(res.best_score > 0.5 && res.best_score <= 1, "best validation accuracy %g", res.best_score);
+    char ck[256];
+    snprintf(ck, sizeof ck, "%s/best.safetensors", dir);
+    sm_model *b = make_model(99);
+    sm_train_state ts;
+    cr_assert_eq(sm_checkpoint_load(ck, b, NULL, &ts, &err), SM_OK, "%s", err.msg);
+    cr_expect_eq(ts.step, res.best_step);
+    cr_expect_eq(ts.best_step, res.best_step);
+    cr_expect_eq(ts.best_score, res.best_score);
+    sm_eval_result ev;
+    cr_assert_eq(sm_evaluate(b, &val, 32, &ev, &err), SM_OK, "%s", err.msg);
+    cr_expect(fabs(ev.acc - res.best_score) < 1e-12, "best.safetensors evaluates to %g, recorded %g", ev.acc, res.best_score);
+    sm_model_free(m);
+    sm_model_free(b);
+    ds.n = N;
+    sm_dataset_free(&ds);
 }

@@ -132,7 +132,7 @@ static void ab_step(void *st, const int *a, const float *a_box, float *obs, floa
 static void ab_render(const void *st, unsigned char *rgb, int h, int w) {
     const acrobot *e = st;
     const double bound = AB_L1 + AB_L2 + 0.2;
-    draw_view v = draw_begin(rgb, h, w, -bound, bound, 0.0, kDrawWhite);
+    draw_view v = draw_begin(rgb, h, w, -bound, bound, -bound, bound, kDrawWhite);
     double x1 = AB_L1 * sin(e->s[0]), y1 = -AB_L1 * cos(e->s[0]);
     double x2 = x1 + AB_L2 * sin(e->s[0] + e->s[1]), y2 = y1 - AB_L2 * cos(e->s[0] + e->s[1]);
     draw_line(&v, -bound, 1.0, bound, 1.0, 0.02, kDrawBlack);

@@ -66,11 +66,11 @@ static void cp_step(void *st, const int *a, const float *a_box, float *obs, floa
     cp_obs(e, obs);
 }
 
-/* The track, the cart at x and the pole at theta (the picture spans gym's observation bounds). */
+/* The track, the cart at x and the pole at theta; the picture spans the track's limits, as gym's. */
 static void cp_render(const void *st, unsigned char *rgb, int h, int w) {
     const cartpole *e = st;
-    draw_view v = draw_begin(rgb, h, w, -2 * CP_X_LIMIT, 2 * CP_X_LIMIT, 0.5, kDrawWhite);
-    draw_line(&v, -2 * CP_X_LIMIT, 0, 2 * CP_X_LIMIT, 0, 0.02, kDrawBlack);
+    draw_view v = draw_begin(rgb, h, w, -CP_X_LIMIT, CP_X_LIMIT, -0.6, 1.4, kDrawWhite);
+    draw_line(&v, -CP_X_LIMIT, 0, CP_X_LIMIT, 0, 0.02, kDrawBlack);
     draw_rect(&v, e->x, 0.1, 0.5, 0.3, kDrawBlack);
     draw_line(&v, e->x, 0.15, e->x + 2 * CP_LENGTH * sin(e->theta), 0.15 + 2 * CP_LENGTH * cos(e->theta), 0.1, kDrawBrown);
     draw_disc(&v, e->x, 0.15, 0.05, kDrawBlue);

@@ -24,12 +24,13 @@ static const draw_color kDrawWhite = {255, 255, 255}, kDrawBlack = {0, 0, 0}, kD
                         kDrawBlue = {70, 110, 200}, kDrawBrown = {200, 140, 80}, kDrawGreen = {60, 160, 60},
                         kDrawRed = {200, 60, 60};
 
-/* A view that puts world [xmin, xmax] across the image width and world y = ymid on the middle row. */
-static inline draw_view draw_begin(unsigned char *rgb, int h, int w, double xmin, double xmax, double ymid,
+/* Fills the image with the background and returns the view that shows the world box [xmin, xmax] x
+ * [ymin, ymax] as large as the image allows, centred, with the same scale on both axes. */
+static inline draw_view draw_begin(unsigned char *rgb, int h, int w, double xmin, double xmax, double ymin, double ymax,
                                    draw_color background) {
-    draw_view v = {rgb, h, w, 0, 0, w / (xmax - xmin)};
-    v.x0 = -xmin * v.scale;
-    v.y0 = h / 2.0 + ymid * v.scale;
+    draw_view v = {rgb, h, w, 0, 0, fmin(w / (xmax - xmin), h / (ymax - ymin))};
+    v.x0 = w / 2.0 - v.scale * (xmin + xmax) / 2;
+    v.y0 = h / 2.0 + v.scale * (ymin + ymax) / 2;
     for (int i = 0; i < h * w; i++) {
         rgb[3 * i] = background.r;
         rgb[3 * i + 1] = background.g;

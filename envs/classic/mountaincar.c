@@ -59,8 +59,7 @@ static double mc_height(double x) { return 0.45 * sin(3 * x) + 0.55; }
 static void mc_render(const void *st, unsigned char *rgb, int h, int w) {
     const mountaincar *e = st;
     const double span = MC_MAX_POS - MC_MIN_POS;
-    /* world y from 0 to span on the image's height when the image is square */
-    draw_view v = draw_begin(rgb, h, w, MC_MIN_POS, MC_MAX_POS, 0.5, kDrawWhite);
+    draw_view v = draw_begin(rgb, h, w, MC_MIN_POS, MC_MAX_POS, 0.0, 1.2, kDrawWhite);
     const int n = w > 1 ? w : 2;
     for (int i = 0; i < n; i++) {
         double xa = MC_MIN_POS + span * i / n, xb = MC_MIN_POS + span * (i + 1) / n;

@@ -68,7 +68,7 @@ static void pd_step(void *st, const int *a_disc, const float *a_box, float *obs,
 static void pd_render(const void *st, unsigned char *rgb, int h, int w) {
     const pendulum *e = st;
     const double bound = 1.2 * PD_L;
-    draw_view v = draw_begin(rgb, h, w, -bound, bound, 0.0, kDrawWhite);
+    draw_view v = draw_begin(rgb, h, w, -bound, bound, -bound, bound, kDrawWhite);
     draw_line(&v, 0, 0, PD_L * sin(e->th), PD_L * cos(e->th), 0.2, kDrawRed);
     draw_disc(&v, 0, 0, 0.05, kDrawBlack);
 }

@@ -91,6 +91,7 @@ static void run(const alpha_settings *o, alpha_results *R) {
     R->ok = calloc((size_t)2 * seeds, sizeof(int));
     double t0 = sm_time_now();
     omp_set_num_threads(o->threads);
+    int done = 0;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int i = 0; i < 2 * seeds; i++) {
         int m = i / seeds, s = i % seeds;
@@ -113,6 +114,8 @@ static void run(const alpha_settings *o, alpha_results *R) {
 #pragma omp critical
             fprintf(stderr, "specmoe: bench alpha: %s seed %d: %s\n", kModels[m]->label, s, e2.msg);
         }
+        /* the metrics at the first dial: the sweep itself is in the report */
+        gr_progress("alpha", &done, 2 * seeds, kModels[m]->label, s, R->ok[i] ? &R->res[(size_t)i * nd] : NULL, t0);
         gr_layer_free(&tr);
         sm_synth_free(&task);
     }

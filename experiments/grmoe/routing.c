@@ -119,6 +119,8 @@ static sm_status run(const routing_settings *o, routing_results *R, sm_error *er
     double t0 = sm_time_now();
     omp_set_num_threads(o->threads);
     /* one run per thread; the BLAS calls inside run single-threaded (OpenBLAS-OpenMP in a region) */
+    int done = 0, todo = 0;
+    for (int m = 0; m < N_METHODS; m++) todo += o->use[m] ? seeds : 0;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int i = 0; i < runs; i++) {
         int m = i / seeds, s = i % seeds;
@@ -134,6 +136,7 @@ static sm_status run(const routing_settings *o, routing_results *R, sm_error *er
 #pragma omp critical
             fprintf(stderr, "specmoe: bench routing: %s seed %d: %s\n", kMethods[m].label, s, e2.msg);
         }
+        gr_progress("routing", &done, todo, kMethods[m].label, (int)sd, R->ok[i] ? &R->res[i] : NULL, t0);
         gr_layer_free(&tr);
     }
     R->seconds = sm_time_now() - t0;

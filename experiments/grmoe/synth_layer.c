@@ -1,6 +1,7 @@
 /* One MoE layer on GrMoE's synthetic task (include/specmoe/methods/grmoe/synth.h): built for a
  * method, trained, evaluated: the run part bench routing and bench alpha share (synth_layer.h). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,4 +112,18 @@ void gr_layer_eval(gr_layer *tr, const sm_synth *task, const gr_train_opts *to, 
         if (s.load_frac[e] > 0) h -= s.load_frac[e] * log(s.load_frac[e]);
     res->load_entropy = h;
     free(x); free(y); free(comp); free(pred); free(xr); free(out);
+}
+
+void gr_progress(const char *bench, int *done, int total, const char *label, int seed, const gr_metrics *g, double t0) {
+#pragma omp critical(gr_progress)
+    {
+        ++*done;
+        if (g)
+            fprintf(stderr, "bench %s: [%d/%d] %s seed %d done: acc %.1f%%, load CV %.2f (%.0f s)\n", bench, *done, total,
+                    label, seed, 100 * g->acc, g->cv, sm_time_now() - t0);
+        else
+            fprintf(stderr, "bench %s: [%d/%d] %s seed %d failed (%.0f s)\n", bench, *done, total, label, seed,
+                    sm_time_now() - t0);
+        fflush(stderr);
+    }
 }

@@ -50,7 +50,7 @@ static int parse(build_settings *o, int argc, char **argv) {
 
 static void run(const build_settings *o, build_results *R) {
     const int E = o->E, d = o->d, I = o->I, c = o->c;
-    int failed = 0;
+    int failed = 0, done = 0, every = E / 16 > 1 ? E / 16 : 1; /* about 16 progress lines */
     cli_set_threads(o->threads);
     double t0 = sm_time_now();
 #pragma omp parallel
@@ -69,6 +69,12 @@ static void run(const build_settings *o, build_results *R) {
 #pragma omp atomic
                     failed++;
                 }
+            }
+            /* progress on stderr (a large layer takes minutes); the timing includes these few lines */
+#pragma omp critical(build_progress)
+            if (++done % every == 0 || done == E) {
+                fprintf(stderr, "bench ssmoe-build: [%d/%d] experts built (%.0f s)\n", done, E, sm_time_now() - t0);
+                fflush(stderr);
             }
         }
         free(w);

@@ -128,6 +128,23 @@ size_t sm_peak_rss_bytes(void) {
     return (size_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
 }
 
+size_t sm_available_memory_bytes(void) {
+    /* MemAvailable counts the page cache the kernel can drop, which free pages do not */
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+                fclose(f);
+                return (size_t)kb * 1024;
+            }
+        fclose(f);
+    }
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+}
+
 double sm_time_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

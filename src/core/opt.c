@@ -101,7 +101,14 @@ void sm_opt_format(const sm_opt *o, const void *cfg, char *buf, size_t n) {
     switch (o->type) {
     case SM_OPT_INT:
     case SM_OPT_BOOL: snprintf(buf, n, "%d", *(const int *)f); break;
-    case SM_OPT_NUM: snprintf(buf, n, "%.17g", *(const double *)f); break;
+    case SM_OPT_NUM: { /* the shortest text that reads back as the same double */
+        double v = *(const double *)f;
+        for (int prec = 6; prec <= 17; prec++) {
+            snprintf(buf, n, "%.*g", prec, v);
+            if (strtod(buf, NULL) == v) break;
+        }
+        break;
+    }
     case SM_OPT_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)f); break;
     case SM_OPT_STR: snprintf(buf, n, "%s", f); break;
     }

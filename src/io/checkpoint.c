@@ -22,6 +22,20 @@ static float *to_f32(const sm_real *x, size_t n) {
  * "<prefix>optim.m.<name>" / "<prefix>optim.v.<name>", and the key/value metadata. */
 sm_status sm_checkpoint_write(const char *path, const sm_ckpt_set *sets, int n_sets, const sm_st_meta *meta, int n_meta,
                               sm_error *err) {
+    return sm_checkpoint_write_blobs(path, sets, n_sets, meta, n_meta, NULL, 0, err);
+}
+
+sm_status sm_checkpoint_read_blob(const sm_safetensors *st, const char *path, const char *name, void *out, size_t bytes,
+                                  sm_error *err) {
+    const sm_st_tensor *t = sm_safetensors_find(st, name);
+    if (!t || t->dtype != SM_DT_U8 || t->ndim != 1 || (size_t)t->shape[0] != bytes)
+        return sm_fail(err, SM_ERR_FORMAT, "%s: state '%s' is missing or not %zu bytes (a checkpoint of another run?)", path,
+                       name, bytes);
+    return sm_st_read_bytes(st, t, 0, bytes, out, err);
+}
+
+sm_status sm_checkpoint_write_blobs(const char *path, const sm_ckpt_set *sets, int n_sets, const sm_st_meta *meta,
+                                    int n_meta, const sm_ckpt_blob *blobs, int n_blobs, sm_error *err) {
     sm_st_writer w;
     sm_st_writer_init(&w);
     sm_status st = SM_OK;
@@ -55,6 +69,7 @@ sm_status sm_checkpoint_write(const char *path, const sm_ckpt_set *sets, int n_s
             }
         }
     }
+    for (int i = 0; i < n_blobs && st == SM_OK; i++) st = sm_st_writer_add_u8(&w, blobs[i].name, blobs[i].bytes, blobs[i].data, err);
     for (int i = 0; i < n_meta && st == SM_OK; i++) st = sm_st_writer_meta(&w, meta[i].key, meta[i].value, err);
     if (st == SM_OK) st = sm_st_writer_write(&w, path, err);
     sm_st_writer_free(&w);
@@ -82,13 +97,17 @@ sm_status sm_checkpoint_save(const char *path, const sm_model *m, const sm_optim
             cJSON_AddItemToArray(rng, cJSON_CreateString(b));
         }
         if (ts->classes[0]) cJSON_AddStringToObject(o, "classes", ts->classes);
+        if (ts->best_step >= 0) {
+            cJSON_AddNumberToObject(o, "best_step", (double)ts->best_step);
+            cJSON_AddNumberToObject(o, "best_score", ts->best_score);
+        }
         train_json = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
     }
-    sm_st_meta meta[4] = {{"format", "specmoe"}, {"version", "1"}, {"model", model_json ? model_json : "{}"},
-                          {"train", train_json ? train_json : "{}"}};
+    sm_st_meta meta[5] = {{"format", "specmoe"}, {"version", "1"}, {"model", model_json ? model_json : "{}"},
+                          {"train", train_json ? train_json : "{}"}, {"settings", ts && ts->settings ? (char *)ts->settings : ""}}; /* the writer copies it */
     sm_ckpt_set set = {"", &m->params, (sm_optim *)opt}; /* the writer only reads the moments */
-    sm_status st = sm_checkpoint_write(path, &set, 1, meta, ts ? 4 : 3, err);
+    sm_status st = sm_checkpoint_write(path, &set, 1, meta, !ts ? 3 : ts->settings ? 5 : 4, err);
     free(model_json);
     free(train_json);
     return st;
@@ -103,6 +122,17 @@ static sm_status read_model_meta(const sm_safetensors *st, const char *path, sm_
     if (sm_model_config_from_json(cfg, json, &e2) != SM_OK)
         return sm_fail(err, SM_ERR_FORMAT, "%s: __metadata__.model: %s", path, e2.msg);
     return SM_OK;
+}
+
+sm_status sm_checkpoint_read_meta(const char *path, const char *key, char **value, sm_error *err) {
+    *value = NULL;
+    sm_safetensors st;
+    sm_status s = sm_safetensors_load(&st, path, err);
+    if (s != SM_OK) return s;
+    const char *v = sm_safetensors_meta(&st, key);
+    if (v && !(*value = strdup(v))) s = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
+    sm_safetensors_free(&st);
+    return s;
 }
 
 sm_status sm_checkpoint_read_config(const char *path, sm_model_config *cfg, sm_error *err) {
@@ -152,8 +182,13 @@ static sm_status read_train_state(const sm_safetensors *st, const char *path, sm
     const cJSON *pos = cJSON_GetObjectItemCaseSensitive(o, "pos"), *os = cJSON_GetObjectItemCaseSensitive(o, "optim_step");
     const cJSON *rng = cJSON_GetObjectItemCaseSensitive(o, "rng");
     const cJSON *classes = cJSON_GetObjectItemCaseSensitive(o, "classes"); /* optional */
+    /* optional, together: the best checkpoint so far */
+    const cJSON *best_step = cJSON_GetObjectItemCaseSensitive(o, "best_step"), *best_score = cJSON_GetObjectItemCaseSensitive(o, "best_score");
     if (classes && (!cJSON_IsString(classes) || strlen(classes->valuestring) >= sizeof ts->classes)) {
         s = sm_fail(err, SM_ERR_FORMAT, "%s: __metadata__.train.classes is not a class list", path);
+    } else if ((best_step || best_score) && (!cJSON_IsNumber(best_step) || !cJSON_IsNumber(best_score) ||
+               !(best_step->valuedouble >= 0 && best_step->valuedouble <= 1e15) || !isfinite(best_score->valuedouble))) {
+        s = sm_fail(err, SM_ERR_FORMAT, "%s: __metadata__.train.best_step/best_score are malformed", path);
     } else if (!cJSON_IsObject(o) || !cJSON_IsNumber(step) || !cJSON_IsNumber(epoch) || !cJSON_IsNumber(pos) ||
         !cJSON_IsNumber(os) || !cJSON_IsArray(rng) || cJSON_GetArraySize(rng) != 4 || !(step->valuedouble >= 0) ||
         !(epoch->valuedouble >= 0) || !(pos->valuedouble >= 0) || !(os->valuedouble >= 0) || step->valuedouble > 1e15 ||
@@ -165,6 +200,9 @@ static sm_status read_train_state(const sm_safetensors *st, const char *path, sm
         ts->pos = (int)pos->valuedouble;
         *optim_step = (long)os->valuedouble;
         snprintf(ts->classes, sizeof ts->classes, "%s", classes ? classes->valuestring : "");
+        ts->settings = NULL; /* not parsed here: sm_checkpoint_read_meta(path, "settings") */
+        ts->best_step = best_step ? (long)best_step->valuedouble : -1;
+        ts->best_score = best_score ? best_score->valuedouble : 0;
         for (int i = 0; i < 4 && s == SM_OK; i++)
             if (parse_u64(cJSON_GetArrayItem(rng, i), &ts->rng.s[i]) != SM_OK)
                 s = sm_fail(err, SM_ERR_FORMAT, "%s: __metadata__.train.rng[%d] is not a u64", path, i);

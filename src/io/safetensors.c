@@ -715,6 +715,13 @@ sm_status sm_st_writer_add(sm_st_writer *w, const char *name, int ndim, const in
     return SM_OK;
 }
 
+sm_status sm_st_writer_add_u8(sm_st_writer *w, const char *name, size_t n, const void *bytes, sm_error *err) {
+    int64_t shape[1] = {(int64_t)n};
+    sm_status st = sm_st_writer_add_layout(w, name, SM_DT_U8, 1, shape, err);
+    if (st == SM_OK) w->t[w->n - 1].bytes = bytes;
+    return st;
+}
+
 sm_status sm_st_writer_add_layout(sm_st_writer *w, const char *name, sm_dtype dtype, int ndim, const int64_t *shape,
                                   sm_error *err) {
     if (!w || !name) return sm_fail(err, SM_ERR_ARG, "sm_st_writer_add: NULL writer or name");
@@ -1011,15 +1018,18 @@ sm_status sm_st_writer_write(const sm_st_writer *w, const char *path, sm_error *
     if (!w || !path) return sm_fail(err, SM_ERR_ARG, "sm_st_writer_write: NULL argument");
     for (int i = 0; i < w->n; i++) {
         int ok;
-        if (w->t[i].dtype != SM_DT_F32 || (out_bytes(&w->t[i], &ok) && !w->t[i].data))
-            return sm_fail(err, SM_ERR_ARG, "%s: tensor '%s' has no F32 data (layout-only tensors need a stream)", path,
-                           w->t[i].name);
+        int has = w->t[i].dtype == SM_DT_F32 ? w->t[i].data != NULL : w->t[i].dtype == SM_DT_U8 && w->t[i].bytes;
+        if (out_bytes(&w->t[i], &ok) && !has)
+            return sm_fail(err, SM_ERR_ARG, "%s: tensor '%s' has no F32 or U8 data (layout-only tensors need a stream)",
+                           path, w->t[i].name);
     }
     sm_st_stream s;
     sm_status rc = sm_st_stream_begin(&s, w, path, err);
     for (int i = 0; rc == SM_OK && i < w->n; i++) {
         int ok;
-        rc = sm_st_stream_write_f32(&s, w->t[i].data, out_bytes(&w->t[i], &ok) / 4, err);
+        size_t nb = out_bytes(&w->t[i], &ok);
+        rc = w->t[i].dtype == SM_DT_U8 ? sm_st_stream_write(&s, w->t[i].bytes, nb, err)
+                                       : sm_st_stream_write_f32(&s, w->t[i].data, nb / 4, err);
     }
     return rc == SM_OK ? sm_st_stream_finish(&s, err) : rc;
 }

@@ -204,6 +204,70 @@ static sm_module *layer_module(const sm_model_config *c, int i, sm_error *err) {
     return mod;
 }
 
+/* The network of cfg: body (the layers, under "layers.<i>") and head (linear to the classes),
+ * declared into the table ps (initialised here; nothing allocated but the table). On failure
+ * *body and *head are whatever was built (the caller frees them). */
+static sm_status build_net(const sm_model_config *cfg, sm_params *ps, sm_module **body, sm_module **head, sm_error *err) {
+    sm_params_init_table(ps);
+    *body = *head = NULL;
+    sm_module *mods[SM_MAX_LAYERS];
+    for (int i = 0; i < cfg->n_layers; i++)
+        if (!(mods[i] = layer_module(cfg, i, err))) {
+            for (int j = 0; j < i; j++) sm_module_free(mods[j]);
+            return SM_ERR_ARG;
+        }
+    if (!(*body = sm_seq_module("layers", mods, cfg->n_layers, err))) return SM_ERR_ARG;
+    /* the input is an image when its shape is given and consistent, else a feature vector */
+    int c = cfg->in_c, h = cfg->in_h, w = cfg->in_w;
+    if (c < 1 || h < 1 || w < 1 || (int64_t)c * h * w != cfg->in_dim) c = cfg->in_dim, h = w = 1;
+    if (sm_module_declare(*body, ps, sm_shape_image(c, h, w), err) != SM_OK) return SM_ERR_ARG;
+    if (!(*head = sm_dense_module("head", cfg->n_classes, SM_ACT_NONE, err))) return SM_ERR_ARG;
+    return sm_module_declare(*head, ps, (*body)->out, err) != SM_OK ? SM_ERR_ARG : SM_OK;
+}
+
+/* the model's own arena: input copy, logits, probabilities, their gradient, losses, dtop */
+static size_t model_arena_values(const sm_model_config *cfg, int max_T, const sm_module *body) {
+    size_t T = (size_t)max_T, V = (size_t)cfg->n_classes, W = (size_t)sm_shape_width(body->out);
+    return T * (size_t)cfg->in_dim + 3 * T * V + T + T * W;
+}
+
+sm_status sm_model_estimate_memory(const sm_model_config *cfg, int max_T, sm_model_memory *out, sm_error *err) {
+    memset(out, 0, sizeof *out);
+    if (cfg->in_dim < 1 || cfg->n_classes < 2 || cfg->n_layers < 1 || cfg->n_layers > SM_MAX_LAYERS || max_T < 1)
+        return sm_fail(err, SM_ERR_ARG, "model: bad dimensions (in %d, classes %d, layers %d, batch %d)", cfg->in_dim,
+                       cfg->n_classes, cfg->n_layers, max_T);
+    /* the same network sm_model_create builds, declared only: the table knows every parameter's
+     * size, and the arenas' counting pass (base NULL) measures the activations without taking them */
+    sm_params ps;
+    sm_module *body, *head;
+    sm_status st = build_net(cfg, &ps, &body, &head, err);
+    if (st == SM_OK) {
+        size_t act = model_arena_values(cfg, max_T, body);
+        sm_module *net[2] = {body, head};
+        for (int k = 0; k < 2; k++) {
+            sm_arena a = {0};
+            net[k]->ops->reserve(net[k], max_T, &a);
+            act += a.used + a.iused * sizeof(int) / sizeof(sm_real);
+        }
+        /* MoE layers take their activations in their setup, outside the arena */
+        for (int i = 0; i < cfg->n_layers; i++) {
+            const sm_module *L = sm_seq_child(body, i);
+            const sm_moe *moe = sm_moe_of(L);
+            if (moe) act += sm_moe_act_values(moe, max_T * L->in.rows);
+        }
+        out->params = ps.total;
+        out->param_bytes = ps.total * sizeof(sm_real);
+        out->act_bytes = act * sizeof(sm_real);
+        /* values, gradients, the optimiser's two moments (sm_optim_init allocates both for every
+         * kind), and the float copies of values and moments a checkpoint write makes */
+        out->train_bytes = 4 * out->param_bytes + 3 * ps.total * sizeof(float) + out->act_bytes;
+    }
+    sm_module_free(body);
+    sm_module_free(head);
+    sm_params_free(&ps);
+    return st;
+}
+
 sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm_error *err) {
     if (cfg->in_dim < 1 || cfg->n_classes < 1 || cfg->n_layers < 1 || cfg->n_layers > SM_MAX_LAYERS || max_T < 1) {
         sm_fail(err, SM_ERR_ARG, "model: bad dimensions (in %d, classes %d, layers %d, batch %d)", cfg->in_dim,
@@ -226,20 +290,8 @@ sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm
     m->cfg = *cfg;
     m->max_T = max_T;
     m->n_layers = cfg->n_layers;
-    sm_params_init_table(&m->params);
     sm_params *ps = &m->params;
-    /* body: the --arch layers; head: linear to the classes */
-    sm_module *mods[SM_MAX_LAYERS];
-    for (int i = 0; i < cfg->n_layers; i++)
-        if (!(mods[i] = layer_module(cfg, i, err))) {
-            for (int j = 0; j < i; j++) sm_module_free(mods[j]);
-            goto fail;
-        }
-    if (!(m->body = sm_seq_module("layers", mods, cfg->n_layers, err))) goto fail;
-    /* the input is an image when its shape is given and consistent, else a feature vector */
-    int c = cfg->in_c, h = cfg->in_h, w = cfg->in_w;
-    if (c < 1 || h < 1 || w < 1 || (int64_t)c * h * w != cfg->in_dim) c = cfg->in_dim, h = w = 1;
-    if (sm_module_declare(m->body, ps, sm_shape_image(c, h, w), err) != SM_OK) goto fail;
+    if (build_net(cfg, ps, &m->body, &m->head, err) != SM_OK) goto fail;
     for (int i = 0; i < m->n_layers; i++) {
         sm_layer *L = &m->layers[i];
         L->kind = cfg->layers[i].kind;
@@ -249,9 +301,6 @@ sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm
         L->hidden = (L->kind == SM_LAYER_FFN || L->kind == SM_LAYER_MOE) ? cfg->layers[i].width : 0;
         L->moe = sm_moe_of(L->mod);
     }
-    if (!(m->head = sm_dense_module("head", cfg->n_classes, SM_ACT_NONE, err)) ||
-        sm_module_declare(m->head, ps, m->body->out, err) != SM_OK)
-        goto fail;
     if (sm_params_alloc(ps, err) != SM_OK) goto fail;
     if (rng) sm_params_initialize(ps, rng);
     /* MoE layers read their parameters through pointers bound at each call; bind them to the model's
@@ -261,13 +310,13 @@ sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm
     if (sm_module_reserve(m->body, max_T, err) != SM_OK || sm_module_reserve(m->head, max_T, err) != SM_OK) goto fail;
     if (sm_model_attach_penalties(m, err) != SM_OK) goto fail;
 
-    size_t T = (size_t)max_T, V = (size_t)cfg->n_classes, W = (size_t)sm_shape_width(m->body->out);
-    size_t total = T * (size_t)cfg->in_dim + 3 * T * V + T + T * W;
+    size_t total = model_arena_values(cfg, max_T, m->body);
     if (!(m->arena = malloc(total * sizeof(sm_real)))) {
         sm_fail(err, SM_ERR_NOMEM, "model: cannot allocate %zu MiB of activations", total * sizeof(sm_real) >> 20);
         goto fail;
     }
     sm_real *p = m->arena;
+    size_t T = (size_t)max_T, V = (size_t)cfg->n_classes, W = (size_t)sm_shape_width(m->body->out);
 #define CARVE(ptr, n) (ptr = p, p += (n))
     CARVE(m->input, T * (size_t)cfg->in_dim);
     CARVE(m->logits, T * V);

@@ -149,6 +149,27 @@ void sm_moe_bind(sm_moe *m, const sm_params *ps) {
     bind2(ps, m->ip[7], &m->sb2, &m->dsb2);
 }
 
+/* The activation arrays sm_moe_reserve carves (in its order) for max_T tokens and max_A assignments:
+ * one table, so the memory estimate (sm_moe_act_values) counts what the reserve takes. */
+#define MOE_N_ACT 12
+static void act_sizes(const sm_moe *m, int max_T, int max_A, size_t sizes[MOE_N_ACT]) {
+    size_t A = (size_t)max_A, T = (size_t)max_T, d = (size_t)m->d, O = (size_t)m->O, H = (size_t)m->H;
+    size_t S = (size_t)m->S, dh_rows = A > T ? A : T;
+    size_t L = (size_t)m->L;
+    size_t s[MOE_N_ACT] = {A * d, L * A * H, L * A * H, A * O, A * O, A * d, dh_rows * H, S * T * H, S * T * H, T * O,
+                           L > 1 ? A * H : 0, A * H};
+    memcpy(sizes, s, sizeof s);
+}
+
+size_t sm_moe_act_values(const sm_moe *m, int max_T) {
+    const sm_router_ops *ops = m->router->ops;
+    int max_A = ops->max_assign(m->router, max_T);
+    size_t sizes[MOE_N_ACT], n = 0;
+    act_sizes(m, max_T, max_A, sizes);
+    for (int i = 0; i < MOE_N_ACT; i++) n += sizes[i];
+    return n + sm_route_values(ops->kind, max_T, m->E, max_A, ops->max_slots ? ops->max_slots(m->router, max_T) : 0);
+}
+
 sm_status sm_moe_reserve(sm_moe *m, int max_T, sm_error *err) {
     if (max_T < 1) return sm_fail(err, SM_ERR_ARG, "moe: batch size must be >= 1");
     if (m->act_block) return sm_fail(err, SM_ERR_ARG, "moe: activations are already reserved (reserve once, for the largest batch)");
@@ -160,11 +181,8 @@ sm_status sm_moe_reserve(sm_moe *m, int max_T, sm_error *err) {
     st = sm_route_alloc(&m->route, ops->kind, max_T, m->E, m->max_A,
                         ops->max_slots ? ops->max_slots(m->router, max_T) : 0, err);
     if (st != SM_OK) return st;
-    size_t A = (size_t)m->max_A, T = (size_t)max_T, d = (size_t)m->d, O = (size_t)m->O, H = (size_t)m->H;
-    size_t S = (size_t)m->S, dh_rows = A > T ? A : T;
-    size_t L = (size_t)m->L;
-    size_t sizes[] = {A * d, L * A * H, L * A * H, A * O, A * O, A * d, dh_rows * H, S * T * H, S * T * H, T * O,
-                      L > 1 ? A * H : 0, A * H};
+    size_t sizes[MOE_N_ACT];
+    act_sizes(m, max_T, m->max_A, sizes);
     sm_real **ptrs[] = {&m->xg, &m->hpre, &m->h, &m->y, &m->dy, &m->dxg, &m->dh, &m->shpre, &m->sh, &m->sy,
                         &m->dh2, &m->dfeat};
     m->act_block = sm_carve(ptrs, sizes, SM_LEN(sizes), err, "moe (activations for %d tokens)", max_T);

@@ -127,16 +127,31 @@ void sm_router_free(sm_router *r) {
     free(r);
 }
 
+/* The real arrays of a route (sm_route_alloc's order): the four SOFT matrices close the table, a
+ * SPARSE route carves only the first four and leaves them NULL (sizes 0 here). */
+#define ROUTE_N_REAL 8
+static void route_sizes(sm_route_kind kind, int max_T, int E, int max_assign, int slots, size_t sizes[ROUTE_N_REAL]) {
+    size_t A = max_assign > 0 ? (size_t)max_assign : 1, TE = (size_t)max_T * E;
+    size_t n = kind == SM_ROUTE_SOFT ? TE * (size_t)slots : 0;
+    size_t s[ROUTE_N_REAL] = {A, A, TE, TE, n, n, n, n};
+    memcpy(sizes, s, sizeof s);
+}
+
+size_t sm_route_values(sm_route_kind kind, int max_T, int E, int max_assign, int slots) {
+    size_t sizes[ROUTE_N_REAL], n = 0;
+    route_sizes(kind, max_T, E, max_assign, slots, sizes);
+    for (int i = 0; i < ROUTE_N_REAL; i++) n += sizes[i];
+    return n;
+}
+
 sm_status sm_route_alloc(sm_route *route, sm_route_kind kind, int max_T, int E, int max_assign, int slots,
                          sm_error *err) {
     memset(route, 0, sizeof *route);
     route->kind = kind;
     route->E = E;
-    size_t A = max_assign > 0 ? (size_t)max_assign : 1, TE = (size_t)max_T * E;
-    size_t n = kind == SM_ROUTE_SOFT ? TE * (size_t)slots : 0;
-    /* the four SOFT matrices close the table: a SPARSE route carves only the first four arrays and
-     * leaves them NULL */
-    size_t sizes[] = {A, A, TE, TE, n, n, n, n};
+    size_t A = max_assign > 0 ? (size_t)max_assign : 1;
+    size_t sizes[ROUTE_N_REAL];
+    route_sizes(kind, max_T, E, max_assign, slots, sizes);
     sm_real **ptrs[] = {&route->weight, &route->dweight, &route->probs, &route->dprobs,
                         &route->dispatch, &route->combine, &route->ddispatch, &route->dcombine};
     size_t isizes[] = {(size_t)E + 1, A, A, (size_t)E};

@@ -82,6 +82,7 @@ sm_status sm_rl_evaluate(sm_policy *p, const char *env, const sm_env_opts *opts,
                          int threads, sm_env_log *log, sm_error *err) {
     memset(log, 0, sizeof *log);
     if (episodes < 1) return sm_fail(err, SM_ERR_ARG, "episodes must be >= 1 (got %d)", episodes);
+    if (N < 1) N = 1;
     if (p && N > p->max_N) N = p->max_N;
     if (N > episodes) N = episodes;
     sm_vecenv v;
@@ -97,39 +98,29 @@ sm_status sm_rl_evaluate(sm_policy *p, const char *env, const sm_env_opts *opts,
     float *obs = malloc(sizeof(float) * (size_t)N * D), *box = malloc(sizeof(float) * (size_t)N * A),
           *rew = malloc(sizeof(float) * (size_t)N);
     int *act = malloc(sizeof(int) * (size_t)N);
+    long *left = malloc(sizeof(long) * (size_t)N);
     unsigned char *term = malloc((size_t)N), *trunc = malloc((size_t)N);
-    if (!obs || !box || !rew || !act || !term || !trunc) {
+    if (!obs || !box || !rew || !act || !left || !term || !trunc) {
         st = sm_fail(err, SM_ERR_NOMEM, "evaluation of %s: out of memory", env);
-        goto done;
-    }
-    sm_vecenv_bind(&v, obs, act, box, rew, term, trunc, NULL);
-    sm_vecenv_reset(&v);
-    sm_rng rng;
-    sm_rng_seed(&rng, sm_env_seed(seed, -1));
-    /* each environment runs whole episodes until `episodes` have been started; the first `episodes`
-     * episodes to finish are counted (so the count is exact and no episode is cut) */
-    int started = N;
-    unsigned char *active = calloc((size_t)N, 1);
-    if (!active) {
-        st = sm_fail(err, SM_ERR_NOMEM, "evaluation of %s: out of memory", env);
-        goto done;
-    }
-    memset(active, 1, (size_t)N);
-    while (log->n < episodes) {
-        if (p) p->act(p, obs, N, act, box);
-        else
+    } else {
+        sm_vecenv_bind(&v, obs, act, box, rew, term, trunc, NULL);
+        sm_vecenv_reset(&v);
+        sm_rng rng;
+        sm_rng_seed(&rng, seed);
+        /* fixed quotas of episodes per environment: counting the first episodes to finish would
+         * favour short ones, and the result would depend on the order in which environments end */
+        for (int i = 0; i < N; i++) left[i] = episodes / N + (i < episodes % N);
+        for (long remaining = episodes; remaining > 0;) {
+            if (p) p->act(p, obs, N, act, box);
+            else sm_env_random_actions(s, &rng, N, act, box);
+            sm_vecenv_step(&v);
             for (int i = 0; i < N; i++) {
-                if (s->act_kind == SM_SPACE_DISCRETE) act[i] = (int)sm_rng_below(&rng, (uint32_t)A);
-                else
-                    for (int j = 0; j < A; j++)
-                        box[i * A + j] = s->act_low[j] + (float)sm_rng_uniform(&rng) * (s->act_high[j] - s->act_low[j]);
-            }
-        sm_vecenv_step(&v);
-        for (int i = 0; i < N; i++) {
-            if (!(term[i] || trunc[i])) continue;
-            sm_env_log one = v.logs[i];
-            memset(&v.logs[i], 0, sizeof v.logs[i]);
-            if (active[i] && log->n < episodes) {
+                if (!(term[i] || trunc[i])) continue;
+                sm_env_log one = v.logs[i];
+                memset(&v.logs[i], 0, sizeof v.logs[i]);
+                if (left[i] <= 0) continue;
+                left[i]--;
+                remaining--;
                 log->episode_return += one.episode_return;
                 log->return_sq += one.return_sq;
                 log->episode_length += one.episode_length;
@@ -137,16 +128,13 @@ sm_status sm_rl_evaluate(sm_policy *p, const char *env, const sm_env_opts *opts,
                 log->success += one.success;
                 log->n += one.n;
             }
-            if (started < episodes) started++;
-            else active[i] = 0;
         }
     }
-    free(active);
-done:
     free(obs);
     free(box);
     free(rew);
     free(act);
+    free(left);
     free(term);
     free(trunc);
     sm_vecenv_free(&v);

@@ -128,6 +128,7 @@ static const sm_opt kOpts[] = {
     ROW("max_grad_norm", SM_OPT_NUM, max_grad_norm, "0", "global gradient-norm clip (0: none)"),
     ROW("log_every", SM_OPT_INT, log_every, "1000", "frames between loss records in metrics.jsonl"),
     ROW("ckpt_every", SM_OPT_INT, ckpt_every, "0", "frames between checkpoints (0: at the end)"),
+    ROW("save_replay", SM_OPT_BOOL, save_replay, "1", "checkpoints hold the replay and environments, so --resume continues exactly"),
 };
 #undef ROW
 #undef SROW
@@ -402,34 +403,120 @@ static sm_policy *dqn_load_policy(const char *path, int max_N, sm_error *err) {
 
 /* ---- training ---- */
 
+/* Everything of the loop besides networks, optimiser, replay and environments: plain data, saved
+ * as one blob for exact resume. */
 typedef struct {
-    long frames, updates, vsteps;
+    long frames, updates, vsteps, episodes;
     sm_rng rng;
+    long optim_step;
+    double loss_sum, q_sum, recent, tail_sum;
+    long loss_n, tail_n, next_log, next_ckpt, next_target;
+    long replay_written;
+    int replay_head;
+    double replay_max_prio;
 } dqn_counters;
 
+/* The replay's arrays and the vector's state as blobs (exact resume); n_out of at most 9. */
+static int state_blobs(const sm_replay *rb, const sm_vecenv *v, const float *obs, void *venv, const dqn_counters *ct,
+                       sm_ckpt_blob *bl) {
+    const size_t T = (size_t)rb->rows * rb->N, OD = T * (size_t)rb->D * (rb->binary ? 1 : sizeof(float));
+    int n = 0;
+    bl[n++] = (sm_ckpt_blob){"state.counters", ct, sizeof *ct};
+    bl[n++] = (sm_ckpt_blob){"state.envs", venv, sm_vecenv_state_size(v)};
+    bl[n++] = (sm_ckpt_blob){"state.obs", obs, sizeof(float) * (size_t)v->num_envs * sm_env_obs_numel(v->spec)};
+    bl[n++] = (sm_ckpt_blob){"replay.obs", rb->binary ? (const void *)rb->obs8 : (const void *)rb->obsf, OD};
+    bl[n++] = (sm_ckpt_blob){"replay.next", rb->binary ? (const void *)rb->next8 : (const void *)rb->nextf, OD};
+    bl[n++] = (sm_ckpt_blob){"replay.act", rb->act, T * sizeof *rb->act};
+    bl[n++] = (sm_ckpt_blob){"replay.rew", rb->rew, T * sizeof *rb->rew};
+    bl[n++] = (sm_ckpt_blob){"replay.flags", rb->term, T}; /* term, then end below */
+    bl[n++] = (sm_ckpt_blob){"replay.end", rb->end, T};
+    return n;
+}
+
 static sm_status write_ckpt(const char *dir, const sm_agent_kind *k, const sm_dqn_config *c, const sm_rl_run *run,
-                            const dqn_nets *n, const sm_optim *opt, const dqn_counters *ct, sm_error *err) {
+                            const dqn_nets *n, const sm_optim *opt, dqn_counters *ct, const sm_replay *rb,
+                            const sm_vecenv *v, const float *obs, int save_replay, sm_error *err) {
     if (!dir) return SM_OK;
     char path[4200];
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
     cJSON *set = sm_agent_config_to_json(k, c);
     char *set_s = set ? cJSON_PrintUnformatted(set) : NULL, *net_s = sm_model_config_to_json(&n->q->cfg);
     cJSON_Delete(set);
-    char frames[32], updates[32], rng[4][32];
+    char frames[32], seed[32], total[32];
     snprintf(frames, sizeof frames, "%ld", ct->frames);
-    snprintf(updates, sizeof updates, "%ld", ct->updates);
-    for (int i = 0; i < 4; i++) snprintf(rng[i], sizeof rng[i], "%llu", (unsigned long long)ct->rng.s[i]);
-    char rng_s[140];
-    snprintf(rng_s, sizeof rng_s, "%s,%s,%s,%s", rng[0], rng[1], rng[2], rng[3]);
-    sm_st_meta meta[] = {{"format", "specmoe"},  {"agent", (char *)k->name}, {"env", (char *)run->env},
-                         {"agent_settings", set_s}, {"model", net_s},          {"frames", frames},
-                         {"updates", updates},     {"rng", rng_s}};
+    snprintf(total, sizeof total, "%ld", run->frames > 0 ? run->frames : (long)c->total_frames);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)run->seed);
+    sm_st_meta meta[] = {{"format", "specmoe"}, {"agent", (char *)k->name}, {"env", (char *)run->env},
+                         {"agent_settings", set_s}, {"model", net_s},        {"frames", frames},
+                         {"seed", seed},            {"frames_total", total}};
     sm_ckpt_set sets[] = {{"", &n->q->params, (sm_optim *)opt}, {"target.", &n->qt->params, NULL}};
-    sm_status st = !set_s || !net_s ? sm_fail(err, SM_ERR_NOMEM, "out of memory")
-                                    : sm_checkpoint_write(path, sets, 2, meta, (int)SM_LEN(meta), err);
+    ct->optim_step = opt->step;
+    ct->replay_written = rb->written;
+    ct->replay_head = rb->head;
+    ct->replay_max_prio = rb->max_prio;
+    sm_ckpt_blob bl[12];
+    void *venv = malloc(sm_vecenv_state_size(v));
+    int nb = save_replay ? state_blobs(rb, v, obs, venv, ct, bl) : 0;
+    double *leaves = NULL;
+    if (save_replay && rb->tree.t) { /* the priorities: the tree's leaves */
+        leaves = malloc(sizeof(double) * (size_t)rb->tree.n);
+        if (leaves) for (long i = 0; i < rb->tree.n; i++) leaves[i] = sm_sumtree_get(&rb->tree, i);
+        bl[nb++] = (sm_ckpt_blob){"replay.priority", leaves, sizeof(double) * (size_t)rb->tree.n};
+    }
+    if (venv) sm_vecenv_save(v, venv);
+    sm_status st = !set_s || !net_s || !venv || (rb->tree.t && save_replay && !leaves)
+                       ? sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path)
+                       : sm_checkpoint_write_blobs(path, sets, 2, meta, (int)SM_LEN(meta), bl, nb, err);
     free(set_s);
     free(net_s);
+    free(venv);
+    free(leaves);
     return st;
+}
+
+/* Restores a run written by write_ckpt: the settings and network must be the ones of this run
+ * (resume takes them from the checkpoint; the CLI does not retype them). */
+static sm_status read_ckpt(const char *path, const sm_agent_kind *k, const sm_dqn_config *c, const sm_rl_run *run,
+                           dqn_nets *n, sm_optim *opt, dqn_counters *ct, sm_replay *rb, sm_vecenv *v, float *obs,
+                           sm_error *err) {
+    sm_safetensors st;
+    sm_status s = sm_safetensors_load(&st, path, err);
+    if (s != SM_OK) return s;
+    const char *agent = sm_safetensors_meta(&st, "agent"), *env = sm_safetensors_meta(&st, "env"),
+               *set = sm_safetensors_meta(&st, "agent_settings"), *net = sm_safetensors_meta(&st, "model");
+    cJSON *mine = sm_agent_config_to_json(k, c);
+    char *mine_s = mine ? cJSON_PrintUnformatted(mine) : NULL, *net_s = sm_model_config_to_json(&n->q->cfg);
+    cJSON_Delete(mine);
+    if (!agent || strcmp(agent, k->name)) s = sm_fail(err, SM_ERR_MISMATCH, "%s: written by agent '%s', not %s", path, agent ? agent : "none", k->name);
+    else if (!env || strcmp(env, run->env)) s = sm_fail(err, SM_ERR_MISMATCH, "%s: trained on %s, not %s", path, env ? env : "none", run->env);
+    else if (!set || !mine_s || strcmp(set, mine_s)) s = sm_fail(err, SM_ERR_MISMATCH, "%s: its agent settings differ from this run's (%s vs %s)", path, set ? set : "none", mine_s ? mine_s : "?");
+    else if (!net || !net_s || strcmp(net, net_s)) s = sm_fail(err, SM_ERR_MISMATCH, "%s: its network differs from this run's", path);
+    free(mine_s);
+    free(net_s);
+    sm_ckpt_set sets[] = {{"", &n->q->params, opt}, {"target.", &n->qt->params, NULL}};
+    if (s == SM_OK) s = sm_checkpoint_read_sets(&st, path, sets, 2, NULL, err);
+    sm_ckpt_blob bl[12];
+    void *venv = malloc(sm_vecenv_state_size(v));
+    int nb = state_blobs(rb, v, obs, venv, ct, bl);
+    if (!venv && s == SM_OK) s = sm_fail(err, SM_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < nb && s == SM_OK; i++) s = sm_checkpoint_read_blob(&st, path, bl[i].name, (void *)bl[i].data, bl[i].bytes, err);
+    if (s == SM_OK) {
+        sm_vecenv_load(v, venv);
+        opt->step = ct->optim_step;
+        rb->written = ct->replay_written;
+        rb->head = ct->replay_head;
+        rb->max_prio = ct->replay_max_prio;
+        if (rb->tree.t) {
+            double *leaves = malloc(sizeof(double) * (size_t)rb->tree.n);
+            if (!leaves) s = sm_fail(err, SM_ERR_NOMEM, "out of memory");
+            else s = sm_checkpoint_read_blob(&st, path, "replay.priority", leaves, sizeof(double) * (size_t)rb->tree.n, err);
+            for (long i = 0; s == SM_OK && i < rb->tree.n; i++) sm_sumtree_set(&rb->tree, i, leaves[i]);
+            free(leaves);
+        }
+    }
+    free(venv);
+    sm_safetensors_free(&st);
+    return s;
 }
 
 static double epsilon_at(const sm_dqn_config *c, long frames) {
@@ -582,14 +669,14 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
     fill_auto(&c, env);
     sm_status st = dqn_check(&c, env, err);
     if (st != SM_OK) return st;
-    if (run->resume) return sm_fail(err, SM_ERR_ARG, "resuming a %s run is not built yet", k->name);
     /* the network's OpenMP regions use the run's thread count too (at RL sizes one thread is often
      * fastest: the matrices are small and threads cost more than they save) */
     if (run->threads > 0) omp_set_num_threads(run->threads);
     const long total = run->frames > 0 ? run->frames : c.total_frames;
     const int N = c.num_envs, B = c.batch_size;
 
-    dqn_counters ct = {0};
+    dqn_counters ct;
+    memset(&ct, 0, sizeof ct); /* padding too: the struct is saved as bytes */
     sm_rng_seed(&ct.rng, run->seed);
     dqn_nets n;
     sm_vecenv v;
@@ -625,18 +712,30 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
         goto done;
     if ((st = bufs_alloc(&b, N, B, &n, err)) != SM_OK) goto done;
     if ((st = sm_rl_log_open(&log, run, k, &c, &n.q->cfg, 0, err)) != SM_OK) goto done;
+    const int save_replay = c.save_replay;
 
     sm_vecenv_bind(&v, b.obs, b.act, NULL, b.rew, b.term, b.trunc, b.fin);
     sm_vecenv_reset(&v);
-    double t0 = sm_time_now(), loss_sum = 0, q_sum = 0, recent = NAN;
-    long loss_n = 0, next_log = c.log_every, next_ckpt = c.ckpt_every > 0 ? c.ckpt_every : -1,
-         next_target = c.target_update, tail_from = total - total / 10, tail_n = 0;
-    double tail_sum = 0;
+    ct.recent = NAN;
+    ct.next_log = c.log_every;
+    ct.next_ckpt = c.ckpt_every > 0 ? c.ckpt_every : -1;
+    ct.next_target = c.target_update;
+    if (run->resume && (st = read_ckpt(run->resume, k, &c, run, &n, &opt, &ct, &rb, &v, b.obs, err)) != SM_OK) goto done;
+    const long frames0 = ct.frames, tail_from = total - total / 10;
+    /* the NaN guard names the last good checkpoint: the one resumed from, then each one written */
+    char last_ckpt[4200] = "";
+    if (run->resume) snprintf(last_ckpt, sizeof last_ckpt, "%s", run->resume);
+    log.frames0 = frames0;
+    double t0 = sm_time_now();
     static const char *const kEp[] = {"episodic_return", "episodic_length", "epsilon"};
     static const char *const kLoss[] = {"losses/td_loss", "q_values", "SPS", "updates"};
     while (ct.frames < total) {
         if (run->stop && *run->stop) {
             res->stopped = 1;
+            break;
+        }
+        if (run->stop_after > 0 && ct.frames >= run->stop_after) {
+            res->stopped = 2;
             break;
         }
         /* act: epsilon-greedy over the N environments */
@@ -662,54 +761,59 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
         ct.vsteps++;
         sm_env_log el = sm_vecenv_log_take(&v);
         if (el.n > 0) {
-            recent = el.episode_return / el.n;
-            res->episodes += el.n;
+            ct.recent = el.episode_return / el.n;
+            ct.episodes += el.n;
             if (ct.frames > tail_from) {
-                tail_sum += el.episode_return;
-                tail_n += el.n;
+                ct.tail_sum += el.episode_return;
+                ct.tail_n += el.n;
             }
-            double vals[] = {recent, el.episode_length / el.n, eps};
+            double vals[] = {ct.recent, el.episode_length / el.n, eps};
             if ((st = sm_rl_log_record(&log, ct.frames, kEp, vals, 3, err)) != SM_OK) goto done;
         }
         if (ct.frames >= c.learning_starts && ct.vsteps % c.train_freq == 0 && sm_replay_size(&rb) > 0) {
             double beta = c.per_beta + (1 - c.per_beta) * fmin(1.0, (double)ct.frames / (double)total), mq;
             double L = update(&n, &opt, &rb, &b, &ct.rng, beta, &mq);
             if (!isfinite(L)) {
-                st = sm_fail(err, SM_ERR_NUMERIC, "%s: loss became %g at frame %ld (update %ld); last good checkpoint: %s",
-                             k->name, L, ct.frames, ct.updates, run->out_dir ? "none written in this run before it" : "none");
+                st = sm_fail(err, SM_ERR_NUMERIC, "%s: loss became %g at frame %ld (update %ld); last good checkpoint: %s%s",
+                             k->name, L, ct.frames, ct.updates, last_ckpt[0] ? last_ckpt : "none",
+                             last_ckpt[0] ? "" : " (none written yet)");
                 goto done;
             }
             ct.updates++;
-            loss_sum += L;
-            q_sum += mq;
-            loss_n++;
+            ct.loss_sum += L;
+            ct.q_sum += mq;
+            ct.loss_n++;
         }
-        if (ct.frames >= next_target) {
+        if (ct.frames >= ct.next_target) {
             target_update(&n);
-            next_target += c.target_update;
+            ct.next_target += c.target_update;
         }
-        if (ct.frames >= next_log) {
-            next_log += c.log_every;
-            if (loss_n) {
-                double vals[] = {loss_sum / loss_n, q_sum / loss_n, sm_rl_log_sps(&log, ct.frames), (double)ct.updates};
+        if (ct.frames >= ct.next_log) {
+            ct.next_log += c.log_every;
+            if (ct.loss_n) {
+                double vals[] = {ct.loss_sum / ct.loss_n, ct.q_sum / ct.loss_n, sm_rl_log_sps(&log, ct.frames), (double)ct.updates};
                 if ((st = sm_rl_log_record(&log, ct.frames, kLoss, vals, 4, err)) != SM_OK) goto done;
-                loss_sum = q_sum = 0;
-                loss_n = 0;
+                ct.loss_sum = ct.q_sum = 0;
+                ct.loss_n = 0;
             }
             char extra[96];
             snprintf(extra, sizeof extra, "eps %.3f  updates %ld", eps, ct.updates);
-            sm_rl_log_progress(&log, ct.frames, total, recent, extra);
+            sm_rl_log_progress(&log, ct.frames, total, ct.recent, extra);
         }
-        if (next_ckpt > 0 && ct.frames >= next_ckpt) {
-            next_ckpt += c.ckpt_every;
-            if ((st = write_ckpt(run->out_dir, k, &c, run, &n, &opt, &ct, err)) != SM_OK) goto done;
+        if (ct.next_ckpt > 0 && ct.frames >= ct.next_ckpt) {
+            ct.next_ckpt += c.ckpt_every;
+            if ((st = write_ckpt(run->out_dir, k, &c, run, &n, &opt, &ct, &rb, &v, b.obs, save_replay, err)) != SM_OK) goto done;
+            snprintf(last_ckpt, sizeof last_ckpt, "%s/checkpoint.safetensors", run->out_dir);
         }
     }
-    if ((st = write_ckpt(run->out_dir, k, &c, run, &n, &opt, &ct, err)) != SM_OK) goto done;
+    if ((st = write_ckpt(run->out_dir, k, &c, run, &n, &opt, &ct, &rb, &v, b.obs, save_replay || res->stopped, err)) != SM_OK)
+        goto done;
     res->frames = ct.frames;
+    res->frames_start = frames0;
     res->updates = ct.updates;
+    res->episodes = ct.episodes;
     res->seconds = sm_time_now() - t0;
-    res->last_return = tail_n ? tail_sum / tail_n : NAN;
+    res->last_return = ct.tail_n ? ct.tail_sum / ct.tail_n : NAN;
 done:
     if (st == SM_OK) st = sm_rl_log_close(&log, err);
     else sm_rl_log_close(&log, NULL);

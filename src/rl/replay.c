@@ -63,12 +63,14 @@ sm_status sm_replay_init(sm_replay *r, long capacity, int N, int D, int binary, 
     r->n_step = n_step;
     r->gamma = gamma;
     size_t T = (size_t)rows * N, obs = T * (size_t)D;
+    /* zeroed: a checkpoint saves the whole buffer, written rows or not, and must not depend on
+     * whatever the allocator left there */
     if (binary) {
-        r->obs8 = malloc(obs);
-        r->next8 = malloc(obs);
+        r->obs8 = calloc(obs, 1);
+        r->next8 = calloc(obs, 1);
     } else {
-        r->obsf = malloc(obs * sizeof(float));
-        r->nextf = malloc(obs * sizeof(float));
+        r->obsf = calloc(obs, sizeof(float));
+        r->nextf = calloc(obs, sizeof(float));
     }
     r->act = calloc(T, sizeof *r->act);
     r->rew = calloc(T, sizeof *r->rew);

@@ -166,6 +166,23 @@ static sm_status write_record(FILE *f, const char *path, const sm_log_record *r,
     return SM_OK;
 }
 
+sm_status sm_train_log_eval(const char *out_dir, const char *kind, long step, int epoch, const sm_eval_result *ev,
+                            sm_error *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
+    FILE *f = fopen(path, "a");
+    if (!f) return sm_fail(err, SM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    sm_log_record r = {.step = step, .total_steps = step, .epoch = epoch, .loss = ev->loss, .acc = ev->acc,
+                       .n_moe = ev->n_moe, .final = 1};
+    for (int l = 0; l < ev->n_moe; l++) {
+        sm_routing_summarize(&ev->routing[l], &r.routing[l]);
+        r.dropped[l] = ev->routing[l].dropped;
+    }
+    sm_status st = write_record(f, path, &r, kind, err);
+    if (fclose(f) != 0 && st == SM_OK) st = sm_fail(err, SM_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    return st;
+}
+
 sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, const sm_train_config *cfg,
                    sm_log_fn on_log, void *user, sm_train_result *res, sm_error *err) {
     memset(res, 0, sizeof *res);
@@ -178,13 +195,14 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
         if (train->y[i] < 0 || train->y[i] >= m->cfg.n_classes)
             return sm_fail(err, SM_ERR_MISMATCH, "train: label %d outside the model's %d classes", train->y[i],
                            m->cfg.n_classes);
-    char ckpt[4096] = "", metrics_path[4096] = "";
+    char ckpt[4096] = "", metrics_path[4096] = "", best_path[4096] = "";
     FILE *mf = NULL;
     if (cfg->out_dir) {
         sm_status cst = sm_train_check_out(cfg->out_dir, err);
         if (cst != SM_OK) return cst;
         snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", cfg->out_dir);
         snprintf(metrics_path, sizeof metrics_path, "%s/metrics.jsonl", cfg->out_dir);
+        snprintf(best_path, sizeof best_path, "%s/best.safetensors", cfg->out_dir);
     }
     sm_optim opt;
     sm_status st = sm_optim_init(&opt, &cfg->opt, &m->params, err);
@@ -196,6 +214,7 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
         return st;
     }
     sm_train_state ts = {0};
+    ts.best_step = -1;
     sm_rng_seed(&ts.rng, cfg->seed ^ 0x5eedf00dULL);
     if (cfg->resume) {
         st = sm_checkpoint_load(cfg->resume, m, &opt, &ts, err);
@@ -210,6 +229,7 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
         }
     }
     snprintf(ts.classes, sizeof ts.classes, "%s", cfg->classes ? cfg->classes : "");
+    ts.settings = cfg->settings;
     sm_batcher_seek(&bat, ts.epoch, ts.pos);
     const long steps_per_epoch = (train->n + cfg->batch - 1) / cfg->batch;
     const long total_steps = steps_per_epoch * cfg->epochs;
@@ -230,6 +250,8 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
     }
     double win_loss = 0, win_gn = 0, t_start = sm_time_now(), t_win = t_start;
     long win_n = 0, win_steps = 0, win_correct = 0, last_good_step = -1;
+    double ep_loss = 0; /* the epoch's training loss (sum over its examples), for the best checkpoint */
+    long ep_n = 0;
     int V = m->cfg.n_classes;
     /* the last good checkpoint: the resumed one until this run has written its own */
     const char *last_good = cfg->resume;
@@ -276,6 +298,8 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
         ts.pos = bat.pos;
         /* window statistics */
         win_loss += loss * B;
+        ep_loss += loss * B;
+        ep_n += B;
         win_gn += gn;
         win_n += B;
         win_steps++;
@@ -303,15 +327,28 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
         }
         /* the step that closes an epoch (the last one too, so the saved model is validated): the
          * batcher is still in that epoch, which labels the record like the epoch's train records */
-        if (val && on_log && ts.step % steps_per_epoch == 0) {
-            sm_eval_result ev;
-            st = sm_evaluate(m, val, m->max_T, &ev, err);
-            if (st != SM_OK) goto done_buf;
-            sm_log_record r = {.step = ts.step, .total_steps = total_steps, .epoch = bat.epoch,
-                               .loss = ev.loss, .acc = ev.acc, .n_moe = ev.n_moe, .final = -1};
-            for (int l = 0; l < ev.n_moe; l++) sm_routing_summarize(&ev.routing[l], &r.routing[l]);
-            if ((st = write_record(mf, metrics_path, &r, "val", err)) != SM_OK) goto done_buf;
-            on_log(&r, user);
+        if (ts.step % steps_per_epoch == 0) {
+            /* the best model so far is judged here: by validation accuracy, or without a validation
+             * set by the epoch's mean training loss (a proxy: the weights moved during the epoch) */
+            double score = ep_n ? -ep_loss / (double)ep_n : -INFINITY;
+            ep_loss = 0;
+            ep_n = 0;
+            if (val) {
+                sm_eval_result ev;
+                st = sm_evaluate(m, val, m->max_T, &ev, err);
+                if (st != SM_OK) goto done_buf;
+                sm_log_record r = {.step = ts.step, .total_steps = total_steps, .epoch = bat.epoch,
+                                   .loss = ev.loss, .acc = ev.acc, .n_moe = ev.n_moe, .final = -1};
+                for (int l = 0; l < ev.n_moe; l++) sm_routing_summarize(&ev.routing[l], &r.routing[l]);
+                if ((st = write_record(mf, metrics_path, &r, "val", err)) != SM_OK) goto done_buf;
+                if (on_log) on_log(&r, user);
+                score = ev.acc;
+            }
+            if (best_path[0] && isfinite(score) && (ts.best_step < 0 || score > ts.best_score)) {
+                ts.best_step = ts.step;
+                ts.best_score = score;
+                if ((st = sm_checkpoint_save(best_path, m, &opt, &ts, err)) != SM_OK) goto done_buf;
+            }
         }
         if (ckpt[0] && ((cfg->ckpt_every > 0 && ts.step % cfg->ckpt_every == 0) || last)) {
             st = sm_checkpoint_save(ckpt, m, &opt, &ts, err);
@@ -319,8 +356,19 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
             last_good = ckpt;
             last_good_step = ts.step;
         }
+        if (cfg->stop && *cfg->stop && ts.step < stop_at) {
+            /* asked to stop (Ctrl-C in the CLI): the step is complete, so save it and return */
+            if (ckpt[0] && last_good_step != ts.step && (st = sm_checkpoint_save(ckpt, m, &opt, &ts, err)) != SM_OK)
+                goto done_buf;
+            res->interrupted = 1;
+            break;
+        }
     }
     res->steps = ts.step - first_step; /* this call's steps, not the resumed checkpoint's */
+    res->step = ts.step;
+    res->epoch = ts.epoch;
+    res->best_step = ts.best_step;
+    res->best_score = ts.best_score;
     res->seconds = sm_time_now() - t_start;
 done_buf:
     free(xb);

@@ -68,6 +68,9 @@ FILE *sm_open_regular(const char *path, size_t *size, sm_error *err);
 
 /* Peak resident set size of this process in bytes (getrusage). */
 size_t sm_peak_rss_bytes(void);
+/* Memory this machine can give a new allocation now, in bytes: MemAvailable of /proc/meminfo, else
+ * the free physical pages (sysconf); 0 if neither is known. */
+size_t sm_available_memory_bytes(void);
 /* Monotonic wall clock in seconds. */
 double sm_time_now(void);
 

@@ -72,6 +72,7 @@ sm_status sm_st_read_f32(const sm_safetensors *st, const sm_st_tensor *t, size_t
 const sm_st_tensor *sm_safetensors_find(const sm_safetensors *st, const char *name);
 const char *sm_safetensors_meta(const sm_safetensors *st, const char *key);
 /* Converts tensor t (F32, F16 or BF16) to n floats in out; refuses other dtypes and n != numel. */
+/* (U8 tensors are read with sm_st_read_bytes.) */
 sm_status sm_st_tensor_to_f32(const sm_st_tensor *t, float *out, size_t n, sm_error *err);
 
 /* Writer: collect tensors (pointers are borrowed until write), then write atomically:
@@ -82,6 +83,7 @@ typedef struct {
     int ndim;
     int64_t shape[SM_ST_MAX_DIMS];
     const float *data;
+    const uint8_t *bytes;  /* U8 tensors from memory (sm_st_writer_add_u8) */
 } sm_st_out_tensor;
 
 typedef struct {
@@ -97,6 +99,8 @@ sm_status sm_st_writer_add(sm_st_writer *w, const char *name, int ndim, const in
 /* A tensor of any dtype without data: for a stream (below), which takes its bytes later. */
 sm_status sm_st_writer_add_layout(sm_st_writer *w, const char *name, sm_dtype dtype, int ndim, const int64_t *shape,
                                   sm_error *err);
+/* A U8 tensor of n bytes from memory (borrowed until write): raw state such as a replay buffer. */
+sm_status sm_st_writer_add_u8(sm_st_writer *w, const char *name, size_t n, const void *bytes, sm_error *err);
 sm_status sm_st_writer_meta(sm_st_writer *w, const char *key, const char *value, sm_error *err);
 sm_status sm_st_writer_write(const sm_st_writer *w, const char *path, sm_error *err);
 void sm_st_writer_free(sm_st_writer *w);

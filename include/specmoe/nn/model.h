@@ -106,6 +106,17 @@ typedef struct {
  * Parameters are initialised from rng (pass NULL to leave them zero, e.g. before loading). */
 sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm_error *err);
 void sm_model_free(sm_model *m);
+/* What training the model of cfg on batches of up to max_T rows would take, measured on the
+ * declared network before anything large is allocated (so a model far larger than memory can be
+ * refused with the figure instead of being killed by the OOM killer). */
+typedef struct {
+    size_t params;      /* parameter values */
+    size_t param_bytes; /* one copy of them (sm_real) */
+    size_t act_bytes;   /* activations for max_T rows (the router's own small buffers excluded) */
+    size_t train_bytes; /* training: values, gradients, two optimiser moments, the float copies a
+                         * checkpoint write makes (values and moments), and the activations */
+} sm_model_memory;
+sm_status sm_model_estimate_memory(const sm_model_config *cfg, int max_T, sm_model_memory *out, sm_error *err);
 /* Forward of x (T,D) floats; returns logits (T,V) (owned by the model). */
 const sm_real *sm_model_forward(sm_model *m, const float *x, int T, sm_rng *rng, int train);
 /* Forward from layer `first` on: h (T, layers[first].in) is that layer's input, e.g. features cached

@@ -80,6 +80,9 @@ void sm_moe_free(sm_moe *m);
 sm_status sm_moe_declare(sm_moe *m, sm_params *ps, const char *prefix, sm_error *err);
 void sm_moe_bind(sm_moe *m, const sm_params *ps);
 sm_status sm_moe_reserve(sm_moe *m, int max_T, sm_error *err);
+/* The sm_real values sm_moe_reserve would take for max_T tokens (its arrays and the route's; the
+ * router's own small buffers are not counted): the memory estimate calls it before allocating. */
+size_t sm_moe_act_values(const sm_moe *m, int max_T);
 /* out (T,O) = MoE(x (T,d)). rng drives stochastic routers when train != 0. */
 void sm_moe_forward(sm_moe *m, sm_real *out, const sm_real *x, int T, sm_rng *rng, int train);
 /* dx (T,d) += ..., parameter gradients += ..., given dout (T,O) and the same x as the forward. */

@@ -175,6 +175,8 @@ static inline int sm_router_opt_set(const sm_router_opt *o, sm_router_config *c,
 sm_status sm_route_alloc(sm_route *route, sm_route_kind kind, int max_T, int E, int max_assign, int slots,
                          sm_error *err);
 void sm_route_free(sm_route *route);
+/* The sm_real values sm_route_alloc takes for these sizes (the memory estimate counts them). */
+size_t sm_route_values(sm_route_kind kind, int max_T, int E, int max_assign, int slots);
 /* Groups per-token choices into the expert-major layout: choice (T,k) expert ids (-1 = dropped
  * or unused), w (T,k) weights. Fills offset/token/slot/weight/load. Stable in token order. */
 void sm_route_group(sm_route *route, const int *choice, const sm_real *w, int T, int k);

@@ -36,6 +36,8 @@ typedef struct {
     long frames;            /* budget in environment frames, summed over the vector; 0: the agent's default */
     const char *resume;     /* checkpoint to continue from, or NULL */
     volatile sig_atomic_t *stop; /* set asynchronously (Ctrl-C): the agent checkpoints and returns */
+    long stop_after;        /* > 0: stop the same way once this many frames are done (a run split
+                             * into sessions; --resume continues it exactly) */
     FILE *progress;         /* a progress line every few seconds; NULL: quiet */
     double progress_every;  /* seconds between progress lines (0: 5 s) */
 } sm_rl_run;
@@ -43,11 +45,12 @@ typedef struct {
 /* What a run measured. */
 typedef struct {
     long frames;            /* environment frames done (including a resumed run's earlier ones) */
+    long frames_start;      /* frames already done when this process started (resume) */
     long updates;           /* gradient steps */
     double seconds;         /* wall time of this process's part */
     long episodes;          /* finished episodes */
     double last_return;     /* mean return of the episodes finished in the last 10% of the frames */
-    int stopped;            /* run->stop ended it early (a checkpoint was written) */
+    int stopped;            /* 1: run->stop ended it early, 2: run->stop_after did (a checkpoint was written) */
 } sm_rl_result;
 
 /* A trained policy, for evaluation and rendering: acts on a batch of observations. */

@@ -40,6 +40,7 @@ typedef struct {
     double max_grad_norm;  /* 0: no clipping */
     int log_every;         /* frames between loss records */
     int ckpt_every;        /* frames between checkpoints (0: at the end only) */
+    int save_replay;       /* checkpoints hold the replay, environments and counters (exact resume) */
 } sm_dqn_config;
 
 extern const sm_agent_kind sm_agent_dqn, sm_agent_rainbow, sm_agent_der;

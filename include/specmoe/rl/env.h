@@ -79,6 +79,12 @@ typedef struct sm_env_spec {
     /* Draws the current state into rgb (h x w x 3 bytes, row-major) for `rl render`; NULL if the
      * env has no picture of its own (images are then drawn from the observation). */
     void (*render)(const void *st, unsigned char *rgb, int h, int w);
+    /* Exact resume of a state that holds pointers (a MuJoCo mjData): save writes save_bytes bytes
+     * that load turns back into the same state in an environment made by init. NULL: the state is
+     * plain data and its state_bytes are copied as they are. */
+    size_t save_bytes;
+    void (*save)(const void *st, void *buf);
+    void (*load)(void *st, const void *buf);
 } sm_env_spec;
 
 static inline int sm_env_obs_numel(const sm_env_spec *s) { return s->obs_c * s->obs_h * s->obs_w; }
@@ -124,6 +130,12 @@ void sm_vecenv_bind(sm_vecenv *v, float *obs, int *act_disc, float *act_box, flo
 void sm_vecenv_set_threads(sm_vecenv *v, int threads);
 void sm_vecenv_reset(sm_vecenv *v);
 void sm_vecenv_step(sm_vecenv *v);
+/* The vector's whole state (every environment, running episode returns and lengths, logs) as bytes,
+ * for exact resume: sm_vecenv_state_size bytes written by save and read back by load into a vector
+ * made by sm_vecenv_init with the same name and count. */
+size_t sm_vecenv_state_size(const sm_vecenv *v);
+void sm_vecenv_save(const sm_vecenv *v, void *buf);
+void sm_vecenv_load(sm_vecenv *v, const void *buf);
 /* The finished episodes since the last take, summed over environments; clears them. */
 sm_env_log sm_vecenv_log_take(sm_vecenv *v);
 void sm_vecenv_free(sm_vecenv *v);

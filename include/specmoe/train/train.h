@@ -1,12 +1,16 @@
 /* Supervised training loop: minibatches from an sm_batcher, forward / loss / backward, NaN-Inf
  * guard, clipping, optimiser step on a schedule, periodic logging to <out>/metrics.jsonl, atomic
- * checkpoints to <out>/checkpoint.safetensors, exact resume.
+ * checkpoints to <out>/checkpoint.safetensors, the best one so far to <out>/best.safetensors (at
+ * epoch ends: the highest validation accuracy, or without a validation set the lowest mean training
+ * loss of the epoch), exact resume, and a clean stop with a checkpoint when asked (cfg->stop).
  *
  * The loop prints nothing: it reports through the on_log callback (the CLI draws a progress bar or
  * plain lines from it).
  */
 #ifndef SPECMOE_TRAIN_H
 #define SPECMOE_TRAIN_H
+
+#include <signal.h>
 
 #include "specmoe/io/checkpoint.h"
 #include "specmoe/io/data.h"
@@ -47,9 +51,14 @@ typedef struct {
     long ckpt_every;        /* steps between checkpoints; 0 = at the end of every epoch */
     const char *resume;     /* checkpoint to continue from, or NULL */
     const char *classes;    /* class subset stored in the checkpoints (sm_train_state.classes); NULL = all */
+    const char *settings;   /* the caller's settings JSON, stored in every checkpoint (sm_train_state.settings) */
     long stop_after;        /* stop (with a checkpoint) after this many steps in total; 0 = run to the end */
     long inject_nan_step;   /* testing aid: poison one gradient at this step (-1 = never) */
     sm_step_hook hook;      /* between backward and optimiser; fn NULL = none */
+    /* polled after every step: when it points to a nonzero value, training saves a checkpoint and
+     * returns SM_OK with res->interrupted set. The library installs no signal handler: a program sets
+     * this from its own (the CLI's SIGINT/SIGTERM handler). NULL = never. */
+    volatile sig_atomic_t *stop;
 } sm_train_config;
 
 void sm_train_config_default(sm_train_config *c);
@@ -69,9 +78,15 @@ typedef void (*sm_log_fn)(const sm_log_record *rec, void *user);
 
 typedef struct {
     long steps; /* steps taken by this call (after a resume, not counting the checkpoint's) */
+    long step;  /* the position at the end: steps in total, the last checkpoint's */
+    int epoch;
     double final_train_loss;
     double seconds;
+    int interrupted;  /* stopped early by cfg->stop (a checkpoint of step `step` was written) */
+    long best_step;   /* the step of <out>/best.safetensors (-1: none yet) and its score */
+    double best_score;
 } sm_train_result;
+
 
 /* Checks a run directory before any work: creates it (with its parents) and tries creating
  * metrics.jsonl (opened for appending, so an earlier run's records stay) and the checkpoint's temporary
@@ -94,6 +109,11 @@ typedef struct {
 
 /* Accuracy and mean loss of m on ds (no noise), with routing statistics of the first 4 MoE layers. */
 sm_status sm_evaluate(sm_model *m, const sm_dataset *ds, int batch, sm_eval_result *out, sm_error *err);
+
+/* Appends an evaluation (e.g. the final test accuracy) to <out_dir>/metrics.jsonl as a record of
+ * this kind ("test"), at the training position step / epoch, with the per-layer routing statistics. */
+sm_status sm_train_log_eval(const char *out_dir, const char *kind, long step, int epoch, const sm_eval_result *ev,
+                            sm_error *err);
 
 #ifdef __cplusplus
 }
