@@ -121,9 +121,11 @@ static void small(sm_ppo_config *c, long updates) {
     c->total_timesteps = (uint64_t)updates * 64;
 }
 
-static sm_status run_env(const char *env, const sm_ppo_config *c, const char *dir, long frames, const char *resume,
-                         uint64_t seed, sm_rl_result *res, sm_error *err) {
+/* stop_after: the frames after which the run checkpoints and returns (a run split into sessions) */
+static sm_status run_split(const char *env, const sm_ppo_config *c, const char *dir, long frames, long stop_after,
+                           const char *resume, uint64_t seed, sm_rl_result *res, sm_error *err) {
     sm_rl_run run = {0};
+    run.stop_after = stop_after;
     run.env = env;
     run.env_opts = sm_env_opts_default();
     run.out_dir = dir;
@@ -132,6 +134,11 @@ static sm_status run_env(const char *env, const sm_ppo_config *c, const char *di
     run.frames = frames;
     run.resume = resume;
     return sm_agent_ppo.train(c, NULL, &run, res, err);
+}
+
+static sm_status run_env(const char *env, const sm_ppo_config *c, const char *dir, long frames, const char *resume,
+                         uint64_t seed, sm_rl_result *res, sm_error *err) {
+    return run_split(env, c, dir, frames, 0, resume, seed, res, err);
 }
 
 static sm_status run_ppo(const sm_ppo_config *c, const char *dir, long frames, const char *resume, uint64_t seed,
@@ -194,16 +201,20 @@ Test(ppo, resume_equals_an_uninterrupted_run) {
         c.norm_obs = c.norm_reward = 1; /* the normalisers' statistics must carry over too */
         sm_error err = {0};
         sm_rl_result res;
-        /* interrupted: N updates, then M more from the checkpoint */
+        c.total_timesteps = 0; /* the anneal spans the run's frame budget */
+        /* split: N updates (stop_after), then M more from the checkpoint */
         const char *a = tu_tmpdir(), *b = tu_tmpdir();
-        cr_assert_eq(run_env(envs[e], &c, a, N * 64, NULL, 9, &res, &err), SM_OK, "%s", err.msg);
+        cr_assert_eq(run_split(envs[e], &c, a, (N + M) * 64, N * 64, NULL, 9, &res, &err), SM_OK, "%s", err.msg);
         cr_assert_eq(res.updates, N);
+        cr_assert_eq(res.stopped, 2);
         char ck[256];
         snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", a);
         cr_assert_eq(run_env(envs[e], &c, a, (N + M) * 64, ck, 9, &res, &err), SM_OK, "%s", err.msg);
         cr_assert_eq(res.frames, (N + M) * 64);
+        cr_assert_eq(res.frames_start, N * 64);
+        cr_assert_eq(res.stopped, 0);
         /* uninterrupted */
-        cr_assert_eq(run_env(envs[e], &c, b, 0, NULL, 9, &res, &err), SM_OK, "%s", err.msg);
+        cr_assert_eq(run_env(envs[e], &c, b, (N + M) * 64, NULL, 9, &res, &err), SM_OK, "%s", err.msg);
         cr_assert_eq(res.updates, N + M);
         size_t na, nb;
         unsigned char *ba = checkpoint_bytes(a, &na), *bb = checkpoint_bytes(b, &nb);

@@ -353,6 +353,8 @@ typedef struct {
     double *rms_block;
     /* counters */
     long global_step, updates, num_updates, episodes;
+    long horizon;                 /* frame budget of the run: the learning-rate anneal spans it */
+    uint64_t seed;                /* the run's seed (a resumed run keeps its first session's) */
     double tail_sum;              /* returns of episodes finished in the last 10% of this run's */
     long tail_n;                  /* frames (not part of the run state) */
 } ppo;
@@ -410,6 +412,7 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
     p->Bt = p->N * p->T, p->B = p->Bt / c->num_minibatches, p->box = p->env->act_kind == SM_SPACE_BOX;
     if ((st = actor_config(&p->actor_cfg, c, net, p->env, err)) != SM_OK) return st;
     sm_rng_seed(&p->rng, run->seed);
+    p->seed = run->seed;
     int maxT = p->B > p->N ? p->B : p->N;
     sm_model_config cc = p->actor_cfg;
     cc.n_classes = 1;
@@ -555,6 +558,8 @@ static void run_state_io(ppo *p, blob *s, int dir) {
     io(s, &p->global_step, sizeof p->global_step);
     io(s, &p->updates, sizeof p->updates);
     io(s, &p->num_updates, sizeof p->num_updates);
+    io(s, &p->horizon, sizeof p->horizon);
+    io(s, &p->seed, sizeof p->seed);
     io(s, &p->episodes, sizeof p->episodes);
     for (int k = 0; k < 3; k++) io(s, &p->opt[k].step, sizeof p->opt[k].step);
     io(s, &p->ret_rms.count, sizeof(double));
@@ -582,22 +587,26 @@ static char *settings_json(const sm_ppo_config *c) {
     return s;
 }
 
-static sm_status ppo_save(ppo *p, const char *path, const char *env_name, sm_error *err) {
+static sm_status ppo_save(ppo *p, const char *path, const sm_rl_run *run, sm_error *err) {
     blob rs = {0}, ob = {0};
     run_state_io(p, &rs, 0);
     rms_put(&ob, &p->obs_rms);
     char *settings = settings_json(&p->c), *network = sm_model_config_to_json(&p->actor_cfg);
     char *rs_hex = rs.bad ? NULL : to_hex(&rs), *ob_hex = ob.bad ? NULL : to_hex(&ob);
-    char gs[32], up[32];
+    char gs[32], up[32], total[32], seed[32];
     snprintf(gs, sizeof gs, "%ld", p->global_step);
     snprintf(up, sizeof up, "%ld", p->updates);
+    snprintf(total, sizeof total, "%ld", p->horizon);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)p->seed);
     sm_status st;
     if (!settings || !network || !rs_hex || !ob_hex) {
         st = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
     } else {
-        sm_st_meta meta[] = {{"agent", "ppo"},          {"env", (char *)env_name}, {"agent_settings", settings},
-                             {"network", network},      {"global_step", gs},       {"updates", up},
-                             {"obs_rms", ob_hex},       {"run_state", rs_hex}};
+        /* what `rl train --resume` reads: agent, env, agent_settings, network, frames_total, seed */
+        sm_st_meta meta[] = {{"agent", "ppo"},      {"env", (char *)run->env}, {"agent_settings", settings},
+                             {"network", network},  {"frames_total", total},   {"seed", seed},
+                             {"global_step", gs},   {"updates", up},           {"obs_rms", ob_hex},
+                             {"run_state", rs_hex}};
         sm_ckpt_set sets[3];
         st = sm_checkpoint_write(path, sets, sets_of(p, sets), meta, (int)SM_LEN(meta), err);
     }
@@ -821,7 +830,7 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
     sm_status st = ppo_create(&p, c, net, run, err);
     const long batch = (long)c->num_envs * c->num_steps;
     if (st == SM_OK) {
-        long horizon = c->total_timesteps > 0 ? (long)c->total_timesteps
+        long horizon = p.horizon = c->total_timesteps > 0 ? (long)c->total_timesteps
                        : run->frames > 0     ? run->frames
                        : p.box               ? DEFAULT_STEPS_CONTINUOUS
                                              : DEFAULT_STEPS_DISCRETE;
@@ -838,6 +847,7 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
     char ckpt[4200] = "";
     if (run->out_dir) snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", run->out_dir);
     long saved_at = run->resume ? p.updates : -1;
+    res->frames_start = p.global_step;
     const char *saved_path = run->resume;
     double t0 = sm_time_now();
     static const char *const kKeys[] = {"charts/learning_rate", "losses/value_loss", "losses/policy_loss",
@@ -869,12 +879,13 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
         char extra[96];
         snprintf(extra, sizeof extra, "update %ld/%ld  approx_kl %.4f", p.updates, p.num_updates, s.approx_kl);
         sm_rl_log_progress(&log, p.global_step, end * batch, ret_n ? ret_sum / ret_n : NAN, extra);
-        int stop = run->stop && *run->stop;
+        /* Ctrl-C, or a run split into sessions (stop_after): checkpoint and return */
+        int stop = run->stop && *run->stop ? 1 : run->stop_after > 0 && p.global_step >= run->stop_after ? 2 : 0;
         int due = c->checkpoint_every > 0 && p.updates % c->checkpoint_every == 0;
-        if (ckpt[0] && (stop || due || p.updates == end) && (st = ppo_save(&p, ckpt, run->env, err)) == SM_OK)
+        if (ckpt[0] && (stop || due || p.updates == end) && (st = ppo_save(&p, ckpt, run, err)) == SM_OK)
             saved_at = p.updates, saved_path = ckpt;
         if (stop) {
-            res->stopped = 1;
+            res->stopped = stop;
             break;
         }
     }
