@@ -153,7 +153,7 @@ static const cli_command kRl[] = {
     {"envs", "list every environment: observation shape, action space, time limit", rl_envs},
     {"train", "--env NAME --agent NAME: train an agent (rl train --help lists agents, options and presets)", cmd_rl_train},
     {"eval", "CHECKPOINT | --env NAME --policy random: mean and std of the episodic return and mean length", rl_eval},
-    /* rl render: a row to add here (see the top of this file) */
+    {"render", "CHECKPOINT --out episode.gif: an animated picture of one episode of the trained policy", cmd_rl_render},
 };
 
 int cmd_rl(int argc, char **argv) {

@@ -117,7 +117,7 @@ static int user_or_preset_gave(const void *user, const char *key) {
     if (!g->preset_text) return 0;
     size_t n = strlen(key);
     for (const char *p = g->preset_text; (p = strstr(p, key)); p += n)
-        if ((p == g->preset_text || p[-1] == ',') && p[n] == '=') return 1;
+        if ((p == g->preset_text || p[-1] == ';') && p[n] == '=') return 1;
     return 0;
 }
 

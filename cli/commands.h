@@ -14,5 +14,6 @@ int cmd_bingham_z(int argc, char **argv);
 int cmd_rl(int argc, char **argv);
 /* rl subcommands in their own files (cli/cmd_rl_train.c) */
 int cmd_rl_train(int argc, char **argv);
+int cmd_rl_render(int argc, char **argv);
 
 #endif

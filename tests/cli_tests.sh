@@ -64,7 +64,7 @@ expect_table "bench --help lists every benchmark once" benchmarks "alpha env lay
 expect 2 "bench: unknown benchmark names every benchmark" "unknown benchmark 'nope' .*layer.*ssmoe-build" -- "$bin" bench nope
 expect 2 "bench without a benchmark is a usage error" "usage: specmoe bench BENCHMARK" -- "$bin" bench
 # reinforcement learning (cli/cmd_rl.c): the subcommand table, environments, the random-policy reference
-expect_table "rl --help lists every subcommand once" subcommands "envs eval train" -- "$bin" rl
+expect_table "rl --help lists every subcommand once" subcommands "envs eval render train" -- "$bin" rl
 expect 2 "rl: unknown subcommand names every subcommand" "unknown subcommand 'nope' .*envs.*eval" -- "$bin" rl nope
 expect 0 "rl envs lists cartpole with its spaces and time limit" "^classic/cartpole +4 +discrete 2 +500 " -- "$bin" rl envs
 expect 0 "rl envs lists pendulum's box action with its bounds" "^classic/pendulum +3 +box 1 in \[-2, 2\] +200 " -- "$bin" rl envs
@@ -104,6 +104,10 @@ expect 0 "rl eval CKPT: the trained policy is evaluated" "^rl-eval env=classic/c
     "$bin" rl eval "$rl_out/checkpoint.safetensors" --episodes 5
 expect 2 "rl eval CKPT: a checkpoint and --policy random together are refused" "not both" -- \
     "$bin" rl eval "$rl_out/checkpoint.safetensors" --policy random
+expect 0 "rl render: an episode of the trained policy as an animated GIF" "^rl-render env=classic/cartpole frames=[0-9]+ " -- \
+    "$bin" rl render "$rl_out/checkpoint.safetensors" --out "$tmp/episode.gif" --max-steps 50 --size 64
+expect 0 "rl render: the file is a GIF89a" "GIF89a" -- head -c 6 "$tmp/episode.gif"
+expect 2 "rl render: a checkpoint is required" "give the checkpoint" -- "$bin" rl render
 # a run split by --stop-after and continued with --resume alone (settings from the checkpoint) ends in
 # the same checkpoint bytes as the run straight through
 expect 0 "rl train --stop-after checkpoints and says how to continue" "continue with:.*|--resume $tmp/rl_split/checkpoint.safetensors" -- \

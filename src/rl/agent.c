@@ -64,7 +64,7 @@ sm_status sm_agent_apply_preset(const sm_agent_kind *k, void *cfg, const char *p
         }
         char buf[1024];
         snprintf(buf, sizeof buf, "%s", p[1]);
-        for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        for (char *save = NULL, *kv = strtok_r(buf, ";", &save); kv; kv = strtok_r(NULL, ";", &save)) {
             char *eq = strchr(kv, '=');
             int found = 0;
             if (eq) *eq = 0;

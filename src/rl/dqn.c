@@ -229,13 +229,13 @@ static sm_status dqn_check(const void *cfgv, const sm_env_spec *env, sm_error *e
 /* MinAtar's DQN exactly (Young & Tian 2019: Sec. 4 and their Table of hyper-parameters). */
 static const char *const kPresets[] = {
     "minatar",
-    "arch=conv:16:3:1:0,dense:128,act=relu,num_envs=1,total_frames=5000000,buffer_size=100000,batch_size=32,"
-    "learning_starts=5000,train_freq=1,target_update=1000,tau=1,gamma=0.99,optimizer=rmsprop,lr=0.00025,rms_alpha=0.95,"
-    "rms_eps=0.01,rms_centered=1,eps_start=1,eps_end=0.1,eps_frames=100000,loss=huber,double_q=0,n_step=1,atoms=1,prioritized=0",
+    "arch=conv:16:3:1:0,dense:128;act=relu;num_envs=1;total_frames=5000000;buffer_size=100000;batch_size=32;"
+    "learning_starts=5000;train_freq=1;target_update=1000;tau=1;gamma=0.99;optimizer=rmsprop;lr=0.00025;rms_alpha=0.95;"
+    "rms_eps=0.01;rms_centered=1;eps_start=1;eps_end=0.1;eps_frames=100000;loss=huber;double_q=0;n_step=1;atoms=1;prioritized=0",
     "cleanrl",
-    "arch=dense:120,dense:84,act=relu,num_envs=1,total_frames=500000,buffer_size=10000,batch_size=128,learning_starts=10000,"
-    "train_freq=10,target_update=500,tau=1,gamma=0.99,optimizer=adam,lr=0.00025,eps_start=1,eps_end=0.05,eps_frames=250000,"
-    "loss=mse,double_q=0,n_step=1,atoms=1,prioritized=0",
+    "arch=dense:120,dense:84;act=relu;num_envs=1;total_frames=500000;buffer_size=10000;batch_size=128;learning_starts=10000;"
+    "train_freq=10;target_update=500;tau=1;gamma=0.99;optimizer=adam;lr=0.00025;eps_start=1;eps_end=0.05;eps_frames=250000;"
+    "loss=mse;double_q=0;n_step=1;atoms=1;prioritized=0",
     NULL};
 
 /* ---- the agent ---- */

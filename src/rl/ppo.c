@@ -53,9 +53,9 @@ static const sm_opt kOpts[] = {
 /* Both presets name the same keys, so either one fully replaces the other (env_defaults applies the
  * continuous one to box-action environments). */
 #define PRESET_DISCRETE \
-    "learning_rate=2.5e-4,num_envs=4,num_steps=128,num_minibatches=4,update_epochs=4,ent_coef=0.01,norm_obs=0,norm_reward=0"
+    "learning_rate=2.5e-4;num_envs=4;num_steps=128;num_minibatches=4;update_epochs=4;ent_coef=0.01;norm_obs=0;norm_reward=0"
 #define PRESET_CONTINUOUS \
-    "learning_rate=3e-4,num_envs=1,num_steps=2048,num_minibatches=32,update_epochs=10,ent_coef=0,norm_obs=1,norm_reward=1"
+    "learning_rate=3e-4;num_envs=1;num_steps=2048;num_minibatches=32;update_epochs=10;ent_coef=0;norm_obs=1;norm_reward=1"
 static const char *const kPresets[] = {"cleanrl-discrete", PRESET_DISCRETE, "cleanrl-continuous", PRESET_CONTINUOUS, NULL};
 
 /* Default budgets of CleanRL's scripts (total_timesteps) when neither the run nor the settings give one. */
@@ -73,7 +73,7 @@ static void ppo_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(con
     if (env->act_kind != SM_SPACE_BOX) return;
     char buf[512];
     snprintf(buf, sizeof buf, "%s", PRESET_CONTINUOUS);
-    for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+    for (char *save = NULL, *kv = strtok_r(buf, ";", &save); kv; kv = strtok_r(NULL, ";", &save)) {
         char *eq = strchr(kv, '=');
         *eq = 0;
         if (given && given(user, kv)) continue;

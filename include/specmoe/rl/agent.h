@@ -70,7 +70,8 @@ typedef struct sm_agent_kind {
     size_t cfg_bytes;
     const sm_opt *opts;
     int n_opts;
-    /* Named presets: pairs {name, "key=value,key=value"}, ended by NULL (e.g. "minatar"). */
+    /* Named presets: pairs {name, "key=value;key=value"} (";" since values such as arch hold commas),
+     * ended by NULL (e.g. "minatar"). */
     const char *const *presets;
     /* NULL if the agent can act in env, else the reason (e.g. "dqn needs discrete actions"). */
     const char *(*compatible)(const sm_env_spec *env);
