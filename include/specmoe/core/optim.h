@@ -68,6 +68,9 @@ void sm_optim_step(sm_optim *o, sm_params *ps, double lr);
 /* Global L2 norm of all gradients; if max_norm > 0 and the norm exceeds it, scales every gradient
  * by max_norm / (norm + 1e-6) (torch.nn.utils.clip_grad_norm_). Returns the norm before clipping. */
 double sm_clip_grad_norm(sm_params *ps, double max_norm);
+/* The same over several tables at once: one global norm (an actor, a critic and a log-std trained
+ * together, as PPO's clip_grad_norm_ over all parameters). */
+double sm_clip_grad_norm_sets(sm_params *const *sets, int n, double max_norm);
 
 typedef enum { SM_SCHED_CONSTANT = 0, SM_SCHED_LINEAR, SM_SCHED_COSINE } sm_sched_kind;
 typedef struct {

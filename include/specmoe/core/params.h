@@ -67,6 +67,12 @@ sm_status sm_params_alloc(sm_params *ps, sm_error *err);
 void sm_params_free(sm_params *ps);
 /* Fills every tensor from its initialiser, in table order, from rng. */
 void sm_params_initialize(sm_params *ps, sm_rng *rng);
+/* Orthogonal initialisation of tensor i (Saxe et al. 2014; torch.nn.init.orthogonal_): viewed as a
+ * (shape[0], numel / shape[0]) matrix, it becomes gain times a Haar-distributed matrix with
+ * orthonormal rows (rows <= columns) or orthonormal columns (rows > columns), from a QR
+ * factorisation of a Gaussian matrix (LAPACKE, sign-fixed). RL agents use it with gains sqrt(2),
+ * 0.01 and 1 (CleanRL's layer_init). */
+sm_status sm_params_init_orthogonal(sm_params *ps, int i, double gain, sm_rng *rng, sm_error *err);
 void sm_params_zero_grad(sm_params *ps);
 int sm_params_find(const sm_params *ps, const char *name);
 static inline sm_real *sm_params_data(const sm_params *ps, int i) { return ps->data + ps->p[i].offset; }

@@ -1,0 +1,997 @@
+/* PPO (include/specmoe/rl/ppo.h): CleanRL's ppo.py and ppo_continuous_action.py in C.
+ *
+ * Letters: N environments, T steps per rollout, D observation values, A actions (discrete count or
+ * box dimension), Bt = T * N the batch, B = Bt / num_minibatches a minibatch. Rollout arrays are
+ * indexed t * N + i.
+ *
+ * One update: the rollout (act with the current policy, step the vector, normalise observations
+ * and scale rewards, bootstrap truncated episodes from their final observation), GAE, then
+ * update_epochs passes over random minibatches, each one Adam step of actor, critic and log-std
+ * under a common gradient-norm clip. Runs stop, checkpoint and resume at update boundaries only, so
+ * a checkpoint holds no half-filled rollout.
+ */
+#include "specmoe/rl/ppo.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "specmoe/core/optim.h"
+#include "specmoe/io/checkpoint.h"
+#include "specmoe/rl/rl_log.h"
+
+/* ---- settings -------------------------------------------------------------------------------- */
+
+#define ROW(key, type, field, def, help) SM_OPT_ROW(sm_ppo_config, key, type, field, def, help)
+static const sm_opt kOpts[] = {
+    ROW("learning_rate", SM_OPT_NUM, learning_rate, "2.5e-4", "Adam learning rate"),
+    ROW("num_envs", SM_OPT_INT, num_envs, "4", "parallel environments"),
+    ROW("num_steps", SM_OPT_INT, num_steps, "128", "steps per environment per rollout"),
+    ROW("anneal_lr", SM_OPT_BOOL, anneal_lr, "1", "anneal the learning rate linearly to 0"),
+    ROW("gamma", SM_OPT_NUM, gamma, "0.99", "discount"),
+    ROW("gae_lambda", SM_OPT_NUM, gae_lambda, "0.95", "GAE lambda"),
+    ROW("num_minibatches", SM_OPT_INT, num_minibatches, "4", "minibatches per epoch"),
+    ROW("update_epochs", SM_OPT_INT, update_epochs, "4", "epochs over each rollout"),
+    ROW("norm_adv", SM_OPT_BOOL, norm_adv, "1", "normalise advantages per minibatch"),
+    ROW("clip_coef", SM_OPT_NUM, clip_coef, "0.2", "surrogate clipping coefficient"),
+    ROW("clip_vloss", SM_OPT_BOOL, clip_vloss, "1", "clip the value loss"),
+    ROW("ent_coef", SM_OPT_NUM, ent_coef, "0.01", "entropy bonus coefficient"),
+    ROW("vf_coef", SM_OPT_NUM, vf_coef, "0.5", "value loss coefficient"),
+    ROW("max_grad_norm", SM_OPT_NUM, max_grad_norm, "0.5", "global gradient-norm clip (0: off)"),
+    ROW("target_kl", SM_OPT_NUM, target_kl, "0", "stop the epochs when approx_kl exceeds it (0: off)"),
+    ROW("norm_obs", SM_OPT_BOOL, norm_obs, "0", "running observation normalisation (clipped at 10)"),
+    ROW("norm_reward", SM_OPT_BOOL, norm_reward, "0", "scale rewards by the std of the discounted return (clipped at 10)"),
+    SM_OPT_STR_ROW(sm_ppo_config, "arch", arch, "dense:64,dense:64", "hidden layers of actor and critic"),
+    SM_OPT_STR_ROW(sm_ppo_config, "act", act, "tanh", "activation of the hidden layers"),
+    ROW("total_timesteps", SM_OPT_U64, total_timesteps, "0", "horizon of the learning-rate anneal (0: the frame budget)"),
+    ROW("checkpoint_every", SM_OPT_INT, checkpoint_every, "0", "updates between checkpoints (0: at the end only)"),
+};
+#undef ROW
+
+/* Both presets name the same keys, so either one fully replaces the other (env_defaults applies the
+ * continuous one to box-action environments). */
+#define PRESET_DISCRETE \
+    "learning_rate=2.5e-4;num_envs=4;num_steps=128;num_minibatches=4;update_epochs=4;ent_coef=0.01;norm_obs=0;norm_reward=0"
+#define PRESET_CONTINUOUS \
+    "learning_rate=3e-4;num_envs=1;num_steps=2048;num_minibatches=32;update_epochs=10;ent_coef=0;norm_obs=1;norm_reward=1"
+static const char *const kPresets[] = {"cleanrl-discrete", PRESET_DISCRETE, "cleanrl-continuous", PRESET_CONTINUOUS, NULL};
+
+/* Default budgets of CleanRL's scripts (total_timesteps) when neither the run nor the settings give one. */
+#define DEFAULT_STEPS_DISCRETE 500000L
+#define DEFAULT_STEPS_CONTINUOUS 1000000L
+
+static const char *ppo_compatible(const sm_env_spec *env) {
+    if (env->act_n < 1) return "ppo needs at least one action";
+    /* vector observations, and images too: a dense layer flattens them, conv layers keep them */
+    return NULL;
+}
+
+static void ppo_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(const void *user, const char *key),
+                             const void *user) {
+    if (env->act_kind != SM_SPACE_BOX) return;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", PRESET_CONTINUOUS);
+    for (char *save = NULL, *kv = strtok_r(buf, ";", &save); kv; kv = strtok_r(NULL, ";", &save)) {
+        char *eq = strchr(kv, '=');
+        *eq = 0;
+        if (given && given(user, kv)) continue;
+        for (int i = 0; i < (int)SM_LEN(kOpts); i++)
+            if (!strcmp(kOpts[i].key, kv)) sm_opt_set(&kOpts[i], cfg, eq + 1);
+    }
+}
+
+/* The actor's network: the template net (the CLI's model config: MoE and router settings; NULL for
+ * the defaults) with the hidden stack cfg->arch and activation cfg->act, as the DQN family does;
+ * input and output widths come from the environment. */
+static sm_status actor_config(sm_model_config *mc, const sm_ppo_config *c, const sm_model_config *net,
+                              const sm_env_spec *env, sm_error *err) {
+    if (net) *mc = *net;
+    else sm_model_config_default(mc);
+    if (sm_act_parse(c->act, &mc->act)) return sm_fail(err, SM_ERR_ARG, "ppo: unknown activation '%s' (act)", c->act);
+    sm_error e;
+    if (sm_model_parse_arch(mc, c->arch, &e) != SM_OK) return sm_fail(err, SM_ERR_ARG, "ppo: arch: %s", e.msg);
+    mc->in_dim = sm_env_obs_numel(env);
+    mc->in_c = env->obs_c;
+    mc->in_h = env->obs_h;
+    mc->in_w = env->obs_w;
+    mc->n_classes = env->act_n;
+    return SM_OK;
+}
+
+static sm_status ppo_check(const void *vcfg, const sm_env_spec *env, sm_error *err) {
+    const sm_ppo_config *c = vcfg;
+    if (c->num_envs < 1) return sm_fail(err, SM_ERR_ARG, "ppo: num_envs must be >= 1 (got %d)", c->num_envs);
+    if (c->num_steps < 1) return sm_fail(err, SM_ERR_ARG, "ppo: num_steps must be >= 1 (got %d)", c->num_steps);
+    if (c->num_minibatches < 1) return sm_fail(err, SM_ERR_ARG, "ppo: num_minibatches must be >= 1 (got %d)", c->num_minibatches);
+    long batch = (long)c->num_envs * c->num_steps;
+    if (batch > (1L << 28)) return sm_fail(err, SM_ERR_ARG, "ppo: batch num_envs * num_steps = %ld is too large", batch);
+    if (batch % c->num_minibatches)
+        return sm_fail(err, SM_ERR_ARG, "ppo: the batch num_envs * num_steps = %d * %d = %ld is not divisible by num_minibatches = %d",
+                       c->num_envs, c->num_steps, batch, c->num_minibatches);
+    if (c->update_epochs < 1) return sm_fail(err, SM_ERR_ARG, "ppo: update_epochs must be >= 1 (got %d)", c->update_epochs);
+    if (!(c->learning_rate > 0)) return sm_fail(err, SM_ERR_ARG, "ppo: learning_rate must be > 0 (got %g)", c->learning_rate);
+    if (!(c->gamma >= 0 && c->gamma <= 1)) return sm_fail(err, SM_ERR_ARG, "ppo: gamma must be in [0, 1] (got %g)", c->gamma);
+    if (!(c->gae_lambda >= 0 && c->gae_lambda <= 1))
+        return sm_fail(err, SM_ERR_ARG, "ppo: gae_lambda must be in [0, 1] (got %g)", c->gae_lambda);
+    if (!(c->clip_coef > 0)) return sm_fail(err, SM_ERR_ARG, "ppo: clip_coef must be > 0 (got %g)", c->clip_coef);
+    if (!(c->vf_coef >= 0)) return sm_fail(err, SM_ERR_ARG, "ppo: vf_coef must be >= 0 (got %g)", c->vf_coef);
+    if (!(c->ent_coef >= 0)) return sm_fail(err, SM_ERR_ARG, "ppo: ent_coef must be >= 0 (got %g)", c->ent_coef);
+    if (!(c->max_grad_norm >= 0)) return sm_fail(err, SM_ERR_ARG, "ppo: max_grad_norm must be >= 0 (got %g)", c->max_grad_norm);
+    if (!(c->target_kl >= 0)) return sm_fail(err, SM_ERR_ARG, "ppo: target_kl must be >= 0 (got %g)", c->target_kl);
+    if (c->checkpoint_every < 0) return sm_fail(err, SM_ERR_ARG, "ppo: checkpoint_every must be >= 0 (got %d)", c->checkpoint_every);
+    if (env) {
+        const char *why = ppo_compatible(env);
+        if (why) return sm_fail(err, SM_ERR_ARG, "%s", why);
+        sm_model_config mc;
+        return actor_config(&mc, c, NULL, env, err);
+    }
+    return SM_OK;
+}
+
+/* ---- losses ---------------------------------------------------------------------------------- */
+
+void sm_ppo_gae(sm_real *adv, sm_real *ret, const sm_real *rew, const sm_real *val, const sm_real *next_value,
+                const unsigned char *done, const sm_real *boot, int T, int N, double gamma, double lambda) {
+    for (int i = 0; i < N; i++) {
+        double last = 0;
+        for (int t = T - 1; t >= 0; t--) {
+            size_t k = (size_t)t * N + i;
+            double next = done[k] ? (double)boot[k] : t == T - 1 ? (double)next_value[i] : (double)val[k + N];
+            double delta = rew[k] + gamma * next - val[k];
+            last = delta + gamma * lambda * (done[k] ? 0.0 : last);
+            adv[k] = (sm_real)last;
+            ret[k] = (sm_real)(last + val[k]);
+        }
+    }
+}
+
+#define LOG_SQRT_2PI 0.91893853320467274178
+
+double sm_gaussian_logprob(sm_real *dmean, sm_real *dlogstd, double g, const sm_real *x, const sm_real *mean,
+                           const sm_real *logstd, int A) {
+    double lp = 0;
+    for (int j = 0; j < A; j++) {
+        double z = ((double)x[j] - mean[j]) * exp(-(double)logstd[j]);
+        lp += -0.5 * z * z - logstd[j] - LOG_SQRT_2PI;
+        /* d/dmean = z / sigma, d/dlogstd = z^2 - 1 */
+        if (dmean) dmean[j] += (sm_real)(g * z * exp(-(double)logstd[j]));
+        if (dlogstd) dlogstd[j] += (sm_real)(g * (z * z - 1));
+    }
+    return lp;
+}
+
+/* log sum_j exp(z_j) of one row, in double */
+static double log_sum_exp(const sm_real *z, int A) {
+    double mx = z[0], sum = 0;
+    for (int j = 1; j < A; j++) mx = z[j] > mx ? z[j] : mx;
+    for (int j = 0; j < A; j++) sum += exp(z[j] - mx);
+    return mx + log(sum);
+}
+
+/* The surrogate of one row from its new log-probability: returns max(-adv r, -adv clip(r)) and
+ * sets *dlogp, the derivative w.r.t. the new log-probability (zero where the clipped term is
+ * strictly larger: it does not depend on r there). */
+static double surrogate(double *dlogp, sm_ppo_stats *s, double logp, double old_logp, double adv, double clip) {
+    double logratio = logp - old_logp, ratio = exp(logratio);
+    double rc = ratio < 1 - clip ? 1 - clip : ratio > 1 + clip ? 1 + clip : ratio;
+    double l1 = -adv * ratio, l2 = -adv * rc;
+    *dlogp = l1 >= l2 ? -adv * ratio : 0.0;
+    s->old_approx_kl += -logratio;
+    s->approx_kl += (ratio - 1) - logratio;
+    s->clipfrac += fabs(ratio - 1) > clip;
+    return l1 >= l2 ? l1 : l2;
+}
+
+static void stats_mean(sm_ppo_stats *s, sm_ppo_stats *out, double pg, double ent, int B) {
+    s->pg_loss = pg / B;
+    s->entropy = ent / B;
+    s->old_approx_kl /= B;
+    s->approx_kl /= B;
+    s->clipfrac /= B;
+    if (out) {
+        double v = out->v_loss;
+        *out = *s;
+        out->v_loss = v;
+    }
+}
+
+double sm_ppo_policy_loss_discrete(sm_real *dlogits, sm_ppo_stats *out, const sm_real *logits, const int *act_disc,
+                                   const sm_real *old_logp, const sm_real *adv, int B, int A, double clip_coef,
+                                   double ent_coef) {
+    sm_ppo_stats s = {0};
+    double pg = 0, ent = 0;
+    for (int b = 0; b < B; b++) {
+        const sm_real *z = logits + (size_t)b * A;
+        sm_real *dz = dlogits + (size_t)b * A;
+        double lse = log_sum_exp(z, A), h = 0;
+        for (int j = 0; j < A; j++) {
+            double lp = z[j] - lse;
+            h -= exp(lp) * lp;
+        }
+        double dlogp;
+        pg += surrogate(&dlogp, &s, z[act_disc[b]] - lse, old_logp[b], adv[b], clip_coef);
+        ent += h;
+        /* d logp_a / dz_j = [j = a] - p_j;  d H / dz_j = -p_j (log p_j + H) */
+        for (int j = 0; j < A; j++) {
+            double lp = z[j] - lse, p = exp(lp);
+            double g = dlogp * ((j == act_disc[b]) - p) - ent_coef * (-p * (lp + h));
+            dz[j] = (sm_real)(g / B);
+        }
+    }
+    stats_mean(&s, out, pg, ent, B);
+    return (pg - ent_coef * ent) / B;
+}
+
+double sm_ppo_policy_loss_gaussian(sm_real *dmean, sm_real *dlogstd, sm_ppo_stats *out, const sm_real *mean,
+                                   const sm_real *logstd, const sm_real *act_box, const sm_real *old_logp,
+                                   const sm_real *adv, int B, int A, double clip_coef, double ent_coef) {
+    sm_ppo_stats s = {0};
+    double pg = 0, h = 0;
+    /* the entropy of a diagonal Gaussian does not depend on the mean: sum_j (1/2 + log sqrt(2 pi) + logstd_j) */
+    for (int j = 0; j < A; j++) {
+        h += 0.5 + LOG_SQRT_2PI + logstd[j];
+        dlogstd[j] = (sm_real)(-ent_coef);
+    }
+    for (int b = 0; b < B; b++) {
+        const sm_real *x = act_box + (size_t)b * A, *m = mean + (size_t)b * A;
+        double lp = sm_gaussian_logprob(NULL, NULL, 0, x, m, logstd, A), dlogp;
+        pg += surrogate(&dlogp, &s, lp, old_logp[b], adv[b], clip_coef);
+        for (int j = 0; j < A; j++) dmean[(size_t)b * A + j] = 0;
+        sm_gaussian_logprob(dmean + (size_t)b * A, dlogstd, dlogp / B, x, m, logstd, A);
+    }
+    stats_mean(&s, out, pg, h * B, B);
+    return pg / B - ent_coef * h;
+}
+
+double sm_ppo_value_loss(sm_real *dval, sm_ppo_stats *s, const sm_real *val, const sm_real *old_val,
+                         const sm_real *ret, int B, double clip_coef, int clip_vloss, double vf_coef) {
+    double sum = 0;
+    for (int b = 0; b < B; b++) {
+        double e = (double)val[b] - ret[b], l = e * e, g = 2 * e;
+        if (clip_vloss) {
+            double d = (double)val[b] - old_val[b];
+            double dc = d < -clip_coef ? -clip_coef : d > clip_coef ? clip_coef : d;
+            double ec = (double)old_val[b] + dc - ret[b], lc = ec * ec;
+            /* the clipped term moves with v only inside the clip range */
+            if (lc > l) l = lc, g = dc == d ? 2 * ec : 0.0;
+        }
+        sum += l;
+        dval[b] = (sm_real)(vf_coef * 0.5 * g / B);
+    }
+    double v = 0.5 * sum / B;
+    if (s) s->v_loss = v;
+    return vf_coef * v;
+}
+
+/* ---- running statistics (gym's RunningMeanStd: mean 0, var 1, count 1e-4 at the start) --------- */
+
+typedef struct {
+    double count;
+    double *mean, *var; /* (n) */
+    int n;
+} rms;
+
+static void rms_reset(rms *r) {
+    r->count = 1e-4;
+    for (int j = 0; j < r->n; j++) r->mean[j] = 0, r->var[j] = 1;
+}
+
+/* Adds rows x (m, n) (float or double through a stride-1 reader) by Chan et al.'s parallel update. */
+static void rms_update_f(rms *r, const float *xf, const double *xd, int m) {
+    double tot = r->count + m;
+    for (int j = 0; j < r->n; j++) {
+        double bm = 0, bv = 0;
+        for (int i = 0; i < m; i++) bm += xf ? xf[(size_t)i * r->n + j] : xd[(size_t)i * r->n + j];
+        bm /= m;
+        for (int i = 0; i < m; i++) {
+            double d = (xf ? xf[(size_t)i * r->n + j] : xd[(size_t)i * r->n + j]) - bm;
+            bv += d * d;
+        }
+        bv /= m;
+        double delta = bm - r->mean[j];
+        r->mean[j] += delta * m / tot;
+        double m2 = r->var[j] * r->count + bv * m + delta * delta * r->count * m / tot;
+        r->var[j] = m2 / tot;
+    }
+    r->count = tot;
+}
+
+/* (x - mean) / sqrt(var + 1e-8), clipped at +-10 (NormalizeObservation + the clip of CleanRL). */
+static void obs_normalize(float *out, const float *x, int m, const rms *r, int on) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < r->n; j++) {
+            size_t k = (size_t)i * r->n + j;
+            if (!on) {
+                out[k] = x[k];
+                continue;
+            }
+            double v = (x[k] - r->mean[j]) / sqrt(r->var[j] + 1e-8);
+            out[k] = (float)(v < -10 ? -10 : v > 10 ? 10 : v);
+        }
+}
+
+/* ---- the agent's state ----------------------------------------------------------------------- */
+
+typedef struct {
+    sm_ppo_config c;
+    const sm_env_spec *env;
+    int N, T, D, A, Bt, B, box;
+    sm_model_config actor_cfg;
+    sm_model *actor, *critic;
+    sm_params ls;                 /* log_std (A), box actions only (an empty table otherwise) */
+    sm_optim opt[3];              /* actor, critic, log_std */
+    int n_sets;
+    sm_rng rng;
+    sm_vecenv v;
+    /* environment buffers */
+    float *obs_raw;               /* (N, D) the vector's observations */
+    float *final_obs;             /* (N, D) */
+    float *x;                     /* (N, D) normalised rows for a forward */
+    int *act;                     /* (N) */
+    float *act_box;               /* (N, A) */
+    float *rew;                   /* (N) */
+    unsigned char *term, *trunc;  /* (N) */
+    int *rows;                    /* (N) rows of truncated environments */
+    /* rollout */
+    float *b_obs;                 /* (Bt, D) normalised */
+    int *b_act;                   /* (Bt) */
+    sm_real *b_box;               /* (Bt, A) */
+    sm_real *b_logp, *b_val, *b_rew, *b_boot, *b_adv, *b_ret; /* (Bt) */
+    unsigned char *b_done;        /* (Bt) */
+    sm_real *next_value;          /* (N) */
+    /* minibatch */
+    int *perm;                    /* (Bt) */
+    float *m_obs;                 /* (B, D) */
+    int *m_act;                   /* (B) */
+    sm_real *m_box;               /* (B, A) */
+    sm_real *m_logp, *m_adv, *m_val, *m_ret; /* (B) */
+    /* normalisers */
+    rms obs_rms, ret_rms;         /* (D) and (1) */
+    double *ret_acc;              /* (N) discounted return per environment (reward scaling) */
+    double *rms_block;
+    /* counters */
+    long global_step, updates, num_updates, episodes;
+    long horizon;                 /* frame budget of the run: the learning-rate anneal spans it */
+    uint64_t seed;                /* the run's seed (a resumed run keeps its first session's) */
+    double tail_sum;              /* returns of episodes finished in the last 10% of this run's */
+    long tail_n;                  /* frames (not part of the run state) */
+} ppo;
+
+static void ppo_free(ppo *p) {
+    sm_model_free(p->actor);
+    sm_model_free(p->critic);
+    for (int k = 0; k < 3; k++) sm_optim_free(&p->opt[k]);
+    sm_params_free(&p->ls);
+    sm_vecenv_free(&p->v);
+    void *blocks[] = {p->obs_raw, p->final_obs, p->x, p->act, p->act_box, p->rew, p->term, p->trunc, p->rows,
+                      p->b_obs, p->b_act, p->b_box, p->b_logp, p->b_val, p->b_rew, p->b_boot, p->b_adv, p->b_ret,
+                      p->b_done, p->next_value, p->perm, p->m_obs, p->m_act, p->m_box, p->m_logp, p->m_adv,
+                      p->m_val, p->m_ret, p->ret_acc, p->rms_block};
+    for (size_t i = 0; i < SM_LEN(blocks); i++) free(blocks[i]);
+}
+
+/* CleanRL's layer_init: orthogonal weights with gain sqrt(2) in the hidden layers and head_gain in
+ * the head, zero biases. Other tensors (MoE experts and routers, LayerNorm) keep their own init. */
+static sm_status init_orthogonal(sm_model *m, double head_gain, sm_rng *rng, sm_error *err) {
+    sm_params *ps = &m->params;
+    for (int i = 0; i < ps->n; i++) {
+        const char *name = ps->p[i].name;
+        size_t n = strlen(name);
+        int is_head = !strncmp(name, "head.", 5);
+        if (n > 5 && !strcmp(name + n - 5, ".bias") && (is_head || strstr(name, ".experts.") == NULL)) {
+            memset(sm_params_data(ps, i), 0, sizeof(sm_real) * ps->p[i].numel);
+        } else if (n > 7 && !strcmp(name + n - 7, ".weight") && ps->p[i].ndim >= 2) {
+            sm_status st = sm_params_init_orthogonal(ps, i, is_head ? head_gain : sqrt(2.0), rng, err);
+            if (st != SM_OK) return st;
+        }
+    }
+    return SM_OK;
+}
+
+static void *alloc0(size_t n, size_t size, int *bad) {
+    void *p = calloc(n ? n : 1, size);
+    if (!p) *bad = 1;
+    return p;
+}
+
+static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_config *net, const sm_rl_run *run,
+                            sm_error *err) {
+    memset(p, 0, sizeof *p);
+    p->c = *c;
+    sm_status st = sm_vecenv_init(&p->v, run->env, c->num_envs, run->seed, &run->env_opts, err);
+    if (st != SM_OK) return st;
+    sm_vecenv_set_threads(&p->v, run->threads);
+    /* the run's thread count applies to the networks too (OpenBLAS runs on OpenMP's threads): at
+     * these sizes one thread is fastest, and more cost more than they save */
+    if (run->threads > 0) omp_set_num_threads(run->threads);
+    p->env = p->v.spec;
+    if ((st = ppo_check(c, p->env, err)) != SM_OK) return st;
+    p->N = c->num_envs, p->T = c->num_steps, p->D = sm_env_obs_numel(p->env), p->A = p->env->act_n;
+    p->Bt = p->N * p->T, p->B = p->Bt / c->num_minibatches, p->box = p->env->act_kind == SM_SPACE_BOX;
+    if ((st = actor_config(&p->actor_cfg, c, net, p->env, err)) != SM_OK) return st;
+    sm_rng_seed(&p->rng, run->seed);
+    p->seed = run->seed;
+    int maxT = p->B > p->N ? p->B : p->N;
+    sm_model_config cc = p->actor_cfg;
+    cc.n_classes = 1;
+    if (!(p->actor = sm_model_create(&p->actor_cfg, maxT, &p->rng, err))) return err ? err->code : SM_ERR_ARG;
+    if (!(p->critic = sm_model_create(&cc, maxT, &p->rng, err))) return err ? err->code : SM_ERR_ARG;
+    if ((st = init_orthogonal(p->actor, 0.01, &p->rng, err)) != SM_OK) return st;
+    if ((st = init_orthogonal(p->critic, 1.0, &p->rng, err)) != SM_OK) return st;
+    /* the log-std parameter: zeros at the start (CleanRL's actor_logstd) */
+    sm_params_init_table(&p->ls);
+    int64_t sh[1] = {p->A};
+    if (p->box && sm_params_add(&p->ls, "log_std", 1, sh, SM_INIT_ZERO, 0, 0, SM_PARAM_NO_DECAY, err) < 0) return SM_ERR_ARG;
+    if ((st = sm_params_alloc(&p->ls, err)) != SM_OK) return st;
+    sm_optim_config oc;
+    sm_optim_config_default(&oc);
+    oc.kind = SM_OPT_ADAM;
+    oc.lr = c->learning_rate;
+    oc.eps = 1e-5; /* CleanRL: optim.Adam(..., eps=1e-5) */
+    sm_params *sets[3] = {&p->actor->params, &p->critic->params, &p->ls};
+    p->n_sets = p->box ? 3 : 2;
+    for (int k = 0; k < p->n_sets; k++)
+        if ((st = sm_optim_init(&p->opt[k], &oc, sets[k], err)) != SM_OK) return st;
+
+    const size_t N = (size_t)p->N, D = (size_t)p->D, A = (size_t)p->A, Bt = (size_t)p->Bt, B = (size_t)p->B;
+    int bad = 0;
+    p->obs_raw = alloc0(N * D, sizeof(float), &bad);
+    p->final_obs = alloc0(N * D, sizeof(float), &bad);
+    p->x = alloc0(N * D, sizeof(float), &bad);
+    p->act = alloc0(N, sizeof(int), &bad);
+    p->act_box = alloc0(N * A, sizeof(float), &bad);
+    p->rew = alloc0(N, sizeof(float), &bad);
+    p->term = alloc0(N, 1, &bad);
+    p->trunc = alloc0(N, 1, &bad);
+    p->rows = alloc0(N, sizeof(int), &bad);
+    p->b_obs = alloc0(Bt * D, sizeof(float), &bad);
+    p->b_act = alloc0(Bt, sizeof(int), &bad);
+    p->b_box = alloc0(Bt * A, sizeof(sm_real), &bad);
+    sm_real **reals[] = {&p->b_logp, &p->b_val, &p->b_rew, &p->b_boot, &p->b_adv, &p->b_ret};
+    for (size_t i = 0; i < SM_LEN(reals); i++) *reals[i] = alloc0(Bt, sizeof(sm_real), &bad);
+    p->b_done = alloc0(Bt, 1, &bad);
+    p->next_value = alloc0(N, sizeof(sm_real), &bad);
+    p->perm = alloc0(Bt, sizeof(int), &bad);
+    p->m_obs = alloc0(B * D, sizeof(float), &bad);
+    p->m_act = alloc0(B, sizeof(int), &bad);
+    p->m_box = alloc0(B * A, sizeof(sm_real), &bad);
+    sm_real **mreals[] = {&p->m_logp, &p->m_adv, &p->m_val, &p->m_ret};
+    for (size_t i = 0; i < SM_LEN(mreals); i++) *mreals[i] = alloc0(B, sizeof(sm_real), &bad);
+    p->ret_acc = alloc0(N, sizeof(double), &bad);
+    p->rms_block = alloc0(2 * D + 2, sizeof(double), &bad);
+    if (bad) return sm_fail(err, SM_ERR_NOMEM, "ppo: out of memory for %d x %d rollouts of %s", p->N, p->T, run->env);
+    p->obs_rms = (rms){0, p->rms_block, p->rms_block + D, p->D};
+    p->ret_rms = (rms){0, p->rms_block + 2 * D, p->rms_block + 2 * D + 1, 1};
+    rms_reset(&p->obs_rms);
+    rms_reset(&p->ret_rms);
+    sm_vecenv_bind(&p->v, p->obs_raw, p->act, p->act_box, p->rew, p->term, p->trunc, p->final_obs);
+    sm_vecenv_reset(&p->v);
+    if (c->norm_obs) rms_update_f(&p->obs_rms, p->obs_raw, NULL, p->N);
+    return SM_OK;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------------------
+ * Tensors: "actor.*", "critic.*" and "log_std" with their Adam moments (sm_checkpoint_write).
+ * Metadata: agent, env, agent_settings, network (the actor's config), counters, and two byte
+ * strings written as lowercase hex (the machine's byte order; a checkpoint resumes on the same
+ * kind of machine): "obs_rms" = count, mean (D), var (D) as doubles; "run_state" = the RNG, the
+ * counters, the Adam step counts, the reward normaliser, the vector's observations and the
+ * environments' states, so a resumed run continues bit for bit. */
+
+typedef struct {
+    unsigned char *b;
+    size_t n, cap, pos;
+    int bad;
+} blob;
+
+static void put(blob *s, const void *x, size_t n) {
+    if (s->n + n > s->cap) {
+        size_t cap = (s->n + n) * 2;
+        unsigned char *b = realloc(s->b, cap);
+        if (!b) {
+            s->bad = 1;
+            return;
+        }
+        s->b = b, s->cap = cap;
+    }
+    memcpy(s->b + s->n, x, n);
+    s->n += n;
+}
+
+static void get(blob *s, void *x, size_t n) {
+    if (s->bad || s->pos + n > s->n) {
+        s->bad = 1;
+        return;
+    }
+    memcpy(x, s->b + s->pos, n);
+    s->pos += n;
+}
+
+static void put_mut(blob *s, void *x, size_t n) { put(s, x, n); }
+
+static char *to_hex(const blob *s) {
+    char *h = malloc(2 * s->n + 1);
+    if (!h) return NULL;
+    for (size_t i = 0; i < s->n; i++) snprintf(h + 2 * i, 3, "%02x", s->b[i]);
+    h[2 * s->n] = 0;
+    return h;
+}
+
+static int from_hex(blob *s, const char *h) {
+    memset(s, 0, sizeof *s);
+    size_t n = h ? strlen(h) : 1;
+    if (n % 2) return -1;
+    if (!(s->b = malloc(n / 2 + 1))) return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        unsigned v;
+        if (sscanf(h + 2 * i, "%2x", &v) != 1) return -1;
+        s->b[i] = (unsigned char)v;
+    }
+    s->n = n / 2;
+    return 0;
+}
+
+static void rms_put(blob *s, const rms *r) {
+    put(s, &r->count, sizeof r->count);
+    put(s, r->mean, sizeof(double) * r->n);
+    put(s, r->var, sizeof(double) * r->n);
+}
+static void rms_get(blob *s, rms *r) {
+    get(s, &r->count, sizeof r->count);
+    get(s, r->mean, sizeof(double) * r->n);
+    get(s, r->var, sizeof(double) * r->n);
+}
+
+#define STATE_MAGIC "specmoe-ppo-1"
+
+/* The run state, in one order for both directions (dir 0 writes, 1 reads). */
+static void run_state_io(ppo *p, blob *s, int dir) {
+    void (*io)(blob *, void *, size_t) = dir ? get : put_mut;
+    const size_t N = (size_t)p->N;
+    char magic[sizeof STATE_MAGIC];
+    memcpy(magic, STATE_MAGIC, sizeof magic);
+    io(s, magic, sizeof magic);
+    if (dir && memcmp(magic, STATE_MAGIC, sizeof magic)) s->bad = 1;
+    io(s, &p->rng, sizeof p->rng);
+    io(s, &p->global_step, sizeof p->global_step);
+    io(s, &p->updates, sizeof p->updates);
+    io(s, &p->num_updates, sizeof p->num_updates);
+    io(s, &p->horizon, sizeof p->horizon);
+    io(s, &p->seed, sizeof p->seed);
+    io(s, &p->episodes, sizeof p->episodes);
+    for (int k = 0; k < 3; k++) io(s, &p->opt[k].step, sizeof p->opt[k].step);
+    io(s, &p->ret_rms.count, sizeof(double));
+    io(s, p->ret_rms.mean, sizeof(double));
+    io(s, p->ret_rms.var, sizeof(double));
+    io(s, p->ret_acc, sizeof(double) * N);
+    io(s, p->obs_raw, sizeof(float) * N * p->D);
+    io(s, p->v.states, N * p->env->state_bytes);
+    io(s, p->v.ep_return, sizeof(double) * N);
+    io(s, p->v.ep_length, sizeof(int) * N);
+    io(s, p->v.logs, sizeof(sm_env_log) * N);
+}
+
+static int sets_of(ppo *p, sm_ckpt_set *sets) {
+    sets[0] = (sm_ckpt_set){"actor.", &p->actor->params, &p->opt[0]};
+    sets[1] = (sm_ckpt_set){"critic.", &p->critic->params, &p->opt[1]};
+    sets[2] = (sm_ckpt_set){"", &p->ls, &p->opt[2]};
+    return p->n_sets;
+}
+
+static char *settings_json(const sm_ppo_config *c) {
+    cJSON *o = sm_agent_config_to_json(&sm_agent_ppo, c);
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return s;
+}
+
+static sm_status ppo_save(ppo *p, const char *path, const sm_rl_run *run, sm_error *err) {
+    blob rs = {0}, ob = {0};
+    run_state_io(p, &rs, 0);
+    rms_put(&ob, &p->obs_rms);
+    char *settings = settings_json(&p->c), *network = sm_model_config_to_json(&p->actor_cfg);
+    char *rs_hex = rs.bad ? NULL : to_hex(&rs), *ob_hex = ob.bad ? NULL : to_hex(&ob);
+    char gs[32], up[32], total[32], seed[32];
+    snprintf(gs, sizeof gs, "%ld", p->global_step);
+    snprintf(up, sizeof up, "%ld", p->updates);
+    snprintf(total, sizeof total, "%ld", p->horizon);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)p->seed);
+    sm_status st;
+    if (!settings || !network || !rs_hex || !ob_hex) {
+        st = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
+    } else {
+        /* what `rl train --resume` reads: agent, env, agent_settings, network, frames_total, seed */
+        sm_st_meta meta[] = {{"agent", "ppo"},      {"env", (char *)run->env}, {"agent_settings", settings},
+                             {"network", network},  {"frames_total", total},   {"seed", seed},
+                             {"global_step", gs},   {"updates", up},           {"obs_rms", ob_hex},
+                             {"run_state", rs_hex}};
+        sm_ckpt_set sets[3];
+        st = sm_checkpoint_write(path, sets, sets_of(p, sets), meta, (int)SM_LEN(meta), err);
+    }
+    free(rs.b), free(ob.b), free(settings), free(network), free(rs_hex), free(ob_hex);
+    return st;
+}
+
+/* Checks the agent, env, settings and network metadata of a PPO checkpoint against what is asked. */
+static sm_status check_meta(const sm_safetensors *st, const char *path, const char *env, const char *settings,
+                            const char *network, sm_error *err) {
+    const char *a = sm_safetensors_meta(st, "agent"), *e = sm_safetensors_meta(st, "env");
+    const char *s = sm_safetensors_meta(st, "agent_settings"), *n = sm_safetensors_meta(st, "network");
+    if (!a || strcmp(a, "ppo")) return sm_fail(err, SM_ERR_MISMATCH, "%s: not a ppo checkpoint (agent '%s')", path, a ? a : "none");
+    if (env && (!e || strcmp(e, env)))
+        return sm_fail(err, SM_ERR_MISMATCH, "%s: trained on env %s, not %s", path, e ? e : "(none)", env);
+    if (settings && (!s || strcmp(s, settings)))
+        return sm_fail(err, SM_ERR_MISMATCH, "%s: its agent settings %s differ from this run's %s", path, s ? s : "(none)", settings);
+    if (network && (!n || strcmp(n, network)))
+        return sm_fail(err, SM_ERR_MISMATCH, "%s: its network %s differs from this run's %s", path, n ? n : "(none)", network);
+    return SM_OK;
+}
+
+static sm_status read_rms(const sm_safetensors *st, const char *path, rms *r, sm_error *err) {
+    blob b;
+    int bad = from_hex(&b, sm_safetensors_meta(st, "obs_rms"));
+    if (!bad) rms_get(&b, r);
+    bad = bad || b.bad || b.pos != b.n;
+    free(b.b);
+    return bad ? sm_fail(err, SM_ERR_FORMAT, "%s: __metadata__.obs_rms is not %d normaliser values", path, 2 * r->n + 1) : SM_OK;
+}
+
+static sm_status ppo_resume(ppo *p, const char *path, const char *env, sm_error *err) {
+    sm_safetensors st;
+    sm_status s = sm_safetensors_load(&st, path, err);
+    if (s != SM_OK) return s;
+    char *settings = settings_json(&p->c), *network = sm_model_config_to_json(&p->actor_cfg);
+    s = check_meta(&st, path, env, settings, network, err);
+    sm_ckpt_set sets[3];
+    if (s == SM_OK) s = sm_checkpoint_read_sets(&st, path, sets, sets_of(p, sets), NULL, err);
+    if (s == SM_OK) s = read_rms(&st, path, &p->obs_rms, err);
+    if (s == SM_OK) {
+        blob b;
+        int bad = from_hex(&b, sm_safetensors_meta(&st, "run_state"));
+        if (!bad) run_state_io(p, &b, 1);
+        if (bad || b.bad || b.pos != b.n) s = sm_fail(err, SM_ERR_FORMAT, "%s: __metadata__.run_state is malformed or of another vector size", path);
+        free(b.b);
+    }
+    free(settings), free(network);
+    sm_safetensors_free(&st);
+    return s;
+}
+
+/* ---- acting ---------------------------------------------------------------------------------- */
+
+/* Samples actions for the N rows of p->x (normalised), storing them at rollout step t. */
+static void act_sample(ppo *p, int t) {
+    const int N = p->N, A = p->A;
+    const sm_real *out = sm_model_forward(p->actor, p->x, N, &p->rng, 0);
+    for (int i = 0; i < N; i++) {
+        size_t k = (size_t)t * N + i;
+        const sm_real *z = out + (size_t)i * A;
+        if (p->box) {
+            const sm_real *ls = p->ls.data;
+            sm_real *a = p->b_box + k * A;
+            for (int j = 0; j < A; j++) {
+                a[j] = (sm_real)(z[j] + exp((double)ls[j]) * sm_rng_normal(&p->rng));
+                p->act_box[(size_t)i * A + j] = (float)a[j];
+            }
+            p->b_logp[k] = (sm_real)sm_gaussian_logprob(NULL, NULL, 0, a, z, ls, A);
+        } else {
+            /* inverse-CDF sampling of the categorical distribution */
+            double lse = log_sum_exp(z, A), u = sm_rng_uniform(&p->rng), c = 0;
+            int a = A - 1;
+            for (int j = 0; j < A; j++)
+                if ((c += exp(z[j] - lse)) > u) {
+                    a = j;
+                    break;
+                }
+            p->act[i] = p->b_act[k] = a;
+            p->b_logp[k] = (sm_real)(z[a] - lse);
+        }
+    }
+}
+
+/* Values of n rows of x into out. */
+static void values(ppo *p, sm_real *out, const float *x, int n) {
+    const sm_real *v = sm_model_forward(p->critic, x, n, &p->rng, 0);
+    for (int i = 0; i < n; i++) out[i] = v[i];
+}
+
+/* One rollout of T steps; finished episodes are logged. */
+static sm_status rollout(ppo *p, sm_rl_log *log, double *ret_sum, long *ret_n, long tail_from, sm_error *err) {
+    const int N = p->N, D = p->D;
+    static const char *const kEp[] = {"episodic_return", "episodic_length"};
+    for (int t = 0; t < p->T; t++) {
+        float *x = p->b_obs + (size_t)t * N * D;
+        obs_normalize(x, p->obs_raw, N, &p->obs_rms, p->c.norm_obs);
+        memcpy(p->x, x, sizeof(float) * (size_t)N * D);
+        act_sample(p, t);
+        values(p, p->b_val + (size_t)t * N, p->x, N);
+        sm_vecenv_step(&p->v);
+        p->global_step += N;
+        if (p->c.norm_obs) rms_update_f(&p->obs_rms, p->obs_raw, NULL, N);
+        /* NormalizeReward: scale by the std of the running discounted return, then clip */
+        if (p->c.norm_reward) {
+            for (int i = 0; i < N; i++) p->ret_acc[i] = p->ret_acc[i] * p->c.gamma + p->rew[i];
+            rms_update_f(&p->ret_rms, NULL, p->ret_acc, N);
+        }
+        int n_trunc = 0;
+        for (int i = 0; i < N; i++) {
+            size_t k = (size_t)t * N + i;
+            double r = p->rew[i];
+            if (p->c.norm_reward) {
+                r /= sqrt(p->ret_rms.var[0] + 1e-8);
+                r = r < -10 ? -10 : r > 10 ? 10 : r;
+            }
+            p->b_rew[k] = (sm_real)r;
+            p->b_done[k] = p->term[i] || p->trunc[i];
+            p->b_boot[k] = 0;
+            if (p->trunc[i] && !p->term[i]) p->rows[n_trunc++] = i;
+            if (!p->b_done[k]) continue;
+            p->ret_acc[i] = 0;
+            sm_env_log one = p->v.logs[i];
+            memset(&p->v.logs[i], 0, sizeof p->v.logs[i]);
+            double vals[2] = {one.episode_return, one.episode_length};
+            sm_status st = sm_rl_log_record(log, p->global_step, kEp, vals, 2, err);
+            if (st != SM_OK) return st;
+            p->episodes++;
+            *ret_sum += one.episode_return, (*ret_n)++;
+            if (p->global_step > tail_from) p->tail_sum += one.episode_return, p->tail_n++;
+        }
+        /* truncated episodes bootstrap from the value of their final observation */
+        if (n_trunc) {
+            for (int r = 0; r < n_trunc; r++)
+                obs_normalize(p->x + (size_t)r * D, p->final_obs + (size_t)p->rows[r] * D, 1, &p->obs_rms, p->c.norm_obs);
+            sm_real *boot = p->next_value; /* scratch until the end of the rollout */
+            values(p, boot, p->x, n_trunc);
+            for (int r = 0; r < n_trunc; r++) p->b_boot[(size_t)t * N + p->rows[r]] = boot[r];
+        }
+    }
+    obs_normalize(p->x, p->obs_raw, N, &p->obs_rms, p->c.norm_obs);
+    values(p, p->next_value, p->x, N);
+    return SM_OK;
+}
+
+/* ---- learning -------------------------------------------------------------------------------- */
+
+/* update_epochs passes of minibatch Adam steps; fills the CleanRL statistics. */
+static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, sm_error *err) {
+    const int B = p->B, D = p->D, A = p->A;
+    sm_params *sets[3] = {&p->actor->params, &p->critic->params, &p->ls};
+    double cf = 0;
+    long n_mb = 0;
+    for (int i = 0; i < p->Bt; i++) p->perm[i] = i;
+    for (int epoch = 0; epoch < p->c.update_epochs; epoch++) {
+        sm_rng_shuffle(&p->rng, p->perm, p->Bt);
+        for (int start = 0; start < p->Bt; start += B) {
+            const int *idx = p->perm + start;
+            double mean = 0, var = 0;
+            for (int b = 0; b < B; b++) {
+                int k = idx[b];
+                memcpy(p->m_obs + (size_t)b * D, p->b_obs + (size_t)k * D, sizeof(float) * D);
+                if (p->box) memcpy(p->m_box + (size_t)b * A, p->b_box + (size_t)k * A, sizeof(sm_real) * A);
+                else p->m_act[b] = p->b_act[k];
+                p->m_logp[b] = p->b_logp[k], p->m_adv[b] = p->b_adv[k];
+                p->m_val[b] = p->b_val[k], p->m_ret[b] = p->b_ret[k];
+                mean += p->m_adv[b];
+            }
+            /* advantage normalisation with torch's unbiased std */
+            if (p->c.norm_adv && B > 1) {
+                mean /= B;
+                for (int b = 0; b < B; b++) var += (p->m_adv[b] - mean) * (p->m_adv[b] - mean);
+                double sd = sqrt(var / (B - 1));
+                for (int b = 0; b < B; b++) p->m_adv[b] = (sm_real)((p->m_adv[b] - mean) / (sd + 1e-8));
+            }
+            for (int s = 0; s < p->n_sets; s++) sm_params_zero_grad(sets[s]);
+            sm_ppo_stats st = {0};
+            const sm_real *out = sm_model_forward(p->actor, p->m_obs, B, &p->rng, 1);
+            double lp = p->box ? sm_ppo_policy_loss_gaussian(p->actor->dlogits, p->ls.grad, &st, out, p->ls.data, p->m_box,
+                                                             p->m_logp, p->m_adv, B, A, p->c.clip_coef, p->c.ent_coef)
+                               : sm_ppo_policy_loss_discrete(p->actor->dlogits, &st, out, p->m_act, p->m_logp, p->m_adv, B, A,
+                                                             p->c.clip_coef, p->c.ent_coef);
+            sm_model_backward_into(p->actor, &p->actor->params, B);
+            const sm_real *v = sm_model_forward(p->critic, p->m_obs, B, &p->rng, 1);
+            double lv = sm_ppo_value_loss(p->critic->dlogits, &st, v, p->m_val, p->m_ret, B, p->c.clip_coef, p->c.clip_vloss,
+                                          p->c.vf_coef);
+            sm_model_backward_into(p->critic, &p->critic->params, B);
+            double gn = sm_clip_grad_norm_sets(sets, p->n_sets, p->c.max_grad_norm);
+            if (!isfinite(lp) || !isfinite(lv) || !isfinite(gn))
+                return sm_fail(err, SM_ERR_NUMERIC, "ppo: update %ld (global step %ld): %s is %g", p->updates + 1,
+                               p->global_step, !isfinite(lp) ? "the policy loss" : !isfinite(lv) ? "the value loss" : "the gradient norm",
+                               !isfinite(lp) ? lp : !isfinite(lv) ? lv : gn);
+            for (int s = 0; s < p->n_sets; s++) sm_optim_step(&p->opt[s], sets[s], lr);
+            cf += st.clipfrac, n_mb++;
+            *last = st;
+        }
+        if (p->c.target_kl > 0 && last->approx_kl > p->c.target_kl) break;
+    }
+    *clipfrac = cf / (double)n_mb;
+    return SM_OK;
+}
+
+static double explained_variance(const sm_real *pred, const sm_real *y, int n) {
+    double my = 0, md = 0, vy = 0, vd = 0;
+    for (int i = 0; i < n; i++) my += y[i], md += y[i] - pred[i];
+    my /= n, md /= n;
+    for (int i = 0; i < n; i++) {
+        double a = y[i] - my, d = y[i] - pred[i] - md;
+        vy += a * a, vd += d * d;
+    }
+    return vy == 0 ? NAN : 1 - vd / vy;
+}
+
+static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const sm_rl_run *run, sm_rl_result *res,
+                           sm_error *err) {
+    const sm_ppo_config *c = vcfg;
+    memset(res, 0, sizeof *res);
+    ppo p;
+    sm_rl_log log;
+    memset(&log, 0, sizeof log);
+    sm_status st = ppo_create(&p, c, net, run, err);
+    const long batch = (long)c->num_envs * c->num_steps;
+    if (st == SM_OK) {
+        long horizon = p.horizon = c->total_timesteps > 0 ? (long)c->total_timesteps
+                       : run->frames > 0     ? run->frames
+                       : p.box               ? DEFAULT_STEPS_CONTINUOUS
+                                             : DEFAULT_STEPS_DISCRETE;
+        p.num_updates = horizon / batch;
+        if (p.num_updates < 1)
+            st = sm_fail(err, SM_ERR_ARG, "ppo: a budget of %ld steps is less than one rollout of %ld", horizon, batch);
+    }
+    if (st == SM_OK && run->resume) st = ppo_resume(&p, run->resume, run->env, err);
+    if (st == SM_OK) st = sm_rl_log_open(&log, run, &sm_agent_ppo, c, &p.actor_cfg, p.global_step, err);
+    /* this run ends at the frame budget (a resumed run counts earlier frames) or at the horizon */
+    long end = p.num_updates;
+    if (run->frames > 0 && run->frames / batch < end) end = run->frames / batch;
+    const long tail_from = (long)(0.9 * (double)(end * batch));
+    char ckpt[4200] = "";
+    if (run->out_dir) snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", run->out_dir);
+    long saved_at = run->resume ? p.updates : -1;
+    res->frames_start = p.global_step;
+    const char *saved_path = run->resume;
+    double t0 = sm_time_now();
+    static const char *const kKeys[] = {"charts/learning_rate", "losses/value_loss", "losses/policy_loss",
+                                        "losses/entropy",       "losses/old_approx_kl", "losses/approx_kl",
+                                        "losses/clipfrac",      "losses/explained_variance", "SPS"};
+    while (st == SM_OK && p.updates < end) {
+        double frac = 1.0 - (double)p.updates / (double)p.num_updates;
+        double lr = c->anneal_lr ? frac * c->learning_rate : c->learning_rate;
+        double ret_sum = 0;
+        long ret_n = 0;
+        if ((st = rollout(&p, &log, &ret_sum, &ret_n, tail_from, err)) != SM_OK) break;
+        sm_ppo_gae(p.b_adv, p.b_ret, p.b_rew, p.b_val, p.next_value, p.b_done, p.b_boot, p.T, p.N, c->gamma, c->gae_lambda);
+        sm_ppo_stats s = {0};
+        double clipfrac = 0;
+        if ((st = learn(&p, lr, &s, &clipfrac, err)) != SM_OK) {
+            /* the NaN guard names the last good checkpoint */
+            if (st == SM_ERR_NUMERIC && err) {
+                char why[sizeof err->msg];
+                snprintf(why, sizeof why, "%s", err->msg);
+                if (saved_at >= 0) sm_fail(err, st, "%s; the last good checkpoint is %s (update %ld)", why, saved_path, saved_at);
+                else sm_fail(err, st, "%s; no checkpoint was written", why);
+            }
+            break;
+        }
+        p.updates++;
+        double vals[] = {lr, s.v_loss, s.pg_loss, s.entropy, s.old_approx_kl, s.approx_kl, clipfrac,
+                         explained_variance(p.b_val, p.b_ret, p.Bt), sm_rl_log_sps(&log, p.global_step)};
+        if ((st = sm_rl_log_record(&log, p.global_step, kKeys, vals, (int)SM_LEN(vals), err)) != SM_OK) break;
+        char extra[96];
+        snprintf(extra, sizeof extra, "update %ld/%ld  approx_kl %.4f", p.updates, p.num_updates, s.approx_kl);
+        sm_rl_log_progress(&log, p.global_step, end * batch, ret_n ? ret_sum / ret_n : NAN, extra);
+        /* Ctrl-C, or a run split into sessions (stop_after): checkpoint and return */
+        int stop = run->stop && *run->stop ? 1 : run->stop_after > 0 && p.global_step >= run->stop_after ? 2 : 0;
+        int due = c->checkpoint_every > 0 && p.updates % c->checkpoint_every == 0;
+        if (ckpt[0] && (stop || due || p.updates == end) && (st = ppo_save(&p, ckpt, run, err)) == SM_OK)
+            saved_at = p.updates, saved_path = ckpt;
+        if (stop) {
+            res->stopped = stop;
+            break;
+        }
+    }
+    sm_status cs = sm_rl_log_close(&log, err);
+    if (st == SM_OK) st = cs;
+    res->frames = p.global_step;
+    res->updates = p.updates;
+    res->episodes = p.episodes;
+    res->seconds = sm_time_now() - t0;
+    res->last_return = p.tail_n ? p.tail_sum / (double)p.tail_n : NAN;
+    ppo_free(&p);
+    return st;
+}
+
+/* ---- the greedy policy of a checkpoint ------------------------------------------------------- */
+
+typedef struct {
+    sm_model *actor;
+    rms obs;
+    int norm_obs;
+    float *x; /* (max_N, D) */
+} greedy;
+
+static void greedy_act(sm_policy *pol, const float *obs, int n, int *a_disc, float *a_box) {
+    greedy *g = pol->impl;
+    const int A = pol->env->act_n;
+    obs_normalize(g->x, obs, n, &g->obs, g->norm_obs);
+    const sm_real *z = sm_model_forward(g->actor, g->x, n, NULL, 0);
+    for (int i = 0; i < n; i++) {
+        const sm_real *r = z + (size_t)i * A;
+        if (pol->env->act_kind == SM_SPACE_BOX) {
+            for (int j = 0; j < A; j++) a_box[(size_t)i * A + j] = (float)r[j];
+        } else {
+            int best = 0;
+            for (int j = 1; j < A; j++) best = r[j] > r[best] ? j : best;
+            a_disc[i] = best;
+        }
+    }
+}
+
+static void greedy_destroy(sm_policy *pol) {
+    if (!pol) return;
+    greedy *g = pol->impl;
+    if (g) {
+        sm_model_free(g->actor);
+        free(g->obs.mean);
+        free(g->x);
+        free(g);
+    }
+    free(pol);
+}
+
+static sm_policy *ppo_load_policy(const char *path, int max_N, sm_error *err) {
+    sm_safetensors st;
+    if (sm_safetensors_load(&st, path, err) != SM_OK) return NULL;
+    sm_policy *pol = calloc(1, sizeof *pol);
+    greedy *g = calloc(1, sizeof *g);
+    sm_status s = pol && g ? check_meta(&st, path, NULL, NULL, NULL, err) : sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
+    if (pol) pol->impl = g, pol->act = greedy_act, pol->destroy = greedy_destroy, pol->max_N = max_N;
+    const char *env = sm_safetensors_meta(&st, "env"), *net = sm_safetensors_meta(&st, "network");
+    const char *settings = sm_safetensors_meta(&st, "agent_settings");
+    if (s == SM_OK && (!env || !(pol->env = sm_env_find(env))))
+        s = sm_fail(err, SM_ERR_FORMAT, "%s: unknown env '%s' (one of: %s)", path, env ? env : "(none)", sm_env_names());
+    sm_model_config mc;
+    if (s == SM_OK && (!net || sm_model_config_from_json(&mc, net, err) != SM_OK))
+        s = net ? SM_ERR_FORMAT : sm_fail(err, SM_ERR_FORMAT, "%s: no network in the metadata", path);
+    if (s == SM_OK) {
+        cJSON *o = settings ? cJSON_Parse(settings) : NULL;
+        const cJSON *no = cJSON_GetObjectItemCaseSensitive(o, "norm_obs");
+        g->norm_obs = cJSON_IsNumber(no) ? no->valueint : cJSON_IsTrue(no);
+        cJSON_Delete(o);
+        int D = sm_env_obs_numel(pol->env);
+        g->obs.n = D;
+        g->obs.mean = calloc((size_t)2 * D, sizeof(double));
+        g->x = calloc((size_t)max_N * D, sizeof(float));
+        if (!g->obs.mean || !g->x) s = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
+        else g->obs.var = g->obs.mean + D;
+    }
+    if (s == SM_OK && (mc.in_dim != sm_env_obs_numel(pol->env) || mc.n_classes != pol->env->act_n))
+        s = sm_fail(err, SM_ERR_MISMATCH, "%s: the network (%d inputs, %d outputs) does not fit env %s", path, mc.in_dim,
+                    mc.n_classes, env);
+    if (s == SM_OK) s = read_rms(&st, path, &g->obs, err);
+    if (s == SM_OK && !(g->actor = sm_model_create(&mc, max_N, NULL, err))) s = SM_ERR_ARG;
+    if (s == SM_OK) {
+        sm_ckpt_set set = {"actor.", &g->actor->params, NULL};
+        s = sm_checkpoint_read_sets(&st, path, &set, 1, NULL, err);
+    }
+    sm_safetensors_free(&st);
+    if (s != SM_OK) {
+        greedy_destroy(pol);
+        return NULL;
+    }
+    return pol;
+}
+
+const sm_agent_kind sm_agent_ppo = {
+    .name = "ppo",
+    .about = "PPO with clipped surrogate and GAE, categorical or Gaussian head (Schulman et al. 2017; CleanRL ppo.py, "
+             "ppo_continuous_action.py)",
+    .cfg_bytes = sizeof(sm_ppo_config),
+    .opts = kOpts,
+    .n_opts = (int)SM_LEN(kOpts),
+    .presets = kPresets,
+    .compatible = ppo_compatible,
+    .env_defaults = ppo_env_defaults,
+    .check = ppo_check,
+    .train = ppo_train,
+    .load_policy = ppo_load_policy,
+};
