@@ -53,6 +53,10 @@ sm_status sm_vecenv_init(sm_vecenv *v, const char *name, int num_envs, uint64_t 
     const sm_env_spec *s = sm_env_find(name);
     if (!s) return sm_fail(err, SM_ERR_ARG, "unknown environment '%s' (one of: %s)", name ? name : "", sm_env_names());
     if (num_envs < 1) return sm_fail(err, SM_ERR_ARG, "number of environments must be >= 1 (got %d)", num_envs);
+    if (s->prepare) {
+        sm_status st = s->prepare(err);
+        if (st != SM_OK) return st;
+    }
     v->spec = s;
     v->opts = opts ? *opts : sm_env_opts_default();
     if (v->opts.sticky > 1.0) return sm_fail(err, SM_ERR_ARG, "sticky-action probability must be in [0, 1] (got %g)", v->opts.sticky);
@@ -149,6 +153,8 @@ sm_env_log sm_vecenv_log_take(sm_vecenv *v) {
 }
 
 void sm_vecenv_free(sm_vecenv *v) {
+    if (v->spec && v->spec->close && v->states)
+        for (int i = 0; i < v->num_envs; i++) v->spec->close(env_state(v, i));
     free(v->states);
     free(v->ep_return);
     free(v->ep_length);

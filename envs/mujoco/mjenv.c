@@ -1,0 +1,140 @@
+/* The shared part of the MuJoCo environments (envs/mujoco/mjenv.h). */
+#include "mjenv.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../classic/draw.h"
+
+/* One lock for every family's model: loading happens once per family per process. */
+static pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* mj_loadXML of embedded text: MuJoCo 2.2 reads a model from memory through its virtual file system
+ * (mj_makeEmptyFileVFS gives a buffer under a file name, which mj_loadXML then finds). The mjVFS
+ * holds 2000 file names of 1000 bytes, so it is allocated, not put on the stack. */
+static mjModel *load_embedded(const char *name, const char *xml, char *msg, int msg_size) {
+    mjVFS *vfs = malloc(sizeof *vfs);
+    if (!vfs) {
+        snprintf(msg, (size_t)msg_size, "out of memory for MuJoCo's virtual file system");
+        return NULL;
+    }
+    mj_defaultVFS(vfs);
+    int n = (int)strlen(xml), rc = mj_makeEmptyFileVFS(vfs, name, n);
+    mjModel *m = NULL;
+    if (rc != 0) snprintf(msg, (size_t)msg_size, "mj_makeEmptyFileVFS failed (%d)", rc);
+    else {
+        memcpy(vfs->filedata[mj_findFileVFS(vfs, name)], xml, (size_t)n);
+        m = mj_loadXML(name, vfs, msg, msg_size);
+    }
+    mj_deleteVFS(vfs);
+    free(vfs);
+    return m;
+}
+
+sm_status mjenv_load(mjenv_model *mm, sm_error *err) {
+    char msg[512] = "";
+    pthread_mutex_lock(&g_load_lock);
+    if (!mm->model) mm->model = mm->xml ? load_embedded(mm->file, mm->xml, msg, (int)sizeof msg)
+                                        : mj_loadXML(mm->file, NULL, msg, (int)sizeof msg);
+    int ok = mm->model != NULL;
+    pthread_mutex_unlock(&g_load_lock);
+    if (ok) return SM_OK;
+    return sm_fail(err, SM_ERR_IO, "%s: cannot load the MuJoCo model: %s%s", mm->file, msg[0] ? msg : "unknown error",
+                   mm->xml ? "" : " (Debian: apt-get install libmujoco-samples; scripts/setup.sh)");
+}
+
+void mjenv_init(mjenv_base *b, mjenv_model *mm, int frame_skip, uint64_t seed) {
+    sm_rng_seed(&b->rng, seed);
+    if (!mm->model) mjenv_load(mm, NULL); /* prepare normally did it; without a model d stays NULL */
+    b->m = mm->model;
+    b->d = b->m ? mj_makeData(b->m) : NULL;
+    b->frame_skip = frame_skip;
+}
+
+void mjenv_close(void *st) {
+    mjenv_base *b = st;
+    if (b->d) mj_deleteData(b->d);
+    b->d = NULL;
+}
+
+void mjenv_reset(mjenv_base *b, double qpos_noise, double qvel_noise) {
+    const mjModel *m = b->m;
+    mjData *d = b->d;
+    mj_resetData(m, d);
+    for (int j = 0; j < m->njnt; j++) {
+        if (m->jnt_type[j] == mjJNT_FREE) continue;
+        int q = m->jnt_qposadr[j]; /* a ball joint would need the same care; none of ours has one */
+        d->qpos[q] += qpos_noise * (2 * sm_rng_uniform(&b->rng) - 1);
+    }
+    for (int i = 0; i < m->nv; i++) d->qvel[i] = qvel_noise * sm_rng_normal(&b->rng);
+    mj_forward(m, d);
+}
+
+void mjenv_advance(mjenv_base *b, const float *a) {
+    const mjModel *m = b->m;
+    mjData *d = b->d;
+    for (int i = 0; i < m->nu; i++) {
+        float x = a[i];
+        d->ctrl[i] = x < -1.0f ? -1.0 : x > 1.0f ? 1.0 : x == x ? (double)x : 0.0; /* NaN -> 0 */
+    }
+    for (int k = 0; k < b->frame_skip; k++) {
+        mj_step2(m, d);
+        mj_step1(m, d);
+    }
+}
+
+double mjenv_ctrl_sq(const mjenv_base *b) {
+    double s = 0;
+    for (int i = 0; i < b->m->nu; i++) s += b->d->ctrl[i] * b->d->ctrl[i];
+    return s / b->m->nu;
+}
+
+double mjenv_tolerance(double x, double lo, double hi, double margin, mjenv_sigmoid s, double value_at_margin) {
+    if (lo <= x && x <= hi) return 1.0;
+    if (margin <= 0) return 0.0;
+    double dist = (x < lo ? lo - x : x - hi) / margin;
+    switch (s) {
+    case MJENV_GAUSSIAN: {
+        double scale = sqrt(-2 * log(value_at_margin));
+        return exp(-0.5 * (dist * scale) * (dist * scale));
+    }
+    case MJENV_LINEAR: {
+        double sx = dist * (1 - value_at_margin);
+        return fabs(sx) < 1 ? 1 - sx : 0.0;
+    }
+    case MJENV_QUADRATIC: {
+        double sx = dist * sqrt(1 - value_at_margin);
+        return fabs(sx) < 1 ? 1 - sx * sx : 0.0;
+    }
+    }
+    return 0.0;
+}
+
+void mjenv_render(const mjenv_base *b, unsigned char *rgb, int h, int w, int up, double cx, double cy,
+                  double width, double tx, double ty, double tr) {
+    const mjModel *m = b->m;
+    const mjData *d = b->d;
+    draw_view v = draw_begin(rgb, h, w, cx - width / 2, cx + width / 2, cy, kDrawWhite);
+    if (up == 2) draw_line(&v, cx - width, 0, cx + width, 0, 0.02, kDrawGrey);
+    if (tr > 0) draw_disc(&v, tx, ty, tr, kDrawRed);
+    for (int g = 0; g < m->ngeom; g++) {
+        const double *p = d->geom_xpos + 3 * g, *r = d->geom_xmat + 9 * g, *size = m->geom_size + 3 * g;
+        switch (m->geom_type[g]) {
+        case mjGEOM_PLANE:
+            break;
+        case mjGEOM_CAPSULE:
+        case mjGEOM_CYLINDER: { /* the segment along the geom's local z axis (column 2 of xmat) */
+            double ax = size[1] * r[2], au = size[1] * r[3 * up + 2];
+            draw_line(&v, p[0] - ax, p[up] - au, p[0] + ax, p[up] + au, 2 * size[0], kDrawBrown);
+            break;
+        }
+        case mjGEOM_BOX:
+            draw_rect(&v, p[0], p[up], 2 * size[0], 2 * size[up], kDrawBlue);
+            break;
+        default: /* spheres and the rest: a disc of the first size */
+            draw_disc(&v, p[0], p[up], size[0], kDrawBlue);
+        }
+    }
+}
