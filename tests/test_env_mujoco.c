@@ -58,6 +58,8 @@ Test(env_mujoco, a_step_advances_frame_skip_timesteps) {
         one_env e;
         mjenv_base *b = one_open(&e, kFamilies[f][0], -1);
         cr_assert_eq(b->frame_skip, skip[f]);
+        cr_assert_leq(b->m->nstack, 100000, "%s: a small mjData, not MuJoCo's 13 MB default", kFamilies[f][0]);
+        cr_assert_leq(b->m->njmax, 300, "%s", kFamilies[f][0]);
         double t0 = b->d->time;
         sm_vecenv_step(&e.v);
         cr_assert_float_eq(b->d->time - t0, skip[f] * b->m->opt.timestep, 1e-12, "%s", kFamilies[f][0]);
@@ -157,12 +159,12 @@ Test(env_mujoco, reach_success_is_reported_on_target) {
 }
 
 Test(env_mujoco, a_missing_model_file_is_an_error_not_a_crash) {
-    mjenv_model mm = {"/nonexistent/specmoe/humanoid.xml", NULL, NULL};
+    mjenv_model mm = {"/nonexistent/specmoe/humanoid.xml", NULL, 0, 0, 0, NULL};
     sm_error err = {0};
     cr_assert_eq(mjenv_load(&mm, &err), SM_ERR_IO);
     cr_assert(strstr(err.msg, "/nonexistent/specmoe/humanoid.xml"), "names the file: %s", err.msg);
     cr_assert_null(mm.model);
-    mjenv_model bad = {"bad.xml", "<mujoco><worldbody><body><joint type='nope'/></body></worldbody></mujoco>", NULL};
+    mjenv_model bad = {"bad.xml", "<mujoco><worldbody><body><joint type='nope'/></body></worldbody></mujoco>", 0, 0, 0, NULL};
     cr_assert_eq(mjenv_load(&bad, &err), SM_ERR_IO);
     cr_assert(strstr(err.msg, "bad.xml"), "%s", err.msg);
 }

@@ -38,6 +38,11 @@ sm_status mjenv_load(mjenv_model *mm, sm_error *err) {
     pthread_mutex_lock(&g_load_lock);
     if (!mm->model) mm->model = mm->xml ? load_embedded(mm->file, mm->xml, msg, (int)sizeof msg)
                                         : mj_loadXML(mm->file, NULL, msg, (int)sizeof msg);
+    if (mm->model) { /* sizes read by mj_makeData only */
+        mm->model->nstack = mm->nstack;
+        mm->model->njmax = mm->njmax;
+        mm->model->nconmax = mm->nconmax;
+    }
     int ok = mm->model != NULL;
     pthread_mutex_unlock(&g_load_lock);
     if (ok) return SM_OK;

@@ -23,6 +23,8 @@
 typedef struct {
     const char *file; /* the name in messages: a path, or the family's embedded MJCF's name */
     const char *xml;  /* embedded MJCF text (loaded through MuJoCo's virtual file system), or NULL: load `file` */
+    int nstack, njmax, nconmax; /* the sizes of each state's mjData (mjtNum values of stack, constraint
+                                 * rows, contacts); see mjenv_load */
     mjModel *model;   /* NULL until loaded */
 } mjenv_model;
 
@@ -34,7 +36,13 @@ typedef struct {
     int frame_skip;
 } mjenv_base;
 
-/* Loads mm once (thread-safe); on failure, the reason with the file name. */
+/* Loads mm once (thread-safe); on failure, the reason with the file name. The model's nstack,
+ * njmax and nconmax are then set to mm's: MuJoCo 2.2's defaults (a stack of about 1.3M values and
+ * 500 constraint rows, whose njmax^2 matrix alone is 2 MB: 13 MB per mjData) would make a vector of
+ * 256 environments take gigabytes, while these models use a few thousand stack values and a few
+ * dozen rows at most (the family files give the measured peaks). Running out of stack would abort
+ * in mj_stackAlloc, and out of rows would drop constraints with a warning, so each family keeps a
+ * wide margin. */
 sm_status mjenv_load(mjenv_model *mm, sm_error *err);
 /* Seeds the RNG and makes the mjData of the (already loaded) model. */
 void mjenv_init(mjenv_base *b, mjenv_model *mm, int frame_skip, uint64_t seed);

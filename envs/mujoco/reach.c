@@ -50,7 +50,8 @@ static const char kReachXml[] =
     "  </actuator>\n"
     "</mujoco>\n";
 
-static mjenv_model g_model = {"reach.xml", kReachXml, NULL};
+/* mjData sizes: 36 stack values, one constraint row (the elbow limit), no contacts */
+static mjenv_model g_model = {"reach.xml", kReachXml, 10000, 50, 10, NULL};
 
 typedef struct {
     mjenv_base b; /* first (mjenv.h) */
