@@ -95,34 +95,47 @@ Test(env_mujoco, cheetah_rewards_follow_their_formulas) {
     }
 }
 
-/* standing at the spawn pose (torso 1.5 m, feet just above the floor), the stand reward is near 1 */
+/* dm_control rewards.tolerance outside the bounds, gaussian with value 0.1 at the margin */
 static double tol_gauss(double d, double margin) { return exp(-0.5 * (d / margin) * (d / margin) * -2 * log(0.1)); }
 
-Test(env_mujoco, humanoid_stand_reward_and_fall) {
-    one_env e;
-    mjenv_base *b = one_open(&e, "mujoco/humanoid-stand", -1);
-    sm_vecenv_step(&e.v); /* zero action */
+/* dm_control humanoid's reward at move speed `speed`, for a zero action (small_control = 1) */
+static double humanoid_formula(const mjenv_base *b, double speed) {
     const mjData *d = b->d;
-    int head = mj_name2id(b->m, mjOBJ_BODY, "head");
-    double hz = d->xpos[3 * head + 2], up = d->xmat[9 + 8];
+    double hz = d->xpos[3 * mj_name2id(b->m, mjOBJ_BODY, "head") + 2], up = d->xmat[9 + 8];
     double standing = hz >= 1.4 ? 1 : tol_gauss(1.4 - hz, 0.35);
     double upright = up >= 0.9 ? 1 : fmax(0, 1 - (0.9 - up) / 1.9);
-    double still = (tol_gauss(fabs(d->subtree_linvel[3]), 2) + tol_gauss(fabs(d->subtree_linvel[4]), 2)) / 2;
-    double want = 1.0 * standing * upright * still; /* zero action: small_control = 1 */
-    cr_assert(fabs(e.rew - want) < 1e-5, "stand reward %g, formula %g", e.rew, want);
-    cr_assert_gt(e.rew, 0.5);
-    cr_assert_float_eq(e.obs[53], hz, 1e-5, "head height observed");
-    /* with zero action the humanoid collapses: the episode ends when the torso is below 1 m */
-    int steps = 1;
-    while (!e.term && steps < 400) {
-        sm_vecenv_step(&e.v);
-        steps++;
+    const double *c = d->subtree_linvel + 3; /* the torso's subtree: the whole body */
+    double move = speed == 0 ? (tol_gauss(fabs(c[0]), 2) + tol_gauss(fabs(c[1]), 2)) / 2
+                             : (5 * fmin(hypot(c[0], c[1]) / speed, 1) + 1) / 6;
+    return standing * upright * move;
+}
+
+Test(env_mujoco, humanoid_rewards_and_fall) {
+    const double speed[3] = {0, 1, 10};
+    for (int k = 2; k >= 0; k--) { /* stand last: its episode goes on to the fall */
+        one_env e;
+        mjenv_base *b = one_open(&e, kFamilies[2][k], -1);
+        if (k) b->d->qvel[0] = 0.5; /* moving forward: the move term is between its floor and 1 */
+        sm_vecenv_step(&e.v); /* zero action */
+        double want = humanoid_formula(b, speed[k]);
+        cr_assert(fabs(e.rew - want) < 1e-5, "%s reward %g, formula %g", kFamilies[2][k], e.rew, want);
+        cr_assert_gt(e.rew, k ? 0.1 : 0.5, "%s", kFamilies[2][k]);
+        cr_assert_float_eq(e.obs[53], b->d->xpos[3 * mj_name2id(b->m, mjOBJ_BODY, "head") + 2], 1e-5, "head height observed");
+        if (k) sm_vecenv_free(&e.v);
+        else {
+            /* with zero action the humanoid collapses: the episode ends when the torso is below 1 m */
+            int steps = 1;
+            while (!e.term && steps < 400) {
+                sm_vecenv_step(&e.v);
+                steps++;
+            }
+            cr_assert_eq(e.term, 1, "fell and terminated");
+            cr_assert_lt(steps, 200, "fell within 5 s (took %d steps)", steps);
+            cr_assert_lt(e.fin[0], 1.0f, "final torso height %g below 1 m", e.fin[0]);
+            cr_assert_gt(e.obs[0], 1.3f, "the next episode starts standing");
+            sm_vecenv_free(&e.v);
+        }
     }
-    cr_assert_eq(e.term, 1, "fell and terminated");
-    cr_assert_lt(steps, 200, "fell within 5 s (took %d steps)", steps);
-    cr_assert_lt(e.fin[0], 1.0f, "final torso height %g below 1 m", e.fin[0]);
-    cr_assert_gt(e.obs[0], 1.3f, "the next episode starts standing");
-    sm_vecenv_free(&e.v);
 }
 
 /* The arm is put on the target (inverse kinematics of the two links, read from the model), then

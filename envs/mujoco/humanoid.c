@@ -120,7 +120,7 @@ static const float hu_act_low[HU_ACT] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                        hu_init, hu_reset, step_fn, hu_render)}
 
 const sm_env_spec sm_env_humanoid_stand =
-    HU_SPEC("humanoid-stand", "MuJoCo sample humanoid: stand (dm_control reward: head height, upright, still); 1000 steps",
+    HU_SPEC("humanoid-stand", "MuJoCo sample humanoid: stand (dm_control reward: head height, upright, still); ends below 1 m; 1000 steps",
             hu_step_stand);
 const sm_env_spec sm_env_humanoid_walk =
     HU_SPEC("humanoid-walk", "MuJoCo sample humanoid: walk at 1 m/s (dm_control reward); ends below 1 m; 1000 steps",
