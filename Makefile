@@ -25,7 +25,8 @@ ifeq ($(VERSION),)
 $(error cli/common.h: no line '#define CLI_VERSION "..."' to take the version from)
 endif
 CPPFLAGS += -Iinclude -Isrc -D_DEFAULT_SOURCE
-LIBS    := $(BLASLIB) -llapacke -lcjson -lz -lm
+# MuJoCo (Debian's libmujoco-dev): the physics of the envs/mujoco/ environments
+LIBS    := $(BLASLIB) -llapacke -lcjson -lmujoco -lz -lm
 OMP     := -fopenmp
 
 # src/core -> src/nn -> src/methods/<paper> -> src/io -> src/train (docs/ARCHITECTURE.md)

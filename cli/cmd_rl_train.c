@@ -302,6 +302,18 @@ int cmd_rl_train(int argc, char **argv) {
         code = resume_settings(k, &cm, cfg, &net, &of, o.resume);
         if (code) goto out;
         if (!o.frames && cm.frames_total) o.frames = atol(cm.frames_total);
+        /* the run's seed (settings.json and the checkpoint name it); a typed one must agree */
+        const fl_flag *sf = fl_find(fl, nfl, "seed");
+        if (cm.seed) {
+            unsigned long long cs = strtoull(cm.seed, NULL, 10);
+            if (sf && sf->set && o.seed != cs) {
+                fprintf(stderr, "specmoe rl train: --seed %llu conflicts with the checkpoint's %llu (resume keeps the run's settings)\n",
+                        (unsigned long long)o.seed, cs);
+                code = CLI_EXIT_USAGE;
+                goto out;
+            }
+            o.seed = cs;
+        }
         if (!o.out) { /* the run continues in its own directory */
             static char dir[4096];
             snprintf(dir, sizeof dir, "%s", o.resume);

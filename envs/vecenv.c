@@ -53,6 +53,10 @@ sm_status sm_vecenv_init(sm_vecenv *v, const char *name, int num_envs, uint64_t 
     const sm_env_spec *s = sm_env_find(name);
     if (!s) return sm_fail(err, SM_ERR_ARG, "unknown environment '%s' (one of: %s)", name ? name : "", sm_env_names());
     if (num_envs < 1) return sm_fail(err, SM_ERR_ARG, "number of environments must be >= 1 (got %d)", num_envs);
+    if (s->prepare) {
+        sm_status st = s->prepare(err);
+        if (st != SM_OK) return st;
+    }
     v->spec = s;
     v->opts = opts ? *opts : sm_env_opts_default();
     if (v->opts.sticky > 1.0) return sm_fail(err, SM_ERR_ARG, "sticky-action probability must be in [0, 1] (got %g)", v->opts.sticky);
@@ -133,18 +137,21 @@ void sm_vecenv_step(sm_vecenv *v) {
     }
 }
 
-static size_t one_state(const sm_env_spec *s) { return s->save ? s->save_bytes : s->state_bytes; }
+/* every state of a vector has the same saved size (one model per family) */
+static size_t one_state(const sm_vecenv *v) {
+    return v->spec->save ? v->spec->save_size(v->spec, v->states) : v->spec->state_bytes;
+}
 
 size_t sm_vecenv_state_size(const sm_vecenv *v) {
     const size_t N = (size_t)v->num_envs;
-    return N * (one_state(v->spec) + sizeof *v->ep_return + sizeof *v->ep_length + sizeof *v->logs);
+    return N * (one_state(v) + sizeof *v->ep_return + sizeof *v->ep_length + sizeof *v->logs);
 }
 
 void sm_vecenv_save(const sm_vecenv *v, void *buf) {
     unsigned char *p = buf;
-    const size_t N = (size_t)v->num_envs, one = one_state(v->spec);
+    const size_t N = (size_t)v->num_envs, one = one_state(v);
     for (int i = 0; i < v->num_envs; i++, p += one) {
-        if (v->spec->save) v->spec->save(env_state(v, i), p);
+        if (v->spec->save) v->spec->save(v->spec, env_state(v, i), p);
         else memcpy(p, env_state(v, i), one);
     }
     memcpy(p, v->ep_return, N * sizeof *v->ep_return);
@@ -156,9 +163,9 @@ void sm_vecenv_save(const sm_vecenv *v, void *buf) {
 
 void sm_vecenv_load(sm_vecenv *v, const void *buf) {
     const unsigned char *p = buf;
-    const size_t N = (size_t)v->num_envs, one = one_state(v->spec);
+    const size_t N = (size_t)v->num_envs, one = one_state(v);
     for (int i = 0; i < v->num_envs; i++, p += one) {
-        if (v->spec->load) v->spec->load(env_state(v, i), p);
+        if (v->spec->load) v->spec->load(v->spec, env_state(v, i), p);
         else memcpy(env_state(v, i), p, one);
     }
     memcpy(v->ep_return, p, N * sizeof *v->ep_return);
@@ -184,6 +191,8 @@ sm_env_log sm_vecenv_log_take(sm_vecenv *v) {
 }
 
 void sm_vecenv_free(sm_vecenv *v) {
+    if (v->spec && v->spec->close && v->states)
+        for (int i = 0; i < v->num_envs; i++) v->spec->close(env_state(v, i));
     free(v->states);
     free(v->ep_return);
     free(v->ep_length);

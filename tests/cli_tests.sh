@@ -131,6 +131,9 @@ expect 1 "plot: a malformed metrics line is refused with file and line" "badlog/
 expect 2 "rl eval without --env names the environments" "--env is required .*classic/cartpole" -- "$bin" rl eval --policy random
 expect 0 "bench env runs on one environment" "^bench-env env=classic/mountaincar threads=1 steps_per_s=[0-9]+ steps_per_cpu_s=[0-9]+\$" -- \
     "$bin" bench env --env classic/mountaincar --steps 20000 --envs 8
+expect 0 "bench env --mj-bare: a MuJoCo environment against bare mj_step at its frame skip" \
+    "^bench-env-mj env=mujoco/reach-0 threads=1 frame_skip=2 bare_steps_per_s=[0-9]+ bare_steps_per_cpu_s=[0-9]+ ratio_cpu=[0-9.]+\$" -- \
+    "$bin" bench env --env mujoco/reach-0 --steps 2000 --envs 4 --mj-bare
 expect 2 "bench env: an unknown environment is refused, naming the valid ones" "unknown environment 'x' .*classic/acrobot" -- "$bin" bench env --env x
 expect 2 "bench env: --steps 0 refused" "must be >= 1" -- "$bin" bench env --steps 0
 expect 2 "unknown flag"              "unknown flag '--nope'" -- "$bin" train --nope 1

@@ -567,10 +567,17 @@ static void run_state_io(ppo *p, blob *s, int dir) {
     io(s, p->ret_rms.var, sizeof(double));
     io(s, p->ret_acc, sizeof(double) * N);
     io(s, p->obs_raw, sizeof(float) * N * p->D);
-    io(s, p->v.states, N * p->env->state_bytes);
-    io(s, p->v.ep_return, sizeof(double) * N);
-    io(s, p->v.ep_length, sizeof(int) * N);
-    io(s, p->v.logs, sizeof(sm_env_log) * N);
+    /* the environments through the vector's own save/load: a MuJoCo state holds an mjData pointer */
+    const size_t vb = sm_vecenv_state_size(&p->v);
+    void *venv = malloc(vb ? vb : 1);
+    if (!venv) {
+        s->bad = 1;
+        return;
+    }
+    if (!dir) sm_vecenv_save(&p->v, venv);
+    io(s, venv, vb);
+    if (dir && !s->bad) sm_vecenv_load(&p->v, venv);
+    free(venv);
 }
 
 static int sets_of(ppo *p, sm_ckpt_set *sets) {

@@ -9,7 +9,8 @@
  *   sm_env_log log = sm_vecenv_log_take(&v);                        // finished episodes since last take
  *
  * One environment is a spec (spaces, sizes, functions) plus an opaque state of spec->state_bytes
- * that the vector allocates once (no allocation after init). The environment owns its dynamics and
+ * that the vector allocates once (no allocation after init; an environment may allocate at init what
+ * its state points to, e.g. a MuJoCo mjData, and free it in the optional close hook). The environment owns its dynamics and
  * its termination; the vector owns everything common: the time limit (truncation at max_steps),
  * auto-reset, the episode statistics, and the threads.
  *
@@ -65,6 +66,14 @@ typedef struct sm_env_spec {
     int max_steps;                   /* time limit: truncation after this many steps (0: none) */
     int has_success;                 /* the episode log reports success (0/1 per episode) */
     size_t state_bytes;              /* one environment's state */
+    /* Optional (NULL: nothing to prepare): called once by sm_vecenv_init before any init, for what
+     * every state shares and that can fail, e.g. loading a MuJoCo model file (envs/mujoco/). A
+     * failure is reported through sm_vecenv_init's status and message. */
+    sm_status (*prepare)(sm_error *err);
+    /* Optional (NULL: nothing to release): frees what init allocated outside the state (a MuJoCo
+     * mjData); called once per state by sm_vecenv_free, also on a state whose init never ran (all
+     * zero bytes). */
+    void (*close)(void *st);
     /* Seeds the state and applies options (called once; opts never NULL). */
     void (*init)(void *st, uint64_t seed, const sm_env_opts *opts);
     /* Starts an episode: writes the first observation. */
@@ -79,12 +88,12 @@ typedef struct sm_env_spec {
     /* Draws the current state into rgb (h x w x 3 bytes, row-major) for `rl render`; NULL if the
      * env has no picture of its own (images are then drawn from the observation). */
     void (*render)(const void *st, unsigned char *rgb, int h, int w);
-    /* Exact resume of a state that holds pointers (a MuJoCo mjData): save writes save_bytes bytes
-     * that load turns back into the same state in an environment made by init. NULL: the state is
-     * plain data and its state_bytes are copied as they are. */
-    size_t save_bytes;
-    void (*save)(const void *st, void *buf);
-    void (*load)(void *st, const void *buf);
+    /* Exact resume of a state that holds pointers (a MuJoCo mjData): save writes save_size(spec, st)
+     * bytes that load turns back into the same state in an environment made by init. NULL: the
+     * state is plain data and its state_bytes are copied as they are. */
+    size_t (*save_size)(const struct sm_env_spec *s, const void *st);
+    void (*save)(const struct sm_env_spec *s, const void *st, void *buf);
+    void (*load)(const struct sm_env_spec *s, void *st, const void *buf);
 } sm_env_spec;
 
 static inline int sm_env_obs_numel(const sm_env_spec *s) { return s->obs_c * s->obs_h * s->obs_w; }
