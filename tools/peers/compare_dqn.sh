@@ -47,7 +47,7 @@ while [ $# -gt 0 ]; do
     --update-seconds) [ $# -ge 2 ] || die "--update-seconds needs a value"; useconds=$2; shift 2 ;;
     --bin) [ $# -ge 2 ] || die "--bin needs a value"; bin=$2; shift 2 ;;
     --python) [ $# -ge 2 ] || die "--python needs a value"; python=$2; shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
