@@ -89,8 +89,11 @@ static void im2col(sm_real *col, const sm_real *img, int C, int H, int W, int KH
                     }
                     const sm_real *src = img + ((size_t)c * H + ih) * W;
                     for (int j = 0; j < lo; j++) dst[j] = 0;
-                    if (stride == 1) {
-                        if (hi > lo) memcpy(dst + lo, src + lo + off, sizeof(sm_real) * (hi - lo));
+                    if (stride == 1 && hi - lo > 32) {
+                        memcpy(dst + lo, src + lo + off, sizeof(sm_real) * (hi - lo));
+                    } else if (stride == 1) {
+                        /* short rows (RL's 10 x 10 images): a plain loop, not a memcpy call per row */
+                        for (int j = lo; j < hi; j++) dst[j] = src[j + off];
                     } else {
                         for (int j = lo; j < hi; j++) dst[j] = src[j * stride + off];
                     }
