@@ -136,6 +136,8 @@ expect 0 "bench env --mj-bare: a MuJoCo environment against bare mj_step at its 
     "$bin" bench env --env mujoco/reach-0 --steps 2000 --envs 4 --mj-bare
 expect 2 "bench env: an unknown environment is refused, naming the valid ones" "unknown environment 'x' .*classic/acrobot" -- "$bin" bench env --env x
 expect 2 "bench env: --steps 0 refused" "must be >= 1" -- "$bin" bench env --steps 0
+expect 0 "bench gemm: a line per RL shape with its fraction of the FMA peak" "^bench-gemm M=32 K=1024 N=128 us_per_call=[0-9.]+ gflops=[0-9.]+ peak_fraction=" -- \
+    "$bin" bench gemm --seconds 0.01
 expect 2 "unknown flag"              "unknown flag '--nope'" -- "$bin" train --nope 1
 expect 2 "bad number"                "--lr: 'abc' is not"    -- "$bin" train --lr abc
 expect 2 "missing value"             "needs a value"         -- "$bin" train --lr
