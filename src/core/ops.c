@@ -29,6 +29,17 @@ void sm_linear_forward(sm_real *out, const sm_real *inp, const sm_real *weight, 
     sm_gemm(0, 1, T, OC, C, 1, inp, C, weight, C, bias ? 1 : 0, out, OC);
 }
 
+void sm_linear_forward_row(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int C, int OC) {
+    /* out (OC) = weight (OC,C) @ inp (C) (+ bias): gemv reads the weight once, where sgemm with one
+     * row packs it into panels first (`specmoe bench gemm`: 5-7x slower at RL sizes) */
+    if (bias) memcpy(out, bias, sizeof(sm_real) * OC);
+#ifdef SPECMOE_DOUBLE
+    cblas_dgemv(CblasRowMajor, CblasNoTrans, OC, C, 1, weight, C, inp, 1, bias ? 1 : 0, out, 1);
+#else
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1, weight, C, inp, 1, bias ? 1 : 0, out, 1);
+#endif
+}
+
 void sm_linear_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, const sm_real *dout,
                         const sm_real *inp, const sm_real *weight, int T, int C, int OC) {
     /* dinp (T,C) += dout (T,OC) @ weight (OC,C) */

@@ -85,7 +85,10 @@ static void dense_forward(sm_module *m, sm_real *out, const sm_real *in, int B, 
     int N = rows(m, B);
     /* without an activation the linear map writes the output directly */
     sm_real *pre = l->act == SM_ACT_NONE ? out : l->pre;
-    sm_linear_forward(pre, in, sm_ctx_data(ctx, l->ip[0]), sm_ctx_data(ctx, l->ip[1]), N, fin(m), l->width);
+    if (N == 1) /* one row: gemv (an RL agent acting on one observation) */
+        sm_linear_forward_row(pre, in, sm_ctx_data(ctx, l->ip[0]), sm_ctx_data(ctx, l->ip[1]), fin(m), l->width);
+    else
+        sm_linear_forward(pre, in, sm_ctx_data(ctx, l->ip[0]), sm_ctx_data(ctx, l->ip[1]), N, fin(m), l->width);
     if (l->act != SM_ACT_NONE) sm_act_forward(out, l->pre, (size_t)N * l->width, l->act);
 }
 static void dense_backward(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx) {

@@ -19,6 +19,9 @@ extern "C" {
 void sm_gemm(int transA, int transB, int M, int N, int K, sm_real alpha, const sm_real *A, int lda,
              const sm_real *B, int ldb, sm_real beta, sm_real *C, int ldc);
 
+/* One row: out (OC) = weight (OC,C) @ inp (C) + bias, through gemv (an agent acting on one
+ * observation); the rounding may differ from sm_linear_forward's in the last bit. */
+void sm_linear_forward_row(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int C, int OC);
 /* out (T,OC) = inp (T,C) @ weight(OC,C)^T + bias(OC); bias may be NULL. */
 void sm_linear_forward(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias,
                        int T, int C, int OC);
