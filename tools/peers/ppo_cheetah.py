@@ -150,6 +150,10 @@ def check(lib, name, episodes, seed):
     env = VecEnv(lib, name, 1, seed)
     v, sp = env.v, env.spec
     addr = lambda p: C.cast(p, C.c_void_p).value  # noqa: E731
+    # the layout of an LP64 build (x86-64, aarch64), checked once against C's sizeof/offsetof
+    if C.sizeof(C.c_void_p) == 8:
+        got = (C.sizeof(SmVecenv), SmVecenv.obs.offset, SmVecenv.final_obs.offset, C.sizeof(SmEnvLog))
+        assert got == (128, 72, 120, 48), got
     # fields written by the C library, read back through the mirror: a misplaced field fails here
     assert sp.name.decode() == name, sp.name
     assert v.num_envs == 1 and v.threads == 1 and v.max_steps == 1000, (v.num_envs, v.threads, v.max_steps)
