@@ -47,6 +47,11 @@ static char *group_key(const char *dir) {
     if (!o) return NULL;
     static const char *const drop[] = {"seed", "threads", "out", "resume", "stop-after", "stop_after", "progress-every"};
     for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) cJSON_DeleteItemFromObjectCaseSensitive(o, drop[i]);
+    /* an agent's bookkeeping options do not change what it learns either */
+    cJSON *as = cJSON_GetObjectItemCaseSensitive(o, "agent_settings");
+    static const char *const drop_agent[] = {"save_replay", "ckpt_every", "log_every", "checkpoint_every"};
+    for (size_t i = 0; as && i < sizeof drop_agent / sizeof drop_agent[0]; i++)
+        cJSON_DeleteItemFromObjectCaseSensitive(as, drop_agent[i]);
     char *key = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return key;
