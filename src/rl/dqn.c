@@ -455,7 +455,8 @@ static sm_status write_ckpt(const char *dir, const sm_agent_kind *k, const sm_dq
     ct->replay_head = rb->head;
     ct->replay_max_prio = rb->max_prio;
     sm_ckpt_blob bl[12];
-    void *venv = malloc(sm_vecenv_state_size(v));
+    /* the environments' state is only needed when the run's state is saved */
+    void *venv = save_replay ? malloc(sm_vecenv_state_size(v)) : NULL;
     int nb = save_replay ? state_blobs(rb, v, obs, venv, ct, bl) : 0;
     double *leaves = NULL;
     if (save_replay && rb->tree.t) { /* the priorities: the tree's leaves */
@@ -464,7 +465,7 @@ static sm_status write_ckpt(const char *dir, const sm_agent_kind *k, const sm_dq
         bl[nb++] = (sm_ckpt_blob){"replay.priority", leaves, sizeof(double) * (size_t)rb->tree.n};
     }
     if (venv) sm_vecenv_save(v, venv);
-    sm_status st = !set_s || !net_s || !venv || (rb->tree.t && save_replay && !leaves)
+    sm_status st = !set_s || !net_s || (save_replay && !venv) || (rb->tree.t && save_replay && !leaves)
                        ? sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path)
                        : sm_checkpoint_write_blobs(path, sets, 2, meta, (int)SM_LEN(meta), bl, nb, err);
     free(set_s);
