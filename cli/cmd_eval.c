@@ -8,25 +8,104 @@
 #include "commands.h"
 #include "common.h"
 #include "flags.h"
+#include "specmoe/methods/ssmoe/ssmoe.h"
+
+/* The dial flags: every router's dials (sm_router_ops.dials) and the shared temperature, one flag per
+ * name, help naming the routers it applies to. Values stay text until the checkpoint's router is
+ * known, then its own option parses them. */
+#define MAX_DIALS 16
+typedef struct {
+    int n;
+    const char *key[MAX_DIALS], *val[MAX_DIALS];
+    char flag[MAX_DIALS][32], users[MAX_DIALS][96], help[MAX_DIALS][192];
+} dial_flags;
+
+/* the flag row of option o in df (added if new); ops names a router it applies to (NULL: all) */
+static void dials_add(dial_flags *df, const sm_router_opt *o, const sm_router_ops *ops) {
+    char flag[32];
+    sm_router_opt_flag(o, flag, sizeof flag);
+    int j = 0;
+    while (j < df->n && strcmp(df->flag[j], flag)) j++;
+    if (j == df->n) {
+        if (df->n == MAX_DIALS) abort(); /* raise MAX_DIALS */
+        df->n++;
+        df->key[j] = o->key;
+        snprintf(df->flag[j], sizeof df->flag[j], "%s", flag);
+        snprintf(df->help[j], sizeof df->help[j], "%s", o->help);
+        df->users[j][0] = 0;
+    }
+    size_t at = strlen(df->users[j]);
+    if (!ops) return;
+    snprintf(df->users[j] + at, sizeof df->users[j] - at, "%s%s", at ? ", " : "", ops->name);
+    if (at && !strstr(df->help[j], o->help)) { /* routers that read the key differently say so in turn */
+        if (!strchr(df->help[j], ':')) {
+            char first[192];
+            snprintf(first, sizeof first, "%.*s: %s", (int)strcspn(df->users[j], ","), df->users[j], df->help[j]);
+            strcpy(df->help[j], first);
+        }
+        at = strlen(df->help[j]);
+        snprintf(df->help[j] + at, sizeof df->help[j] - at, "; %s: %s", ops->name, o->help);
+    }
+}
+
+static int dials_rows(dial_flags *df, fl_flag *fl) {
+    df->n = 0;
+    int n;
+    const sm_router_opt *shared = sm_router_shared_opts(&n);
+    for (int i = 0; i < n; i++)
+        if (sm_router_is_dial(NULL, shared[i].key)) dials_add(df, &shared[i], NULL);
+    for (int r = 0; r < sm_router_count(); r++) {
+        const sm_router_ops *ops = sm_router_at(r);
+        for (int i = 0; ops->dials && ops->dials[i]; i++) {
+            const sm_router_opt *o = sm_router_find_opt(ops, ops->dials[i]);
+            if (o && strcmp(o->key, "temperature")) dials_add(df, o, ops); /* prototype's --tau: the shared dial */
+        }
+    }
+    for (int j = 0; j < df->n; j++) {
+        char h[192];
+        if (df->users[j][0]) snprintf(h, sizeof h, "[%s] %s (default: as trained)", df->users[j], df->help[j]);
+        else snprintf(h, sizeof h, "%s (any router; default: as trained)", df->help[j]);
+        strcpy(df->help[j], h);
+        fl[j] = (fl_flag){df->flag[j], FL_STRING, &df->val[j], NULL, df->help[j], 0};
+    }
+    return df->n;
+}
+
+/* Sets the given dials in the checkpoint's router config r; a dial its router lacks is refused with
+ * the routers it applies to. */
+static int dials_apply(const dial_flags *df, const fl_flag *fl, int nfl, sm_router_config *r) {
+    const sm_router_ops *ops = sm_router_find(r->name);
+    for (int j = 0; j < df->n; j++) {
+        if (!fl_find(fl, nfl, df->flag[j])->set) continue;
+        if (!sm_router_is_dial(ops, df->key[j])) {
+            fprintf(stderr, "specmoe eval: --%s applies to %s routers (this checkpoint's: %s)\n", df->flag[j],
+                    df->users[j], r->name);
+            return CLI_EXIT_USAGE;
+        }
+        if (sm_opt_set(sm_router_find_opt(ops, df->key[j]), r, df->val[j])) {
+            fprintf(stderr, "specmoe eval: --%s: '%s' is not a valid value\n", df->flag[j], df->val[j]);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    return 0;
+}
 
 int cmd_eval(int argc, char **argv) {
     cli_data_opts o;
     const char *split, *router;
-    double alpha, temperature;
-    int ev_c, ev_avg;
     char router_help[512];
     cli_router_help(router_help, sizeof router_help, "refuse the checkpoint unless its router is this one (",
                     "); 'ev' on a topk checkpoint builds the SSMoE eigenvector router");
-    fl_flag fl[] = {
+    static dial_flags df;
+    fl_flag fl[8 + MAX_DIALS + 16] = {
         CLI_DATA_FLAGS(o),
         {"split", FL_STRING, &split, "test", "which split to evaluate (train|test)", 0},
         {"router", FL_STRING, &router, NULL, router_help, 0},
-        {"alpha", FL_DOUBLE, &alpha, "-1", "grassmann: sparsity dial; ev: weight of the EV router in the mix (default 0.5)", 0},
-        {"ev-c", FL_INT, &ev_c, "5", "ev: right singular vectors averaged per descriptor", 0},
-        {"ev-avg", FL_BOOL, &ev_avg, "0", "ev: router-free averaged-EV descriptors", 0},
-        {"temperature", FL_DOUBLE, &temperature, "-1", "evaluate at this softmax temperature (-1 = as trained)", 0},
     };
-    int nfl = (int)(sizeof fl / sizeof fl[0]), npos;
+    int nfl = 0;
+    while (fl[nfl].name) nfl++;
+    nfl += dials_rows(&df, fl + nfl);
+    int npos;
     const char *pos[1];
     int rc = fl_parse(fl, nfl, argc, argv, 2, "eval", "CHECKPOINT [flags]", pos, 1, &npos);
     if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
@@ -51,46 +130,28 @@ int cmd_eval(int argc, char **argv) {
         fprintf(stderr, "specmoe eval: %s: the checkpoint has no MoE layer; --router ev needs one\n", pos[0]);
         return CLI_EXIT_USAGE;
     }
-    /* SSMoE: a top-k checkpoint evaluated with the eigenvector router built from its own experts */
+    /* SSMoE: a top-k checkpoint evaluated with the eigenvector router built from its own experts (the
+     * ev router's defaults: alpha 0.5, c 5), and an ev checkpoint with its descriptors rebuilt (they
+     * depend on the dials c and the variant) */
     int build_ev = router && !strcmp(router, "ev") && !strcmp(mc.moe.router.name, "topk");
-    if (build_ev || (router && !strcmp(router, "ev") && !strcmp(mc.moe.router.name, "ev"))) {
-        strcpy(mc.moe.router.name, "ev");
-        mc.moe.router.alpha = fl_find(fl, nfl, "alpha")->set ? alpha : (build_ev ? 0.5 : mc.moe.router.alpha);
-        if (build_ev || fl_find(fl, nfl, "ev-c")->set) mc.moe.router.ev_c = ev_c;
-        if (build_ev || fl_find(fl, nfl, "ev-avg")->set) mc.moe.router.ev_avg = ev_avg;
-        build_ev = 1; /* (re)build the descriptors: they depend on c and the variant */
-        if (!(mc.moe.router.alpha >= 0 && mc.moe.router.alpha <= 1) || ev_c < 1) {
-            fprintf(stderr, "specmoe eval: ev needs --alpha in [0, 1] and --ev-c >= 1\n");
-            return CLI_EXIT_USAGE;
-        }
-        alpha = -1; /* already applied */
-    } else if (router && strcmp(router, mc.moe.router.name) != 0) {
+    if (build_ev) (void)sm_router_config_set(&mc.moe.router, "ev", NULL);
+    if (router && strcmp(router, mc.moe.router.name) != 0) {
         fprintf(stderr, "specmoe eval: %s: the checkpoint's router is '%s', not '%s'\n", pos[0], mc.moe.router.name, router);
         return CLI_EXIT_USAGE;
     }
-    if (alpha >= 0 && fl_find(fl, nfl, "alpha")->set && strcmp(mc.moe.router.name, "grassmann") != 0) {
-        fprintf(stderr, "specmoe eval: --alpha applies to grassmann and ev routers (this one: %s)\n", mc.moe.router.name);
-        return CLI_EXIT_USAGE;
-    }
-    if (fl_find(fl, nfl, "alpha")->set && !strcmp(mc.moe.router.name, "grassmann") && alpha < 0) {
-        fprintf(stderr, "specmoe eval: --alpha must be >= 0 and applies to grassmann routers (this one: %s)\n",
-                mc.moe.router.name);
-        return CLI_EXIT_USAGE;
-    }
-    if (fl_find(fl, nfl, "temperature")->set && !(temperature > 0)) {
-        fprintf(stderr, "specmoe eval: --temperature must be > 0\n");
-        return CLI_EXIT_USAGE;
-    }
-    sm_model *m = sm_model_create(&mc, o.batch, NULL, &err);
-    if (!m) return cli_fail(SM_ERR_FORMAT, &err);
-    sm_model_set_dials(m, alpha, temperature);
+    build_ev = cli_config_has_moe(&mc) && !strcmp(mc.moe.router.name, "ev");
+    rc = dials_apply(&df, fl, nfl, &mc.moe.router);
+    if (rc) return rc;
+    sm_model *m = sm_model_create(&mc, o.batch, NULL, &err); /* refuses dials out of the router's range */
+    if (!m) return cli_fail(SM_ERR_ARG, &err);
     st = sm_checkpoint_load(pos[0], m, NULL, NULL, &err);
     if (st == SM_OK && build_ev) {
         double t0 = sm_time_now();
         st = sm_model_build_ev(m, &err);
+        const sm_ev_router_opts *eo = sm_ev_opts(&mc.moe.router);
         if (st == SM_OK)
             printf("ev router: descriptors built from the experts in %.2f s (c = %d%s, alpha = %g)\n", sm_time_now() - t0,
-                   mc.moe.router.ev_c, mc.moe.router.ev_avg ? ", averaged EV" : "", mc.moe.router.alpha);
+                   eo->ev_c, eo->ev_avg ? ", averaged EV" : "", eo->alpha);
         /* router-collapse diagnostics per MoE layer: correlation of the learned router's expert
          * embeddings vs of the EV descriptors (mean of each expert's two) */
         for (int l = 0; st == SM_OK && l < sm_model_n_moe(m); l++) {

@@ -129,20 +129,29 @@ static int rf_given(const void *user, const char *key) {
     return i >= 0 && g->rf->row[i] && g->rf->row[i]->set;
 }
 
-/* Fills c from the flags for router ops: every flag that owns its field, then the router's own
- * flags (so --tau, not --temperature, sets a prototype router's temperature), then the router's
- * defaults for what was not given. */
-static void router_flags_apply(const router_flags *rf, const sm_router_ops *ops, int batch, sm_router_config *c) {
-    for (int i = 0; i < rf->n; i++)
-        if (rf->owns_key[i]) rf_copy(rf, i, rf->opt[i], c);
+/* Fills c (naming router ops, its own options at their defaults) from the flags: the shared flags,
+ * then the router's own flags that were given (so --tau, not --temperature, sets a prototype
+ * router's temperature), then the router's defaults for what was not given. A flag given for an
+ * option of other routers only is refused, naming them. */
+static sm_status router_flags_apply(const router_flags *rf, const sm_router_ops *ops, int batch, sm_router_config *c,
+                                    sm_error *err) {
+    for (int i = 0; i < rf->n_shared; i++) rf_copy(rf, i, rf->opt[i], c);
     char name[32];
+    for (int i = rf->n_shared; i < rf->n; i++) {
+        int mine = 0;
+        for (int j = 0; j < ops->n_opts && !mine; j++) mine = !strcmp(sm_router_opt_flag(&ops->opts[j], name, sizeof name), rf->name[i]);
+        if (!mine && rf->row[i] && rf->row[i]->set)
+            return sm_fail(err, SM_ERR_ARG, "--%s is an option of the %s router%s, not of %s", rf->name[i], rf->users[i],
+                           strchr(rf->users[i], ',') ? "s" : "", ops->name);
+    }
     for (int i = 0; i < ops->n_opts; i++) {
         int j = rf_find(rf, sm_router_opt_flag(&ops->opts[i], name, sizeof name));
-        if (j >= 0) rf_copy(rf, j, &ops->opts[i], c);
+        if (j >= 0 && (rf->row[j]->set || ops->opts[i].offset < offsetof(sm_router_config, own))) rf_copy(rf, j, &ops->opts[i], c);
     }
     rf_given_ctx ctx = {rf, ops};
     sm_router_given g = {rf_given, &ctx, batch};
     if (ops->defaults) ops->defaults(c, &g);
+    return SM_OK;
 }
 
 /* progress: a bar on a terminal, plain lines otherwise */
@@ -189,12 +198,13 @@ static int build_router_config(const opts *o, const router_flags *rf, int d, sm_
     if (ops && ops->built_from)
         return sm_fail(err, SM_ERR_ARG, "--router %s is built from %s, not trained: specmoe eval CHECKPOINT --router %s",
                        ops->name, ops->built_from, ops->name);
-    if (strlen(o->router) >= sizeof r->name) return sm_fail(err, SM_ERR_ARG, "--router: unknown router '%s'", o->router);
-    strcpy(r->name, o->router);
+    sm_status st = sm_router_config_set(r, o->router, err); /* an unknown name: the known ones listed */
+    if (st != SM_OK) return st;
     int cap = rf_find(rf, "capacity");
     if (rf->row[cap]->set && !(rf->val[cap].d > 0))
         return sm_fail(err, SM_ERR_ARG, "--capacity: the capacity factor must be > 0 (leave the flag out for no limit)");
-    if (ops) router_flags_apply(rf, ops, o->d.batch, r); /* an unknown name: sm_router_create lists the known ones */
+    st = router_flags_apply(rf, ops, o->d.batch, r, err);
+    if (st != SM_OK) return st;
     /* validate now, before any data is read */
     sm_router *probe = sm_router_create(r, d, err);
     if (!probe) return SM_ERR_ARG;

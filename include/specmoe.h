@@ -61,6 +61,7 @@
 #include "specmoe/core/optim.h"
 #include "specmoe/core/params.h"
 #include "specmoe/nn/router.h"
+#include "specmoe/nn/routers.h"
 #include "specmoe/io/safetensors.h"
 #include "specmoe/core/spectral.h"
 #include "specmoe/methods/srmoe/srmoe.h"
@@ -71,6 +72,7 @@
 #include "specmoe/core/json.h"
 #include "specmoe/core/stiefel.h"
 #include "specmoe/methods/grmoe/synth.h"
+#include "specmoe/methods/grmoe/router.h"
 #include "specmoe/train/train.h"
 #include "specmoe/rl/env.h"
 

@@ -207,6 +207,11 @@ expect 1 "info on a truncated file"  "specmoe: .*trunc"      -- "$bin" info "$tm
 # routers: impossible settings are refused before any work (exit 2)
 expect 2 "k_r > d refused"           "routing rank k_r must be in"  -- "$bin" train --router grassmann --kr 300
 expect 2 "alpha < 0 refused"         "alpha .* must be >= 0"        -- "$bin" train --router grassmann --alpha -1
+expect 2 "a flag of another router refused, naming its routers" "--kr is an option of the grassmann router, not of topk" \
+    -- "$bin" train --router topk --kr 8
+expect 2 "a flag two routers own names both" "--kappa-init is an option of the vmf, grassmann routers, not of soft" \
+    -- "$bin" train --router soft --kappa-init 2
+expect 0 "eval's dial flags come from the routers' tables" "--alpha .*grassmann, ev" -- "$bin" eval --help
 expect 2 "switch with k > 1 refused" "exactly one expert"           -- "$bin" train --router switch --topk 2 --per-class 10 --epochs 1 --out "$tmp/sw"
 expect 0 "bingham-z prints saddle point and Monte Carlo" "kappa" -- "$bin" bingham-z --kappa 1 --samples 20000
 expect 2 "bingham-z k_r > d refused"  ""                            -- "$bin" bingham-z --d 4 --kr 5

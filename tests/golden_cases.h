@@ -63,7 +63,7 @@ static inline int golden_config(const golden_case *c, sm_model_config *cfg, sm_e
     cfg->residual = c->residual;
     if (c->gelu) cfg->act = SM_ACT_GELU;
     sm_router_config *r = &cfg->moe.router;
-    strcpy(r->name, c->router);
+    if (sm_router_config_set(r, c->router, err) != SM_OK) return 1;
     r->E = c->E;
     r->k = c->k;
     r->noisy = c->noisy;
@@ -71,13 +71,18 @@ static inline int golden_config(const golden_case *c, sm_model_config *cfg, sm_e
     r->capacity = c->capacity;
     r->balance_coef = c->balance;
     r->zloss_coef = c->zloss;
-    r->amortize = c->amortize;
-    r->kr = 3;
     r->temperature = 0.9;
-    r->ev_c = 3;
-    r->slots = 2;
-    r->soft_group = 4;
-    r->alpha = strcmp(c->router, "ev") == 0 ? 0.5 : 1.3;
+    if (!strcmp(c->router, "grassmann") || !strcmp(c->router, "vmf")) {
+        sm_grmoe_opts(r)->amortize = c->amortize;
+        sm_grmoe_opts(r)->kr = 3;
+        sm_grmoe_opts(r)->alpha = 1.3;
+    } else if (!strcmp(c->router, "ev")) {
+        sm_ev_opts(r)->ev_c = 3;
+        sm_ev_opts(r)->alpha = 0.5;
+    } else if (!strcmp(c->router, "soft")) {
+        sm_soft_opts(r)->slots = 2;
+        sm_soft_opts(r)->soft_group = 4;
+    }
     cfg->moe.n_shared = c->shared;
     cfg->moe.expert_bias = c->expert_bias;
     cfg->spectral_alpha = c->spectral_alpha;

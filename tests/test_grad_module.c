@@ -10,6 +10,7 @@
 #include "specmoe/nn/loss.h"
 #include "specmoe/nn/module.h"
 #include "specmoe/nn/moe.h"
+#include "specmoe/nn/routers.h"
 
 enum { B = 3 };
 
@@ -105,11 +106,13 @@ Test(grad_module, conv_pools_tokens_flatten) {
 static sm_moe_config moe_cfg(const char *router, int E, int k, int H) {
     sm_moe_config mc;
     sm_moe_config_default(&mc);
-    strcpy(mc.router.name, router);
+    sm_router_config_set(&mc.router, router, NULL);
     mc.router.E = E;
     mc.router.k = k;
-    mc.router.slots = 2;
-    mc.router.soft_group = 4;
+    if (!strcmp(router, "soft")) {
+        sm_soft_opts(&mc.router)->slots = 2;
+        sm_soft_opts(&mc.router)->soft_group = 4;
+    }
     mc.H = H;
     mc.act = SM_ACT_TANH;
     return mc;

@@ -7,6 +7,8 @@
 #include "gradcheck.h"
 #include "specmoe/nn/model.h"
 #include "specmoe/nn/moe.h"
+#include "specmoe/nn/routers.h"
+#include "specmoe/methods/grmoe/router.h"
 #include "specmoe/methods/srmoe/srmoe.h"
 
 typedef struct {
@@ -88,7 +90,7 @@ static void moe_check(const char *what, const sm_moe_config *cfg, int T, int d, 
 static sm_moe_config base_router(const char *router, int E, int k, int H) {
     sm_moe_config c;
     sm_moe_config_default(&c);
-    strcpy(c.router.name, router);
+    sm_router_config_set(&c.router, router, NULL);
     c.router.E = E;
     c.router.k = k;
     c.H = H;
@@ -185,20 +187,20 @@ Test(grad_moe, hash_and_random_constant_routing) {
 
 Test(grad_moe, soft_whole_batch_and_groups) {
     sm_moe_config c = base_router("soft", 3, 1, 6);
-    c.router.slots = 2;
+    sm_soft_opts(&c.router)->slots = 2;
     moe_check("soft.batch.norm", &c, 8, 5, 26, NULL);
-    c.router.soft_norm = 0;
+    sm_soft_opts(&c.router)->soft_norm = 0;
     moe_check("soft.batch.nonorm", &c, 8, 5, 27, NULL);
     /* groups of 4 tokens (one "observation" each) with a ragged last group */
     c = base_router("soft", 3, 1, 6);
-    c.router.soft_group = 4;
-    c.router.slots = 0; /* ceil(4 / 3) = 2 slots per expert */
+    sm_soft_opts(&c.router)->soft_group = 4;
+    sm_soft_opts(&c.router)->slots = 0; /* ceil(4 / 3) = 2 slots per expert */
     moe_check("soft.groups", &c, 10, 5, 28, NULL);
 }
 
 Test(grad_moe, vmf_gate) {
     sm_moe_config c = base_router("vmf", 5, 2, 6);
-    c.router.kappa_init = 3;
+    sm_grmoe_opts(&c.router)->kappa_init = 3;
     moe_check("vmf", &c, 12, 6, 29, NULL);
     /* one token, wide d: the (E,d) direction gradient is larger than the per-token scratch (a heap
      * overflow found in review; the sanitizer build catches a regression) */
@@ -207,24 +209,24 @@ Test(grad_moe, vmf_gate) {
 
 Test(grad_moe, grassmann_dense_amortized_topk_and_subspace) {
     sm_moe_config c = base_router("grassmann", 4, 4, 6);
-    c.router.kr = 3;
-    c.router.alpha = 0.7;
-    c.router.subspace_beta = 0; /* the routing alone */
+    sm_grmoe_opts(&c.router)->kr = 3;
+    sm_grmoe_opts(&c.router)->alpha = 0.7;
+    sm_grmoe_opts(&c.router)->subspace_beta = 0; /* the routing alone */
     moe_check("grassmann.dense", &c, 10, 6, 30, NULL);
-    c.router.amortize = 1;
-    c.router.amort_hidden = 5;
+    sm_grmoe_opts(&c.router)->amortize = 1;
+    sm_grmoe_opts(&c.router)->amort_hidden = 5;
     moe_check("grassmann.amortized", &c, 10, 6, 31, NULL);
     c.router.k = 2; /* top-k on the Bingham weights */
-    c.router.amortize = 0;
+    sm_grmoe_opts(&c.router)->amortize = 0;
     moe_check("grassmann.top2", &c, 10, 6, 32, NULL);
     /* the subspace-overlap regulariser, all pairs and sampled pairs, with a threshold low enough that
      * random 3-dim subspaces of R^6 (expected overlap 1.5) exceed it */
     c.router.k = 4;
-    c.router.subspace_beta = 0.5;
-    c.router.rho0 = 0.05;
-    c.router.pairs = -1;
+    sm_grmoe_opts(&c.router)->subspace_beta = 0.5;
+    sm_grmoe_opts(&c.router)->rho0 = 0.05;
+    sm_grmoe_opts(&c.router)->pairs = -1;
     moe_check("grassmann.subspace.all", &c, 10, 6, 33, NULL);
-    c.router.pairs = 5;
+    sm_grmoe_opts(&c.router)->pairs = 5;
     moe_check("grassmann.subspace.sampled", &c, 10, 6, 34, NULL);
 }
 
@@ -235,7 +237,7 @@ Test(grad_moe, output_width_differs_from_input) {
     moe_check("topk.out3", &c, 10, 5, 40, NULL);
     c = base_router("soft", 3, 1, 6);
     c.out_dim = 7;
-    c.router.soft_group = 4;
+    sm_soft_opts(&c.router)->soft_group = 4;
     moe_check("soft.out7", &c, 10, 5, 41, NULL);
 }
 
@@ -243,7 +245,7 @@ Test(grad_moe, prototype_router_euclidean_and_squared) {
     sm_moe_config c = base_router("prototype", 4, 4, 6);
     c.router.temperature = 0.7; /* tau */
     moe_check("prototype.euclid.dense", &c, 10, 5, 50, NULL);
-    c.router.proto_sq = 1;
+    sm_proto_opts(&c.router)->proto_sq = 1;
     moe_check("prototype.sq.dense", &c, 10, 5, 51, NULL);
     c.router.k = 1;
     c.router.renorm = 0;
@@ -316,7 +318,7 @@ Test(grad_moe, whole_srmoe_model_conv_stem_prototype_stages_and_penalties) {
         cfg.in_dim = 72;
         cfg.n_classes = 3;
         cfg.act = SM_ACT_TANH;
-        strcpy(cfg.moe.router.name, "prototype");
+        sm_router_config_set(&cfg.moe.router, "prototype", NULL);
         cfg.moe.router.E = 3;
         cfg.moe.router.k = 3;
         cfg.moe.router.temperature = 0.8;

@@ -23,10 +23,10 @@ typedef struct {
 static void setup(grm *g, uint64_t seed) {
     sm_moe_config c;
     sm_moe_config_default(&c);
-    strcpy(c.router.name, "grassmann");
+    sm_router_config_set(&c.router, "grassmann", NULL);
     c.router.E = N;
     c.router.k = N;
-    c.router.kr = KR;
+    sm_grmoe_opts(&c.router)->kr = KR;
     c.H = 4;
     sm_error err;
     sm_params_init_table(&g->ps);
@@ -61,7 +61,7 @@ static void concentrated(const grm *g, int t, double *kt) {
 }
 
 static void route_at(grm *g, double alpha) {
-    g->moe->router->cfg.alpha = alpha;
+    sm_grmoe_opts(&g->moe->router->cfg)->alpha = alpha;
     sm_moe_forward(g->moe, g->out, g->x, T, NULL, 0);
 }
 

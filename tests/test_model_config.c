@@ -11,12 +11,13 @@ Test(model_config, every_u64_seed_round_trips) {
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
         sm_model_config c, back;
         sm_model_config_default(&c);
-        c.moe.router.seed = seeds[i];
+        cr_assert_eq(sm_router_config_set(&c.moe.router, "random", NULL), SM_OK);
+        sm_random_opts(&c.moe.router)->seed = seeds[i];
         char *json = sm_model_config_to_json(&c);
         sm_error err = {0};
         cr_assert_eq(sm_model_config_from_json(&back, json, &err), SM_OK, "%s: %s", json, err.msg);
-        cr_expect_eq(back.moe.router.seed, seeds[i], "seed %llu came back as %llu", (unsigned long long)seeds[i],
-                     (unsigned long long)back.moe.router.seed);
+        cr_expect_eq(sm_random_opts(&back.moe.router)->seed, seeds[i], "seed %llu came back as %llu", (unsigned long long)seeds[i],
+                     (unsigned long long)sm_random_opts(&back.moe.router)->seed);
         free(json);
     }
 }
@@ -24,6 +25,7 @@ Test(model_config, every_u64_seed_round_trips) {
 Test(model_config, impossible_numbers_are_refused_by_field) {
     sm_model_config c;
     sm_model_config_default(&c);
+    cr_assert_eq(sm_router_config_set(&c.moe.router, "random", NULL), SM_OK); /* whose own option is the seed */
     char *json = sm_model_config_to_json(&c);
     struct {
         const char *from, *to, *field;

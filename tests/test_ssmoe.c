@@ -96,9 +96,9 @@ Test(ssmoe, ev_router_from_a_topk_checkpoint) {
     memcpy(ref, sm_model_forward(m, x, 16, NULL, 0), sizeof ref);
 
     sm_model_config ec = cfg;
-    strcpy(ec.moe.router.name, "ev");
-    ec.moe.router.alpha = 0;
-    ec.moe.router.ev_c = 3;
+    cr_assert_eq(sm_router_config_set(&ec.moe.router, "ev", NULL), SM_OK);
+    sm_ev_opts(&ec.moe.router)->alpha = 0;
+    sm_ev_opts(&ec.moe.router)->ev_c = 3;
     sm_model *ev = sm_model_create(&ec, 16, NULL, &err);
     cr_assert(ev, "%s", err.msg);
     cr_assert_eq(sm_checkpoint_load(path, ev, NULL, NULL, &err), SM_OK, "%s", err.msg);
@@ -125,7 +125,7 @@ Test(ssmoe, ev_router_from_a_topk_checkpoint) {
         cr_expect_float_eq(evp[(e * 2 + 1) * d + k], d2[k], 1e-6);
     }
     /* the mixture moves the routing away from the learned router's */
-    sm_model_set_dials(ev, 1.0, -1);
+    cr_assert_eq(sm_model_set_dial(ev, "alpha", "1", &err), SM_OK, "%s", err.msg);
     sm_model_forward(ev, x, 16, NULL, 0);
     double diff = 0;
     for (int i = 0; i < 16 * 4; i++) diff += fabs((double)moe->route.probs[i] - 0.25);

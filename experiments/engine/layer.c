@@ -197,12 +197,14 @@ static double bench_router(const char *name, int amortize, int T, int d, int E, 
     sm_error err;
     sm_router_config c;
     sm_router_config_default(&c);
-    strcpy(c.name, name);
+    (void)sm_router_config_set(&c, name, NULL); /* a router of the registry */
     c.E = E;
     c.k = k;
-    c.kr = kr;
-    c.amortize = amortize;
-    c.subspace_beta = 0; /* the regulariser is per step, not per token: timed separately below */
+    if (!strcmp(name, "grassmann") || !strcmp(name, "vmf")) {
+        sm_grmoe_opts(&c)->kr = kr;
+        sm_grmoe_opts(&c)->amortize = amortize;
+        sm_grmoe_opts(&c)->subspace_beta = 0; /* the regulariser is per step, not per token: timed separately below */
+    }
     sm_params ps;
     sm_params_init_table(&ps);
     sm_router *r = sm_router_create(&c, d, &err);

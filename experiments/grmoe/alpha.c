@@ -105,7 +105,7 @@ static void run(const alpha_settings *o, alpha_results *R) {
             gr_layer_train(&tr, &task, &o->to, 1000003 + (uint64_t)s, &e2) == SM_OK) {
             for (int k = 0; k < nd; k++) {
                 sm_router_config *rc2 = &tr.moe->router->cfg;
-                if (m == 0) rc2->alpha = o->dials[k];
+                if (m == 0) sm_grmoe_opts(rc2)->alpha = o->dials[k];
                 else rc2->temperature = o->dials[k] > 0 ? 1.0 / o->dials[k] : 1e300; /* beta = 0: uniform */
                 gr_layer_eval(&tr, &task, &o->to, 2000003 + (uint64_t)s, &R->res[(size_t)i * nd + k]);
             }

@@ -12,21 +12,24 @@ sm_status gr_layer_make(gr_layer *tr, const gr_method *me, const sm_synth_config
     sm_moe_config mc;
     sm_moe_config_default(&mc);
     sm_router_config *r = &mc.router;
-    strcpy(r->name, me->router);
+    sm_status st = sm_router_config_set(r, me->router, err);
+    if (st != SM_OK) return st;
     r->E = sc->N;
     r->k = me->k > 0 ? me->k : sc->N;
     r->renorm = me->renorm;
     r->balance_coef = me->balance;
     r->capacity = me->capacity;
-    r->amortize = me->amortize;
-    r->kr = sc->kr;
-    r->slots = (to->batch + sc->N - 1) / sc->N; /* soft: as many slots as tokens */
+    if (!strcmp(r->name, "grassmann") || !strcmp(r->name, "vmf")) {
+        sm_grmoe_opts(r)->amortize = me->amortize;
+        sm_grmoe_opts(r)->kr = sc->kr;
+    }
+    if (!strcmp(r->name, "soft")) sm_soft_opts(r)->slots = (to->batch + sc->N - 1) / sc->N; /* as many slots as tokens */
     mc.H = to->hidden;
     mc.out_dim = sc->out;
     sm_params_init_table(&tr->ps);
     tr->moe = sm_moe_create(&mc, sc->d, err);
     if (!tr->moe) return SM_ERR_ARG;
-    sm_status st = sm_moe_declare(tr->moe, &tr->ps, "moe", err);
+    st = sm_moe_declare(tr->moe, &tr->ps, "moe", err);
     if (st == SM_OK) st = sm_params_alloc(&tr->ps, err);
     if (st != SM_OK) return st;
     sm_rng init;

@@ -121,12 +121,12 @@ sm_status oneshot_make_config(sm_model_config *mc, const oneshot_settings *o, in
     mc->moe.act = SM_ACT_RELU;
     sm_router_config *r = &mc->moe.router;
     sm_router_config_default(r);
-    strcpy(r->name, model == 0 ? "topk" : "prototype");
+    (void)sm_router_config_set(r, model == 0 ? "topk" : "prototype", NULL);
     r->E = o->experts[depth];
     r->k = r->E;        /* dense mixture (Eq. 1) */
     r->renorm = 1;      /* a no-op for k = E */
     r->temperature = model == 0 ? 1.0 : o->tau;
-    r->proto_sq = o->proto_sq;
+    if (model) sm_proto_opts(r)->proto_sq = o->proto_sq;
     if (model == 2 && penalties) {
         mc->spectral_alpha = o->alpha;
         mc->sigma_t = o->sigma_t;

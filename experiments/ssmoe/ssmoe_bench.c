@@ -216,27 +216,6 @@ static sm_status make_config(sm_model_config *mc, const ssmoe_settings *o, int E
     return SM_OK;
 }
 
-/* The "ev" twin of a topk model: same parameters by name, descriptors built with (c, avg). */
-static sm_model *ev_twin(const sm_model *m, double alpha, int c, int avg, sm_error *err) {
-    sm_model_config ec = m->cfg;
-    strcpy(ec.moe.router.name, "ev");
-    ec.moe.router.alpha = alpha;
-    ec.moe.router.ev_c = c;
-    ec.moe.router.ev_avg = avg;
-    sm_model *ev = sm_model_create(&ec, m->max_T, NULL, err);
-    if (!ev) return NULL;
-    for (int i = 0; i < m->params.n; i++) {
-        int j = sm_params_find(&ev->params, m->params.p[i].name);
-        if (j >= 0)
-            memcpy(sm_params_data(&ev->params, j), sm_params_data(&m->params, i), sizeof(sm_real) * m->params.p[i].numel);
-    }
-    if (sm_model_build_ev(ev, err) != SM_OK) {
-        sm_model_free(ev);
-        return NULL;
-    }
-    return ev;
-}
-
 /* Accuracy on the clean and the corrupted test sets. */
 static sm_status eval2(sm_model *m, const sm_dataset *clean, const sm_dataset *noisy, int eb, double out[2], sm_error *err) {
     sm_eval_result r;
@@ -315,20 +294,22 @@ static sm_status one_run(const ssmoe_settings *o, int ci, int seed, const sm_dat
     if (st == SM_OK) st = eval2(m, test, &noisy, o->eval_batch, R->acc[M_ORIG], err);
     /* the ablation; c = ev_c and alpha = alpha is SSMoE-full */
     for (int j = 0; j < o->n_c && st == SM_OK; j++) {
-        ev = ev_twin(m, o->alpha, o->cs[j], 0, err);
+        ev = sm_ssmoe_twin(m, o->alpha, o->cs[j], 0, err);
         if (!ev) { st = SM_ERR_ARG; break; }
         st = eval2(ev, test, &noisy, o->eval_batch, R->acc_c[j], err);
         sm_model_free(ev);
         ev = NULL;
     }
     if (st == SM_OK) {
-        ev = ev_twin(m, o->alpha, o->ev_c, 0, err);
+        ev = sm_ssmoe_twin(m, o->alpha, o->ev_c, 0, err);
         if (!ev) st = SM_ERR_ARG;
     }
     if (st == SM_OK) st = eval2(ev, test, &noisy, o->eval_batch, R->acc[M_FULL], err);
     for (int j = 0; j < o->n_alpha && st == SM_OK; j++) {
-        sm_model_set_dials(ev, o->alphas[j], -1);
-        st = eval2(ev, test, &noisy, o->eval_batch, R->acc_alpha[j], err);
+        char text[32];
+        snprintf(text, sizeof text, "%.17g", o->alphas[j]);
+        st = sm_model_set_dial(ev, "alpha", text, err);
+        if (st == SM_OK) st = eval2(ev, test, &noisy, o->eval_batch, R->acc_alpha[j], err);
     }
     /* collapse diagnostic: router rows vs mean descriptors, per MoE layer */
     if (st == SM_OK) {
@@ -362,7 +343,7 @@ static sm_status one_run(const ssmoe_settings *o, int ci, int seed, const sm_dat
     sm_model_free(ev);
     ev = NULL;
     if (st == SM_OK) {
-        ev = ev_twin(m, o->alpha, o->ev_c, 1, err);
+        ev = sm_ssmoe_twin(m, o->alpha, o->ev_c, 1, err);
         if (!ev) st = SM_ERR_ARG;
     }
     if (st == SM_OK) st = eval2(ev, test, &noisy, o->eval_batch, R->acc[M_AVG], err);
@@ -379,7 +360,7 @@ static sm_status one_run(const ssmoe_settings *o, int ci, int seed, const sm_dat
         if (!p) { st = SM_ERR_ARG; break; }
         st = eval2(p, test, &noisy, o->eval_batch, R->acc[slots[r]], err);
         if (st == SM_OK && ranks[r] == SM_RANK_SSMOE) {
-            pev = ev_twin(p, o->alpha, o->ev_c, 0, err);
+            pev = sm_ssmoe_twin(p, o->alpha, o->ev_c, 0, err);
             if (!pev) st = SM_ERR_ARG;
             else st = eval2(pev, test, &noisy, o->eval_batch, R->acc[M_SSDROP_MIX], err);
             sm_model_free(pev);

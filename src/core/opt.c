@@ -113,3 +113,9 @@ void sm_opt_format(const sm_opt *o, const void *cfg, char *buf, size_t n) {
     case SM_OPT_STR: snprintf(buf, n, "%s", f); break;
     }
 }
+
+void sm_opt_copy(const sm_opt *o, void *dst, const void *src) {
+    size_t n = o->type == SM_OPT_NUM ? sizeof(double) : o->type == SM_OPT_U64 ? sizeof(uint64_t)
+               : o->type == SM_OPT_STR ? o->size : sizeof(int);
+    memcpy((char *)dst + o->offset, (const char *)src + o->offset, n);
+}

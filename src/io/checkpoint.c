@@ -272,18 +272,22 @@ sm_status sm_checkpoint_load(const char *path, sm_model *m, sm_optim *opt, sm_tr
     char *a = NULL, *b = NULL;
     int convert_ev = 0;
     if (s == SM_OK) {
-        /* alpha (GrMoE's sparsity dial) and the softmax temperature are inference-time dials: a
-         * checkpoint loads under any value of them, everything else must match */
-        cfg.moe.router.alpha = m->cfg.moe.router.alpha;
-        cfg.moe.router.temperature = m->cfg.moe.router.temperature;
         /* a trained top-k model loads under the SSMoE "ev" router: same learned router weight, the
          * descriptors are then built from the experts (sm_model_build_ev) */
         if (!strcmp(m->cfg.moe.router.name, "ev") && !strcmp(cfg.moe.router.name, "topk")) {
-            strcpy(cfg.moe.router.name, "ev");
+            (void)sm_router_config_set(&cfg.moe.router, "ev", NULL);
             convert_ev = 1;
         }
-        cfg.moe.router.ev_c = m->cfg.moe.router.ev_c;
-        cfg.moe.router.ev_avg = m->cfg.moe.router.ev_avg;
+        /* the routers' inference-time dials (sm_router_ops.dials: GrMoE's alpha, ev's mix, the
+         * softmax temperature): a checkpoint loads under any value of them, everything else must
+         * match */
+        const sm_router_ops *rops = sm_router_find(cfg.moe.router.name);
+        if (rops && !strcmp(cfg.moe.router.name, m->cfg.moe.router.name)) {
+            for (int i = -1; i < rops->n_opts; i++) {
+                const sm_router_opt *o = i < 0 ? sm_router_find_opt(rops, "temperature") : &rops->opts[i];
+                if (o && sm_router_is_dial(rops, o->key)) sm_opt_copy(o, &cfg.moe.router, &m->cfg.moe.router);
+            }
+        }
         a = sm_model_config_to_json(&cfg);
         b = sm_model_config_to_json(&m->cfg);
         if (!a || !b || strcmp(a, b) != 0)

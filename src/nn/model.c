@@ -378,16 +378,30 @@ void sm_model_backward_into(sm_model *m, const sm_params *pv, int T) {
 
 void sm_model_backward(sm_model *m, int T) { sm_model_backward_into(m, &m->params, T); }
 
-void sm_model_set_dials(sm_model *m, double alpha, double temperature) {
-    sm_router_config *all[SM_MAX_LAYERS + 1];
-    int n = 0;
-    all[n++] = &m->cfg.moe.router;
-    for (int i = 0; i < m->n_layers; i++)
-        if (m->layers[i].moe) all[n++] = &m->layers[i].moe->router->cfg;
-    for (int i = 0; i < n; i++) {
-        if (alpha >= 0) all[i]->alpha = alpha;
-        if (temperature > 0) all[i]->temperature = temperature;
+sm_status sm_model_set_dial(sm_model *m, const char *key, const char *value, sm_error *err) {
+    /* check on every layer's router first (its own width: GrMoE's k_r <= d), then set */
+    for (int pass = 0; pass < 2; pass++) {
+        int n_moe = 0;
+        for (int i = 0; i < m->n_layers; i++) {
+            sm_router *r = m->layers[i].moe ? m->layers[i].moe->router : NULL;
+            if (!r) continue;
+            n_moe++;
+            const sm_router_opt *o = sm_router_is_dial(r->ops, key) ? sm_router_find_opt(r->ops, key) : NULL;
+            if (!o) return sm_fail(err, SM_ERR_ARG, "'%s' is not a dial of the %s router", key, r->cfg.name);
+            sm_router_config c = r->cfg;
+            if (sm_opt_set(o, &c, value)) return sm_fail(err, SM_ERR_ARG, "%s: '%s' is not a valid value", key, value);
+            if (pass == 0) {
+                sm_router *probe = sm_router_create(&c, r->d, err);
+                if (!probe) return SM_ERR_ARG;
+                sm_router_free(probe);
+            } else {
+                r->cfg = c;
+                (void)sm_opt_set(o, &m->cfg.moe.router, value);
+            }
+        }
+        if (!n_moe) return sm_fail(err, SM_ERR_ARG, "'%s': the model has no MoE layer", key);
     }
+    return SM_OK;
 }
 
 int sm_model_n_moe(const sm_model *m) {

@@ -52,34 +52,49 @@ const sm_router_ops *sm_router_find(const char *name) {
     return NULL;
 }
 
-/* Calls fn on every option once per JSON key: the shared ones, then each router's own in registry
- * order (a key two routers list is visited at its first appearance). */
-static void for_each_key(void (*fn)(const sm_router_opt *, void *), void *user) {
-    for (int t = -1; t < (int)N_ROUTERS; t++) {
-        const sm_router_opt *opts = t < 0 ? kShared : kRouters[t]->opts;
-        int n = t < 0 ? (int)SM_LEN(kShared) : kRouters[t]->n_opts;
-        for (int i = 0; i < n; i++) {
-            int seen = 0;
-            for (int u = -1; u <= t && !seen; u++) {
-                const sm_router_opt *prev = u < 0 ? kShared : kRouters[u]->opts;
-                int m = u == t ? i : u < 0 ? (int)SM_LEN(kShared) : kRouters[u]->n_opts;
-                for (int j = 0; j < m && !seen; j++) seen = !strcmp(prev[j].key, opts[i].key);
-            }
-            if (!seen) fn(&opts[i], user);
-        }
+/* Calls fn on every option of the router named c->name once per JSON key: the shared ones, then
+ * the router's own that are not shared keys (prototype's "tau" sets the shared temperature). */
+static void for_each_key(const sm_router_config *c, void (*fn)(const sm_router_opt *, void *), void *user) {
+    for (size_t i = 0; i < SM_LEN(kShared); i++) fn(&kShared[i], user);
+    const sm_router_ops *ops = sm_router_find(c->name);
+    for (int i = 0; ops && i < ops->n_opts; i++) {
+        int shared = 0;
+        for (size_t j = 0; j < SM_LEN(kShared) && !shared; j++) shared = !strcmp(kShared[j].key, ops->opts[i].key);
+        if (!shared) fn(&ops->opts[i], user);
     }
-}
-
-static void set_default(const sm_router_opt *o, void *c) {
-    /* a built-in default that does not parse leaves the field zero; tests/test_router_opts.c parses
-     * every default, so the bug is caught there rather than by exiting the caller */
-    (void)sm_router_opt_set(o, c, o->def);
 }
 
 void sm_router_config_default(sm_router_config *c) {
     memset(c, 0, sizeof *c);
-    strcpy(c->name, "topk");
-    for_each_key(set_default, c);
+    /* a built-in default that does not parse leaves the field zero; tests/test_router_opts.c parses
+     * every default, so the bug is caught there rather than by exiting the caller */
+    (void)sm_opt_defaults(kShared, (int)SM_LEN(kShared), c);
+    (void)sm_router_config_set(c, "topk", NULL);
+}
+
+sm_status sm_router_config_set(sm_router_config *c, const char *name, sm_error *err) {
+    const sm_router_ops *ops = sm_router_find(name);
+    if (!ops) return sm_fail(err, SM_ERR_ARG, "router: unknown router '%s' (known: %s)", name, sm_router_names());
+    if (c->name != name) snprintf(c->name, sizeof c->name, "%s", name); /* registry names fit */
+    memset(c->own, 0, sizeof c->own);
+    for (int i = 0; i < ops->n_opts; i++)
+        if (ops->opts[i].offset >= offsetof(sm_router_config, own)) (void)sm_opt_set(&ops->opts[i], c, ops->opts[i].def);
+    return SM_OK;
+}
+
+int sm_router_is_dial(const sm_router_ops *ops, const char *key) {
+    if (!strcmp(key, "temperature")) return 1;
+    for (int i = 0; ops && ops->dials && ops->dials[i]; i++)
+        if (!strcmp(ops->dials[i], key)) return 1;
+    return 0;
+}
+
+const sm_router_opt *sm_router_find_opt(const sm_router_ops *ops, const char *key) {
+    for (int i = 0; ops && i < ops->n_opts; i++)
+        if (!strcmp(ops->opts[i].key, key)) return &ops->opts[i];
+    for (size_t i = 0; i < SM_LEN(kShared); i++)
+        if (!strcmp(kShared[i].key, key)) return &kShared[i];
+    return NULL;
 }
 
 const char *sm_router_names(void) {
@@ -108,8 +123,8 @@ sm_router *sm_router_create(const sm_router_config *cfg, int d, sm_error *err) {
     else if (d < 1) why = "token width must be >= 1";
     else if (ops->check) why = ops->check(cfg, d, buf, sizeof buf);
     if (why) {
-        sm_fail(err, SM_ERR_ARG, "router %s: %s (E=%d, k=%d, temperature=%g, capacity=%g, alpha=%g, k_r=%d)",
-                cfg->name, why, cfg->E, cfg->k, cfg->temperature, cfg->capacity, cfg->alpha, cfg->kr);
+        sm_fail(err, SM_ERR_ARG, "router %s: %s (E=%d, k=%d, temperature=%g, capacity=%g)", cfg->name, why, cfg->E,
+                cfg->k, cfg->temperature, cfg->capacity);
         return NULL;
     }
     sm_router *r = calloc(1, sizeof *r);
@@ -218,7 +233,7 @@ static void opt_to_json(const sm_router_opt *o, void *user) {
 void sm_router_config_to_json(const sm_router_config *c, cJSON *o) {
     cJSON_AddStringToObject(o, "router", c->name);
     json_ctx x = {(sm_router_config *)c, NULL, o, NULL, NULL, SM_OK};
-    for_each_key(opt_to_json, &x);
+    for_each_key(c, opt_to_json, &x);
 }
 
 /* Options absent from the JSON keep their defaults unless required. */
@@ -230,6 +245,10 @@ static void opt_from_json(const sm_router_opt *o, void *user) {
 sm_status sm_router_config_from_json(sm_router_config *c, const cJSON *o, const char *what, sm_error *err) {
     json_ctx x = {c, o, NULL, what, err, SM_OK};
     x.st = sm_json_str(o, "router", c->name, sizeof c->name, what, err);
-    for_each_key(opt_from_json, &x);
+    /* the named router's own defaults, then what the document says (documents written before the
+     * options moved into each router's struct list every router's keys: the others are ignored);
+     * an unknown name keeps no own options and is refused when the router is created */
+    if (x.st == SM_OK) (void)sm_router_config_set(c, c->name, NULL);
+    if (x.st == SM_OK) for_each_key(c, opt_from_json, &x);
     return x.st;
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "specmoe/nn/routers.h"
 #include "specmoe/core/ops.h"
 #include "specmoe/nn/router.h"
 
@@ -232,7 +233,7 @@ static void fixed_forward(sm_router *r, sm_route *route, const sm_real *x, int T
             pick_distinct(ch, k, E, rng);
         } else {
             /* hash of the token's bytes (and the seed for "random"): the same token, the same experts */
-            uint64_t h = fnv1a(x + (size_t)t * d, sizeof(sm_real) * d, 0xcbf29ce484222325ULL ^ (is_hash ? 0 : r->cfg.seed));
+            uint64_t h = fnv1a(x + (size_t)t * d, sizeof(sm_real) * d, 0xcbf29ce484222325ULL ^ (is_hash ? 0 : sm_random_opts(&r->cfg)->seed));
             sm_rng_seed(&g, h);
             if (is_hash) {
                 ch[0] = (int)(h % (uint64_t)E);
@@ -273,7 +274,7 @@ const sm_router_ops sm_router_hash_ops = {
 };
 
 static const sm_router_opt kRandomOpts[] = {
-    SM_ROUTER_OPT("seed", "router-seed", SM_OPT_U64, seed, "1", "seed of the router at evaluation", 0),
+    SM_ROUTER_OWN_OPT(sm_random_router_opts, "seed", "router-seed", SM_OPT_U64, seed, "1", "seed of the router at evaluation"),
 };
 
 const sm_router_ops sm_router_random_ops = {

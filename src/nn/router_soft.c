@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "specmoe/nn/routers.h"
 #include "specmoe/core/ops.h"
 #include "specmoe/nn/router.h"
 
@@ -33,8 +34,8 @@ typedef struct {
 } soft_state;
 
 static int soft_slots(const sm_router *r) {
-    if (r->cfg.slots > 0) return r->cfg.slots;
-    return r->cfg.soft_group > 0 ? (r->cfg.soft_group + r->cfg.E - 1) / r->cfg.E : 0;
+    if (sm_soft_opts(&r->cfg)->slots > 0) return sm_soft_opts(&r->cfg)->slots;
+    return sm_soft_opts(&r->cfg)->soft_group > 0 ? (sm_soft_opts(&r->cfg)->soft_group + r->cfg.E - 1) / r->cfg.E : 0;
 }
 
 static sm_status soft_declare(sm_router *r, sm_params *ps, const char *prefix, sm_error *err) {
@@ -51,7 +52,7 @@ static sm_status soft_declare(sm_router *r, sm_params *ps, const char *prefix, s
     s->iphi = sm_params_add(ps, name, 2, shape, SM_INIT_NORMAL, r->d, 1.0 / sqrt((double)r->d), 0, err);
     if (s->iphi < 0) return SM_ERR_ARG;
     s->iscale = -1;
-    if (r->cfg.soft_norm) {
+    if (sm_soft_opts(&r->cfg)->soft_norm) {
         snprintf(name, sizeof name, "%s.scale", prefix);
         s->iscale = sm_params_add(ps, name, 1, one, SM_INIT_ONE, 1, 0, SM_PARAM_NO_DECAY, err);
         if (s->iscale < 0) return SM_ERR_ARG;
@@ -70,7 +71,7 @@ static void soft_bind(sm_router *r, const sm_params *ps) {
 }
 
 static int n_groups(const sm_router *r, int T) {
-    int m = r->cfg.soft_group > 0 ? r->cfg.soft_group : T;
+    int m = sm_soft_opts(&r->cfg)->soft_group > 0 ? sm_soft_opts(&r->cfg)->soft_group : T;
     return (T + m - 1) / m;
 }
 
@@ -95,10 +96,10 @@ static void soft_forward(sm_router *r, sm_route *route, const sm_real *x, int T,
     (void)train;
     soft_state *s = r->state;
     const int E = r->cfg.E, d = r->d, p = s->p, S = E * p;
-    const int m = r->cfg.soft_group > 0 ? r->cfg.soft_group : T, G = (T + m - 1) / m;
+    const int m = sm_soft_opts(&r->cfg)->soft_group > 0 ? sm_soft_opts(&r->cfg)->soft_group : T, G = (T + m - 1) / m;
     const sm_real *xa = x, *pa = s->phi;
     sm_real sc = 1;
-    if (r->cfg.soft_norm) {
+    if (sm_soft_opts(&r->cfg)->soft_norm) {
         sm_l2norm_forward(s->xn, s->xnorm, x, T, d);
         sm_l2norm_forward(s->phin, s->phinorm, s->phi, S, d);
         xa = s->xn;
@@ -166,7 +167,7 @@ static void soft_backward(sm_router *r, sm_real *dx, const sm_route *route, cons
             }
         }
     }
-    if (!r->cfg.soft_norm) { /* L = X Phi^T */
+    if (!sm_soft_opts(&r->cfg)->soft_norm) { /* L = X Phi^T */
         sm_gemm(0, 0, T, d, S, 1, dL, S, s->phi, d, 1, dx, d);
         sm_gemm(1, 0, S, d, T, 1, dL, S, x, d, 1, s->dphi, d);
         return;
@@ -191,21 +192,23 @@ static void soft_destroy(sm_router *r) {
 }
 
 static const sm_router_opt kSoftOpts[] = {
-    SM_ROUTER_OPT("slots", NULL, SM_OPT_INT, slots, "0", "slots per expert (0 = group / E, or batch / E)", 0),
-    SM_ROUTER_OPT("soft_group", NULL, SM_OPT_INT, soft_group, "0", "tokens per SoftMoE group (0 = the whole batch)", 0),
-    SM_ROUTER_OPT("soft_norm", NULL, SM_OPT_BOOL, soft_norm, "1", "normalise tokens and slot parameters, learned scale", 0),
+    SM_ROUTER_OWN_OPT(sm_soft_router_opts, "slots", NULL, SM_OPT_INT, slots, "0", "slots per expert (0 = group / E, or batch / E)"),
+    SM_ROUTER_OWN_OPT(sm_soft_router_opts, "soft_group", NULL, SM_OPT_INT, soft_group, "0", "tokens per SoftMoE group (0 = the whole batch)"),
+    SM_ROUTER_OWN_OPT(sm_soft_router_opts, "soft_norm", NULL, SM_OPT_BOOL, soft_norm, "1", "normalise tokens and slot parameters, learned scale"),
 };
 
 static const char *soft_check(const sm_router_config *c, int d, char *buf, size_t n) {
     (void)d, (void)buf, (void)n;
-    return c->slots < 0 || c->soft_group < 0 ? "soft slots and group size must be >= 0" : NULL;
+    const sm_soft_router_opts *o = sm_soft_opts(c);
+    return o->slots < 0 || o->soft_group < 0 ? "soft slots and group size must be >= 0" : NULL;
 }
 
 /* one slot per expert and token of a training batch, fixed at training time so that evaluation at
  * another batch size keeps the trained slot count */
 static void soft_defaults(sm_router_config *c, const sm_router_given *g) {
     if (!g->given(g->user, "topk")) c->k = 1;
-    if (c->slots == 0 && c->soft_group == 0 && g->batch > 0) c->slots = (g->batch + c->E - 1) / (c->E > 0 ? c->E : 1);
+    sm_soft_router_opts *o = sm_soft_opts(c);
+    if (o->slots == 0 && o->soft_group == 0 && g->batch > 0) o->slots = (g->batch + c->E - 1) / (c->E > 0 ? c->E : 1);
 }
 
 const sm_router_ops sm_router_soft_ops = {

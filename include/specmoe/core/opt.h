@@ -43,6 +43,8 @@ int sm_opt_defaults(const sm_opt *opts, int n, void *cfg);
 /* The field as JSON under o->key; and back (absent optional keys keep the field). */
 void sm_opt_to_json(const sm_opt *o, const void *cfg, struct cJSON *out);
 sm_status sm_opt_from_json(const sm_opt *o, void *cfg, const struct cJSON *in, const char *what, sm_error *err);
+/* Copies the option's field from the configuration src to dst. */
+void sm_opt_copy(const sm_opt *o, void *dst, const void *src);
 /* The field's value as text (for settings files and help). */
 void sm_opt_format(const sm_opt *o, const void *cfg, char *buf, size_t n);
 

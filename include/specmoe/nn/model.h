@@ -130,9 +130,11 @@ void sm_model_backward(sm_model *m, int T);
 /* The same into the gradient view pv (sm_params_view of m->params): e.g. a penalty's gradient kept
  * apart from the loss's. */
 void sm_model_backward_into(sm_model *m, const sm_params *pv, int T);
-/* Sets the inference-time dials of every MoE router: GrMoE's alpha and the softmax temperature
- * (negative values leave a dial unchanged). No retraining: the parameters are untouched. */
-void sm_model_set_dials(sm_model *m, double alpha, double temperature);
+/* Sets an inference-time dial (sm_router_ops.dials: GrMoE's alpha, ev's mix weight, the softmax
+ * temperature of any router) of every MoE router to value (text, parsed as a flag value). No
+ * retraining: the parameters are untouched. Refused, leaving m unchanged, when key is not a dial of
+ * the model's router or the value is invalid for it (the router's own check). */
+sm_status sm_model_set_dial(sm_model *m, const char *key, const char *value, sm_error *err);
 /* Number of MoE layers and access to the i-th. */
 int sm_model_n_moe(const sm_model *m);
 sm_moe *sm_model_moe(const sm_model *m, int i);

@@ -19,8 +19,13 @@
 extern "C" {
 #endif
 
-/* Options of every router, set from flags. A router reads the fields it understands; which router
- * owns which field is said by the option tables (sm_router_opt) of the ops tables below. */
+/* The options of a router. The fields below are the ones every router shares; a router's own
+ * options live in `own`, which holds that router's own option struct (e.g. sm_grmoe_router_opts,
+ * include/specmoe/methods/grmoe/router.h) and is read through the router's accessor. Which router's
+ * struct `own` holds is said by `name`: change the router with sm_router_config_set, which resets
+ * `own` to that router's defaults. A new router with new options therefore touches only its own files
+ * and one registry line: its struct, its option table (SM_ROUTER_OWN_OPT rows) and its accessor. */
+#define SM_ROUTER_OWN_BYTES 128
 typedef struct {
     char name[32];       /* "topk", "switch", ... (sm_router_names lists them) */
     int E;               /* experts */
@@ -32,39 +37,33 @@ typedef struct {
                           * expert-choice: each expert takes ceil(cf * T / E) tokens (0 means 1) */
     double balance_coef; /* Switch load-balancing loss weight (switch default 0.01) */
     double zloss_coef;   /* router z-loss weight (ST-MoE), 0 = off */
-    /* vmf and grassmann (GrMoE) */
-    double kappa_init;   /* initial concentration kappa_e (learned, > 0) */
-    double alpha;        /* GrMoE sparsity dial: logits = alpha * h(x) * kappa_e * ||U_e^T x||^2 */
-    int kr;              /* GrMoE routing rank k_r (frames in St(k_r, d)) */
-    int amortize;        /* GrMoE amortiser h(x) = E * softmax(MLP(x)) */
-    int amort_hidden;    /* its hidden width */
-    double subspace_beta;/* weight of the subspace-overlap regulariser (GrMoE Eq. 12) */
-    double rho0;         /* overlap threshold: max(0, ||U_e^T U_e'||_F^2 - rho0 * k_r) */
-    int pairs;           /* sampled pairs per step; 0 = 4E (the paper's default), -1 = all pairs */
-    /* soft (SoftMoE) */
-    int slots;           /* slots per expert p; 0 = ceil(group / E) */
-    int soft_group;      /* tokens per SoftMoE group (one observation); 0 = the whole batch */
-    int soft_norm;       /* normalise x and Phi along d, with a learned scale */
-    uint64_t seed;       /* seed of parameter-free stochastic routers (random) */
-    /* prototype (SR-MoE): logits -dist(z, mu_e), gate temperature = tau */
-    int proto_sq;        /* squared Euclidean distance instead of Euclidean */
-    /* ev (SSMoE): P = alpha softmax(EV logits) + (1 - alpha) softmax(router logits) */
-    int ev_c;            /* right singular vectors kept per descriptor (top-c by signed alignment) */
-    int ev_avg;          /* router-free "averaged EV": top-c by singular value */
+    _Alignas(16) unsigned char own[SM_ROUTER_OWN_BYTES]; /* the named router's own option struct */
 } sm_router_config;
+
+/* The own option struct T of a router in c (a router's accessor wraps this and checks the size). */
+#define SM_ROUTER_OWN(T, c) ((T *)(void *)(c)->own)
+#define SM_ROUTER_OWN_FITS(T) _Static_assert(sizeof(T) <= SM_ROUTER_OWN_BYTES, #T " exceeds SM_ROUTER_OWN_BYTES")
+/* Declares fn(cfg), the accessor of own struct T: a pointer into cfg->own (cfg must name a router
+ * whose own struct is T; writable through a const cfg, like strchr), with the size checked. */
+#define SM_ROUTER_OWN_ACCESSOR(T, fn)                                                   \
+    SM_ROUTER_OWN_FITS(T);                                                              \
+    static inline T *fn(const sm_router_config *c) { return SM_ROUTER_OWN(T, (sm_router_config *)c); }
 
 /* One router option: the JSON key it is stored under in a model description, the command-line flag
  * that sets it, its type, where it lives in sm_router_config, its default and a help line. Options
- * several routers read (experts, topk, temperature, ...) are in one shared table (router.c,
- * sm_router_shared_opts); each router's ops table lists the ones it adds. The same key may appear in
- * several tables (alpha: grassmann and ev) as long as type, field and default agree. From these
- * tables come the defaults (sm_router_config_default), the JSON fields (sm_router_config_to_json /
- * _from_json) and the command-line flags of `specmoe train`. */
+ * every router reads (experts, topk, temperature, ...) are in one shared table (router.c,
+ * sm_router_shared_opts); each router's ops table lists its own (SM_ROUTER_OWN_OPT: a field of its
+ * own struct). Two routers may list the same key (alpha: grassmann and ev) with the same type; each
+ * keeps it in its own struct. From these tables come the defaults (sm_router_config_set), the JSON
+ * fields (sm_router_config_to_json / _from_json: the shared options and the named router's own) and
+ * the command-line flags of `specmoe train` and of `specmoe eval` (the dials). */
 /* (the generic option row, include/specmoe/core/opt.h) */
 typedef sm_opt sm_router_opt;
 
 #define SM_ROUTER_OPT(key, flag, type, field, def, help, required) \
     {key, flag, type, offsetof(sm_router_config, field), def, help, required, 0}
+#define SM_ROUTER_OWN_OPT(T, key, flag, type, field, def, help) \
+    {key, flag, type, offsetof(sm_router_config, own) + offsetof(T, field), def, help, 0, 0}
 
 /* What a front end knows when it fills a config from user options, for sm_router_ops.defaults. */
 typedef struct {
@@ -73,7 +72,11 @@ typedef struct {
     int batch;  /* examples per training batch, 0 if unknown */
 } sm_router_given;
 
+/* The shared defaults and the topk router. */
 void sm_router_config_default(sm_router_config *c);
+/* Names router `name` in c and resets c->own to that router's defaults (the shared fields are kept);
+ * an unknown name is refused listing the known ones. */
+sm_status sm_router_config_set(sm_router_config *c, const char *name, sm_error *err);
 /* The config as JSON fields ("router", "experts", "topk", ...) added to object o, and back (what
  * names the document in messages; fields added after the first checkpoints are optional). */
 struct cJSON;
@@ -144,6 +147,11 @@ typedef struct {
     /* Non-NULL for a router that is not trained but built from something else, which this names
      * (ev: "a trained topk model"); the training command refuses it and shows none of its options. */
     const char *built_from;
+    /* The keys of the options that may change on a trained model without retraining (GrMoE's
+     * alpha; ev's mix weight and c), NULL-terminated; may be NULL. The shared "temperature" is a dial
+     * of every router. `specmoe eval` makes its flags from these, and a checkpoint loads under any
+     * value of them. */
+    const char *const *dials;
 } sm_router_ops;
 
 struct sm_router {
@@ -164,6 +172,10 @@ const sm_router_ops *sm_router_at(int i);
 const sm_router_ops *sm_router_find(const char *name);
 /* The options every router shares (experts, topk, temperature, ...); n receives their number. */
 const sm_router_opt *sm_router_shared_opts(int *n);
+/* 1 if key names a dial of router ops (see sm_router_ops.dials; "temperature" for every router). */
+int sm_router_is_dial(const sm_router_ops *ops, const char *key);
+/* The option of router ops with this key: its own, else a shared one; NULL if none. */
+const sm_router_opt *sm_router_find_opt(const sm_router_ops *ops, const char *key);
 /* The flag name of an option (o->flag, or the key with '_' -> '-') in buf of n bytes. */
 static inline const char *sm_router_opt_flag(const sm_router_opt *o, char *buf, size_t n) { return sm_opt_flag(o, buf, n); }
 /* Sets the option's field in c from text (as a flag value); 0 on success, -1 if text is invalid. */

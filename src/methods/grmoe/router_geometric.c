@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "nn/gate.h"
+#include "specmoe/methods/grmoe/router.h"
 #include "specmoe/nn/mlp.h"
 #include "specmoe/core/ops.h"
 
@@ -59,7 +60,7 @@ static sm_status geo_declare(sm_router *r, sm_params *ps, const char *prefix, sm
     if (!s) return sm_fail(err, SM_ERR_NOMEM, "router: out of memory");
     r->state = s;
     s->grassmann = !strcmp(r->cfg.name, "grassmann");
-    const int E = r->cfg.E, d = r->d, R = r->cfg.kr;
+    const int E = r->cfg.E, d = r->d, R = sm_grmoe_opts(&r->cfg)->kr;
     char name[SM_NAME_MAX];
     for (int i = 0; i < 4; i++) s->ia[i] = -1;
     if (s->grassmann) {
@@ -74,11 +75,11 @@ static sm_status geo_declare(sm_router *r, sm_params *ps, const char *prefix, sm
     if (s->iu < 0) return SM_ERR_ARG;
     int64_t se[1] = {E};
     snprintf(name, sizeof name, "%s.log_kappa", prefix);
-    s->ik = sm_params_add(ps, name, 1, se, SM_INIT_CONST, 1, log(r->cfg.kappa_init), SM_PARAM_NO_DECAY, err);
+    s->ik = sm_params_add(ps, name, 1, se, SM_INIT_CONST, 1, log(sm_grmoe_opts(&r->cfg)->kappa_init), SM_PARAM_NO_DECAY, err);
     if (s->ik < 0) return SM_ERR_ARG;
-    if (s->grassmann && r->cfg.amortize) {
+    if (s->grassmann && sm_grmoe_opts(&r->cfg)->amortize) {
         /* the output layer starts at zero so h(x) = 1 at initialisation: training starts from basic GrMoE */
-        const int Ha = r->cfg.amort_hidden;
+        const int Ha = sm_grmoe_opts(&r->cfg)->amort_hidden;
         int64_t s1[2] = {Ha, d}, sb1[1] = {Ha}, s2[2] = {E, Ha}, sb2[1] = {E};
         const char *nm[4] = {"amortizer.w1", "amortizer.b1", "amortizer.w2", "amortizer.b2"};
         const int64_t *sh[4] = {s1, sb1, s2, sb2};
@@ -110,13 +111,13 @@ static int geo_max_assign(const sm_router *r, int T) { return T * r->cfg.k; }
 
 static int n_pairs_per_step(const sm_router *r) {
     int E = r->cfg.E, all = E * (E - 1) / 2;
-    if (r->cfg.pairs < 0) return all;
-    return r->cfg.pairs == 0 ? 4 * E : r->cfg.pairs;
+    if (sm_grmoe_opts(&r->cfg)->pairs < 0) return all;
+    return sm_grmoe_opts(&r->cfg)->pairs == 0 ? 4 * E : sm_grmoe_opts(&r->cfg)->pairs;
 }
 
 static sm_status geo_reserve(sm_router *r, int max_T, sm_error *err) {
     geo_state *s = r->state;
-    const int E = r->cfg.E, d = r->d, R = r->cfg.kr, Ha = r->cfg.amort_hidden;
+    const int E = r->cfg.E, d = r->d, R = sm_grmoe_opts(&r->cfg)->kr, Ha = sm_grmoe_opts(&r->cfg)->amort_hidden;
     size_t T = (size_t)max_T, w = (size_t)max3(s->grassmann ? E * R : E, d, Ha);
     /* scratch2 also holds the (E,d) direction gradient of vmf, which can exceed T*w for small T */
     size_t w2 = T * w > (size_t)E * d ? T * w : (size_t)E * d;
@@ -143,8 +144,8 @@ static double overlap(geo_state *s, const sm_real *Ra, const sm_real *Rb, int R,
 
 static void geo_forward(sm_router *r, sm_route *route, const sm_real *x, int T, sm_rng *rng, int train) {
     geo_state *s = r->state;
-    const sm_router_config *c = &r->cfg;
-    const int E = c->E, d = r->d, R = c->kr;
+    const sm_grmoe_router_opts *c = sm_grmoe_opts(&r->cfg);
+    const int E = r->cfg.E, d = r->d, R = c->kr;
     if (!s->grassmann) {
         sm_l2norm_forward(s->xn, s->xnorm, x, T, d);
         sm_l2norm_forward(s->un, s->unorm, s->u, E, d);
@@ -211,8 +212,8 @@ static void geo_forward(sm_router *r, sm_route *route, const sm_real *x, int T, 
 
 static void geo_backward(sm_router *r, sm_real *dx, const sm_route *route, const sm_real *x, int T) {
     geo_state *s = r->state;
-    const sm_router_config *c = &r->cfg;
-    const int E = c->E, d = r->d, R = c->kr;
+    const sm_grmoe_router_opts *c = sm_grmoe_opts(&r->cfg);
+    const int E = r->cfg.E, d = r->d, R = c->kr;
     sm_real *dl = s->logits;
     sm_gate_backward(&s->gate, dl, route, T);
     if (!s->grassmann) {
@@ -295,24 +296,25 @@ static void geo_destroy(sm_router *r) {
 
 /* kappa_init (first row) is both routers'; the rest are grassmann's */
 static const sm_router_opt kGeoOpts[] = {
-    SM_ROUTER_OPT("kappa_init", NULL, SM_OPT_NUM, kappa_init, "1", "initial concentration kappa", 0),
-    SM_ROUTER_OPT("alpha", NULL, SM_OPT_NUM, alpha, "1", "sparsity dial alpha (changeable at eval)", 0),
-    SM_ROUTER_OPT("kr", NULL, SM_OPT_INT, kr, "16", "routing rank k_r", 0),
-    SM_ROUTER_OPT("amortize", NULL, SM_OPT_BOOL, amortize, "0", "amortiser h(x) = E softmax(MLP(x))", 0),
-    SM_ROUTER_OPT("amort_hidden", NULL, SM_OPT_INT, amort_hidden, "32", "amortiser hidden width", 0),
-    SM_ROUTER_OPT("subspace_beta", NULL, SM_OPT_NUM, subspace_beta, "0.01", "subspace-overlap regulariser weight", 0),
-    SM_ROUTER_OPT("rho0", NULL, SM_OPT_NUM, rho0, "0.3", "overlap threshold rho0", 0),
-    SM_ROUTER_OPT("pairs", NULL, SM_OPT_INT, pairs, "0", "sampled pairs per step (0 = 4E, -1 = all)", 0),
+    SM_ROUTER_OWN_OPT(sm_grmoe_router_opts, "kappa_init", NULL, SM_OPT_NUM, kappa_init, "1", "initial concentration kappa"),
+    SM_ROUTER_OWN_OPT(sm_grmoe_router_opts, "alpha", NULL, SM_OPT_NUM, alpha, "1", "sparsity dial alpha (changeable at eval)"),
+    SM_ROUTER_OWN_OPT(sm_grmoe_router_opts, "kr", NULL, SM_OPT_INT, kr, "16", "routing rank k_r"),
+    SM_ROUTER_OWN_OPT(sm_grmoe_router_opts, "amortize", NULL, SM_OPT_BOOL, amortize, "0", "amortiser h(x) = E softmax(MLP(x))"),
+    SM_ROUTER_OWN_OPT(sm_grmoe_router_opts, "amort_hidden", NULL, SM_OPT_INT, amort_hidden, "32", "amortiser hidden width"),
+    SM_ROUTER_OWN_OPT(sm_grmoe_router_opts, "subspace_beta", NULL, SM_OPT_NUM, subspace_beta, "0.01", "subspace-overlap regulariser weight"),
+    SM_ROUTER_OWN_OPT(sm_grmoe_router_opts, "rho0", NULL, SM_OPT_NUM, rho0, "0.3", "overlap threshold rho0"),
+    SM_ROUTER_OWN_OPT(sm_grmoe_router_opts, "pairs", NULL, SM_OPT_INT, pairs, "0", "sampled pairs per step (0 = 4E, -1 = all)"),
 };
 
-static const char *vmf_check(const sm_router_config *c, int d, char *buf, size_t n) {
+static const char *vmf_check(const sm_router_config *cfg, int d, char *buf, size_t n) {
     (void)d, (void)buf, (void)n;
-    return c->kappa_init > 0 ? NULL : "initial concentration kappa must be > 0";
+    return sm_grmoe_opts(cfg)->kappa_init > 0 ? NULL : "initial concentration kappa must be > 0";
 }
 
-static const char *grassmann_check(const sm_router_config *c, int d, char *buf, size_t n) {
+static const char *grassmann_check(const sm_router_config *cfg, int d, char *buf, size_t n) {
+    const sm_grmoe_router_opts *c = sm_grmoe_opts(cfg);
     if (!(c->alpha >= 0)) return "alpha (the sparsity dial) must be >= 0";
-    const char *why = vmf_check(c, d, buf, n);
+    const char *why = vmf_check(cfg, d, buf, n);
     if (why) return why;
     if (c->kr < 1 || c->kr > d) {
         snprintf(buf, n, "routing rank k_r must be in [1, d=%d]", d);
@@ -323,6 +325,9 @@ static const char *grassmann_check(const sm_router_config *c, int d, char *buf, 
     if (c->pairs < -1) return "sampled pairs must be >= 1, 0 (4E) or -1 (all)";
     return NULL;
 }
+
+/* the post-hoc sparsity dial (GrMoE Sec. 5.1): train at 1, deploy at any value */
+static const char *const kGrassmannDials[] = {"alpha", NULL};
 
 /* GrMoE: a dense mixture by default */
 static void grassmann_defaults(sm_router_config *c, const sm_router_given *g) {
@@ -339,5 +344,5 @@ const sm_router_ops sm_router_grassmann_ops = {
     .name = "grassmann", .kind = SM_ROUTE_SPARSE, .declare = geo_declare, .bind = geo_bind,
     .max_assign = geo_max_assign, .reserve = geo_reserve, .forward = geo_forward,
     .backward = geo_backward, .destroy = geo_destroy, .opts = kGeoOpts, .n_opts = SM_LEN(kGeoOpts),
-    .check = grassmann_check, .defaults = grassmann_defaults,
+    .check = grassmann_check, .defaults = grassmann_defaults, .dials = kGrassmannDials,
 };

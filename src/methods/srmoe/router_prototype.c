@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "nn/gate.h"
+#include "specmoe/methods/srmoe/srmoe.h"
 #include "specmoe/core/ops.h"
 
 typedef struct {
@@ -70,7 +71,7 @@ static void proto_forward(sm_router *r, sm_route *route, const sm_real *z, int T
             size_t i = (size_t)t * E + e;
             sm_real d2 = s->dist[i] + s->zz[t] + s->mm[e];
             d2 = d2 > 0 ? d2 : 0; /* round-off can make a tiny distance negative */
-            s->dist[i] = r->cfg.proto_sq ? d2 : (sm_real)sqrt((double)d2 + 1e-12);
+            s->dist[i] = sm_proto_opts(&r->cfg)->proto_sq ? d2 : (sm_real)sqrt((double)d2 + 1e-12);
             s->logits[i] = -s->dist[i];
         }
     sm_gate_forward(&s->gate, route, s->logits, T);
@@ -83,7 +84,7 @@ static void proto_backward(sm_router *r, sm_real *dz, const sm_route *route, con
     sm_gate_backward(&s->gate, dl, route, T);
     /* logit = -dist;  squared: d dist/dz = 2 (z - mu);  Euclidean: (z - mu) / dist.  With
      * a_te = -dl_te * c_te:  dz_t += (sum_e a_te) z_t - sum_e a_te mu_e;  dmu_e += (sum_t a_te) mu_e - sum_t a_te z_t */
-    for (size_t i = 0; i < (size_t)T * E; i++) s->a[i] = -dl[i] * (r->cfg.proto_sq ? 2 : 1 / s->dist[i]);
+    for (size_t i = 0; i < (size_t)T * E; i++) s->a[i] = -dl[i] * (sm_proto_opts(&r->cfg)->proto_sq ? 2 : 1 / s->dist[i]);
     for (int t = 0; t < T; t++) {
         sm_real rs = 0;
         for (int e = 0; e < E; e++) rs += s->a[(size_t)t * E + e];
@@ -111,7 +112,7 @@ static void proto_destroy(sm_router *r) {
  * --temperature does not apply to this router) */
 static const sm_router_opt kProtoOpts[] = {
     SM_ROUTER_OPT("temperature", "tau", SM_OPT_NUM, temperature, "1", "temperature tau (SR-MoE Eq. 2)", 1),
-    SM_ROUTER_OPT("proto_sq", NULL, SM_OPT_BOOL, proto_sq, "0", "squared Euclidean distance", 0),
+    SM_ROUTER_OWN_OPT(sm_proto_router_opts, "proto_sq", NULL, SM_OPT_BOOL, proto_sq, "0", "squared Euclidean distance"),
 };
 
 /* SR-MoE: a dense mixture by default */

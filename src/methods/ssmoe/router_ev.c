@@ -75,7 +75,7 @@ static void ev_forward(sm_router *r, sm_route *route, const sm_real *x, int T, s
     (void)train;
     ev_state *s = r->state;
     const int E = r->cfg.E, d = r->d;
-    const double a = r->cfg.alpha, temp = r->cfg.temperature;
+    const double a = sm_ev_opts(&r->cfg)->alpha, temp = r->cfg.temperature;
     for (int e = 0; e < E; e++) /* EV logit = mean over the expert's descriptors of x . C */
         for (int i = 0; i < d; i++) {
             sm_real acc = 0;
@@ -127,13 +127,17 @@ double sm_ev_router_take_overlap(sm_router *r) {
 }
 
 static const sm_router_opt kEvOpts[] = {
-    SM_ROUTER_OPT("alpha", NULL, SM_OPT_NUM, alpha, "1", "weight of the EV router in the mix", 0),
-    SM_ROUTER_OPT("ev_c", NULL, SM_OPT_INT, ev_c, "5", "right singular vectors averaged per descriptor", 0),
-    SM_ROUTER_OPT("ev_avg", NULL, SM_OPT_BOOL, ev_avg, "0", "router-free averaged-EV descriptors", 0),
+    SM_ROUTER_OWN_OPT(sm_ev_router_opts, "alpha", NULL, SM_OPT_NUM, alpha, "0.5", "weight of the EV router in the mix"),
+    SM_ROUTER_OWN_OPT(sm_ev_router_opts, "ev_c", NULL, SM_OPT_INT, ev_c, "5", "right singular vectors averaged per descriptor"),
+    SM_ROUTER_OWN_OPT(sm_ev_router_opts, "ev_avg", NULL, SM_OPT_BOOL, ev_avg, "0", "router-free averaged-EV descriptors"),
 };
 
-static const char *ev_check(const sm_router_config *c, int d, char *buf, size_t n) {
+/* the mix weight and the descriptor variant: the descriptors are (re)built from the experts at load */
+static const char *const kEvDials[] = {"alpha", "ev_c", "ev_avg", NULL};
+
+static const char *ev_check(const sm_router_config *cfg, int d, char *buf, size_t n) {
     (void)d, (void)buf, (void)n;
+    const sm_ev_router_opts *c = sm_ev_opts(cfg);
     if (!(c->alpha >= 0)) return "alpha (the sparsity dial) must be >= 0";
     if (c->ev_c < 1 || c->alpha > 1) return "ev needs c >= 1 and a mixing alpha in [0, 1]";
     return NULL;
@@ -143,5 +147,5 @@ const sm_router_ops sm_router_ev_ops = {
     .name = "ev", .kind = SM_ROUTE_SPARSE, .declare = ev_declare, .bind = ev_bind,
     .max_assign = ev_max_assign, .reserve = ev_reserve, .forward = ev_forward,
     .backward = ev_backward, .destroy = ev_destroy, .opts = kEvOpts, .n_opts = SM_LEN(kEvOpts),
-    .check = ev_check, .built_from = "a trained topk model",
+    .check = ev_check, .built_from = "a trained topk model", .dials = kEvDials,
 };

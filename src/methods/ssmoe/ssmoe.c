@@ -126,7 +126,7 @@ sm_status sm_model_build_ev(sm_model *m, sm_error *err) {
                     for (int k = 0; k < d; k++)
                         w[(size_t)h * d + k] = (float)(j == 0 ? moe->w1[((size_t)e * H + h) * d + k]
                                                               : moe->w2[((size_t)e * d + k) * H + h]);
-                st = sm_ev_descriptor(desc, w, H, d, rc->ev_avg ? NULL : row, rc->ev_c, err);
+                st = sm_ev_descriptor(desc, w, H, d, sm_ev_opts(rc)->ev_avg ? NULL : row, sm_ev_opts(rc)->ev_c, err);
                 for (int k = 0; k < d && st == SM_OK; k++) ev[((size_t)e * 2 + j) * d + k] = (sm_real)desc[k];
             }
         }
@@ -136,6 +136,26 @@ sm_status sm_model_build_ev(sm_model *m, sm_error *err) {
         if (st != SM_OK) return st;
     }
     return SM_OK;
+}
+
+sm_model *sm_ssmoe_twin(const sm_model *m, double alpha, int c, int avg, sm_error *err) {
+    sm_model_config ec = m->cfg;
+    if (sm_router_config_set(&ec.moe.router, "ev", err) != SM_OK) return NULL;
+    sm_ev_opts(&ec.moe.router)->alpha = alpha;
+    sm_ev_opts(&ec.moe.router)->ev_c = c;
+    sm_ev_opts(&ec.moe.router)->ev_avg = avg;
+    sm_model *ev = sm_model_create(&ec, m->max_T, NULL, err);
+    if (!ev) return NULL;
+    for (int i = 0; i < m->params.n; i++) {
+        int j = sm_params_find(&ev->params, m->params.p[i].name);
+        if (j >= 0)
+            memcpy(sm_params_data(&ev->params, j), sm_params_data(&m->params, i), sizeof(sm_real) * m->params.p[i].numel);
+    }
+    if (sm_model_build_ev(ev, err) != SM_OK) {
+        sm_model_free(ev);
+        return NULL;
+    }
+    return ev;
 }
 
 sm_status sm_expert_scores(sm_model *m, const float *x, int n, sm_expert_rank rank, double alpha, int c, int avg,
@@ -153,24 +173,7 @@ sm_status sm_expert_scores(sm_model *m, const float *x, int n, sm_expert_rank ra
         return SM_OK;
     }
     sm_model *ev = NULL;
-    if (rank == SM_RANK_SSMOE) { /* the same weights under the ev router, descriptors built from them */
-        sm_model_config ec = m->cfg;
-        strcpy(ec.moe.router.name, "ev");
-        ec.moe.router.alpha = alpha;
-        ec.moe.router.ev_c = c;
-        ec.moe.router.ev_avg = avg;
-        ev = sm_model_create(&ec, m->max_T, NULL, err);
-        if (!ev) return SM_ERR_ARG;
-        for (int i = 0; i < m->params.n; i++) {
-            int j = sm_params_find(&ev->params, m->params.p[i].name);
-            if (j >= 0) memcpy(sm_params_data(&ev->params, j), sm_params_data(&m->params, i), sizeof(sm_real) * m->params.p[i].numel);
-        }
-        sm_status st = sm_model_build_ev(ev, err);
-        if (st != SM_OK) {
-            sm_model_free(ev);
-            return st;
-        }
-    }
+    if (rank == SM_RANK_SSMOE && !(ev = sm_ssmoe_twin(m, alpha, c, avg, err))) return SM_ERR_ARG;
     sm_model *use = ev ? ev : m;
     for (int i = 0; i < n; i += use->max_T) {
         int B = n - i < use->max_T ? n - i : use->max_T;

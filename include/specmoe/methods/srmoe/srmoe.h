@@ -17,6 +17,14 @@
 extern "C" {
 #endif
 
+/* The own options of the "prototype" router (SR-MoE Eq. 2; src/methods/srmoe/router_prototype.c):
+ * logits -dist(z, mu_e), gate temperature tau (the shared temperature field, flag --tau). */
+typedef struct {
+    int proto_sq; /* squared Euclidean distance instead of Euclidean */
+} sm_proto_router_opts;
+/* sm_proto_opts(cfg): the accessor (cfg must name this router) */
+SM_ROUTER_OWN_ACCESSOR(sm_proto_router_opts, sm_proto_opts)
+
 /* power iterations per step of the SR-MoE penalty attached to m (1 by default; the gradient checks
  * converge them); no effect when m has none */
 void sm_srmoe_set_power_iters(sm_model *m, int iters);

@@ -24,6 +24,16 @@
 extern "C" {
 #endif
 
+/* The own options of the "ev" router (src/methods/ssmoe/router_ev.c):
+ *   P = alpha softmax(EV logits) + (1 - alpha) softmax(router logits)  (SSMoE Eq. 4) */
+typedef struct {
+    double alpha; /* weight of the EV router in the mix, in [0, 1] */
+    int ev_c;     /* right singular vectors kept per descriptor (top-c by signed alignment) */
+    int ev_avg;   /* router-free "averaged EV": top-c by singular value */
+} sm_ev_router_opts;
+/* sm_ev_opts(cfg): the accessor (cfg must name this router) */
+SM_ROUTER_OWN_ACCESSOR(sm_ev_router_opts, sm_ev_opts)
+
 /* out (d) = descriptor of W (nrow, d) row-major; router_row (d) or NULL for the averaged-EV variant;
  * 1 <= c; c is clipped to min(nrow, d). */
 sm_status sm_ev_descriptor(double *out, const float *W, int nrow, int d, const float *router_row, int c, sm_error *err);
@@ -36,6 +46,10 @@ sm_status sm_ev_descriptor_eig(double *out, const float *W, int nrow, int d, con
 /* Fills the descriptors of every "ev" router of m from its experts (W1 as stored, W2 transposed) and
  * its learned router rows, with the router's ev_c and ev_avg. Run once after loading a trained model. */
 sm_status sm_model_build_ev(sm_model *m, sm_error *err);
+
+/* The "ev" twin of a trained topk model m: the same parameters (copied by name) under the ev router
+ * with the given mix weight alpha, c and variant, descriptors built. NULL with err on failure. */
+sm_model *sm_ssmoe_twin(const sm_model *m, double alpha, int c, int avg, sm_error *err);
 
 /* Router-collapse diagnostics (SSMoE Fig. 1/6, App. D.6; the exact metric is UNCONFIRMED, this is
  * the natural reading): the mean absolute off-diagonal Pearson correlation between the rows of V
