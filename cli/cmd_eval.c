@@ -14,10 +14,14 @@
  * name, help naming the routers it applies to. Values stay text until the checkpoint's router is
  * known, then its own option parses them. */
 #define MAX_DIALS 16
+#define MAX_USERS 8
 typedef struct {
     int n;
     const char *key[MAX_DIALS], *val[MAX_DIALS];
-    char flag[MAX_DIALS][32], users[MAX_DIALS][96], help[MAX_DIALS][192];
+    const char *shared_help[MAX_DIALS];                     /* a shared dial's help (NULL: routers') */
+    const char *who[MAX_DIALS][MAX_USERS], *what[MAX_DIALS][MAX_USERS]; /* router, its help */
+    int nu[MAX_DIALS];
+    char flag[MAX_DIALS][32], users[MAX_DIALS][128], help[MAX_DIALS][512];
 } dial_flags;
 
 /* the flag row of option o in df (added if new); ops names a router it applies to (NULL: all) */
@@ -31,21 +35,34 @@ static void dials_add(dial_flags *df, const sm_router_opt *o, const sm_router_op
         df->n++;
         df->key[j] = o->key;
         snprintf(df->flag[j], sizeof df->flag[j], "%s", flag);
-        snprintf(df->help[j], sizeof df->help[j], "%s", o->help);
-        df->users[j][0] = 0;
+        df->shared_help[j] = ops ? NULL : o->help;
+        df->nu[j] = 0;
     }
-    size_t at = strlen(df->users[j]);
-    if (!ops) return;
-    snprintf(df->users[j] + at, sizeof df->users[j] - at, "%s%s", at ? ", " : "", ops->name);
-    if (at && !strstr(df->help[j], o->help)) { /* routers that read the key differently say so in turn */
-        if (!strchr(df->help[j], ':')) {
-            char first[192];
-            snprintf(first, sizeof first, "%.*s: %s", (int)strcspn(df->users[j], ","), df->users[j], df->help[j]);
-            strcpy(df->help[j], first);
-        }
-        at = strlen(df->help[j]);
-        snprintf(df->help[j] + at, sizeof df->help[j] - at, "; %s: %s", ops->name, o->help);
+    if (ops && df->nu[j] < MAX_USERS) {
+        df->who[j][df->nu[j]] = ops->name;
+        df->what[j][df->nu[j]++] = o->help;
     }
+}
+
+/* "[grassmann, ev] grassmann: sparsity dial; ev: mix weight (default: as trained)": the routers
+ * that read the key, each with its own help where they differ */
+static void dials_help(dial_flags *df, int j) {
+    char *h = df->help[j], *u = df->users[j];
+    size_t n = sizeof df->help[j], at = 0, ua = 0;
+    u[0] = 0;
+    if (df->shared_help[j]) {
+        snprintf(h, n, "%s (any router; default: as trained)", df->shared_help[j]);
+        return;
+    }
+    int same = 1;
+    for (int i = 1; i < df->nu[j]; i++) same &= !strcmp(df->what[j][i], df->what[j][0]);
+    for (int i = 0; i < df->nu[j] && ua < sizeof df->users[j]; i++)
+        ua += (size_t)snprintf(u + ua, sizeof df->users[j] - ua, "%s%s", i ? ", " : "", df->who[j][i]);
+    at += (size_t)snprintf(h, n, "[%s] ", u);
+    for (int i = 0; i < (same ? 1 : df->nu[j]) && at < n; i++)
+        at += same ? (size_t)snprintf(h + at, n - at, "%s", df->what[j][i])
+                   : (size_t)snprintf(h + at, n - at, "%s%s: %s", i ? "; " : "", df->who[j][i], df->what[j][i]);
+    if (at < n) snprintf(h + at, n - at, " (default: as trained)");
 }
 
 static int dials_rows(dial_flags *df, fl_flag *fl) {
@@ -62,10 +79,7 @@ static int dials_rows(dial_flags *df, fl_flag *fl) {
         }
     }
     for (int j = 0; j < df->n; j++) {
-        char h[192];
-        if (df->users[j][0]) snprintf(h, sizeof h, "[%s] %s (default: as trained)", df->users[j], df->help[j]);
-        else snprintf(h, sizeof h, "%s (any router; default: as trained)", df->help[j]);
-        strcpy(df->help[j], h);
+        dials_help(df, j);
         fl[j] = (fl_flag){df->flag[j], FL_STRING, &df->val[j], NULL, df->help[j], 0};
     }
     return df->n;

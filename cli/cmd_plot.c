@@ -22,60 +22,6 @@
 
 #define PLOT_MAX_RUNS 256
 
-/* The run's settings.json without the keys that do not change what is learned: the group key. */
-static char *group_key(const char *dir) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/settings.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *text = NULL;
-    size_t n = 0, cap = 0;
-    for (int c; (c = fgetc(f)) != EOF;) {
-        if (n + 2 > cap) {
-            cap = cap ? 2 * cap : 4096;
-            char *t = realloc(text, cap);
-            if (!t) break;
-            text = t;
-        }
-        text[n++] = (char)c;
-    }
-    fclose(f);
-    if (!text) return NULL;
-    text[n] = 0;
-    cJSON *o = cJSON_Parse(text);
-    free(text);
-    if (!o) return NULL;
-    static const char *const drop[] = {"seed", "threads", "out", "resume", "stop-after", "stop_after", "progress-every"};
-    for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) cJSON_DeleteItemFromObjectCaseSensitive(o, drop[i]);
-    /* an agent's bookkeeping options do not change what it learns either */
-    cJSON *as = cJSON_GetObjectItemCaseSensitive(o, "agent_settings");
-    static const char *const drop_agent[] = {"save_replay", "ckpt_every", "log_every", "checkpoint_every"};
-    for (size_t i = 0; as && i < sizeof drop_agent / sizeof drop_agent[0]; i++)
-        cJSON_DeleteItemFromObjectCaseSensitive(as, drop_agent[i]);
-    char *key = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return key;
-}
-
-/* The directory's last path component without a trailing seed ("-s3", "-3"): the group's label. */
-static void label_of(const char *dir, char *buf, size_t n) {
-    const char *base = strrchr(dir, '/');
-    while (base && base[1] == 0 && base > dir) { /* trailing slash */
-        const char *p = base - 1;
-        while (p > dir && *p != '/') p--;
-        base = *p == '/' ? p : NULL;
-    }
-    snprintf(buf, n, "%s", base ? base + 1 : dir);
-    size_t len = strlen(buf);
-    while (len && buf[len - 1] == '/') buf[--len] = 0;
-    size_t k = len;
-    while (k && buf[k - 1] >= '0' && buf[k - 1] <= '9') k--;
-    if (k < len && k >= 1 && buf[k - 1] == 's' && k >= 2 && buf[k - 2] == '-') buf[k - 2] = 0;
-    else if (k < len && k >= 1 && buf[k - 1] == '-') buf[k - 1] = 0;
-    for (char *p = buf; *p; p++)
-        if (*p == '"' || *p == '\\') *p = '_';
-}
-
 /* Per bin the mean of the run's points in it, carried forward through empty bins (NaN before the
  * first point). */
 static void bin_series(const sm_series *s, double xmax, int B, double *out) {
@@ -158,7 +104,7 @@ int cmd_plot(int argc, char **argv) {
             code = CLI_EXIT_RUNTIME;
         }
         for (size_t i = 0; !code && i < runs[r].n; i++) xmax = runs[r].x[i] > xmax ? runs[r].x[i] : xmax;
-        keys[r] = group_key(pos[r]);
+        keys[r] = cli_run_group_key(pos[r], 0);
     }
     /* the output path and title go into a gnuplot script: no quotes, backslashes or newlines */
     if (!code && (strpbrk(o.out, "'\"\\\n") || strpbrk(o.title, "\"\\\n"))) {
@@ -215,7 +161,7 @@ int cmd_plot(int argc, char **argv) {
                 if (n) fprintf(f, "%.9g %.9g %.9g %.9g\n", (b + 0.5) * xmax / B, sum / n, lo, hi);
             }
             if (fclose(f) != 0) code = CLI_EXIT_RUNTIME;
-            label_of(pos[first[g]], label, sizeof label);
+            cli_run_label(pos[first[g]], label, sizeof label);
             cli_bprintf(&script, "%s'%s' using 1:3:4 with filledcurves lc %d notitle, '%s' using 1:2 with lines lw 2 lc %d title \"%s (%d run%s)\"",
                         g ? ", " : "", data, g + 1, data, g + 1, label, members, members == 1 ? "" : "s");
         }

@@ -13,6 +13,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_bingham_z(int argc, char **argv);
 int cmd_rl(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 /* rl subcommands in their own files (cli/cmd_rl_train.c) */
 int cmd_rl_train(int argc, char **argv);
 int cmd_rl_render(int argc, char **argv);

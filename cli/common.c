@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <omp.h>
 #include <stdarg.h>
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,66 @@ int cli_dispatch(const cli_table *t, int argc, char **argv, int at) {
     fprintf(stderr, "; see %s --help)\n", t->prog);
     return CLI_EXIT_USAGE;
 }
+
+
+/* ---------------------------------------------------------------------------------------------- */
+/* run directories, shared by plot and report */
+
+cJSON *cli_run_settings(const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/settings.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    cli_buf b = {0};
+    char chunk[4096];
+    for (size_t n; (n = fread(chunk, 1, sizeof chunk, f)) > 0;) cli_bprintf(&b, "%.*s", (int)n, chunk);
+    fclose(f);
+    cJSON *o = b.s && !b.failed ? cJSON_Parse(b.s) : NULL;
+    free(b.s);
+    return o;
+}
+
+char *cli_run_group_key(const char *dir, int drop_env) {
+    cJSON *o = cli_run_settings(dir);
+    if (!o) return NULL;
+    static const char *const drop[] = {"seed", "threads", "out", "resume", "stop-after", "stop_after", "progress-every"};
+    for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) cJSON_DeleteItemFromObjectCaseSensitive(o, drop[i]);
+    /* an agent's bookkeeping options do not change what it learns either */
+    cJSON *as = cJSON_GetObjectItemCaseSensitive(o, "agent_settings");
+    static const char *const drop_agent[] = {"save_replay", "ckpt_every", "log_every", "checkpoint_every"};
+    for (size_t i = 0; as && i < sizeof drop_agent / sizeof drop_agent[0]; i++)
+        cJSON_DeleteItemFromObjectCaseSensitive(as, drop_agent[i]);
+    if (drop_env) { /* the environment, and the network's sizes that follow from it */
+        cJSON_DeleteItemFromObjectCaseSensitive(o, "env");
+        cJSON *net = cJSON_GetObjectItemCaseSensitive(o, "network");
+        static const char *const drop_net[] = {"in_dim", "in_c", "in_h", "in_w", "n_classes"};
+        for (size_t i = 0; net && i < sizeof drop_net / sizeof drop_net[0]; i++)
+            cJSON_DeleteItemFromObjectCaseSensitive(net, drop_net[i]);
+    }
+    char *key = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return key;
+}
+
+/* The directory's last path component without a trailing seed ("-s3", "-3"): the group's label. */
+void cli_run_label(const char *dir, char *buf, size_t n) {
+    const char *base = strrchr(dir, '/');
+    while (base && base[1] == 0 && base > dir) { /* trailing slash */
+        const char *p = base - 1;
+        while (p > dir && *p != '/') p--;
+        base = *p == '/' ? p : NULL;
+    }
+    snprintf(buf, n, "%s", base ? base + 1 : dir);
+    size_t len = strlen(buf);
+    while (len && buf[len - 1] == '/') buf[--len] = 0;
+    size_t k = len;
+    while (k && buf[k - 1] >= '0' && buf[k - 1] <= '9') k--;
+    if (k < len && k >= 1 && buf[k - 1] == 's' && k >= 2 && buf[k - 2] == '-') buf[k - 2] = 0;
+    else if (k < len && k >= 1 && buf[k - 1] == '-') buf[k - 1] = 0;
+    for (char *p = buf; *p; p++)
+        if (*p == '"' || *p == '\\') *p = '_';
+}
+
 
 /* ---------------------------------------------------------------------------------------------- */
 /* data and routing, shared by train and eval */

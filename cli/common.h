@@ -80,6 +80,18 @@ int cli_config_has_moe(const sm_model_config *mc);
  * written to buf (n bytes), which is returned. Built at run time so a new router shows up in every
  * command's help without editing it. */
 const char *cli_router_help(char *buf, size_t n, const char *before, const char *after);
+/* Run directories (of `train` and `rl train`), for plot and report. */
+struct cJSON;
+/* The run's settings.json, parsed (cJSON_Delete it); NULL if absent or unreadable. */
+struct cJSON *cli_run_settings(const char *dir);
+/* settings.json without the keys that do not change what is learned (seed, threads, out, resume, an
+ * agent's checkpoint and log periods): runs with equal keys are seeds of one setting. With drop_env
+ * also the environment and the network sizes that follow from it: a variant's key across games.
+ * malloc'd text; NULL without a readable settings.json. */
+char *cli_run_group_key(const char *dir, int drop_env);
+/* The directory's last path component without a trailing seed ("-s3", "-3"), quotes and backslashes
+ * replaced: a label for plots. */
+void cli_run_label(const char *dir, char *buf, size_t n);
 /* Per MoE layer: entropy, load CV, MaxVio, active experts, drops and the load per expert, each line
  * starting with title. */
 void cli_print_routing(const char *title, const sm_eval_result *ev);

@@ -17,6 +17,7 @@ static const cli_command kCommands[] = {
     {"ssmoe", "SSMoE expert dropping and EV routers: prune CHECKPOINT, build --hf DIR, prune --hf DIR", cmd_ssmoe},
     {"rl", "reinforcement learning: environments, random-policy reference (specmoe rl --help lists the subcommands)", cmd_rl},
     {"plot", "learning curves of RL and supervised runs (mean and spread over seeds) with gnuplot", cmd_plot},
+    {"report", "RUN_DIR...: RL scores over games and seeds: median, IQM, mean, optimality gap with bootstrap intervals", cmd_report},
     {"bench", "benchmarks of the engine and of the papers (specmoe bench --help lists them)", cmd_bench},
     {"bingham-z", "Kume-Wood saddle-point Bingham normaliser vs Monte Carlo (GrMoE Sec. 6.4.4)", cmd_bingham_z},
 };

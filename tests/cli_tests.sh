@@ -39,7 +39,7 @@ expect 2 "no command is a usage error" "usage"               -- "$bin"
 expect 2 "unknown command"           "unknown command"       -- "$bin" frobnicate
 # the command table (cli/main.c): the help has exactly one row per command, each row is a command
 # with a working --help, and the unknown-command message names them all
-expect_table "top-level help lists every command once" commands "analyze bench bingham-z eval info plot rl ssmoe train" -- "$bin"
+expect_table "top-level help lists every command once" commands "analyze bench bingham-z eval info plot report rl ssmoe train" -- "$bin"
 expect 2 "unknown command names every command" "unknown command 'frobnicate' .*train.*bingham-z" -- "$bin" frobnicate
 ver=$(sed -nE 's/^#define CLI_VERSION "(.*)"/\1/p' "$root/cli/common.h")
 expect 0 "--version prints the version of cli/common.h" "^specmoe ${ver:-missing}\$" -- "$bin" --version
@@ -128,6 +128,27 @@ expect 2 "plot: no run directory is a usage error" "give one or more run directo
 expect 1 "plot: a run without metrics is named" "nope/metrics.jsonl" -- "$bin" plot "$tmp/nope"
 mkdir -p "$tmp/badlog" && printf '{"global_step": 1, "episodic_return": 2}\n{oops\n' > "$tmp/badlog/metrics.jsonl"
 expect 1 "plot: a malformed metrics line is refused with file and line" "badlog/metrics.jsonl:2: not a JSON object" -- "$bin" plot "$tmp/badlog"
+# specmoe report: scores over games and seeds with bootstrap intervals. Hand-made runs of two variants
+# (lr 1 and 2) on two games, 2 seeds each; the score is the mean return of the episodes ending in the
+# last 10% of the frames: runs end at step 1000, so the episodes at steps >= 900 count.
+for v in 1 2; do for g in cartpole mountaincar; do for s in 1 2; do
+    d="$tmp/rep/$g-v$v-s$s"; mkdir -p "$d"
+    printf '{"env": "classic/%s", "agent": "dqn", "seed": "%s", "agent_settings": {"lr": %s}}\n' $g $s $v > "$d/settings.json"
+    r=$((v * 100 + s)); [ $g = mountaincar ] && r=$((-200 + v * 10 + s))
+    printf '{"global_step": 100, "episodic_return": -999}\n{"global_step": 950, "episodic_return": %s}\n{"global_step": 1000, "episodic_return": %s}\n' $r $r > "$d/metrics.jsonl"
+done; done; done
+expect 0 "report: the raw score per game is the mean return over the last 10% of frames, per variant" \
+    "^\| lr=2 \| 201\.500 \(2\) \| -178\.500 \(2\) \|" -- "$bin" report "$tmp"/rep/* --random-episodes 20
+expect 0 "report: median, IQM, mean and optimality gap with intervals, a row per variant" \
+    "^\| lr=1 \| 2 x 2 \| [-0-9.]+ \[[-0-9.]+, [-0-9.]+\] \|" -- "$bin" report "$tmp"/rep/* --random-episodes 20 --reps 200
+expect 0 "report: the best run normalises a game without --reference; one given is used" \
+    "classic/cartpole: random [0-9.]+ \(20 episodes\), reference 500\.0000$" -- \
+    "$bin" report "$tmp"/rep/* --random-episodes 20 --reference cartpole=500
+expect 0 "report --out draws the intervals" "^report: intervals -> $tmp/rep.png" -- \
+    "$bin" report "$tmp"/rep/* --random-episodes 20 --reps 100 --out "$tmp/rep.png"
+expect 0 "report: the interval plot is a PNG" "PNG" -- head -c 4 "$tmp/rep.png"
+expect 2 "report: a malformed --reference is refused" "not GAME=SCORE" -- "$bin" report "$tmp"/rep/* --reference cartpole
+expect 1 "report: a directory that is not an RL run is named" "nope: no settings.json" -- "$bin" report "$tmp/nope"
 expect 2 "rl eval without --env names the environments" "--env is required .*classic/cartpole" -- "$bin" rl eval --policy random
 expect 0 "bench env runs on one environment" "^bench-env env=classic/mountaincar threads=1 steps_per_s=[0-9]+ steps_per_cpu_s=[0-9]+\$" -- \
     "$bin" bench env --env classic/mountaincar --steps 20000 --envs 8

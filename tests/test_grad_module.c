@@ -103,6 +103,86 @@ Test(grad_module, conv_pools_tokens_flatten) {
     check_module("flatten", sm_flatten_module("f", &e), toks, 14);
 }
 
+/* SoftMoE-in-RL's tokenisers (src/nn/tokenize.c): PerFeat, Shuffled, the token pooling of the
+ * tokenised baseline, and PerPatch as average pooling then PerConv */
+Test(grad_module, tokenisers) {
+    check_module("perfeat", sm_perfeat_module("t", &e), sm_shape_image(3, 2, 4), 40);
+    check_module("shuffle", sm_shuffle_module("s", 7, &e), sm_shape_image(3, 2, 4), 41);
+    sm_shape toks = {5, 3, 1, 1};
+    check_module("tokpool-sum", sm_tokpool_module("p", 0, &e), toks, 42);
+    check_module("tokpool-mean", sm_tokpool_module("p", 1, &e), toks, 43);
+    sm_module *patch = sm_seq_module("pp", (sm_module *[]){sm_avgpool_module("", 2, 2, &e), sm_tokens_module("", &e)}, 2, &e);
+    check_module("perpatch", patch, sm_shape_image(3, 4, 4), 44);
+}
+
+/* The shapes and values the paper's schemes give for one (c=2, h=2, w=3) encoder output. */
+Test(grad_module, tokenisers_lay_out_tokens_as_the_paper_says) {
+    sm_real x[12]; /* CHW: channel 0 = 0..5, channel 1 = 10..15 */
+    for (int i = 0; i < 6; i++) x[i] = (sm_real)i, x[6 + i] = (sm_real)(10 + i);
+    sm_params ps;
+    sm_params_init_table(&ps);
+    sm_ctx ctx = sm_ctx_make(&ps, NULL, 0);
+    sm_error err = {0};
+    sm_real out[12];
+    /* PerFeat: 2 tokens of 6 (the channels) */
+    sm_module *pf = sm_perfeat_module("pf", &err);
+    cr_assert_eq(sm_module_declare(pf, &ps, sm_shape_image(2, 2, 3), &err), SM_OK);
+    cr_expect(pf->out.rows == 2 && sm_shape_width(pf->out) == 6);
+    cr_assert_eq(sm_module_reserve(pf, 1, &err), SM_OK);
+    sm_module_forward(pf, out, x, 1, &ctx);
+    cr_expect(out[0] == 0 && out[5] == 5 && out[6] == 10 && out[11] == 15);
+    /* PerConv: 6 tokens of 2 (the positions) */
+    sm_module *pc = sm_tokens_module("pc", &err);
+    cr_assert_eq(sm_module_declare(pc, &ps, sm_shape_image(2, 2, 3), &err), SM_OK);
+    cr_expect(pc->out.rows == 6 && sm_shape_width(pc->out) == 2);
+    cr_assert_eq(sm_module_reserve(pc, 1, &err), SM_OK);
+    sm_module_forward(pc, out, x, 1, &ctx);
+    cr_expect(out[0] == 0 && out[1] == 10 && out[10] == 5 && out[11] == 15);
+    /* Shuffled: a permutation of all 12 values, the same every time for the seed, another for another seed */
+    sm_module *s1 = sm_shuffle_module("s", 3, &err), *s2 = sm_shuffle_module("s", 3, &err), *s3 = sm_shuffle_module("s", 4, &err);
+    sm_real o1[12], o2[12], o3[12];
+    sm_module *sh[3] = {s1, s2, s3};
+    sm_real *os[3] = {o1, o2, o3};
+    for (int k = 0; k < 3; k++) {
+        cr_assert_eq(sm_module_declare(sh[k], &ps, sm_shape_image(2, 2, 3), &err), SM_OK);
+        cr_assert_eq(sm_module_reserve(sh[k], 1, &err), SM_OK);
+        sm_module_forward(sh[k], os[k], x, 1, &ctx);
+    }
+    int same12 = 1, same13 = 1, mixes = 0;
+    double sum = 0;
+    for (int i = 0; i < 12; i++) {
+        same12 &= o1[i] == o2[i];
+        same13 &= o1[i] == o3[i];
+        sum += o1[i];
+        mixes |= (i < 6) != (o1[i] < 10); /* a channel-0 value lands in a channel-1 slot, or back */
+    }
+    cr_expect(same12 && !same13 && sum == 15 + 75 && mixes);
+    /* tokpool: the sum and the mean of PerConv's 6 tokens */
+    sm_module *tp = sm_tokpool_module("tp", 1, &err);
+    sm_shape toks = {6, 2, 1, 1};
+    cr_assert_eq(sm_module_declare(tp, &ps, toks, &err), SM_OK);
+    cr_assert_eq(sm_module_reserve(tp, 1, &err), SM_OK);
+    sm_module_forward(pc, out, x, 1, &ctx);
+    sm_real pooled[2];
+    sm_module_forward(tp, pooled, out, 1, &ctx);
+    cr_expect_float_eq(pooled[0], 2.5, 1e-6);
+    cr_expect_float_eq(pooled[1], 12.5, 1e-6);
+    /* JSON keeps the seed and the pooling */
+    char *j1 = sm_module_to_json(s3), *j2 = sm_module_to_json(tp);
+    sm_module *b1 = sm_module_from_json(j1, &err), *b2 = sm_module_from_json(j2, &err);
+    cr_assert(b1 && b2, "%s", err.msg);
+    char *k1 = sm_module_to_json(b1), *k2 = sm_module_to_json(b2);
+    cr_expect_str_eq(k1, j1);
+    cr_expect_str_eq(k2, j2);
+    cr_expect(strstr(j2, "\"mean\""), "%s", j2);
+    cr_expect_null(sm_module_from_json("{\"kind\":\"tokpool\",\"name\":\"x\",\"pool\":\"max\"}", &err));
+    cr_expect(strstr(err.msg, "'pool' must be"), "%s", err.msg);
+    free(j1), free(j2), free(k1), free(k2);
+    sm_module *all[] = {pf, pc, s1, s2, s3, tp, b1, b2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) sm_module_free(all[i]);
+    sm_params_free(&ps);
+}
+
 static sm_moe_config moe_cfg(const char *router, int E, int k, int H) {
     sm_moe_config mc;
     sm_moe_config_default(&mc);

@@ -79,3 +79,21 @@ Test(metrics, starved_expert_of_128_is_collapsed) {
     cr_assert_eq(s.n_collapsed, 1);
     cr_assert_eq(s.min_expert, 77);
 }
+
+/* Dormant neurons (Sokar et al. 2023): unit scores by hand. h (N=2, H=4): mean |h| per unit
+ * 1, 3, 0, 0.2; layer mean 1.05; scores 0.952, 2.857, 0, 0.190: at tau 0.1 one unit (the silent one)
+ * is dormant, at tau 0.25 two, at tau 1 three. */
+Test(metrics, dormant_neurons_by_definition) {
+    const sm_real h[8] = {1, -3, 0, 0.1f, -1, 3, 0, -0.3f};
+    double score[4];
+    cr_expect_float_eq(sm_dormant_fraction(h, 2, 4, 0.1, score), 0.25, 1e-12);
+    cr_expect_float_eq(score[0], 1.0 / 1.05, 1e-6);
+    cr_expect_float_eq(score[1], 3.0 / 1.05, 1e-6);
+    cr_expect_float_eq(score[2], 0.0, 1e-12);
+    cr_expect_float_eq(score[3], 0.2 / 1.05, 1e-6);
+    cr_expect_float_eq(sm_dormant_fraction(h, 2, 4, 0.25, NULL), 0.5, 1e-12);
+    cr_expect_float_eq(sm_dormant_fraction(h, 2, 4, 1.0, NULL), 0.75, 1e-12);
+    const sm_real zero[6] = {0};
+    cr_expect_float_eq(sm_dormant_fraction(zero, 2, 3, 0.1, NULL), 1.0, 1e-12);
+    cr_expect_float_eq(sm_dormant_fraction(h, 0, 4, 0.1, NULL), 0.0, 1e-12);
+}

@@ -4,6 +4,7 @@
 #include "specmoe/core/ops.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 void sm_routing_stats_reset(sm_routing_stats *s, int E, int k) {
@@ -98,4 +99,22 @@ void sm_routing_summarize(const sm_routing_stats *s, sm_routing_summary *o) {
     o->topk_mass = s->tokens ? s->topk_mass_sum / (double)s->tokens : 0;
     double tot_a = (double)s->assignments;
     o->drop_frac = (tot_a + (double)s->dropped) > 0 ? (double)s->dropped / (tot_a + (double)s->dropped) : 0;
+}
+
+double sm_dormant_fraction(const sm_real *h, int N, int H, double tau, double *score) {
+    if (N <= 0 || H <= 0) return 0;
+    double *mean = score ? score : malloc(sizeof(double) * (size_t)H), total = 0;
+    if (!mean) return NAN;
+    for (int i = 0; i < H; i++) mean[i] = 0;
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < H; i++) mean[i] += fabs((double)h[(size_t)n * H + i]);
+    for (int i = 0; i < H; i++) total += mean[i] /= N;
+    const double layer = total / H; /* the layer's mean activation magnitude */
+    int dormant = 0;
+    for (int i = 0; i < H; i++) {
+        mean[i] = layer > 0 ? mean[i] / layer : 0;
+        dormant += mean[i] <= tau;
+    }
+    if (!score) free(mean);
+    return (double)dormant / H;
 }

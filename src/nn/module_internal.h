@@ -13,6 +13,17 @@ sm_module *sm_module_from_json_object(const cJSON *o, sm_error *err);
 sm_module *sm_seq_from_json(const cJSON *o, const char *name, sm_error *err);
 sm_module *sm_moe_from_json(const cJSON *o, const char *name, sm_error *err);
 
+/* Shared pieces of leaf modules (modules.c): no activations to reserve; a forward that copies the
+ * input (a reshape: flatten, perfeat) and its backward (din += dout); the check that the input is
+ * one image per example. */
+void sm_module_no_reserve(sm_module *m, int B, sm_arena *a);
+void sm_module_copy_forward(sm_module *m, sm_real *out, const sm_real *in, int B, const sm_ctx *ctx);
+void sm_module_add_backward(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx);
+sm_status sm_module_image_in(const sm_module *m, sm_error *err);
+/* A zeroed module struct of `bytes` (>= sizeof(sm_module), the struct starting with sm_module) with
+ * ops and name set; NULL with err when out of memory. */
+sm_module *sm_module_alloc(size_t bytes, const sm_module_ops *ops, const char *name, sm_error *err);
+
 /* "<prefix>.<what>" into buf (SM_NAME_MAX); nonzero when it does not fit */
 static inline int sm_param_name(char *buf, const char *prefix, const char *what) {
     return snprintf(buf, SM_NAME_MAX, "%s.%s", prefix, what) >= SM_NAME_MAX;

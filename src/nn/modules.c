@@ -33,16 +33,21 @@ static int rows(const sm_module *m, int B) { return B * m->in.rows; }
 static int fin(const sm_module *m) { return sm_shape_width(m->in); }
 static int fout(const sm_module *m) { return sm_shape_width(m->out); }
 
-static sm_module *leaf_new(const sm_module_ops *ops, const char *name, sm_error *err) {
-    leaf *l = calloc(1, sizeof *l);
-    if (!l) {
-        sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", name);
+sm_module *sm_module_alloc(size_t bytes, const sm_module_ops *ops, const char *name, sm_error *err) {
+    sm_module *m = calloc(1, bytes);
+    if (!m) {
+        sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", name ? name : "module");
         return NULL;
     }
-    l->base.ops = ops;
-    snprintf(l->base.name, sizeof l->base.name, "%s", name ? name : "");
-    for (size_t i = 0; i < sizeof l->ip / sizeof l->ip[0]; i++) l->ip[i] = -1;
-    return &l->base;
+    m->ops = ops;
+    snprintf(m->name, sizeof m->name, "%s", name ? name : "");
+    return m;
+}
+
+static sm_module *leaf_new(const sm_module_ops *ops, const char *name, sm_error *err) {
+    leaf *l = (leaf *)sm_module_alloc(sizeof(leaf), ops, name, err);
+    for (size_t i = 0; l && i < sizeof l->ip / sizeof l->ip[0]; i++) l->ip[i] = -1;
+    return l ? &l->base : NULL;
 }
 
 static void leaf_destroy(sm_module *m) { free(m); }
@@ -128,7 +133,7 @@ static sm_status same_shape(sm_module *m, sm_params *ps, sm_error *err) {
     m->out = m->in;
     return SM_OK;
 }
-static void no_reserve(sm_module *m, int B, sm_arena *a) { (void)m, (void)B, (void)a; }
+void sm_module_no_reserve(sm_module *m, int B, sm_arena *a) { (void)m, (void)B, (void)a; }
 static void act_forward(sm_module *m, sm_real *out, const sm_real *in, int B, const sm_ctx *ctx) {
     (void)ctx;
     sm_act_forward(out, in, (size_t)B * sm_shape_numel(m->in), ((leaf *)m)->act);
@@ -138,7 +143,7 @@ static void act_backward(sm_module *m, sm_real *din, const sm_real *dout, const 
     if (din) sm_act_backward(din, dout, in, (size_t)B * sm_shape_numel(m->in), ((leaf *)m)->act);
 }
 static void act_json(const sm_module *m, cJSON *o) { json_act((const leaf *)m, o); }
-static const sm_module_ops kAct = {"act", same_shape, no_reserve, NULL, act_forward, act_backward, act_json, leaf_destroy};
+static const sm_module_ops kAct = {"act", same_shape, sm_module_no_reserve, NULL, act_forward, act_backward, act_json, leaf_destroy};
 
 sm_module *sm_act_module(const char *name, sm_act act, sm_error *err) {
     sm_module *m = leaf_new(&kAct, name, err);
@@ -184,7 +189,7 @@ sm_module *sm_layernorm_module(const char *name, sm_error *err) { return leaf_ne
 
 /* ---- conv2d then activation, pools ------------------------------------------------------------ */
 
-static sm_status image_in(const sm_module *m, sm_error *err) {
+sm_status sm_module_image_in(const sm_module *m, sm_error *err) {
     return m->in.rows == 1 ? SM_OK : sm_fail(err, SM_ERR_ARG, "%s: takes one image per example, not %d rows", m->name, m->in.rows);
 }
 
@@ -192,7 +197,7 @@ static sm_status conv_declare(sm_module *m, sm_params *ps, sm_error *err) {
     leaf *l = (leaf *)m;
     sm_error e2; /* a separate buffer: its message is quoted into err */
     int oh, ow;
-    if (image_in(m, err) != SM_OK) return SM_ERR_ARG;
+    if (sm_module_image_in(m, err) != SM_OK) return SM_ERR_ARG;
     if (sm_conv2d_shape(m->in.h, m->in.w, l->k, l->k, l->s, l->p, &oh, &ow, &e2) != SM_OK)
         return sm_fail(err, SM_ERR_ARG, "%s (conv): %s", m->name, e2.msg);
     if (sm_conv2d_col_size(m->in.c, m->in.h, m->in.w, l->k, l->k, l->s, l->p) == 0)
@@ -260,7 +265,7 @@ static sm_status pool_declare(sm_module *m, sm_params *ps, sm_error *err) {
     leaf *l = (leaf *)m;
     sm_error e2;
     int oh, ow;
-    if (image_in(m, err) != SM_OK) return SM_ERR_ARG;
+    if (sm_module_image_in(m, err) != SM_OK) return SM_ERR_ARG;
     if (sm_conv2d_shape(m->in.h, m->in.w, l->k, l->k, l->s, 0, &oh, &ow, &e2) != SM_OK)
         return sm_fail(err, SM_ERR_ARG, "%s (%s): %s", m->name, m->ops->kind, e2.msg);
     m->out = sm_shape_image(m->in.c, oh, ow);
@@ -291,7 +296,7 @@ static void avgpool_backward(sm_module *m, sm_real *din, const sm_real *dout, co
     leaf *l = (leaf *)m;
     if (din) sm_avgpool2d_backward(din, dout, B, m->in.c, m->in.h, m->in.w, l->k, l->s);
 }
-static const sm_module_ops kAvgpool = {"avgpool", pool_declare, no_reserve, NULL, avgpool_forward,
+static const sm_module_ops kAvgpool = {"avgpool", pool_declare, sm_module_no_reserve, NULL, avgpool_forward,
                                        avgpool_backward, kernel_json, leaf_destroy};
 
 static sm_module *pool_new(const sm_module_ops *ops, const char *name, int K, int stride, sm_error *err) {
@@ -312,7 +317,7 @@ sm_module *sm_avgpool_module(const char *name, int K, int stride, sm_error *err)
 
 static sm_status gap_declare(sm_module *m, sm_params *ps, sm_error *err) {
     (void)ps;
-    if (image_in(m, err) != SM_OK) return SM_ERR_ARG;
+    if (sm_module_image_in(m, err) != SM_OK) return SM_ERR_ARG;
     m->out = sm_shape_image(m->in.c, 1, 1);
     return SM_OK;
 }
@@ -324,7 +329,7 @@ static void gap_backward(sm_module *m, sm_real *din, const sm_real *dout, const 
     (void)ctx, (void)in;
     if (din) sm_adaptive_avgpool2d_backward(din, dout, B, m->in.c, m->in.h, m->in.w, 1, 1);
 }
-static const sm_module_ops kGap = {"gap", gap_declare, no_reserve, NULL, gap_forward, gap_backward, NULL, leaf_destroy};
+static const sm_module_ops kGap = {"gap", gap_declare, sm_module_no_reserve, NULL, gap_forward, gap_backward, NULL, leaf_destroy};
 sm_module *sm_gap_module(const char *name, sm_error *err) { return leaf_new(&kGap, name, err); }
 
 /* ---- flatten and tokens: row-count changes ---------------------------------------------------- */
@@ -335,22 +340,22 @@ static sm_status flatten_declare(sm_module *m, sm_params *ps, sm_error *err) {
     return SM_OK;
 }
 /* the memory layout of (B, R, F) and (B, 1, R*F) is the same: a copy */
-static void copy_forward(sm_module *m, sm_real *out, const sm_real *in, int B, const sm_ctx *ctx) {
+void sm_module_copy_forward(sm_module *m, sm_real *out, const sm_real *in, int B, const sm_ctx *ctx) {
     (void)ctx;
     memcpy(out, in, sizeof(sm_real) * (size_t)B * sm_shape_numel(m->in));
 }
-static void add_backward(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx) {
+void sm_module_add_backward(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx) {
     (void)ctx, (void)in;
     if (din)
         for (size_t i = 0, n = (size_t)B * sm_shape_numel(m->in); i < n; i++) din[i] += dout[i];
 }
-static const sm_module_ops kFlatten = {"flatten", flatten_declare, no_reserve, NULL, copy_forward, add_backward, NULL,
+static const sm_module_ops kFlatten = {"flatten", flatten_declare, sm_module_no_reserve, NULL, sm_module_copy_forward, sm_module_add_backward, NULL,
                                        leaf_destroy};
 sm_module *sm_flatten_module(const char *name, sm_error *err) { return leaf_new(&kFlatten, name, err); }
 
 static sm_status tokens_declare(sm_module *m, sm_params *ps, sm_error *err) {
     (void)ps;
-    if (image_in(m, err) != SM_OK) return SM_ERR_ARG;
+    if (sm_module_image_in(m, err) != SM_OK) return SM_ERR_ARG;
     m->out = sm_shape_vec(m->in.c);
     m->out.rows = m->in.h * m->in.w;
     return SM_OK;
@@ -371,7 +376,7 @@ static void tokens_backward(sm_module *m, sm_real *din, const sm_real *dout, con
         for (int ch = 0; ch < C; ch++)
             for (int p = 0; p < P; p++) din[((size_t)b * C + ch) * P + p] += dout[((size_t)b * P + p) * C + ch];
 }
-static const sm_module_ops kTokens = {"tokens", tokens_declare, no_reserve, NULL, tokens_forward, tokens_backward,
+static const sm_module_ops kTokens = {"tokens", tokens_declare, sm_module_no_reserve, NULL, tokens_forward, tokens_backward,
                                       NULL, leaf_destroy};
 sm_module *sm_tokens_module(const char *name, sm_error *err) { return leaf_new(&kTokens, name, err); }
 
@@ -562,6 +567,24 @@ sm_module *sm_module_from_json_object(const cJSON *o, sm_error *err) {
     else if (!strcmp(kind, "gap")) m = sm_gap_module(name, err);
     else if (!strcmp(kind, "flatten")) m = sm_flatten_module(name, err);
     else if (!strcmp(kind, "tokens")) m = sm_tokens_module(name, err);
+    else if (!strcmp(kind, "perfeat")) m = sm_perfeat_module(name, err);
+    else if (!strcmp(kind, "shuffle")) {
+        const cJSON *js = cJSON_GetObjectItemCaseSensitive(o, "seed");
+        char *end = NULL;
+        unsigned long long seed = cJSON_IsString(js) ? strtoull(js->valuestring, &end, 10) : 0;
+        if (!cJSON_IsString(js) || !end || *end || !js->valuestring[0]) {
+            sm_fail(err, SM_ERR_FORMAT, "module '%s': 'seed' must be a decimal string", name);
+            return NULL;
+        }
+        m = sm_shuffle_module(name, (uint64_t)seed, err);
+    } else if (!strcmp(kind, "tokpool")) {
+        const cJSON *jp = cJSON_GetObjectItemCaseSensitive(o, "pool");
+        if (!cJSON_IsString(jp) || (strcmp(jp->valuestring, "sum") && strcmp(jp->valuestring, "mean"))) {
+            sm_fail(err, SM_ERR_FORMAT, "module '%s': 'pool' must be \"sum\" or \"mean\"", name);
+            return NULL;
+        }
+        m = sm_tokpool_module(name, !strcmp(jp->valuestring, "mean"), err);
+    }
     else if (!strcmp(kind, "ffn")) m = sm_ffn_module(name, jint(o, "hidden", 0, &bad), act, err);
     else if (!strcmp(kind, "mlp")) {
         const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "hidden");

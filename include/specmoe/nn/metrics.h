@@ -60,6 +60,13 @@ double sm_topk_mass(const sm_real *p, int E, int k);
 /* Top-1 expert of every token (argmax of probs (T,E), ties to the lower index). */
 void sm_route_argmax(int *out, const sm_route *r);
 
+/* Dormant neurons (Sokar et al. 2023, "The Dormant Neuron Phenomenon in Deep RL", Def. 3.1; the
+ * measure SoftMoE-in-RL reports per layer and per expert): for activations h (N rows, H units) the
+ * score of unit i is s_i = mean_n |h_ni| / ((1/H) sum_k mean_n |h_nk|); the unit is tau-dormant when
+ * s_i <= tau. Writes the scores into score (H) when it is non-NULL and returns the fraction of
+ * dormant units (0 when N == 0 or H == 0; every unit is dormant when the layer is all zero). */
+double sm_dormant_fraction(const sm_real *h, int N, int H, double tau, double *score);
+
 #ifdef __cplusplus
 }
 #endif

@@ -163,6 +163,14 @@ sm_module *sm_flatten_module(const char *name, sm_error *err);
 /* an image into h*w tokens of c features: (1, c, h, w) -> (h*w, c) (CHW -> HWC, SoftMoE-in-RL's
  * "PerConv" tokenisation) */
 sm_module *sm_tokens_module(const char *name, sm_error *err);
+/* The other tokenisers of SoftMoE-in-RL (src/nn/tokenize.c, "Don't Flatten, Tokenize!" Sec. 3-4):
+ * PerFeat, an image into c tokens of h*w features: (1, c, h, w) -> (c, h*w) */
+sm_module *sm_perfeat_module(const char *name, sm_error *err);
+/* Shuffled: a fixed permutation (drawn from seed) of an image's c*h*w values, same shape; PerConv
+ * (sm_tokens_module) after it gives the paper's Shuffled tokens */
+sm_module *sm_shuffle_module(const char *name, uint64_t seed, sm_error *err);
+/* the sum (mean != 0: the mean) of an example's tokens: (R, F) -> (1, F), the tokenised baseline */
+sm_module *sm_tokpool_module(const char *name, int mean, sm_error *err);
 /* MLP with n_hidden hidden layers: F -> widths[0] -> ... -> widths[n_hidden-1] -> out_width, act
  * after every hidden layer, none after the last. Parameters name.{i}.weight / name.{i}.bias. */
 sm_module *sm_mlp_module(const char *name, const int *widths, int n_hidden, int out_width, sm_act act,

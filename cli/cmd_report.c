@@ -1,0 +1,360 @@
+/* specmoe report RUN_DIR...: aggregate RL results over games and seeds with confidence intervals
+ * (the rliable protocol, include/specmoe/rl/rliable.h), as the SoftMoE-in-RL paper reports them.
+ *
+ * Each run directory of `specmoe rl train` gives one score: the mean episodic return of the episodes
+ * that ended in the last 10% of its frames (the `last_return` of the run's summary), read back from
+ * metrics.jsonl. Runs are grouped into variants by settings.json without the seed, the bookkeeping
+ * options and the environment (cli_run_group_key); the environment is the game. Scores are
+ * normalised per game, (score - random) / (reference - random):
+ *   random     the mean return of a uniform random policy over --random-episodes episodes (seed 1),
+ *              measured here with the same environments;
+ *   reference  --reference GAME=SCORE,... (GAME as in `specmoe rl envs`, or its part after '/'); for
+ *              a game not listed, the best run score of that game in this report (so the best run
+ *              there scores 1: the table then compares the variants with each other, not with an
+ *              outside standard - the report says which games were normalised that way).
+ * A variant needs the same number of runs R of every game (rliable's (R, G) matrix); with unequal
+ * counts the first R of each game (in the order given) are used and the report says so.
+ *
+ * Output: a Markdown table of Median, IQM, Mean and optimality gap with stratified-bootstrap 95%
+ * intervals per variant, the raw mean score per game, and with --out a PNG of the intervals (gnuplot).
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "common.h"
+#include "flags.h"
+#include "specmoe/io/runlog.h"
+#include "specmoe/rl/agent.h"
+#include "specmoe/rl/rliable.h"
+
+#define REPORT_MAX_RUNS 512
+#define REPORT_MAX_GAMES 32
+
+typedef struct {
+    const char *dir;
+    char env[64];
+    double score;
+    int variant, game;
+} run_score;
+
+/* The run's score: mean episodic_return of the episodes ending in the last 10% of its frames. */
+static int run_score_of(run_score *r, sm_error *err) {
+    cJSON *o = cli_run_settings(r->dir);
+    const cJSON *env = o ? cJSON_GetObjectItemCaseSensitive(o, "env") : NULL;
+    if (!cJSON_IsString(env)) {
+        cJSON_Delete(o);
+        sm_fail(err, SM_ERR_FORMAT, "%s: no settings.json with an \"env\" (not a run of specmoe rl train?)", r->dir);
+        return -1;
+    }
+    snprintf(r->env, sizeof r->env, "%s", env->valuestring);
+    cJSON_Delete(o);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", r->dir);
+    sm_series s = {0};
+    if (sm_runlog_read(&s, path, "global_step", "episodic_return", NULL, err) != SM_OK) return -1;
+    double xmax = 0, sum = 0;
+    long n = 0;
+    for (size_t i = 0; i < s.n; i++) xmax = s.x[i] > xmax ? s.x[i] : xmax;
+    for (size_t i = 0; i < s.n; i++)
+        if (s.x[i] >= 0.9 * xmax) sum += s.y[i], n++;
+    sm_series_free(&s);
+    if (!n) {
+        sm_fail(err, SM_ERR_FORMAT, "%s: no finished episodes", path);
+        return -1;
+    }
+    r->score = sum / n;
+    return 0;
+}
+
+/* --reference GAME=SCORE,...: the score for env, or NAN */
+static double reference_of(const char *list, const char *env) {
+    const char *slash = strrchr(env, '/'), *game = slash ? slash + 1 : env;
+    for (const char *p = list; p && *p;) {
+        const char *eq = strchr(p, '='), *end = strchr(p, ',');
+        if (!end) end = p + strlen(p);
+        if (eq && eq < end) {
+            size_t k = (size_t)(eq - p);
+            if ((k == strlen(env) && !strncmp(p, env, k)) || (k == strlen(game) && !strncmp(p, game, k))) return atof(eq + 1);
+        }
+        p = *end ? end + 1 : end;
+    }
+    return NAN;
+}
+
+/* checks --reference's syntax: GAME=NUMBER pairs separated by commas */
+static int reference_ok(const char *list) {
+    for (const char *p = list; p && *p;) {
+        const char *eq = strchr(p, '='), *end = strchr(p, ',');
+        if (!end) end = p + strlen(p);
+        if (!eq || eq > end || eq == p) return 0;
+        char *stop;
+        double v = strtod(eq + 1, &stop);
+        if (stop != end || !isfinite(v)) return 0;
+        p = *end ? end + 1 : end;
+    }
+    return 1;
+}
+
+/* The variants' labels: the settings that differ between them ("agent=dqn arch=..."), or the agent
+ * when there is one variant. */
+static void variant_labels(char *const *keys, int nv, char labels[][96]) {
+    cJSON *o[REPORT_MAX_RUNS];
+    for (int v = 0; v < nv; v++) {
+        o[v] = keys[v] ? cJSON_Parse(keys[v]) : NULL;
+        labels[v][0] = 0;
+    }
+    for (int v = 0; v < nv; v++) {
+        size_t at = 0;
+        /* top-level and agent_settings leaves */
+        for (int level = 0; level < 2 && o[v]; level++) {
+            const cJSON *obj = level ? cJSON_GetObjectItemCaseSensitive(o[v], "agent_settings") : o[v];
+            for (const cJSON *it = obj ? obj->child : NULL; it; it = it->next) {
+                if (cJSON_IsObject(it)) continue;
+                /* a key every variant has, with another value in one of them (the agent always, when
+                 * it differs or there is one variant); keys of one agent only follow from the agent */
+                int differs = !strcmp(it->string, "agent") && nv == 1, everywhere = 1, other_value = 0;
+                for (int u = 0; u < nv && !differs; u++) {
+                    const cJSON *other = o[u] ? (level ? cJSON_GetObjectItemCaseSensitive(o[u], "agent_settings") : o[u]) : NULL;
+                    const cJSON *w = other ? cJSON_GetObjectItemCaseSensitive(other, it->string) : NULL;
+                    everywhere &= w != NULL;
+                    other_value |= w && !cJSON_Compare(it, w, 1);
+                }
+                differs |= everywhere && other_value;
+                if (!differs || at >= 90) continue;
+                char *val = cJSON_PrintUnformatted(it);
+                if (val) {
+                    char *q = val;
+                    if (*q == '"') q++, q[strlen(q) - (q[strlen(q) - 1] == '"')] = 0;
+                    at += (size_t)snprintf(labels[v] + at, 96 - at, "%s%s=%s", at ? " " : "", it->string, q);
+                    free(val);
+                }
+            }
+        }
+        if (!labels[v][0]) snprintf(labels[v], 96, "variant %d", v + 1);
+        for (char *p = labels[v]; *p; p++)
+            if (*p == '"' || *p == '\\' || *p == '\'') *p = '_';
+    }
+    for (int v = 0; v < nv; v++) cJSON_Delete(o[v]);
+}
+
+/* The interval plot: one panel per aggregate, a row per variant. */
+static int draw(const char *out, const sm_interval (*ci)[SM_AGG_N], char labels[][96], int nv) {
+    char dir[] = "/tmp/specmoe-report-XXXXXX";
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "specmoe report: cannot make a scratch directory: %s\n", strerror(errno));
+        return CLI_EXIT_RUNTIME;
+    }
+    char data[4200], sp[4200];
+    snprintf(data, sizeof data, "%s/ci.dat", dir);
+    snprintf(sp, sizeof sp, "%s/report.gp", dir);
+    FILE *f = fopen(data, "w");
+    int code = f ? 0 : CLI_EXIT_RUNTIME;
+    for (int k = 0; f && k < SM_AGG_N; k++) {
+        for (int v = 0; v < nv; v++) fprintf(f, "%d %.9g %.9g %.9g\n", v, ci[v][k].point, ci[v][k].lo, ci[v][k].hi);
+        fprintf(f, "\n\n"); /* one gnuplot index per aggregate */
+    }
+    if (f && fclose(f) != 0) code = CLI_EXIT_RUNTIME;
+    cli_buf s = {0};
+    /* the labels (at most 48 characters) left of the first panel, the four panels side by side */
+    const double left = 0.34, w = (1 - left) / SM_AGG_N;
+    cli_bprintf(&s, "set terminal pngcairo size 1400,%d enhanced font ',10'\nset output '%s'\n", 160 + 36 * nv, out);
+    cli_bprintf(&s, "set multiplot\nset grid xtics\nset offsets 0,0,0.5,0.5\nunset key\nset xtics nomirror font ',8'\nset format x '%%.3g'\n");
+    cli_bprintf(&s, "set yrange [-0.5:%d.5]\nset ytics (", nv - 1);
+    for (int v = 0; v < nv; v++) cli_bprintf(&s, "%s\"%.48s\" %d", v ? ", " : "", labels[v], v);
+    cli_bprintf(&s, ") noenhanced\nset bmargin 4\n");
+    for (int k = 0; k < SM_AGG_N; k++) {
+        if (k == 1) cli_bprintf(&s, "unset ytics\n");
+        cli_bprintf(&s, "set lmargin at screen %.4f\nset rmargin at screen %.4f\n", left + k * w + (k ? 0.01 : 0),
+                    left + (k + 1) * w - 0.01);
+        cli_bprintf(&s, "set title \"%s\"\nplot '%s' index %d using 2:1:3:4 with xerrorbars pt 7 lw 2\n",
+                    sm_aggregate_name((sm_aggregate_kind)k), data, k);
+    }
+    cli_bprintf(&s, "unset multiplot\n");
+    if (!code && (s.failed || cli_write_text(sp, s.s))) code = CLI_EXIT_RUNTIME;
+    if (!code) {
+        char cmd[8600];
+        snprintf(cmd, sizeof cmd, "gnuplot '%s'", sp);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "specmoe report: gnuplot failed on %s (is %s writable?)\n", sp, out);
+            code = CLI_EXIT_RUNTIME;
+        }
+    }
+    free(s.s);
+    remove(data);
+    remove(sp);
+    rmdir(dir);
+    return code;
+}
+
+int cmd_report(int argc, char **argv) {
+    struct {
+        const char *reference, *out;
+        int reps, random_episodes;
+        double conf;
+        uint64_t seed;
+    } o;
+    fl_flag fl[] = {
+        {"reference", FL_STRING, &o.reference, NULL,
+         "reference scores GAME=SCORE,... (score 1); a game not listed: its best run in this report", 0},
+        {"random-episodes", FL_INT, &o.random_episodes, "1000", "episodes of the uniform random policy (score 0) per game", 0},
+        {"reps", FL_INT, &o.reps, "2000", "stratified-bootstrap replicates", 0},
+        {"conf", FL_DOUBLE, &o.conf, "0.95", "coverage of the intervals", 0},
+        {"seed", FL_U64, &o.seed, "1", "seed of the bootstrap", 0},
+        {"out", FL_STRING, &o.out, NULL, "also draw the intervals into this PNG (gnuplot)", 0},
+    };
+    const char *pos[REPORT_MAX_RUNS];
+    int npos;
+    int rc = fl_parse(fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, 2, "report", "RUN_DIR... [flags]", pos,
+                      REPORT_MAX_RUNS, &npos);
+    if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
+    if (npos < 1) {
+        fprintf(stderr, "specmoe report: give the run directories of specmoe rl train (one per game and seed)\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (o.reps < 1 || o.reps > 10000000 || o.random_episodes < 1 || o.random_episodes > 1000000 || !(o.conf > 0 && o.conf < 1)) {
+        fprintf(stderr, "specmoe report: --reps must be in [1, 1e7], --random-episodes in [1, 1e6], --conf in (0, 1)\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (o.reference && !reference_ok(o.reference)) {
+        fprintf(stderr, "specmoe report: --reference: '%s' is not GAME=SCORE,GAME=SCORE,...\n", o.reference);
+        return CLI_EXIT_USAGE;
+    }
+    if (o.out && strpbrk(o.out, "'\"\\\n")) {
+        fprintf(stderr, "specmoe report: --out may not contain quotes, backslashes or newlines\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (o.out && system("command -v gnuplot >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "specmoe report: gnuplot is not installed (scripts/setup.sh installs gnuplot-nox)\n");
+        return CLI_EXIT_RUNTIME;
+    }
+    static run_score runs[REPORT_MAX_RUNS];
+    static char *keys[REPORT_MAX_RUNS];
+    static char labels[REPORT_MAX_RUNS][96];
+    char games[REPORT_MAX_GAMES][64];
+    int nv = 0, ng = 0, code = 0;
+    sm_error err = {0};
+    for (int r = 0; r < npos && !code; r++) {
+        runs[r] = (run_score){.dir = pos[r]};
+        if (run_score_of(&runs[r], &err)) {
+            code = cli_fail(SM_ERR_FORMAT, &err);
+            break;
+        }
+        char *key = cli_run_group_key(pos[r], 1);
+        runs[r].variant = -1;
+        for (int v = 0; v < nv && runs[r].variant < 0; v++)
+            if (key && keys[v] && !strcmp(key, keys[v])) runs[r].variant = v;
+        if (runs[r].variant < 0) {
+            keys[nv] = key;
+            runs[r].variant = nv++;
+        } else {
+            free(key);
+        }
+        runs[r].game = -1;
+        for (int g = 0; g < ng && runs[r].game < 0; g++)
+            if (!strcmp(games[g], runs[r].env)) runs[r].game = g;
+        if (runs[r].game < 0) {
+            if (ng == REPORT_MAX_GAMES) {
+                fprintf(stderr, "specmoe report: more than %d games\n", REPORT_MAX_GAMES);
+                code = CLI_EXIT_USAGE;
+                break;
+            }
+            snprintf(games[ng], sizeof games[ng], "%s", runs[r].env);
+            runs[r].game = ng++;
+        }
+    }
+    /* per game: the random policy's mean return and the reference */
+    double rnd[REPORT_MAX_GAMES], ref[REPORT_MAX_GAMES];
+    int ref_best[REPORT_MAX_GAMES];
+    for (int g = 0; g < ng && !code; g++) {
+        sm_env_log log;
+        sm_status st = sm_rl_evaluate(NULL, games[g], NULL, o.random_episodes, 16, 1, 1, &log, &err);
+        if (st != SM_OK) {
+            code = cli_fail(st, &err);
+            break;
+        }
+        rnd[g] = log.episode_return / (double)log.n;
+        ref[g] = reference_of(o.reference, games[g]);
+        ref_best[g] = isnan(ref[g]);
+        for (int r = 0; ref_best[g] && r < npos; r++)
+            if (runs[r].game == g && (isnan(ref[g]) || runs[r].score > ref[g])) ref[g] = runs[r].score;
+        if (ref[g] == rnd[g]) {
+            fprintf(stderr, "specmoe report: %s: the reference score %g equals the random policy's; no scale to normalise by\n",
+                    games[g], ref[g]);
+            code = CLI_EXIT_USAGE;
+        }
+    }
+    sm_interval(*ci)[SM_AGG_N] = code ? NULL : calloc((size_t)nv, sizeof *ci);
+    if (!code && !ci) code = cli_fail(sm_fail(&err, SM_ERR_NOMEM, "report: out of memory"), &err);
+    if (!code) {
+        variant_labels(keys, nv, labels);
+        printf("report: %d run%s, %d variant%s x %d game%s; score = mean episodic return over the last 10%% of frames, "
+               "normalised (score - random) / (reference - random)\n",
+               npos, npos == 1 ? "" : "s", nv, nv == 1 ? "" : "s", ng, ng == 1 ? "" : "s");
+        for (int g = 0; g < ng; g++)
+            printf("  %s: random %.4f (%d episodes), reference %.4f%s\n", games[g], rnd[g], o.random_episodes, ref[g],
+                   ref_best[g] ? " (the best run in this report)" : "");
+        printf("\n| variant | runs x games | Median | IQM | Mean | Optimality gap |\n|---|---|---|---|---|---|\n");
+    }
+    for (int v = 0; v < nv && !code; v++) {
+        int cnt[REPORT_MAX_GAMES] = {0}, R = 1 << 30;
+        for (int r = 0; r < npos; r++)
+            if (runs[r].variant == v) cnt[runs[r].game]++;
+        for (int g = 0; g < ng; g++) R = cnt[g] < R ? cnt[g] : R;
+        if (R == 0) {
+            printf("| %s | - | a game without runs: no aggregate (each variant needs runs of every game) | | | |\n", labels[v]);
+            for (int k = 0; k < SM_AGG_N; k++) ci[v][k] = (sm_interval){NAN, NAN, NAN};
+            continue;
+        }
+        double *s = malloc(sizeof(double) * (size_t)R * ng);
+        int taken[REPORT_MAX_GAMES] = {0}, unequal = 0;
+        for (int g = 0; g < ng; g++) unequal |= cnt[g] != R;
+        for (int r = 0; s && r < npos; r++) {
+            const run_score *x = &runs[r];
+            if (x->variant != v || taken[x->game] >= R) continue;
+            s[(size_t)taken[x->game]++ * ng + x->game] = sm_rliable_normalise(x->score, rnd[x->game], ref[x->game]);
+        }
+        sm_status st = s ? sm_rliable(s, R, ng, o.reps, o.conf, o.seed, ci[v], &err) : sm_fail(&err, SM_ERR_NOMEM, "report: out of memory");
+        free(s);
+        if (st != SM_OK) {
+            code = cli_fail(st, &err);
+            break;
+        }
+        printf("| %s | %d x %d%s |", labels[v], R, ng, unequal ? " (first runs of each game: unequal counts)" : "");
+        for (int k = 0; k < SM_AGG_N; k++) printf(" %.3f [%.3f, %.3f] |", ci[v][k].point, ci[v][k].lo, ci[v][k].hi);
+        printf("\n");
+    }
+    if (!code) { /* raw scores per game */
+        printf("\nMean raw score per game (runs):\n\n| variant |");
+        for (int g = 0; g < ng; g++) printf(" %s |", games[g]);
+        printf("\n|---|");
+        for (int g = 0; g < ng; g++) printf("---|");
+        printf("\n");
+        for (int v = 0; v < nv; v++) {
+            printf("| %s |", labels[v]);
+            for (int g = 0; g < ng; g++) {
+                double sum = 0;
+                int n = 0;
+                for (int r = 0; r < npos; r++)
+                    if (runs[r].variant == v && runs[r].game == g) sum += runs[r].score, n++;
+                if (n) printf(" %.3f (%d) |", sum / n, n);
+                else printf(" - |");
+            }
+            printf("\n");
+        }
+        printf("\nIntervals: %.0f%% stratified-bootstrap percentile intervals, %d replicates (Agarwal et al. 2021).\n",
+               100 * o.conf, o.reps);
+    }
+    if (!code && o.out) {
+        code = draw(o.out, (const sm_interval(*)[SM_AGG_N])ci, labels, nv);
+        if (!code) printf("report: intervals -> %s\n", o.out);
+    }
+    free(ci);
+    for (int v = 0; v < nv; v++) free(keys[v]);
+    return code;
+}

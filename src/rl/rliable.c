@@ -1,0 +1,97 @@
+/* Aggregates and stratified-bootstrap intervals (include/specmoe/rl/rliable.h). */
+#include "specmoe/rl/rliable.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *sm_aggregate_name(sm_aggregate_kind k) {
+    static const char *const names[SM_AGG_N] = {"Median", "IQM", "Mean", "Optimality gap"};
+    return k >= 0 && k < SM_AGG_N ? names[k] : "?";
+}
+
+double sm_rliable_normalise(double raw, double random, double reference) {
+    return reference == random ? NAN : (raw - random) / (reference - random);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* median of v (n), sorting it */
+static double median_of(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double sm_aggregate(sm_aggregate_kind k, const double *s, int R, int G, double *scratch) {
+    const int N = R * G;
+    double acc = 0;
+    switch (k) {
+    case SM_AGG_MEAN:
+        for (int i = 0; i < N; i++) acc += s[i];
+        return acc / N;
+    case SM_AGG_OPTGAP: /* gamma = 1: the reference score */
+        for (int i = 0; i < N; i++) acc += s[i] < 1 ? s[i] : 1;
+        return 1 - acc / N;
+    case SM_AGG_MEDIAN: {
+        double *m = scratch; /* (G) per-game means over runs */
+        for (int g = 0; g < G; g++) {
+            double t = 0;
+            for (int r = 0; r < R; r++) t += s[(size_t)r * G + g];
+            m[g] = t / R;
+        }
+        return median_of(m, G);
+    }
+    case SM_AGG_IQM: {
+        double *v = scratch;
+        memcpy(v, s, sizeof(double) * (size_t)N);
+        qsort(v, (size_t)N, sizeof *v, cmp_double);
+        int cut = (int)(0.25 * N); /* scipy's trim_mean: floor(proportion * n) from each end */
+        for (int i = cut; i < N - cut; i++) acc += v[i];
+        return acc / (N - 2 * cut);
+    }
+    default: return NAN;
+    }
+}
+
+/* the q-quantile (0..1) of sorted v (n) with linear interpolation between order statistics */
+static double quantile_sorted(const double *v, int n, double q) {
+    double pos = q * (n - 1);
+    int i = (int)floor(pos);
+    if (i >= n - 1) return v[n - 1];
+    return v[i] + (pos - i) * (v[i + 1] - v[i]);
+}
+
+sm_status sm_rliable(const double *scores, int R, int G, int reps, double conf, uint64_t seed, sm_interval out[SM_AGG_N],
+                     sm_error *err) {
+    if (R < 1 || G < 1) return sm_fail(err, SM_ERR_ARG, "rliable: need at least one run of one game (got %d x %d)", R, G);
+    if (reps < 1) return sm_fail(err, SM_ERR_ARG, "rliable: bootstrap replicates must be >= 1 (got %d)", reps);
+    if (!(conf > 0 && conf < 1)) return sm_fail(err, SM_ERR_ARG, "rliable: the interval's coverage must be in (0, 1)");
+    for (int i = 0; i < R * G; i++)
+        if (!isfinite(scores[i]))
+            return sm_fail(err, SM_ERR_ARG, "rliable: score of run %d, game %d is not finite", i / G, i % G);
+    const size_t N = (size_t)R * G;
+    /* one allocation: a resampled matrix, the scratch of sm_aggregate, the replicates per aggregate */
+    double *block = malloc(sizeof(double) * (N + N + G + (size_t)reps * SM_AGG_N));
+    if (!block) return sm_fail(err, SM_ERR_NOMEM, "rliable: out of memory (%d replicates)", reps);
+    double *res = block, *scratch = res + N, *rep = scratch + N + G;
+    for (int k = 0; k < SM_AGG_N; k++) out[k].point = sm_aggregate((sm_aggregate_kind)k, scores, R, G, scratch);
+    sm_rng rng;
+    sm_rng_seed(&rng, seed);
+    for (int b = 0; b < reps; b++) {
+        /* stratified: each game's runs are resampled among that game's runs */
+        for (int g = 0; g < G; g++)
+            for (int r = 0; r < R; r++) res[(size_t)r * G + g] = scores[(size_t)sm_rng_below(&rng, (uint32_t)R) * G + g];
+        for (int k = 0; k < SM_AGG_N; k++) rep[(size_t)k * reps + b] = sm_aggregate((sm_aggregate_kind)k, res, R, G, scratch);
+    }
+    for (int k = 0; k < SM_AGG_N; k++) {
+        double *v = rep + (size_t)k * reps;
+        qsort(v, (size_t)reps, sizeof *v, cmp_double);
+        out[k].lo = quantile_sorted(v, reps, (1 - conf) / 2);
+        out[k].hi = quantile_sorted(v, reps, 1 - (1 - conf) / 2);
+    }
+    free(block);
+    return SM_OK;
+}

@@ -1,0 +1,72 @@
+/* rliable aggregates (include/specmoe/rl/rliable.h): point estimates against values worked by hand,
+ * the stratification of the bootstrap, and the coverage of its intervals. */
+#include <criterion/criterion.h>
+#include <math.h>
+
+#include "specmoe/rl/rliable.h"
+
+/* 4 runs x 3 games. By hand: all 12 sorted -0.5 0.1 0.2 0.3 0.4 0.5 0.7 0.9 1.1 1.5 2.0 3.0 (sum 10.2);
+ * game means 0.25, 0.8, 1.5; IQM drops 3 at each end: (0.3+0.4+0.5+0.7+0.9+1.1)/6 = 0.65;
+ * min(s, 1) sums to 6.6. */
+static const double kS[12] = {0.1, 0.5, 2.0, 0.3, 0.9, 1.5, 0.2, 0.7, -0.5, 0.4, 1.1, 3.0};
+
+Test(rliable, aggregates_match_the_definitions) {
+    double scratch[12 + 3];
+    cr_expect_float_eq(sm_aggregate(SM_AGG_MEAN, kS, 4, 3, scratch), 0.85, 1e-12);
+    cr_expect_float_eq(sm_aggregate(SM_AGG_MEDIAN, kS, 4, 3, scratch), 0.8, 1e-12);
+    cr_expect_float_eq(sm_aggregate(SM_AGG_IQM, kS, 4, 3, scratch), 0.65, 1e-12);
+    cr_expect_float_eq(sm_aggregate(SM_AGG_OPTGAP, kS, 4, 3, scratch), 0.45, 1e-12);
+    /* an even number of games: the median is the mean of the middle two game means */
+    double two[4] = {0, 1, 2, 5}; /* 2 runs x 2 games: game means 1 and 3 */
+    cr_expect_float_eq(sm_aggregate(SM_AGG_MEDIAN, two, 2, 2, scratch), 2.0, 1e-12);
+    cr_expect_float_eq(sm_rliable_normalise(15, 5, 25), 0.5, 1e-15);
+    cr_expect(isnan(sm_rliable_normalise(1, 2, 2)));
+}
+
+Test(rliable, intervals_hold_the_point_and_bootstrap_within_games) {
+    sm_interval out[SM_AGG_N];
+    sm_error err = {0};
+    cr_assert_eq(sm_rliable(kS, 4, 3, 2000, 0.95, 7, out, &err), SM_OK, "%s", err.msg);
+    for (int k = 0; k < SM_AGG_N; k++) {
+        cr_expect(out[k].lo <= out[k].point && out[k].point <= out[k].hi, "%s: %g not in [%g, %g]",
+                  sm_aggregate_name((sm_aggregate_kind)k), out[k].point, out[k].lo, out[k].hi);
+        cr_expect(out[k].hi > out[k].lo, "%s: an empty interval on spread data", sm_aggregate_name((sm_aggregate_kind)k));
+    }
+    /* every run of a game scores the same: a stratified bootstrap (runs resampled within each game)
+     * reproduces the matrix, so every interval is a point, although the games differ */
+    double flat[4 * 3];
+    for (int r = 0; r < 4; r++)
+        for (int g = 0; g < 3; g++) flat[r * 3 + g] = 0.3 * g * g - 0.2;
+    cr_assert_eq(sm_rliable(flat, 4, 3, 500, 0.95, 1, out, &err), SM_OK);
+    for (int k = 0; k < SM_AGG_N; k++)
+        cr_expect(out[k].lo == out[k].point && out[k].hi == out[k].point, "%s: [%g, %g] around %g",
+                  sm_aggregate_name((sm_aggregate_kind)k), out[k].lo, out[k].hi, out[k].point);
+    double bad[2] = {0, NAN};
+    cr_expect_eq(sm_rliable(bad, 1, 2, 10, 0.95, 1, out, &err), SM_ERR_ARG);
+    cr_expect_eq(sm_rliable(kS, 4, 3, 0, 0.95, 1, out, &err), SM_ERR_ARG);
+    cr_expect_eq(sm_rliable(kS, 4, 3, 10, 1.0, 1, out, &err), SM_ERR_ARG);
+}
+
+/* Coverage: scores of 10 runs x 5 games drawn around a known mean; the 95% interval of the mean
+ * must contain it in about 95% of 300 trials (bootstrap percentile intervals run a little narrow at
+ * 10 runs: the binomial spread at 300 trials is +-2.5 points). */
+Test(rliable, mean_interval_covers_the_truth) {
+    sm_rng rng;
+    sm_rng_seed(&rng, 42);
+    int cover = 0, trials = 300;
+    for (int t = 0; t < trials; t++) {
+        double s[50];
+        for (int i = 0; i < 50; i++) {
+            /* a sum of uniforms: mean 0.5 per game offset, spread ~0.29 */
+            double u = 0;
+            for (int j = 0; j < 3; j++) u += sm_rng_uniform(&rng);
+            s[i] = u / 3 + 0.1 * (i % 5);
+        }
+        sm_interval out[SM_AGG_N];
+        sm_error err;
+        cr_assert_eq(sm_rliable(s, 10, 5, 400, 0.95, 1000 + (uint64_t)t, out, &err), SM_OK);
+        double truth = 0.5 + 0.1 * 2; /* mean of the game offsets 0..0.4 */
+        cover += out[SM_AGG_MEAN].lo <= truth && truth <= out[SM_AGG_MEAN].hi;
+    }
+    cr_expect(cover >= (int)(0.88 * trials) && cover <= (int)(0.99 * trials), "coverage %d / %d", cover, trials);
+}
