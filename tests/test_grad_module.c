@@ -543,4 +543,11 @@ Test(grad_module, taps_see_factory_expert_linear_maps) {
     cr_expect(a.calls >= 2, "only %d expert taps", a.calls);
     free(a.acc);
     mctx_free(&c);
+    /* SoftMoE slot rows mix tokens: nothing to report */
+    mc = moe_cfg("soft", 3, 1, 7);
+    mctx_init(&c, sm_moe_module_experts("moe", &mc, seq_expert, w, NULL, &e), sm_shape_vec(5), 62);
+    tap_acc s = {{NULL, on_expert_linear, NULL}, &c.ps, NULL, 0};
+    tapped_backward(&c, &s.t);
+    cr_expect_eq(s.calls, 0);
+    mctx_free(&c);
 }

@@ -290,9 +290,9 @@ static void mlp_expert_backward(sm_moe *m, int e, int a0, int n) {
     }
 }
 
-/* Factory experts: the expert's own linear taps name its rows n = 0..N-1 of the expert; they are
- * reported to the caller's expert_linear with the layer's token map of those rows (block 0: the
- * expert's tensors are its own). */
+/* Factory experts: the expert's own linear taps see its rows n = 0..N-1; they are reported to the
+ * caller's expert_linear with the layer's token map of those rows (block 0: the expert's tensors
+ * are its own). */
 typedef struct {
     sm_taps t;
     sm_taps *outer;
@@ -315,7 +315,8 @@ static void module_expert_forward(sm_moe *m, int e, int a0, int n) {
 static void module_expert_backward(sm_moe *m, int e, int a0, int n) {
     sm_ctx c = *m->ctx;
     expert_taps t = {{expert_taps_linear, NULL, NULL}, m->taps, m->route.token + a0};
-    c.taps = m->taps && m->taps->expert_linear ? &t.t : NULL;
+    /* SOFT slot rows mix tokens: there is no token of a row to report, so no taps */
+    c.taps = m->taps && m->taps->expert_linear && m->route.kind == SM_ROUTE_SPARSE ? &t.t : NULL;
     sm_module_backward(m->experts[e], m->dxg + (size_t)a0 * m->d, m->dy + (size_t)a0 * m->O, m->xg + (size_t)a0 * m->d,
                        n, &c);
 }

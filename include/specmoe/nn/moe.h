@@ -125,8 +125,9 @@ sm_module *sm_moe_module_gated(const char *name, const sm_moe_config *cfg, sm_mo
  * refused at declare. cfg->H, depth, act and expert_bias describe built-in experts and are not used.
  * Shared experts (cfg->n_shared > 0) are refused: they are built-in MLPs only.
  * gate (may be NULL, owned) is a gate network as in sm_moe_module_gated.
- * Taps: an expert's own linear taps are reported as taps->expert_linear(param, block 0, token map
- * of its rows, ...) with param the expert's tensor name. sm_moe_features gives NULL.
+ * Taps: under SPARSE routes an expert's own linear taps are reported as taps->expert_linear(param,
+ * block 0, token map of its rows, ...) with param the expert's tensor name; under SOFT routes (slot
+ * rows mix tokens) they are not reported. sm_moe_features gives NULL.
  * Experts run one per thread, except while training with an RNG (a stochastic expert must draw in
  * a fixed order): then one after another.
  * JSON: the description holds expert 0's ("expert"), with the names its parent gave it removed;
