@@ -1,11 +1,12 @@
-/* The MoE layer: a router (router.h) picks experts per token; each expert is an MLP
- * d -> H -> ... -> H -> O (built in) or any module d -> O (sm_moe_module_experts); the output is the routing-weighted sum of the chosen experts' outputs plus the sum of
- * the always-on shared experts (DeepSeek-MoE):
+/* The MoE layer: a router (router.h) picks experts per token; the output is the routing-weighted
+ * sum of the chosen experts' outputs plus the sum of the always-on shared experts (DeepSeek-MoE):
  *
  *   out_t = sum_{e in route(t)} w_{t,e} E_e(x_t)  +  sum_s S_s(x_t)
  *
- * Experts map d -> H -> O (O = d unless out_dim is set). The layer never looks inside the router. Experts are stored as contiguous [E, ...] blocks so
- * per-expert statistics, SVDs and spectral penalties are one loop.
+ * Built-in experts are MLPs d -> H -> ... -> H -> O (O = d unless out_dim is set), stored as
+ * contiguous [E, ...] blocks so per-expert statistics, SVDs and spectral penalties are one loop.
+ * Factory experts (sm_moe_module_experts, below) are any modules d -> O. The layer never looks
+ * inside the router.
  *
  * Letters: T tokens, d width, E experts, H expert hidden width, S shared experts,
  *          A assignments (<= router max_assign(T)).
