@@ -269,55 +269,76 @@ static void on_linear(sm_taps *t, const char *param, const sm_real *in, const sm
     a->calls++;
 }
 
+/* forward, then a backward from G with taps t */
+static void tapped_backward(mctx *c, sm_taps *t) {
+    sm_ctx ctx = sm_ctx_make(&c->ps, NULL, 1);
+    ctx.taps = t;
+    mloss(c);
+    sm_params_zero_grad(&c->ps);
+    sm_module_backward(c->m, c->dx, c->G, c->x, B, &ctx);
+}
+/* every tensor whose name holds sub (and with ndim dimensions, if ndim > 0): its gradient rebuilt
+ * from the tapped rows (acc) equals the backward's; returns how many tensors were compared */
+static int expect_tapped_gradients(const mctx *c, const sm_real *acc, const char *sub, int ndim) {
+    int seen = 0;
+    for (int i = 0; i < c->ps.n; i++) {
+        const char *nm = c->ps.p[i].name;
+        if (!strstr(nm, sub) || (ndim > 0 && c->ps.p[i].ndim != ndim)) continue;
+        seen++;
+        for (size_t j = 0; j < c->ps.p[i].numel; j++)
+            cr_expect_float_eq(acc[c->ps.p[i].offset + j], sm_params_grad(&c->ps, i)[j], 1e-12, "%s[%zu]", nm, j);
+    }
+    return seen;
+}
+
 Test(grad_module, taps_see_every_linear_row) {
     int w[2] = {5, 4};
     mctx c;
     mctx_init(&c, sm_mlp_module("p", w, 2, 3, SM_ACT_TANH, &e), sm_shape_vec(6), 20);
     tap_acc a = {{on_linear, NULL, NULL}, &c.ps, calloc(c.ps.total, sizeof(sm_real)), 0};
-    sm_ctx ctx = sm_ctx_make(&c.ps, NULL, 1);
-    ctx.taps = &a.t;
-    mloss(&c);
-    sm_params_zero_grad(&c.ps);
-    sm_module_backward(c.m, c.dx, c.G, c.x, B, &ctx);
+    tapped_backward(&c, &a.t);
     cr_expect_eq(a.calls, 3);
-    for (int i = 0; i < c.ps.n; i++) {
-        if (c.ps.p[i].ndim != 2) continue;
-        for (size_t j = 0; j < c.ps.p[i].numel; j++)
-            cr_expect_float_eq(a.acc[c.ps.p[i].offset + j], sm_params_grad(&c.ps, i)[j], 1e-12, "%s[%zu]", c.ps.p[i].name, j);
-    }
+    cr_expect_eq(expect_tapped_gradients(&c, a.acc, "", 2), 3);
     free(a.acc);
     mctx_free(&c);
 }
 
-/* to_json -> from_json gives a module with the same parameters and the same outputs */
-Test(grad_module, json_round_trip) {
-    mctx c;
-    mctx_init(&c, token_net(), sm_shape_image(2, 4, 4), 21);
-    char *json = sm_module_to_json(c.m);
+/* to_json -> from_json gives a module with the same parameters and the same outputs, and the same
+ * description; returns the description (the caller frees it) */
+static char *check_json_round_trip(mctx *c, sm_shape in) {
+    char *json = sm_module_to_json(c->m);
     cr_assert(json);
     sm_error err = {0};
     sm_module *m2 = sm_module_from_json(json, &err);
     cr_assert(m2, "%s: %s", json, err.msg);
     sm_params ps2;
     sm_params_init_table(&ps2);
-    cr_assert_eq(sm_module_declare(m2, &ps2, sm_shape_image(2, 4, 4), &err), SM_OK, "%s", err.msg);
-    cr_assert_eq(ps2.n, c.ps.n);
-    for (int i = 0; i < ps2.n; i++) cr_expect_str_eq(ps2.p[i].name, c.ps.p[i].name);
+    cr_assert_eq(sm_module_declare(m2, &ps2, in, &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(ps2.n, c->ps.n);
+    for (int i = 0; i < ps2.n; i++) cr_expect_str_eq(ps2.p[i].name, c->ps.p[i].name);
     cr_assert_eq(sm_params_alloc(&ps2, &err), SM_OK);
-    memcpy(ps2.data, c.ps.data, sizeof(sm_real) * c.ps.total);
-    cr_assert_eq(sm_module_reserve(m2, B, &err), SM_OK);
-    sm_real *o2 = calloc(c.nout, sizeof(sm_real));
-    sm_ctx ctx2 = sm_ctx_make(&ps2, NULL, 0), ctx = sm_ctx_make(&c.ps, NULL, 0);
-    sm_module_forward(m2, o2, c.x, B, &ctx2);
-    sm_module_forward(c.m, c.out, c.x, B, &ctx);
-    for (size_t i = 0; i < c.nout; i++) cr_expect_eq(o2[i], c.out[i]);
+    memcpy(ps2.data, c->ps.data, sizeof(sm_real) * c->ps.total);
+    cr_assert_eq(sm_module_reserve(m2, B, &err), SM_OK, "%s", err.msg);
+    sm_real *o2 = calloc(c->nout, sizeof(sm_real));
+    sm_ctx ctx2 = sm_ctx_make(&ps2, NULL, 0), ctx = sm_ctx_make(&c->ps, NULL, 0);
+    sm_module_forward(m2, o2, c->x, B, &ctx2);
+    sm_module_forward(c->m, c->out, c->x, B, &ctx);
+    for (size_t i = 0; i < c->nout; i++) cr_expect_eq(o2[i], c->out[i]);
     char *json2 = sm_module_to_json(m2);
     cr_expect_str_eq(json2, json);
-    cr_expect_null(sm_module_from_json("{\"kind\":\"warp\"}", &err));
-    cr_expect(strstr(err.msg, "unknown kind"), "%s", err.msg);
-    free(json), free(json2), free(o2);
+    free(json2), free(o2);
     sm_module_free(m2);
     sm_params_free(&ps2);
+    return json;
+}
+
+Test(grad_module, json_round_trip) {
+    mctx c;
+    mctx_init(&c, token_net(), sm_shape_image(2, 4, 4), 21);
+    free(check_json_round_trip(&c, sm_shape_image(2, 4, 4)));
+    sm_error err = {0};
+    cr_expect_null(sm_module_from_json("{\"kind\":\"warp\"}", &err));
+    cr_expect(strstr(err.msg, "unknown kind"), "%s", err.msg);
     mctx_free(&c);
 }
 
@@ -424,21 +445,192 @@ Test(grad_module, taps_see_every_expert_linear_map) {
     mctx c;
     mctx_init(&c, sm_moe_module("moe", &mc, &e), sm_shape_vec(5), 26);
     tap_acc a = {{NULL, on_expert_linear, NULL}, &c.ps, calloc(c.ps.total, sizeof(sm_real)), 0};
-    sm_ctx ctx = sm_ctx_make(&c.ps, NULL, 1);
-    ctx.taps = &a.t;
-    mloss(&c);
-    sm_params_zero_grad(&c.ps);
-    sm_module_backward(c.m, c.dx, c.G, c.x, B, &ctx);
+    tapped_backward(&c, &a.t);
     cr_expect(a.calls >= 4, "only %d expert taps", a.calls);
-    int seen = 0;
-    for (int i = 0; i < c.ps.n; i++) {
-        const char *nm = c.ps.p[i].name;
-        if (!strstr(nm, ".experts.w")) continue; /* w1, wh, w2 */
-        seen++;
-        for (size_t j = 0; j < c.ps.p[i].numel; j++)
-            cr_expect_float_eq(a.acc[c.ps.p[i].offset + j], sm_params_grad(&c.ps, i)[j], 1e-12, "%s[%zu]", nm, j);
-    }
-    cr_expect_eq(seen, 3);
+    cr_expect_eq(expect_tapped_gradients(&c, a.acc, ".experts.w", 0), 3); /* w1, wh, w2 */
     free(a.acc);
+    mctx_free(&c);
+}
+
+/* ---- experts from a module factory (sm_moe_module_experts) ----------------------------------- */
+
+/* expert e: dense(H, tanh) -> layernorm -> dense(O), a kind the built-in MLP experts cannot be;
+ * user = {H, O, expert whose output width is O+1 (or -1)} */
+static sm_module *seq_expert(void *user, int e, sm_error *err) {
+    const int *w = user;
+    sm_module *ch[3] = {sm_dense_module("", w[0], SM_ACT_TANH, err), sm_layernorm_module("", err),
+                        sm_dense_module("", w[1] + (e == w[2]), SM_ACT_NONE, err)};
+    return ch[0] && ch[1] && ch[2] ? sm_seq_module("", ch, 3, err) : NULL;
+}
+/* the built-in expert as a module: d -> H -> O with tanh (user = {H, O}) */
+static sm_module *mlp_expert(void *user, int e, sm_error *err) {
+    const int *w = user;
+    (void)e;
+    return sm_mlp_module("", w, 1, w[1], SM_ACT_TANH, err);
+}
+
+Test(grad_module, factory_experts_under_sparse_and_soft_routes) {
+    int w[3] = {5, 3, -1};
+    sm_shape toks = {4, 6, 1, 1};
+    sm_moe_config mc = moe_cfg("topk", 4, 2, 99); /* H is the built-in experts' and unused here */
+    check_module("moe-experts-topk", sm_moe_module_experts("moe", &mc, seq_expert, w, NULL, &e), toks, 40);
+    mc = moe_cfg("soft", 3, 1, 99);
+    check_module("moe-experts-soft", sm_moe_module_experts("moe", &mc, seq_expert, w, NULL, &e), toks, 41);
+    int w2[1] = {4};
+    mc = moe_cfg("topk", 3, 2, 99);
+    check_module("moe-experts-gated",
+                 sm_moe_module_experts("moe", &mc, seq_expert, w, sm_mlp_module("", w2, 1, 3, SM_ACT_TANH, &e), &e),
+                 sm_shape_vec(5), 42);
+}
+
+/* copies tensor `from` of ps into tensor `to` of qs (same size), or its block `blk` of n values */
+static void copy_block(sm_params *qs, const char *to, const sm_params *ps, const char *from, int blk, size_t n) {
+    int i = sm_params_find(ps, from), j = sm_params_find(qs, to);
+    cr_assert(i >= 0 && j >= 0, "%s / %s missing", from, to);
+    cr_assert_eq(qs->p[j].numel, n);
+    memcpy(sm_params_data(qs, j), sm_params_data(ps, i) + (size_t)blk * n, sizeof(sm_real) * n);
+}
+/* the same for a gradient: q's gradient `to` against block blk of p's `from` */
+static double grad_block_diff(const sm_params *qs, const char *to, const sm_params *ps, const char *from, int blk) {
+    int i = sm_params_find(ps, from), j = sm_params_find(qs, to);
+    cr_assert(i >= 0 && j >= 0, "%s / %s missing", from, to);
+    double worst = 0;
+    for (size_t k = 0, n = qs->p[j].numel; k < n; k++) {
+        double a = sm_params_grad(qs, j)[k], b = sm_params_grad(ps, i)[(size_t)blk * n + k];
+        double r = fabs(a - b) / (fabs(b) + 1e-12);
+        worst = r > worst ? r : worst;
+    }
+    return worst;
+}
+
+/* Factory experts that are the built-in two-layer MLP (sm_mlp_module d -> H -> O), loaded with the
+ * built-in layer's values, give its output, input gradient and parameter gradients. They run the
+ * same linear / activation kernels on the same gathered rows in the same order, so the results
+ * are equal to the last bit; the check allows 1e-12 relative to stay meaningful if a kernel's
+ * summation order ever differs between the two. */
+static void check_factory_equals_builtin(const char *router, int E, int k, int train_rng) {
+    enum { D = 5, H = 4, O = 3 };
+    int w[2] = {H, O};
+    sm_shape toks = {4, D, 1, 1};
+    sm_moe_config mc = moe_cfg(router, E, k, H);
+    mc.out_dim = O;
+    mctx a, b;
+    mctx_init(&a, sm_moe_module("moe", &mc, &e), toks, 50);
+    mctx_init(&b, sm_moe_module_experts("moe", &mc, mlp_expert, w, NULL, &e), toks, 51);
+    memcpy(b.x, a.x, sizeof(sm_real) * a.nin);
+    memcpy(b.G, a.G, sizeof(sm_real) * a.nout);
+    for (int i = 0; i < a.ps.n; i++)
+        if (strstr(a.ps.p[i].name, ".router.")) copy_block(&b.ps, a.ps.p[i].name, &a.ps, a.ps.p[i].name, 0, a.ps.p[i].numel);
+    const char *mine[4] = {"0.weight", "0.bias", "1.weight", "1.bias"}, *builtin[4] = {"w1", "b1", "w2", "b2"};
+    const size_t numel[4] = {H * D, H, O * H, O};
+    char to[96], from[96];
+    for (int x = 0; x < E; x++)
+        for (int t = 0; t < 4; t++) {
+            snprintf(to, sizeof to, "moe.experts.%d.%s", x, mine[t]);
+            snprintf(from, sizeof from, "moe.experts.%s", builtin[t]);
+            copy_block(&b.ps, to, &a.ps, from, x, numel[t]);
+        }
+    sm_rng ra, rb;
+    sm_rng_seed(&ra, 9), sm_rng_seed(&rb, 9);
+    sm_ctx ca = sm_ctx_make(&a.ps, train_rng ? &ra : NULL, 1), cb = sm_ctx_make(&b.ps, train_rng ? &rb : NULL, 1);
+    sm_module_forward(a.m, a.out, a.x, B, &ca);
+    sm_module_forward(b.m, b.out, b.x, B, &cb);
+    sm_params_zero_grad(&a.ps), sm_params_zero_grad(&b.ps);
+    sm_module_backward(a.m, a.dx, a.G, a.x, B, &ca);
+    sm_module_backward(b.m, b.dx, b.G, b.x, B, &cb);
+    for (size_t i = 0; i < a.nout; i++) cr_expect_float_eq(b.out[i], a.out[i], 1e-12 * (fabs(a.out[i]) + 1e-12), "%s out[%zu]", router, i);
+    for (size_t i = 0; i < a.nin; i++) cr_expect_float_eq(b.dx[i], a.dx[i], 1e-12 * (fabs(a.dx[i]) + 1e-12), "%s dx[%zu]", router, i);
+    for (int i = 0; i < a.ps.n; i++)
+        if (strstr(a.ps.p[i].name, ".router."))
+            cr_expect_leq(grad_block_diff(&b.ps, a.ps.p[i].name, &a.ps, a.ps.p[i].name, 0), 1e-12, "%s %s", router, a.ps.p[i].name);
+    for (int x = 0; x < E; x++)
+        for (int t = 0; t < 4; t++) {
+            snprintf(to, sizeof to, "moe.experts.%d.%s", x, mine[t]);
+            snprintf(from, sizeof from, "moe.experts.%s", builtin[t]);
+            cr_expect_leq(grad_block_diff(&b.ps, to, &a.ps, from, x), 1e-12, "%s %s", router, to);
+        }
+    mctx_free(&a), mctx_free(&b);
+}
+
+Test(grad_module, factory_mlp_experts_equal_the_builtin_experts) {
+    check_factory_equals_builtin("topk", 4, 2, 0);
+    check_factory_equals_builtin("topk", 4, 2, 1); /* experts one after another: a training RNG */
+    check_factory_equals_builtin("soft", 3, 1, 0);
+    check_factory_equals_builtin("expert-choice", 3, 1, 0);
+}
+
+/* a network with factory experts round-trips through JSON: same parameter names, same outputs,
+ * same description */
+Test(grad_module, factory_experts_json_round_trip) {
+    int w[3] = {5, 3, -1};
+    sm_moe_config mc = moe_cfg("topk", 3, 2, 7);
+    sm_module *ch[2] = {sm_moe_module_experts("", &mc, seq_expert, w, NULL, &e), sm_dense_module("", 2, SM_ACT_NONE, &e)};
+    mctx c;
+    sm_shape toks = {4, 6, 1, 1};
+    mctx_init(&c, sm_seq_module("net", ch, 2, &e), toks, 60);
+    char *json = check_json_round_trip(&c, toks);
+    cr_expect(strstr(json, "\"expert\":{\"kind\":\"seq\""), "%s", json);
+    cr_expect_null(strstr(json, "experts.1"), "%s", json);
+    free(json);
+    mctx_free(&c);
+}
+
+/* what factory experts refuse, with a message that says why */
+Test(grad_module, factory_experts_refusals) {
+    sm_error err = {0};
+    sm_params ps;
+    int w[3] = {5, 3, 2}; /* expert 2 outputs 4 features, the others 3 */
+    sm_moe_config mc = moe_cfg("topk", 3, 2, 7);
+    sm_module *m = sm_moe_module_experts("moe", &mc, seq_expert, w, NULL, &err);
+    cr_assert(m, "%s", err.msg);
+    sm_params_init_table(&ps);
+    cr_expect_neq(sm_module_declare(m, &ps, sm_shape_vec(6), &err), SM_OK);
+    cr_expect(strstr(err.msg, "moe.experts.2: outputs 4 features, but expert 0 outputs 3"), "%s", err.msg);
+    /* unlike experts: the description says so and is refused */
+    char *json = sm_module_to_json(m);
+    cr_expect(strstr(json, "\"experts_alike\":false"), "%s", json);
+    cr_expect_null(sm_module_from_json(json, &err));
+    cr_expect(strstr(err.msg, "not all alike"), "%s", err.msg);
+    free(json);
+    sm_module_free(m);
+    sm_params_free(&ps);
+    /* out_dim set and different from the experts' width */
+    w[2] = -1;
+    mc.out_dim = 2;
+    m = sm_moe_module_experts("moe", &mc, seq_expert, w, NULL, &err);
+    sm_params_init_table(&ps);
+    cr_expect_neq(sm_module_declare(m, &ps, sm_shape_vec(6), &err), SM_OK);
+    cr_expect(strstr(err.msg, "out_dim is 2"), "%s", err.msg);
+    sm_module_free(m);
+    sm_params_free(&ps);
+    mc.out_dim = 0;
+    /* shared experts, no factory */
+    mc.n_shared = 1;
+    cr_expect_null(sm_moe_module_experts("moe", &mc, seq_expert, w, NULL, &err));
+    cr_expect(strstr(err.msg, "shared experts"), "%s", err.msg);
+    mc.n_shared = 0;
+    cr_expect_null(sm_moe_module_experts("moe", &mc, NULL, NULL, NULL, &err));
+    cr_expect(strstr(err.msg, "no expert factory"), "%s", err.msg);
+}
+
+/* taps inside factory experts: each expert's linear maps are reported through expert_linear with
+ * the token map of its rows, and rebuild its weight gradients */
+Test(grad_module, taps_see_factory_expert_linear_maps) {
+    int w[3] = {5, 3, -1};
+    sm_moe_config mc = moe_cfg("topk", 3, 2, 7);
+    mctx c;
+    mctx_init(&c, sm_moe_module_experts("moe", &mc, seq_expert, w, NULL, &e), sm_shape_vec(5), 61);
+    tap_acc a = {{NULL, on_expert_linear, NULL}, &c.ps, calloc(c.ps.total, sizeof(sm_real)), 0};
+    tapped_backward(&c, &a.t);
+    cr_expect_eq(expect_tapped_gradients(&c, a.acc, ".experts.", 2), 6); /* the dense weights of 3 experts */
+    cr_expect(a.calls >= 2, "only %d expert taps", a.calls);
+    free(a.acc);
+    mctx_free(&c);
+    /* SoftMoE slot rows mix tokens: nothing to report */
+    mc = moe_cfg("soft", 3, 1, 7);
+    mctx_init(&c, sm_moe_module_experts("moe", &mc, seq_expert, w, NULL, &e), sm_shape_vec(5), 62);
+    tap_acc s = {{NULL, on_expert_linear, NULL}, &c.ps, NULL, 0};
+    tapped_backward(&c, &s.t);
+    cr_expect_eq(s.calls, 0);
     mctx_free(&c);
 }

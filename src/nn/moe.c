@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 
 #include "specmoe/core/json.h"
+#include "nn/module_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,11 +92,36 @@ void sm_moe_free(sm_moe *m) {
     free(m);
 }
 
+/* Factory experts: expert e under "<prefix>.experts.<e>", one row of d in, one row of O out, O the
+ * same for all (and cfg.out_dim when set); the layer's O becomes theirs. */
+static sm_status declare_module_experts(sm_moe *m, sm_params *ps, const char *prefix, sm_error *err) {
+    for (int e = 0; e < m->E; e++) {
+        sm_module *x = m->experts[e];
+        char what[32];
+        snprintf(what, sizeof what, "experts.%d", e);
+        if (sm_param_name(x->name, prefix, what)) return sm_fail(err, SM_ERR_ARG, "%s: name too long", prefix);
+        sm_status st = sm_module_declare(x, ps, sm_shape_vec(m->d), err);
+        if (st != SM_OK) return st;
+        sm_shape o = x->out;
+        if (o.rows != 1 || o.h != 1 || o.w != 1)
+            return sm_fail(err, SM_ERR_ARG,
+                           "%s: an expert must map one row of %d features to one row of features (it gives %d rows of "
+                           "%d x %d x %d)", x->name, m->d, o.rows, o.c, o.h, o.w);
+        int want = e ? m->O : m->cfg.out_dim;
+        if (want > 0 && o.c != want)
+            return sm_fail(err, SM_ERR_ARG, "%s: outputs %d features, but %s %d", x->name, o.c,
+                           e ? "expert 0 outputs" : "the layer's out_dim is", want);
+        m->O = o.c;
+    }
+    return SM_OK;
+}
+
 sm_status sm_moe_declare(sm_moe *m, sm_params *ps, const char *prefix, sm_error *err) {
     char name[SM_NAME_MAX];
     snprintf(name, sizeof name, "%s.router", prefix);
     sm_status st = m->router->ops->declare(m->router, ps, name, err);
     if (st != SM_OK) return st;
+    if (m->experts) return declare_module_experts(m, ps, prefix, err);
     /* routed experts then shared experts: the same four tensors with a leading count dimension */
     const char *group[2] = {"experts", "shared"};
     int count[2] = {m->E, m->S};
@@ -156,6 +182,7 @@ static void act_sizes(const sm_moe *m, int max_T, int max_A, size_t sizes[MOE_N_
     size_t A = (size_t)max_A, T = (size_t)max_T, d = (size_t)m->d, O = (size_t)m->O, H = (size_t)m->H;
     size_t S = (size_t)m->S, dh_rows = A > T ? A : T;
     size_t L = (size_t)m->L;
+    if (m->experts) H = 0; /* factory experts keep their own activations (in the module's arena) */
     size_t s[MOE_N_ACT] = {A * d, L * A * H, L * A * H, A * O, A * O, A * d, dh_rows * H, S * T * H, S * T * H, T * O,
                            L > 1 ? A * H : 0, A * H};
     memcpy(sizes, s, sizeof s);
@@ -220,7 +247,7 @@ static void expert_tap(const sm_moe *m, int which, int block, int a0, const sm_r
 
 /* Routed expert e on its n gathered rows starting at assignment a0: hidden layer j reads
  * layer j-1's activation (layer 0 reads xg) - for L = 1 exactly sm_mlp_forward's sequence. */
-static void expert_forward(sm_moe *m, int e, int a0, int n) {
+static void mlp_expert_forward(sm_moe *m, int e, int a0, int n) {
     const int d = m->d, H = m->H, O = m->O, L = m->L;
     const size_t stride = (size_t)m->max_A * H, row = (size_t)a0 * H;
     for (int j = 0; j < L; j++) {
@@ -235,7 +262,7 @@ static void expert_forward(sm_moe *m, int e, int a0, int n) {
 }
 
 /* Its backward from dy: for L = 1 and no extra feature gradient exactly sm_mlp_backward's sequence. */
-static void expert_backward(sm_moe *m, int e, int a0, int n) {
+static void mlp_expert_backward(sm_moe *m, int e, int a0, int n) {
     const int d = m->d, H = m->H, O = m->O, L = m->L;
     const size_t stride = (size_t)m->max_A * H, row = (size_t)a0 * H;
     sm_real *dh = m->dh + row, *dh2 = m->dh2 ? m->dh2 + row : NULL;
@@ -263,7 +290,55 @@ static void expert_backward(sm_moe *m, int e, int a0, int n) {
     }
 }
 
+/* Factory experts: the expert's own linear taps see its rows n = 0..N-1; they are reported to the
+ * caller's expert_linear with the layer's token map of those rows (block 0: the expert's tensors
+ * are its own). */
+typedef struct {
+    sm_taps t;
+    sm_taps *outer;
+    const int *token; /* (N) the layer's input row of each of the expert's rows */
+} expert_taps;
+static void expert_taps_linear(sm_taps *t, const char *param, const sm_real *in, const sm_real *dout, int N, int fin,
+                               int fout) {
+    expert_taps *x = (expert_taps *)t;
+    x->outer->expert_linear(x->outer, param, 0, x->token, in, dout, N, fin, fout);
+}
+
+/* Factory expert e: its module on its n rows xg (n,d) -> y (n,O), one row per "example"; the
+ * backward takes dy (already scaled by the routing weight) and accumulates into dxg and the
+ * parameter gradients of the call's view. */
+static void module_expert_forward(sm_moe *m, int e, int a0, int n) {
+    sm_ctx c = *m->ctx;
+    c.taps = NULL;
+    sm_module_forward(m->experts[e], m->y + (size_t)a0 * m->O, m->xg + (size_t)a0 * m->d, n, &c);
+}
+static void module_expert_backward(sm_moe *m, int e, int a0, int n) {
+    sm_ctx c = *m->ctx;
+    expert_taps t = {{expert_taps_linear, NULL, NULL}, m->taps, m->route.token + a0};
+    /* SOFT slot rows mix tokens: there is no token of a row to report, so no taps */
+    c.taps = m->taps && m->taps->expert_linear && m->route.kind == SM_ROUTE_SPARSE ? &t.t : NULL;
+    sm_module_backward(m->experts[e], m->dxg + (size_t)a0 * m->d, m->dy + (size_t)a0 * m->O, m->xg + (size_t)a0 * m->d,
+                       n, &c);
+}
+
+/* The only expert-specific step of the layer: expert e on its gathered rows [a0, a0+n). */
+static void expert_forward(sm_moe *m, int e, int a0, int n) {
+    if (m->experts) module_expert_forward(m, e, a0, n);
+    else mlp_expert_forward(m, e, a0, n);
+}
+static void expert_backward(sm_moe *m, int e, int a0, int n) {
+    if (m->experts) module_expert_backward(m, e, a0, n);
+    else mlp_expert_backward(m, e, a0, n);
+}
+
+/* a stochastic factory expert would draw from the call's RNG: then experts run in a fixed order */
+static int experts_in_parallel(const sm_moe *m) { return !m->experts || !(m->ctx->train && m->ctx->rng); }
+
 const sm_real *sm_moe_features(sm_moe *m, sm_real **dfeat) {
+    if (m->experts) {
+        if (dfeat) *dfeat = NULL;
+        return NULL;
+    }
     if (dfeat) {
         *dfeat = m->dfeat;
         m->dfeat_used = 1; /* the backward now adds it in */
@@ -310,7 +385,7 @@ void sm_moe_forward_gated(sm_moe *m, sm_real *out, const sm_real *x, const sm_re
     else
         for (int a = 0; a < A; a++) memcpy(m->xg + (size_t)a * d, x + (size_t)r->token[a] * d, sizeof(sm_real) * d);
     /* experts are independent: one per thread (BLAS runs single-threaded inside the region) */
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (experts_in_parallel(m))
     for (int e = 0; e < E; e++) {
         int a0 = r->offset[e], n = r->offset[e + 1] - a0;
         if (n == 0) continue;
@@ -405,13 +480,12 @@ void sm_moe_backward_gated(sm_moe *m, sm_real *dx, sm_real *dgx, const sm_real *
 
 /* ---- the MoE layer as a module (include/specmoe/nn/module.h) ---------------------------------- */
 
-#include "nn/module_internal.h"
-
 typedef struct {
     sm_module base;
     sm_moe_config cfg;
     sm_moe *moe;
     sm_module *gate;  /* optional gate network: the router reads its output */
+    sm_module **experts; /* (E) factory experts (sm_moe_module_experts), or NULL: the built-in MLPs */
     sm_real *scratch; /* (N, d) input gradient when the caller needs none: router and experts write one */
     sm_real *g, *dg;  /* (N, dg) the gate network's output and its gradient */
 } moe_mod;
@@ -429,9 +503,19 @@ static sm_status moe_mod_declare(sm_module *m, sm_params *ps, sm_error *err) {
         dg = sm_shape_width(mm->gate->out);
     }
     if (!(mm->moe = sm_moe_create_gated(&mm->cfg, d, dg, err))) return SM_ERR_ARG;
-    m->out = sm_shape_vec(mm->moe->O);
+    mm->moe->experts = mm->experts;
+    sm_status st = sm_moe_declare(mm->moe, ps, m->name, err);
+    m->out = sm_shape_vec(mm->moe->O); /* known after declare for factory experts */
     m->out.rows = m->in.rows;
-    return sm_moe_declare(mm->moe, ps, m->name, err);
+    return st;
+}
+/* The most rows one factory expert can get from max_T tokens: a SPARSE route gives an expert each
+ * token at most once (and no more rows than assignments); a SOFT route gives each expert the same
+ * number of slot rows. */
+static int module_expert_rows(const sm_moe *moe, int max_T) {
+    int A = moe->router->ops->max_assign(moe->router, max_T);
+    if (moe->router->ops->kind == SM_ROUTE_SOFT) return A / moe->E;
+    return A < max_T ? A : max_T;
 }
 static void moe_mod_reserve(sm_module *m, int B, sm_arena *a) {
     moe_mod *mm = (moe_mod *)m;
@@ -442,6 +526,14 @@ static void moe_mod_reserve(sm_module *m, int B, sm_arena *a) {
         mm->g = sm_arena_take(a, (size_t)B * sm_shape_numel(mm->gate->out));
         mm->dg = sm_arena_take(a, (size_t)B * sm_shape_numel(mm->gate->out));
     }
+    if (mm->experts) {
+        int rows = module_expert_rows(mm->moe, B * m->in.rows);
+        mm->moe->expert_rows = rows;
+        for (int e = 0; e < mm->moe->E; e++) {
+            mm->experts[e]->max_B = rows;
+            mm->experts[e]->ops->reserve(mm->experts[e], rows, a);
+        }
+    }
 }
 static sm_status moe_mod_setup(sm_module *m, int B, sm_error *err) {
     moe_mod *mm = (moe_mod *)m;
@@ -449,14 +541,21 @@ static sm_status moe_mod_setup(sm_module *m, int B, sm_error *err) {
         sm_status st = mm->gate->ops->setup(mm->gate, B, err);
         if (st != SM_OK) return st;
     }
+    for (int e = 0; mm->experts && e < mm->moe->E; e++)
+        if (mm->experts[e]->ops->setup) {
+            sm_status st = mm->experts[e]->ops->setup(mm->experts[e], mm->moe->expert_rows, err);
+            if (st != SM_OK) return st;
+        }
     return sm_moe_reserve(mm->moe, B * m->in.rows, err);
 }
 /* parameters are bound at every call: the view (and so the gradient destination) is the caller's */
 static void moe_mod_forward(sm_module *m, sm_real *out, const sm_real *in, int B, const sm_ctx *ctx) {
     moe_mod *mm = (moe_mod *)m;
     sm_moe_bind(mm->moe, ctx->pv);
+    mm->moe->ctx = ctx;
     if (mm->gate) sm_module_forward(mm->gate, mm->g, in, B, ctx);
     sm_moe_forward_gated(mm->moe, out, in, mm->gate ? mm->g : in, B * m->in.rows, ctx->rng, ctx->train);
+    mm->moe->ctx = NULL;
 }
 static void moe_mod_backward(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx) {
     moe_mod *mm = (moe_mod *)m;
@@ -464,7 +563,7 @@ static void moe_mod_backward(sm_module *m, sm_real *din, const sm_real *dout, co
     sm_real *dx = din;
     if (!dx) memset(dx = mm->scratch, 0, sizeof(sm_real) * (size_t)N * mm->moe->d);
     sm_moe_bind(mm->moe, ctx->pv);
-    mm->moe->taps = ctx->taps, mm->moe->tap_ps = ctx->pv;
+    mm->moe->taps = ctx->taps, mm->moe->tap_ps = ctx->pv, mm->moe->ctx = ctx;
     if (!mm->gate) {
         sm_moe_backward(mm->moe, dx, dout, in, N);
     } else {
@@ -472,18 +571,51 @@ static void moe_mod_backward(sm_module *m, sm_real *din, const sm_real *dout, co
         sm_moe_backward_gated(mm->moe, dx, mm->dg, dout, in, mm->g, N);
         sm_module_backward(mm->gate, dx, mm->dg, in, B, ctx);
     }
-    mm->moe->taps = NULL;
+    mm->moe->taps = NULL, mm->moe->ctx = NULL;
+}
+
+/* Names under prefix (the ones a parent gave: "<prefix>" and "<prefix>.<...>") removed from a
+ * module description, so that it describes the module wherever it is declared. */
+static void strip_names(cJSON *o, const char *prefix) {
+    size_t n = strlen(prefix);
+    cJSON *nm = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "name") : NULL;
+    if (cJSON_IsString(nm) && n && !strncmp(nm->valuestring, prefix, n) &&
+        (nm->valuestring[n] == '\0' || nm->valuestring[n] == '.'))
+        cJSON_DeleteItemFromObjectCaseSensitive(o, "name");
+    for (cJSON *c = o ? o->child : NULL; c; c = c->next) strip_names(c, prefix);
+}
+static cJSON *expert_json(const sm_module *x) {
+    cJSON *o = sm_module_json_object(x);
+    strip_names(o, x->name);
+    return o;
 }
 static void moe_mod_json(const sm_module *m, cJSON *o) {
     const moe_mod *mm = (const moe_mod *)m;
     cJSON_AddNumberToObject(o, "hidden", mm->cfg.H);
     sm_moe_config_to_json(&mm->cfg, cJSON_AddObjectToObject(o, "moe"));
     if (mm->gate) cJSON_AddItemToObject(o, "gate", sm_module_json_object(mm->gate));
+    if (!mm->experts) return;
+    /* factory experts: expert 0 describes them all - unless they differ, which is said */
+    cJSON *x0 = expert_json(mm->experts[0]);
+    int alike = 1;
+    for (int e = 1; e < mm->cfg.router.E && alike; e++) {
+        cJSON *xe = expert_json(mm->experts[e]);
+        alike = cJSON_Compare(x0, xe, 1);
+        cJSON_Delete(xe);
+    }
+    cJSON_AddItemToObject(o, "expert", x0);
+    if (!alike) cJSON_AddFalseToObject(o, "experts_alike");
+}
+static void free_experts(sm_module **experts, int n) {
+    for (int e = 0; experts && e < n; e++)
+        if (experts[e]) experts[e]->ops->destroy(experts[e]); /* their activations live in the owner's arena */
+    free(experts);
 }
 static void moe_mod_destroy(sm_module *m) {
     moe_mod *mm = (moe_mod *)m;
     sm_moe_free(mm->moe);
     if (mm->gate) mm->gate->ops->destroy(mm->gate); /* its activations live in the owner's arena */
+    free_experts(mm->experts, mm->cfg.router.E);
     free(m);
 }
 static const sm_module_ops kMoeOps = {"moe", moe_mod_declare, moe_mod_reserve, moe_mod_setup, moe_mod_forward,
@@ -507,7 +639,38 @@ sm_module *sm_moe_module(const char *name, const sm_moe_config *cfg, sm_error *e
     return sm_moe_module_gated(name, cfg, NULL, err);
 }
 
+sm_module *sm_moe_module_experts(const char *name, const sm_moe_config *cfg, sm_expert_factory make, void *user,
+                                 sm_module *gate, sm_error *err) {
+    const int E = cfg->router.E;
+    const char *why = !make ? "no expert factory given"
+                      : E < 1 || E > 1 << 16 ? "the router's expert count must be in [1, 65536]"
+                      : cfg->n_shared > 0 ? "shared experts are built-in MLPs only; set n_shared = 0 with factory experts"
+                                          : NULL;
+    sm_module **experts = why ? NULL : calloc((size_t)E, sizeof *experts);
+    if (why || !experts) {
+        if (gate) sm_module_free(gate);
+        sm_fail(err, why ? SM_ERR_ARG : SM_ERR_NOMEM, "%s: %s", name ? name : "moe", why ? why : "out of memory");
+        return NULL;
+    }
+    for (int e = 0; e < E; e++)
+        if (!(experts[e] = make(user, e, err))) {
+            free_experts(experts, E);
+            if (gate) sm_module_free(gate);
+            return NULL;
+        }
+    sm_module *m = sm_moe_module_gated(name, cfg, gate, err);
+    if (!m) free_experts(experts, E);
+    else ((moe_mod *)m)->experts = experts;
+    return m;
+}
+
 sm_moe *sm_moe_of(const sm_module *m) { return m && m->ops == &kMoeOps ? ((const moe_mod *)m)->moe : NULL; }
+
+/* factory of sm_moe_from_json: every expert from the one description */
+static sm_module *expert_from_json(void *user, int e, sm_error *err) {
+    (void)e;
+    return sm_module_from_json_object(user, err);
+}
 
 sm_module *sm_moe_from_json(const cJSON *o, const char *name, sm_error *err) {
     sm_moe_config c;
@@ -519,8 +682,20 @@ sm_module *sm_moe_from_json(const cJSON *o, const char *name, sm_error *err) {
     }
     c.H = (int)h->valuedouble;
     if (sm_moe_config_from_json(&c, cJSON_GetObjectItemCaseSensitive(o, "moe"), err) != SM_OK) return NULL;
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "expert");
+    if (x && !cJSON_IsObject(x)) {
+        sm_fail(err, SM_ERR_FORMAT, "module '%s': 'expert' must be a module description", name);
+        return NULL;
+    }
+    if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(o, "experts_alike"))) {
+        sm_fail(err, SM_ERR_FORMAT,
+                "module '%s': its experts were not all alike and the description holds expert 0's only; build the "
+                "layer with its factory (sm_moe_module_experts) instead", name);
+        return NULL;
+    }
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(o, "gate");
     sm_module *gate = NULL;
     if (g && !(gate = sm_module_from_json_object(g, err))) return NULL;
+    if (x) return sm_moe_module_experts(name, &c, expert_from_json, (void *)x, gate, err);
     return sm_moe_module_gated(name, &c, gate, err);
 }

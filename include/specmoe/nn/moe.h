@@ -1,11 +1,12 @@
-/* The MoE layer: a router (router.h) picks experts per token; each expert is a two-layer MLP
- * d -> H -> d; the output is the routing-weighted sum of the chosen experts' outputs plus the sum of
- * the always-on shared experts (DeepSeek-MoE):
+/* The MoE layer: a router (router.h) picks experts per token; the output is the routing-weighted
+ * sum of the chosen experts' outputs plus the sum of the always-on shared experts (DeepSeek-MoE):
  *
  *   out_t = sum_{e in route(t)} w_{t,e} E_e(x_t)  +  sum_s S_s(x_t)
  *
- * Experts map d -> H -> O (O = d unless out_dim is set). The layer never looks inside the router. Experts are stored as contiguous [E, ...] blocks so
- * per-expert statistics, SVDs and spectral penalties are one loop.
+ * Built-in experts are MLPs d -> H -> ... -> H -> O (O = d unless out_dim is set), stored as
+ * contiguous [E, ...] blocks so per-expert statistics, SVDs and spectral penalties are one loop.
+ * Factory experts (sm_moe_module_experts, below) are any modules d -> O. The layer never looks
+ * inside the router.
  *
  * Letters: T tokens, d width, E experts, H expert hidden width, S shared experts,
  *          A assignments (<= router max_assign(T)).
@@ -14,6 +15,7 @@
 #define SPECMOE_MOE_H
 
 #include "specmoe/nn/mlp.h"
+#include "specmoe/nn/module.h"
 #include "specmoe/nn/router.h"
 
 #ifdef __cplusplus
@@ -72,6 +74,12 @@ typedef struct {
     int dfeat_used;
     struct sm_taps *taps;  /* set by the module for one backward: expert linear maps are reported */
     const sm_params *tap_ps; /* whose tensor names the taps report */
+    /* Factory experts (sm_moe_module_experts): E modules d -> O, each run on its own gathered rows
+     * (xg, dxg, y, dy above) in place of the built-in MLP; NULL for the built-in experts. Owned by
+     * the module; their activations live in its arena, for expert_rows rows each. */
+    sm_module **experts; /* (E) */
+    int expert_rows;     /* the most rows one expert gets: max_T (SPARSE) or its slot rows (SOFT) */
+    const sm_ctx *ctx;   /* set by the module for one forward / backward: the experts' call context */
 } sm_moe;
 
 sm_moe *sm_moe_create(const sm_moe_config *cfg, int d, sm_error *err);
@@ -88,7 +96,8 @@ void sm_moe_forward(sm_moe *m, sm_real *out, const sm_real *x, int T, sm_rng *rn
 /* dx (T,d) += ..., parameter gradients += ..., given dout (T,O) and the same x as the forward. */
 void sm_moe_backward(sm_moe *m, sm_real *dx, const sm_real *dout, const sm_real *x, int T);
 
-/* The experts' last hidden features of the last forward, one row per assignment in the route's
+/* The experts' last hidden features of the last forward (built-in experts only: NULL, and *dfeat =
+ * NULL, for factory experts, whose insides the layer does not know), one row per assignment in the route's
  * expert-major order (route.token / route.weight say whose and how much): (A,H) with A =
  * route.n_assign. dfeat (A,H), zeroed by every forward, takes an extra gradient on them (e.g. a
  * penalty on routing-weighted expert features, SPHERE); the backward adds it in. */
@@ -103,11 +112,31 @@ void sm_moe_backward_gated(sm_moe *m, sm_real *dx, sm_real *dg, const sm_real *d
 /* The MoE layer as a module (module.h): parameters are bound to the call's view at every forward
  * and backward, so gradients go where the caller says. Rows are tokens: an input of R rows per
  * example routes B*R tokens. */
-#include "specmoe/nn/module.h"
 sm_module *sm_moe_module(const char *name, const sm_moe_config *cfg, sm_error *err);
 /* The same with a gate network: gate (a module, owned) maps the layer's input to the router's input
  * (e.g. an MLP), declared under "<name>.gate"; the experts read the layer's input. */
 sm_module *sm_moe_module_gated(const char *name, const sm_moe_config *cfg, sm_module *gate, sm_error *err);
+/* Experts of any kind: make(user, e, err) is called once per routed expert e = 0..E-1 (E =
+ * cfg->router.E) and returns a module (owned by the layer, NULL on failure: the construction fails
+ * with its error). Expert e is declared under "<name>.experts.<e>" with input sm_shape_vec(d), one
+ * token row per example: under SPARSE routes it runs on its n_e routed token rows (xg (n_e,d) ->
+ * y (n_e,O)), under SOFT routes on its slot rows; the layer combines y as for built-in experts and
+ * scales dout by the routing weight into the expert's backward. Every expert must output one row
+ * of the same width O (and O = cfg->out_dim when that is set); images and multi-row outputs are
+ * refused at declare. cfg->H, depth, act and expert_bias describe built-in experts and are not used.
+ * Shared experts (cfg->n_shared > 0) are refused: they are built-in MLPs only.
+ * gate (may be NULL, owned) is a gate network as in sm_moe_module_gated.
+ * Taps: under SPARSE routes an expert's own linear taps are reported as taps->expert_linear(param,
+ * block 0, token map of its rows, ...) with param the expert's tensor name; under SOFT routes (slot
+ * rows mix tokens) they are not reported. sm_moe_features gives NULL.
+ * Experts run one per thread, except while training with an RNG (a stochastic expert must draw in
+ * a fixed order): then one after another.
+ * JSON: the description holds expert 0's ("expert"), with the names its parent gave it removed;
+ * sm_module_from_json builds every expert from it. Experts not all alike are described with
+ * "experts_alike": false and refused by sm_module_from_json. */
+typedef sm_module *(*sm_expert_factory)(void *user, int e, sm_error *err);
+sm_module *sm_moe_module_experts(const char *name, const sm_moe_config *cfg, sm_expert_factory make, void *user,
+                                 sm_module *gate, sm_error *err);
 /* the layer inside an MoE module (NULL for any other module, or before declare) */
 sm_moe *sm_moe_of(const sm_module *m);
 
