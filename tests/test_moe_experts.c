@@ -10,6 +10,7 @@
 #include "specmoe/io/safetensors.h"
 #include "specmoe/nn/module.h"
 #include "specmoe/nn/moe.h"
+#include "specmoe/nn/routers.h"
 #include "testutil.h"
 
 enum { B = 5, R = 4, D = 6 };
@@ -24,10 +25,10 @@ static sm_module *deep_expert(void *user, int e, sm_error *err) {
 static sm_module *network(const char *router, sm_error *err) {
     sm_moe_config mc;
     sm_moe_config_default(&mc);
-    strcpy(mc.router.name, router);
+    sm_router_config_set(&mc.router, router, NULL);
     mc.router.E = 4;
     mc.router.k = 2;
-    mc.router.slots = 2;
+    if (!strcmp(router, "soft")) sm_soft_opts(&mc.router)->slots = 2;
     sm_module *ch[3] = {
         sm_moe_module_experts("", &mc, deep_expert, NULL, sm_dense_module("", 4, SM_ACT_TANH, err), err),
         sm_flatten_module("", err), sm_dense_module("", 2, SM_ACT_NONE, err)};
