@@ -36,10 +36,11 @@
 
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
-/* two doubles in one SSE2 / NEON register (GCC's vector extensions, also understood by clang) */
+/* two doubles in one SSE2 / NEON register (GCC's vector extensions, also understood by clang), their
+ * bits, and the masks their comparisons give (-1 or 0 per lane) */
 typedef double sm_v2d_ __attribute__((vector_size(16)));
+typedef uint64_t sm_v2u_ __attribute__((vector_size(16)));
 typedef int64_t sm_v2i_ __attribute__((vector_size(16)));
 
 /* s[i] = sin(x[i]), c[i] = cos(x[i]) for i = 0, 1, both lanes at the cost of one */
@@ -48,18 +49,18 @@ static inline void sm_sincos2(const double x[2], double s[2], double c[2]) {
     /* pi/2 = P1 + P1T + 2^-87.9 */
     const sm_v2d_ P1 = {0x1.921fb54400000p+0, 0x1.921fb54400000p+0}, P1T = {0x1.0b4611a626331p-34, 0x1.0b4611a626331p-34};
     const sm_v2d_ shift = {0x1.8p52, 0x1.8p52}; /* adding it rounds to an integer (|x 2/pi| < 2^51) */
-    const sm_v2i_ abs_mask = {INT64_MAX, INT64_MAX};
+    const sm_v2u_ abs_mask = {INT64_MAX, INT64_MAX};
     sm_v2d_ xv = {x[0], x[1]};
     sm_v2d_ t = xv * inv_pio2 + shift;
-    sm_v2i_ n = (sm_v2i_)t; /* the low mantissa bits of t: n mod 4 in two's complement */
+    sm_v2u_ n = (sm_v2u_)t; /* the low mantissa bits of t: n mod 4 in two's complement */
     sm_v2d_ fn = t - shift;
     sm_v2d_ a = xv - fn * P1, w = fn * P1T; /* a exact */
     sm_v2d_ y0 = a - w, y1 = (a - y0) - w;  /* y0 + y1 = a - w exactly (Fast2Sum, |w| < |a|) */
     /* the fast range: |x| in [2^-26, 2^20] (false for NaN too; below 2^-26 sin x rounds to x and
      * cos x to 1, which libm gets exactly, signed zeros included), and no deep cancellation
      * (|r| >= |n| 2^-24) */
-    sm_v2d_ ax = (sm_v2d_)((sm_v2i_)xv & abs_mask), ay0 = (sm_v2d_)((sm_v2i_)y0 & abs_mask);
-    sm_v2d_ afn = (sm_v2d_)((sm_v2i_)fn & abs_mask);
+    sm_v2d_ ax = (sm_v2d_)((sm_v2u_)xv & abs_mask), ay0 = (sm_v2d_)((sm_v2u_)y0 & abs_mask);
+    sm_v2d_ afn = (sm_v2d_)((sm_v2u_)fn & abs_mask);
     const sm_v2d_ lo = {0x1p-26, 0x1p-26}, hi = {0x1p20, 0x1p20}, cancel = {0x1p-24, 0x1p-24};
     sm_v2i_ fast = (ax >= lo) & (ax <= hi) & (ay0 >= afn * cancel);
     if (__builtin_expect(!(fast[0] & fast[1]), 0)) {
@@ -83,9 +84,9 @@ static inline void sm_sincos2(const double x[2], double s[2], double c[2]) {
     sm_v2d_ kc = w1 + (((1.0 - w1) - hz) + (z * rc - y0 * y1));
 
     /* quadrant n mod 4: sin x = (ks, kc, -ks, -kc)[q], cos x = (kc, -ks, -kc, ks)[q], by bit masks */
-    sm_v2i_ swap = -(n & 1), iks = (sm_v2i_)ks, ikc = (sm_v2i_)kc;
-    sm_v2i_ sin_bits = ((iks & ~swap) | (ikc & swap)) ^ ((n & 2) << 62);
-    sm_v2i_ cos_bits = ((ikc & ~swap) | (iks & swap)) ^ (((n + 1) & 2) << 62);
+    sm_v2u_ swap = -(n & 1), iks = (sm_v2u_)ks, ikc = (sm_v2u_)kc;
+    sm_v2u_ sin_bits = ((iks & ~swap) | (ikc & swap)) ^ ((n & 2) << 62);
+    sm_v2u_ cos_bits = ((ikc & ~swap) | (iks & swap)) ^ (((n + 1) & 2) << 62);
     sm_v2d_ sv = (sm_v2d_)sin_bits, cv = (sm_v2d_)cos_bits;
     s[0] = sv[0];
     s[1] = sv[1];
