@@ -3,9 +3,11 @@
  * observation bounds over random rollouts, and a picture from `render`.
  *
  * Each step is compared with an update written out here from gymnasium's published equations, in
- * a form of its own (Acrobot: the 2x2 mass-matrix system solved by Cramer's rule; Pendulum: the
- * angle normalised through atan2), from the state the environment's float observation reveals. The
- * environments keep doubles, so they agree up to float rounding of that observation. */
+ * a form of its own (Acrobot: the manipulator equation's mass matrix, Coriolis and gravity terms,
+ * and glibc's sin/cos where the environment uses the book's terms, sm_sincos2 and identities; the
+ * 2x2 system is solved by Cramer's rule here as in the environment. Pendulum: the angle normalised
+ * through atan2), from the state the environment's float observation reveals. The environments keep
+ * doubles, so they agree up to float rounding of that observation. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>

@@ -21,16 +21,24 @@
  *   ddt2 = (a + d2/d1 phi1 - m2 l1 lc2 dt1^2 sin t2 - phi2) / (m2 lc2^2 + I2 - d2^2/d1)
  *   ddt1 = -(d2 ddt2 + phi1) / d1
  *
- * Speed: the sines and cosines are most of a step's time, so each stage evaluates only sin/cos of t1
- * and t2 (one sincos each), through exact identities: cos(t1 - pi/2) = sin t1 and
- * cos(t1 + t2 - pi/2) = sin(t1 + t2) = sin t1 cos t2 + cos t1 sin t2. The first stage reuses the
- * values the previous step computed for the observation (kept in the state), and the terminal test
- * -cos t1 - cos(t1 + t2) = -cos t1 - (cos t1 cos t2 - sin t1 sin t2) needs none of its own: 8 sincos
- * calls a step instead of 15 sin/cos calls. The results differ from the formulas as written only by
- * double rounding (about 1e-16 relative), far below the float observation's resolution. */
+ * Speed (BENCHMARKS.md, "Environments"):
+ *   - each stage evaluates only sin/cos of t1 and t2, through exact identities: cos(t1 - pi/2) =
+ *     sin t1 and cos(t1 + t2 - pi/2) = sin(t1 + t2) = sin t1 cos t2 + cos t1 sin t2. The first stage
+ *     reuses the values the previous step computed for the observation (kept in the state), and the
+ *     terminal test -cos t1 - cos(t1 + t2) = -cos t1 - (cos t1 cos t2 - sin t1 sin t2) needs none of
+ *     its own: 4 evaluations of the pair (t1, t2) a step instead of 15 sin/cos calls;
+ *   - the pair goes through sm_sincos2 (src/core/sincos.h): both angles in the two lanes of one
+ *     vector, within 1 ulp of glibc's sin and cos;
+ *   - the two accelerations are the solution of the 2x2 system the book eliminates, (d1 d2; d2 d3)
+ *     (ddt1, ddt2) = (-phi1, b2) with d3 = m2 lc2^2 + I2 and b2 = a - m2 l1 lc2 dt1^2 sin t2 - phi2,
+ *     by Cramer's rule with one reciprocal of det = d1 d3 - d2^2 (see ab_deriv): one division a
+ *     stage instead of three in a row.
+ * The results differ from the formulas as written only by double rounding (about 1e-16 relative),
+ * far below the float observation's resolution. */
 #include <math.h>
 
 #include "classic.h"
+#include "core/sincos.h"
 #include "draw.h"
 
 #define AB_L1 1.0
@@ -54,16 +62,30 @@ typedef struct {
 
 /* the time derivative of (t1, t2, dt1, dt2) under torque a, given c1 = cos t1, s1 = sin t1,
  * c2 = cos t2, s2 = sin t2 */
-static void ab_deriv(const double s[4], double c1, double s1, double c2, double s2, double a, double ds[4]) {
+static inline __attribute__((always_inline)) void ab_deriv(const double s[4], double c1, double s1, double c2, double s2, double a, double ds[4]) {
     const double dt1 = s[2], dt2 = s[3];
     double d1 = AB_M1 * AB_LC1 * AB_LC1 + AB_M2 * (AB_L1 * AB_L1 + AB_LC2 * AB_LC2 + 2 * AB_L1 * AB_LC2 * c2) + AB_I1 + AB_I2;
     double d2 = AB_M2 * (AB_LC2 * AB_LC2 + AB_L1 * AB_LC2 * c2) + AB_I2;
     double phi2 = AB_M2 * AB_LC2 * AB_G * (s1 * c2 + c1 * s2); /* cos(t1 + t2 - pi/2) */
     double phi1 = -AB_M2 * AB_L1 * AB_LC2 * dt2 * dt2 * s2 - 2 * AB_M2 * AB_L1 * AB_LC2 * dt2 * dt1 * s2 +
                   (AB_M1 * AB_LC1 + AB_M2 * AB_L1) * AB_G * s1 /* cos(t1 - pi/2) */ + phi2;
-    double ddt2 = (a + d2 / d1 * phi1 - AB_M2 * AB_L1 * AB_LC2 * dt1 * dt1 * s2 - phi2) /
-                  (AB_M2 * AB_LC2 * AB_LC2 + AB_I2 - d2 * d2 / d1);
-    double ddt1 = -(d2 * ddt2 + phi1) / d1;
+    /* The book's ddt2 multiplied through by d1, and ddt1 = -(d2 ddt2 + phi1)/d1 with that ddt2
+     * substituted, are Cramer's rule for (d1 d2; d2 d3) (ddt1, ddt2) = (-phi1, b2):
+     *   ddt2 = (d1 b2 + d2 phi1) / det,  ddt1 = -(d3 phi1 + d2 b2) / det,  det = d1 d3 - d2^2.
+     * One division, taken as soon as cos t2 is known, replaces three dependent ones (d2/d1, then the
+     * quotient for ddt2, then the one for ddt1); the two accelerations no longer wait on each
+     * other. Accuracy: the matrix is symmetric positive definite with a condition number of at
+     * most 10.8 (eigenvalues 5.26 and 0.49 at cos t2 = 1, the worst case), and det does not cancel
+     * (d1 d3 = 1.25 (3.5 + cos t2) is in [3.125, 5.625], d2^2 in [0.5625, 3.0625], det = 2.8125 -
+     * cos^2 t2 / 4 in [2.5625, 2.8125]), so Cramer's rule is forward stable, as the book's
+     * elimination (pivot d1 >= 2.5) is: both land within about the condition number times a few
+     * ulps of the exact (ddt1, ddt2), relative to its norm - around 1e-15, against the 6e-8 of the
+     * float observation. */
+    const double d3 = AB_M2 * AB_LC2 * AB_LC2 + AB_I2;
+    double inv_det = 1.0 / (d1 * d3 - d2 * d2);
+    double b2 = a - AB_M2 * AB_L1 * AB_LC2 * dt1 * dt1 * s2 - phi2;
+    double ddt2 = (d1 * b2 + d2 * phi1) * inv_det;
+    double ddt1 = -(d3 * phi1 + d2 * b2) * inv_det;
     ds[0] = dt1;
     ds[1] = dt2;
     ds[2] = ddt1;
@@ -79,17 +101,21 @@ static double ab_wrap(double x, double lo, double hi) {
 }
 
 /* ab_deriv at a stage point y, with the sines and cosines of its angles */
-static void ab_deriv_at(const double y[4], double a, double ds[4]) {
-    ab_deriv(y, cos(y[0]), sin(y[0]), cos(y[1]), sin(y[1]), a, ds);
+static inline __attribute__((always_inline)) void ab_deriv_at(const double y[4], double a, double ds[4]) {
+    double sn[2], cs[2];
+    sm_sincos2(y, sn, cs);
+    ab_deriv(y, cs[0], sn[0], cs[1], sn[1], a, ds);
 }
 
 /* Takes the sines and cosines of the new state's angles (for the observation and the next step's
  * first stage) and writes the observation. */
 static void ab_obs(acrobot *e, float *obs) {
-    e->c1 = cos(e->s[0]);
-    e->s1 = sin(e->s[0]);
-    e->c2 = cos(e->s[1]);
-    e->s2 = sin(e->s[1]);
+    double sn[2], cs[2];
+    sm_sincos2(e->s, sn, cs);
+    e->c1 = cs[0];
+    e->s1 = sn[0];
+    e->c2 = cs[1];
+    e->s2 = sn[1];
     obs[0] = (float)e->c1;
     obs[1] = (float)e->s1;
     obs[2] = (float)e->c2;

@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include "classic.h"
+#include "core/sincos.h"
 #include "draw.h"
 
 #define PD_G 10.0
@@ -28,8 +29,7 @@ typedef struct {
 } pendulum;
 
 static void pd_obs(pendulum *e, float *obs) {
-    e->cos_th = cos(e->th);
-    e->sin_th = sin(e->th);
+    sm_sincos(e->th, &e->sin_th, &e->cos_th);
     obs[0] = (float)e->cos_th;
     obs[1] = (float)e->sin_th;
     obs[2] = (float)e->thdot;
