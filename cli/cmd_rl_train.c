@@ -105,6 +105,14 @@ static int user_gave(const void *user, const char *key) {
     return 0;
 }
 
+/* a router option with this JSON key was typed */
+static int router_flag_given(const void *user, const char *key) {
+    const opt_flags *o = user;
+    for (int i = 0; i < o->n; i++)
+        if (o->of[i].router && o->of[i].text && !strcmp(o->of[i].opt->key, key)) return 1;
+    return 0;
+}
+
 /* Keys a preset sets count as given: the agent's environment defaults leave them alone. */
 typedef struct {
     const opt_flags *of;
@@ -178,13 +186,30 @@ static int resume_settings(const sm_agent_kind *k, const ckpt_meta *cm, void *cf
     cJSON_Delete(o);
     if (st == SM_OK && cm->model && sm_model_config_from_json(net, cm->model, &err) != SM_OK) st = SM_ERR_FORMAT;
     if (st != SM_OK) return cli_fail(st, &err);
-    void *typed = calloc(1, k->cfg_bytes > sizeof *net ? k->cfg_bytes : sizeof *net);
+    void *typed = calloc(1, k->cfg_bytes);
     if (!typed) return CLI_EXIT_RUNTIME;
     int code = 0;
     for (int i = 0; i < of->n && !code; i++) {
         if (!of->of[i].text) continue;
-        const void *have = of->of[i].router ? (const void *)&net->moe.router : cfg;
-        memcpy(typed, have, of->of[i].router ? sizeof net->moe.router : k->cfg_bytes);
+        if (of->of[i].router) { /* through the checkpoint's router: another router's flag is refused */
+            sm_router_config rc = net->moe.router;
+            if (sm_router_config_set_flag(&rc, of->names[i], of->of[i].text, &err) != SM_OK) {
+                code = cli_fail(SM_ERR_ARG, &err);
+                break;
+            }
+            char a[300], b[300];
+            const sm_router_opt *ro = sm_router_find_opt(sm_router_find(rc.name), of->of[i].opt->key);
+            sm_opt_format(ro, &rc, a, sizeof a);
+            sm_opt_format(ro, &net->moe.router, b, sizeof b);
+            if (strcmp(a, b)) {
+                fprintf(stderr, "specmoe rl train: --%s %s conflicts with the checkpoint's %s (resume keeps the run's settings)\n",
+                        of->names[i], of->of[i].text, b);
+                code = CLI_EXIT_USAGE;
+            }
+            continue;
+        }
+        const void *have = cfg;
+        memcpy(typed, have, k->cfg_bytes);
         char a[300], b[300];
         if (sm_opt_set(of->of[i].opt, typed, of->of[i].text)) {
             fprintf(stderr, "specmoe rl train: --%s: invalid value '%s'\n", of->names[i], of->of[i].text);
@@ -219,7 +244,7 @@ int cmd_rl_train(int argc, char **argv) {
         return CLI_EXIT_USAGE;
     }
     struct {
-        const char *env, *agent, *out, *resume, *preset;
+        const char *env, *agent, *out, *resume, *preset, *router;
         uint64_t seed;
         long frames;
         int threads;
@@ -238,8 +263,10 @@ int cmd_rl_train(int argc, char **argv) {
         {"resume", FL_STRING, &o.resume, NULL, "continue the run of this checkpoint", 0},
         {"sticky", FL_DOUBLE, &o.sticky, "-1", "MinAtar sticky-action probability (-1: the environment's 0.1)", 0},
         {"progress-every", FL_DOUBLE, &o.progress_every, "5", "seconds between progress lines", 0},
+        {"router", FL_STRING, &o.router, "topk", "router of the network's moe layers (specmoe train --help lists them)", 0},
     };
-    int nfl = 11;
+    int nfl = 12;
+    const char *o_router_typed = NULL; /* --router as typed on resume */
     static opt_flags of;
     memset(&of, 0, sizeof of);
     add_opt_flags(&of, fl, &nfl, k->opts, k->n_opts, 0);
@@ -268,6 +295,8 @@ int cmd_rl_train(int argc, char **argv) {
             return CLI_EXIT_USAGE;
         }
         o.env = cm.env;
+        const fl_flag *rf = fl_find(fl, nfl, "router");
+        if (rf && rf->set) o_router_typed = o.router;
         if (o.preset) {
             fprintf(stderr, "specmoe rl train: --preset cannot change a resumed run (resume keeps the run's settings)\n");
             return CLI_EXIT_USAGE;
@@ -301,6 +330,12 @@ int cmd_rl_train(int argc, char **argv) {
     if (o.resume) {
         code = resume_settings(k, &cm, cfg, &net, &of, o.resume);
         if (code) goto out;
+        if (o_router_typed && strcmp(o_router_typed, net.moe.router.name)) {
+            fprintf(stderr, "specmoe rl train: --router %s conflicts with the checkpoint's %s (resume keeps the run's settings)\n",
+                    o_router_typed, net.moe.router.name);
+            code = CLI_EXIT_USAGE;
+            goto out;
+        }
         if (!o.frames && cm.frames_total) o.frames = atol(cm.frames_total);
         /* the run's seed (settings.json and the checkpoint name it); a typed one must agree */
         const fl_flag *sf = fl_find(fl, nfl, "seed");
@@ -340,14 +375,29 @@ int cmd_rl_train(int argc, char **argv) {
     }
     given2 g = {&of, preset_text};
     if (k->env_defaults) k->env_defaults(cfg, env, user_or_preset_gave, &g);
+    /* the router of the network's moe layers: its own options at their defaults, then the flags */
+    const sm_router_ops *rops = sm_router_find(o.router);
+    if (rops && rops->built_from) {
+        fprintf(stderr, "specmoe rl train: --router %s is built from %s, not trained\n", rops->name, rops->built_from);
+        code = CLI_EXIT_USAGE;
+        goto out;
+    }
+    if (sm_router_config_set(&net.moe.router, o.router, &err) != SM_OK) {
+        code = cli_fail(SM_ERR_ARG, &err);
+        goto out;
+    }
     for (int i = 0; i < of.n; i++) {
         if (!of.of[i].text) continue;
-        void *dst = of.of[i].router ? (void *)&net.moe.router : cfg;
-        if (sm_opt_set(of.of[i].opt, dst, of.of[i].text)) {
-            fprintf(stderr, "specmoe rl train: --%s: invalid value '%s'\n", of.names[i], of.of[i].text);
-            code = CLI_EXIT_USAGE;
+        if (of.of[i].router ? sm_router_config_set_flag(&net.moe.router, of.names[i], of.of[i].text, &err)
+                            : sm_opt_set(of.of[i].opt, cfg, of.of[i].text) ? sm_fail(&err, SM_ERR_ARG, "--%s: invalid value '%s'", of.names[i], of.of[i].text)
+                                                                              : SM_OK) {
+            code = cli_fail(SM_ERR_ARG, &err);
             goto out;
         }
+    }
+    if (rops->defaults) { /* router-dependent defaults (topk: load balancing 0.01 unless given) */
+        sm_router_given rg = {router_flag_given, &of, 0};
+        rops->defaults(&net.moe.router, &rg);
     }
 settings_done:
     if (k->check && k->check(cfg, env, &err) != SM_OK) {

@@ -120,6 +120,15 @@ expect 0 "rl train: split and resumed equals straight through, byte for byte" ""
     cmp "$tmp/rl_split/checkpoint.safetensors" "$tmp/rl_straight/checkpoint.safetensors"
 expect 2 "rl train --resume refuses a conflicting setting by name" "--lr 0.1 conflicts with the checkpoint's 6.25e-05" -- \
     "$bin" rl train --resume "$tmp/rl_split/checkpoint.safetensors" --lr 0.1
+# the network of an agent may tokenise its encoder and route the tokens ("Don't Flatten, Tokenize!")
+expect 0 "rl train: a tokenised SoftMoE network (--arch ...,tokens,moe:H,flatten --router soft)" \
+    "^rl-train env=minatar/breakout agent=dqn frames=600 " -- "$bin" rl train --env minatar/breakout --agent dqn \
+    --arch conv:4:3:1:0,tokens,moe:8,flatten,dense:16 --router soft --experts 2 --frames 600 --learning-starts 200 --out "$tmp/rl_soft"
+expect 0 "rl train: the router is in the run's settings" '"router":[[:space:]]*"soft"' -- cat "$tmp/rl_soft/settings.json"
+expect 2 "rl train: a flag of another router is refused, naming it" "--kr is an option of the grassmann router, not of topk" -- \
+    "$bin" rl train --env classic/cartpole --agent dqn --kr 4 --frames 10
+expect 2 "rl train --resume refuses another router" "--router topk conflicts with the checkpoint's soft" -- \
+    "$bin" rl train --resume "$tmp/rl_soft/checkpoint.safetensors" --router topk
 # specmoe plot: learning curves with gnuplot; runs that differ only in the seed form one group
 expect 0 "plot: RL runs, grouped over seeds" "^plot: 3 runs in 2 groups -> $tmp/curve.png" -- \
     "$bin" plot "$rl_out" "$rl_out" "$tmp/rl_split" --out "$tmp/curve.png"

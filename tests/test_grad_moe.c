@@ -302,6 +302,61 @@ Test(grad_moe, whole_model_dense_moe_ffn_residual) {
     sm_model_free(c.m);
 }
 
+/* SoftMoE-in-RL's network from --arch: conv encoder -> PerConv tokens -> SoftMoE over each example's
+ * tokens -> flatten -> dense -> head; and the other token schemes in the same place. */
+Test(grad_moe, whole_model_tokenised_softmoe) {
+    const char *archs[] = {"conv:3:3:1:1,tokens,moe:5,flatten,dense:6", "conv:3:3:1:1,perfeat,moe:5,tokmean",
+                           "conv:3:3:1:1,shuffle:5,tokens,moe:4,toksum", "conv:3:3:1:1,avgpool:2:2,tokens,moe:4,flatten"};
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+        sm_model_config cfg;
+        sm_model_config_default(&cfg);
+        sm_error err;
+        cr_assert_eq(sm_model_parse_arch(&cfg, archs[a], &err), SM_OK, "%s", err.msg);
+        char back[256];
+        sm_model_format_arch(&cfg, back, sizeof back);
+        cr_expect_str_eq(back, archs[a]);
+        cfg.in_c = 2;
+        cfg.in_h = 4;
+        cfg.in_w = 4;
+        cfg.in_dim = 32;
+        cfg.n_classes = 3;
+        cfg.act = SM_ACT_TANH;
+        sm_router_config_set(&cfg.moe.router, "soft", NULL);
+        cfg.moe.router.E = 3;
+        cfg.moe.router.k = 1;
+        int T = 5;
+        sm_rng r;
+        sm_rng_seed(&r, 21 + a);
+        model_ctx c = {.T = T};
+        c.m = sm_model_create(&cfg, T, &r, &err);
+        cr_assert(c.m, "%s: %s", archs[a], err.msg);
+        /* the soft router groups each example's tokens: 16 PerConv tokens, 3 PerFeat, 4 pooled */
+        const int group = a == 1 ? 3 : a == 3 ? 4 : 16;
+        cr_expect_eq(sm_soft_opts(&sm_model_moe(c.m, 0)->router->cfg)->soft_group, group, "%s", archs[a]);
+        c.x = malloc(sizeof(float) * T * 32);
+        c.y = malloc(sizeof(int) * T);
+        for (int i = 0; i < T * 32; i++) c.x[i] = (float)sm_rng_normal(&r);
+        for (int t = 0; t < T; t++) c.y[t] = (int)sm_rng_below(&r, 3);
+        sm_params_zero_grad(&c.m->params);
+        model_loss(&c);
+        sm_model_backward(c.m, T);
+        for (int i = 0; i < c.m->params.n; i++)
+            gc_check(c.m->params.p[i].name, sm_params_data(&c.m->params, i), sm_params_grad(&c.m->params, i),
+                     c.m->params.p[i].numel, model_loss, &c, &r, 25);
+        free(c.x);
+        free(c.y);
+        sm_model_free(c.m);
+    }
+    /* tokens left at the head are refused */
+    sm_model_config cfg;
+    sm_model_config_default(&cfg);
+    sm_error err;
+    cr_assert_eq(sm_model_parse_arch(&cfg, "conv:3:3:1:1,tokens,moe:5", &err), SM_OK);
+    cfg.in_c = 2, cfg.in_h = 4, cfg.in_w = 4, cfg.in_dim = 32, cfg.n_classes = 3;
+    cr_expect_null(sm_model_create(&cfg, 4, NULL, &err));
+    cr_expect(strstr(err.msg, "end them with flatten, tokmean or toksum"), "%s", err.msg);
+}
+
 Test(grad_moe, whole_srmoe_model_conv_stem_prototype_stages_and_penalties) {
     /* SR-MoE in miniature: conv stem, two stages (linear + ReLU + LayerNorm, prototype router, experts),
      * spectral-norm + stable-rank penalties on each stage's gate matrix and the diversity loss */

@@ -21,9 +21,12 @@ void sm_model_config_default(sm_model_config *c) {
     sm_model_parse_arch(c, "dense:256,moe:256", &e);
 }
 
-static const char *const kKindNames[] = {"dense", "ffn", "moe", "ln", "conv", "maxpool", "avgpool", "gap"};
-/* numbers after the kind: dense/ffn/moe W; conv OC:K:S:P; pools K:S; ln, gap none */
-static const int kKindArgs[] = {1, 1, 1, 0, 4, 2, 2, 0};
+static const char *const kKindNames[] = {"dense", "ffn", "moe", "ln", "conv", "maxpool", "avgpool", "gap",
+                                         "tokens", "perfeat", "shuffle", "flatten", "tokmean", "toksum"};
+/* numbers after the kind: dense/ffn/moe W; conv OC:K:S:P; pools K:S; shuffle SEED; the rest none */
+static const int kKindArgs[] = {1, 1, 1, 0, 4, 2, 2, 0, 0, 0, 1, 0, 0, 0};
+_Static_assert(sizeof kKindNames / sizeof kKindNames[0] == SM_LAYER_TOKSUM + 1, "a name per layer kind");
+_Static_assert(sizeof kKindArgs / sizeof kKindArgs[0] == SM_LAYER_TOKSUM + 1, "an argument count per layer kind");
 
 sm_status sm_model_parse_arch(sm_model_config *c, const char *arch, sm_error *err) {
     char buf[512];
@@ -42,7 +45,8 @@ sm_status sm_model_parse_arch(sm_model_config *c, const char *arch, sm_error *er
             if (kind && !strcmp(kind, kKindNames[k])) K = k;
         if (K < 0)
             return sm_fail(err, SM_ERR_ARG, "--arch: unknown layer kind '%s' (dense:W ffn:H moe:H ln conv:OC:K:S:P "
-                                            "maxpool:K:S avgpool:K:S gap)", kind ? kind : "");
+                                            "maxpool:K:S avgpool:K:S gap tokens perfeat shuffle:SEED flatten tokmean "
+                                            "toksum)", kind ? kind : "");
         long v[4] = {0, 0, 0, 0};
         int got = 0;
         for (char *num = strtok_r(NULL, ":", &save2); num; num = strtok_r(NULL, ":", &save2)) {
@@ -108,12 +112,9 @@ void sm_model_format_arch(const sm_model_config *c, char *buf, size_t n) {
         case SM_LAYER_AVGPOOL:
             used += (size_t)snprintf(buf + used, n - used, "%s%s:%d:%d", sep, kKindNames[l->kind], l->k, l->s);
             break;
-        case SM_LAYER_LN:
-        case SM_LAYER_GAP:
-            used += (size_t)snprintf(buf + used, n - used, "%s%s", sep, kKindNames[l->kind]);
-            break;
-        default:
-            used += (size_t)snprintf(buf + used, n - used, "%s%s:%d", sep, kKindNames[l->kind], l->width);
+        default: /* no number (ln, gap, the token layers) or one (dense, ffn, moe widths; the shuffle seed) */
+            if (kKindArgs[l->kind] == 0) used += (size_t)snprintf(buf + used, n - used, "%s%s", sep, kKindNames[l->kind]);
+            else used += (size_t)snprintf(buf + used, n - used, "%s%s:%d", sep, kKindNames[l->kind], l->width);
         }
     }
 }
@@ -199,6 +200,12 @@ static sm_module *layer_module(const sm_model_config *c, int i, sm_error *err) {
     case SM_LAYER_MAXPOOL: mod = sm_maxpool_module(name, sp->k, sp->s, err); break;
     case SM_LAYER_AVGPOOL: mod = sm_avgpool_module(name, sp->k, sp->s, err); break;
     case SM_LAYER_GAP: mod = sm_gap_module(name, err); break;
+    case SM_LAYER_TOKENS: mod = sm_tokens_module(name, err); break;
+    case SM_LAYER_PERFEAT: mod = sm_perfeat_module(name, err); break;
+    case SM_LAYER_SHUFFLE: mod = sm_shuffle_module(name, (uint64_t)sp->width, err); break;
+    case SM_LAYER_FLATTEN: mod = sm_flatten_module(name, err); break;
+    case SM_LAYER_TOKMEAN: mod = sm_tokpool_module(name, 1, err); break;
+    case SM_LAYER_TOKSUM: mod = sm_tokpool_module(name, 0, err); break;
     }
     if (mod) mod->residual = c->residual && (sp->kind == SM_LAYER_FFN || sp->kind == SM_LAYER_MOE);
     return mod;
@@ -221,6 +228,9 @@ static sm_status build_net(const sm_model_config *cfg, sm_params *ps, sm_module 
     int c = cfg->in_c, h = cfg->in_h, w = cfg->in_w;
     if (c < 1 || h < 1 || w < 1 || (int64_t)c * h * w != cfg->in_dim) c = cfg->in_dim, h = w = 1;
     if (sm_module_declare(*body, ps, sm_shape_image(c, h, w), err) != SM_OK) return SM_ERR_ARG;
+    if ((*body)->out.rows != 1)
+        return sm_fail(err, SM_ERR_ARG, "--arch: the layers end with %d tokens per example; end them with flatten, "
+                       "tokmean or toksum before the head", (*body)->out.rows);
     if (!(*head = sm_dense_module("head", cfg->n_classes, SM_ACT_NONE, err))) return SM_ERR_ARG;
     return sm_module_declare(*head, ps, (*body)->out, err) != SM_OK ? SM_ERR_ARG : SM_OK;
 }

@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 
 #include "specmoe/core/json.h"
+#include "specmoe/nn/routers.h"
 #include "nn/module_internal.h"
 
 #include <stdio.h>
@@ -502,6 +503,11 @@ static sm_status moe_mod_declare(sm_module *m, sm_params *ps, sm_error *err) {
                            m->in.rows, mm->gate->out.rows);
         dg = sm_shape_width(mm->gate->out);
     }
+    /* SoftMoE over tokens mixes each example's tokens (one observation's, "Don't Flatten, Tokenize!"
+     * Sec. 3), not the whole batch's: R > 1 rows per example make the soft router's group R unless a
+     * group was given (its slots per expert then default to ceil(R / E)) */
+    if (m->in.rows > 1 && !strcmp(mm->cfg.router.name, "soft") && sm_soft_opts(&mm->cfg.router)->soft_group == 0)
+        sm_soft_opts(&mm->cfg.router)->soft_group = m->in.rows;
     if (!(mm->moe = sm_moe_create_gated(&mm->cfg, d, dg, err))) return SM_ERR_ARG;
     mm->moe->experts = mm->experts;
     sm_status st = sm_moe_declare(mm->moe, ps, m->name, err);

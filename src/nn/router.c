@@ -82,6 +82,32 @@ sm_status sm_router_config_set(sm_router_config *c, const char *name, sm_error *
     return SM_OK;
 }
 
+sm_status sm_router_config_set_flag(sm_router_config *c, const char *flag, const char *text, sm_error *err) {
+    const sm_router_ops *ops = sm_router_find(c->name);
+    char name[64];
+    const sm_router_opt *o = NULL;
+    for (int i = 0; ops && i < ops->n_opts && !o; i++)
+        if (!strcmp(sm_opt_flag(&ops->opts[i], name, sizeof name), flag)) o = &ops->opts[i];
+    for (size_t i = 0; i < SM_LEN(kShared) && !o; i++)
+        if (!strcmp(sm_opt_flag(&kShared[i], name, sizeof name), flag)) o = &kShared[i];
+    if (!o) {
+        char users[256] = "";
+        size_t at = 0;
+        int n = 0;
+        for (size_t r = 0; r < N_ROUTERS; r++)
+            for (int i = 0; i < kRouters[r]->n_opts; i++)
+                if (!strcmp(sm_opt_flag(&kRouters[r]->opts[i], name, sizeof name), flag) && at < sizeof users) {
+                    at += (size_t)snprintf(users + at, sizeof users - at, "%s%s", n++ ? ", " : "", kRouters[r]->name);
+                    break;
+                }
+        if (!n) return sm_fail(err, SM_ERR_ARG, "--%s is not a router option", flag);
+        return sm_fail(err, SM_ERR_ARG, "--%s is an option of the %s router%s, not of %s", flag, users, n > 1 ? "s" : "",
+                       c->name);
+    }
+    if (sm_opt_set(o, c, text)) return sm_fail(err, SM_ERR_ARG, "--%s: invalid value '%s'", flag, text);
+    return SM_OK;
+}
+
 int sm_router_is_dial(const sm_router_ops *ops, const char *key) {
     if (!strcmp(key, "temperature")) return 1;
     for (int i = 0; ops && ops->dials && ops->dials[i]; i++)

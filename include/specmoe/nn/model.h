@@ -30,7 +30,16 @@ typedef enum {
     SM_LAYER_CONV,      /* conv:OC:K:S:P    2-D convolution (K x K, stride S, padding P) then the activation */
     SM_LAYER_MAXPOOL,   /* maxpool:K:S */
     SM_LAYER_AVGPOOL,   /* avgpool:K:S */
-    SM_LAYER_GAP        /* gap              adaptive average pooling to 1 x 1 */
+    SM_LAYER_GAP,       /* gap              adaptive average pooling to 1 x 1 */
+    /* tokens and back ("Don't Flatten, Tokenize!"; src/nn/tokenize.c): rows change from one image
+     * to several tokens per example; a moe layer after them mixes each example's tokens (a soft
+     * router groups them per example); the layers must end with one row per example */
+    SM_LAYER_TOKENS,    /* tokens           PerConv: (c, h, w) -> h*w tokens of c */
+    SM_LAYER_PERFEAT,   /* perfeat          PerFeat: (c, h, w) -> c tokens of h*w */
+    SM_LAYER_SHUFFLE,   /* shuffle:SEED     a fixed permutation of an image's values (Shuffled, with tokens) */
+    SM_LAYER_FLATTEN,   /* flatten          every token of an example into one row */
+    SM_LAYER_TOKMEAN,   /* tokmean          the mean of an example's tokens */
+    SM_LAYER_TOKSUM     /* toksum           their sum */
 } sm_layer_kind;
 
 typedef struct {

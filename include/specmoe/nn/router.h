@@ -172,6 +172,10 @@ const sm_router_ops *sm_router_at(int i);
 const sm_router_ops *sm_router_find(const char *name);
 /* The options every router shares (experts, topk, temperature, ...); n receives their number. */
 const sm_router_opt *sm_router_shared_opts(int *n);
+/* Sets the option whose flag is `flag` (without "--") of the router c names, from text: one of its
+ * own options or a shared one. A flag only other routers have is refused naming them ("--kr is an
+ * option of the grassmann router, not of topk"); a value that does not parse is refused too. */
+sm_status sm_router_config_set_flag(sm_router_config *c, const char *flag, const char *text, sm_error *err);
 /* 1 if key names a dial of router ops (see sm_router_ops.dials; "temperature" for every router). */
 int sm_router_is_dial(const sm_router_ops *ops, const char *key);
 /* The option of router ops with this key: its own, else a shared one; NULL if none. */
