@@ -268,6 +268,26 @@ static double model_loss(void *p) {
     return sm_model_loss(c->m, c->y, NULL, c->T);
 }
 
+/* Random inputs (D features) and labels for c's model, one backward, every parameter against central
+ * differences; frees the model. */
+static void check_model(model_ctx *c, int D, int classes, sm_rng *r) {
+    const int T = c->T;
+    /* the model takes float inputs; the check perturbs parameters only */
+    c->x = malloc(sizeof(float) * T * D);
+    c->y = malloc(sizeof(int) * T);
+    for (int i = 0; i < T * D; i++) c->x[i] = (float)sm_rng_normal(r);
+    for (int t = 0; t < T; t++) c->y[t] = (int)sm_rng_below(r, (uint32_t)classes);
+    sm_params_zero_grad(&c->m->params);
+    model_loss(c);
+    sm_model_backward(c->m, T);
+    for (int i = 0; i < c->m->params.n; i++)
+        gc_check(c->m->params.p[i].name, sm_params_data(&c->m->params, i), sm_params_grad(&c->m->params, i),
+                 c->m->params.p[i].numel, model_loss, c, r, 25);
+    free(c->x);
+    free(c->y);
+    sm_model_free(c->m);
+}
+
 Test(grad_moe, whole_model_dense_moe_ffn_residual) {
     sm_model_config cfg;
     sm_model_config_default(&cfg);
@@ -286,20 +306,7 @@ Test(grad_moe, whole_model_dense_moe_ffn_residual) {
     model_ctx c = {.T = T};
     c.m = sm_model_create(&cfg, T, &r, &err);
     cr_assert(c.m, "%s", err.msg);
-    /* the model takes float inputs; the check perturbs parameters only */
-    c.x = malloc(sizeof(float) * T * 4);
-    c.y = malloc(sizeof(int) * T);
-    for (int i = 0; i < T * 4; i++) c.x[i] = (float)sm_rng_normal(&r);
-    for (int t = 0; t < T; t++) c.y[t] = (int)sm_rng_below(&r, 3);
-    sm_params_zero_grad(&c.m->params);
-    model_loss(&c);
-    sm_model_backward(c.m, T);
-    for (int i = 0; i < c.m->params.n; i++)
-        gc_check(c.m->params.p[i].name, sm_params_data(&c.m->params, i), sm_params_grad(&c.m->params, i),
-                 c.m->params.p[i].numel, model_loss, &c, &r, 25);
-    free(c.x);
-    free(c.y);
-    sm_model_free(c.m);
+    check_model(&c, 4, 3, &r);
 }
 
 /* SoftMoE-in-RL's network from --arch: conv encoder -> PerConv tokens -> SoftMoE over each example's
@@ -333,19 +340,7 @@ Test(grad_moe, whole_model_tokenised_softmoe) {
         /* the soft router groups each example's tokens: 16 PerConv tokens, 3 PerFeat, 4 pooled */
         const int group = a == 1 ? 3 : a == 3 ? 4 : 16;
         cr_expect_eq(sm_soft_opts(&sm_model_moe(c.m, 0)->router->cfg)->soft_group, group, "%s", archs[a]);
-        c.x = malloc(sizeof(float) * T * 32);
-        c.y = malloc(sizeof(int) * T);
-        for (int i = 0; i < T * 32; i++) c.x[i] = (float)sm_rng_normal(&r);
-        for (int t = 0; t < T; t++) c.y[t] = (int)sm_rng_below(&r, 3);
-        sm_params_zero_grad(&c.m->params);
-        model_loss(&c);
-        sm_model_backward(c.m, T);
-        for (int i = 0; i < c.m->params.n; i++)
-            gc_check(c.m->params.p[i].name, sm_params_data(&c.m->params, i), sm_params_grad(&c.m->params, i),
-                     c.m->params.p[i].numel, model_loss, &c, &r, 25);
-        free(c.x);
-        free(c.y);
-        sm_model_free(c.m);
+        check_model(&c, 32, 3, &r);
     }
     /* tokens left at the head are refused */
     sm_model_config cfg;
