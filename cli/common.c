@@ -122,7 +122,7 @@ char *cli_run_group_key(const char *dir, int drop_env) {
     for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) cJSON_DeleteItemFromObjectCaseSensitive(o, drop[i]);
     /* an agent's bookkeeping options do not change what it learns either */
     cJSON *as = cJSON_GetObjectItemCaseSensitive(o, "agent_settings");
-    static const char *const drop_agent[] = {"save_replay", "ckpt_every", "log_every", "checkpoint_every"};
+    static const char *const drop_agent[] = {"save_replay", "ckpt_every", "log_every", "checkpoint_every", "dormant_tau"};
     for (size_t i = 0; as && i < sizeof drop_agent / sizeof drop_agent[0]; i++)
         cJSON_DeleteItemFromObjectCaseSensitive(as, drop_agent[i]);
     if (drop_env) { /* the environment, and the network's sizes that follow from it */

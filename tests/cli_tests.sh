@@ -123,8 +123,11 @@ expect 2 "rl train --resume refuses a conflicting setting by name" "--lr 0.1 con
 # the network of an agent may tokenise its encoder and route the tokens ("Don't Flatten, Tokenize!")
 expect 0 "rl train: a tokenised SoftMoE network (--arch ...,tokens,moe:H,flatten --router soft)" \
     "^rl-train env=minatar/breakout agent=dqn frames=600 " -- "$bin" rl train --env minatar/breakout --agent dqn \
-    --arch conv:4:3:1:0,tokens,moe:8,flatten,dense:16 --router soft --experts 2 --frames 600 --learning-starts 200 --out "$tmp/rl_soft"
+    --arch conv:4:3:1:0,tokens,moe:8,flatten,dense:16 --router soft --experts 2 --frames 600 --learning-starts 200 \
+    --log-every 200 --out "$tmp/rl_soft"
 expect 0 "rl train: the router is in the run's settings" '"router":[[:space:]]*"soft"' -- cat "$tmp/rl_soft/settings.json"
+expect 0 "rl train: dormant neurons per layer and per expert are logged" '"dormant/layers.0": [0-9.e-]+, "dormant/layers.2.expert0"' -- \
+    cat "$tmp/rl_soft/metrics.jsonl"
 expect 2 "rl train: a flag of another router is refused, naming it" "--kr is an option of the grassmann router, not of topk" -- \
     "$bin" rl train --env classic/cartpole --agent dqn --kr 4 --frames 10
 expect 2 "rl train --resume refuses another router" "--router topk conflicts with the checkpoint's soft" -- \

@@ -4,9 +4,11 @@
 #include "specmoe/core/conv.h"
 #include "specmoe/core/json.h"
 #include "specmoe/nn/loss.h"
+#include "specmoe/nn/metrics.h"
 #include "specmoe/nn/penalty.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -412,6 +414,59 @@ sm_status sm_model_set_dial(sm_model *m, const char *key, const char *value, sm_
         if (!n_moe) return sm_fail(err, SM_ERR_ARG, "'%s': the model has no MoE layer", key);
     }
     return SM_OK;
+}
+
+/* the mean |activation| of each of the C channels of (B, C, P) activations, as (1, C) rows for
+ * sm_dormant_fraction: the mean over examples and positions */
+static double conv_dormant(const sm_real *h, int B, int C, int P, double tau) {
+    sm_real *mean = calloc((size_t)C, sizeof *mean);
+    if (!mean) return NAN;
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++) {
+            double s = 0;
+            for (int p = 0; p < P; p++) s += fabs((double)h[((size_t)b * C + c) * P + p]);
+            mean[c] += (sm_real)(s / ((double)B * P));
+        }
+    double f = sm_dormant_fraction(mean, 1, C, tau, NULL);
+    free(mean);
+    return f;
+}
+
+int sm_model_dormant(sm_model *m, int T, double tau, sm_dormant_entry *out, int max) {
+    int n = 0;
+    for (int i = 0; i < m->n_layers && n < max; i++) {
+        const sm_layer *L = &m->layers[i];
+        const sm_module *mod = L->mod;
+        if (L->kind == SM_LAYER_DENSE || L->kind == SM_LAYER_CONV) {
+            if (m->cfg.act == SM_ACT_NONE) continue;
+            const sm_real *h = sm_seq_output(m->body, i);
+            double f = L->kind == SM_LAYER_CONV
+                           ? conv_dormant(h, T, mod->out.c, mod->out.h * mod->out.w, tau)
+                           : sm_dormant_fraction(h, T * mod->out.rows, sm_shape_width(mod->out), tau, NULL);
+            out[n++] = (sm_dormant_entry){i, -1, f};
+        } else if (L->kind == SM_LAYER_MOE && L->moe) {
+            sm_moe *moe = L->moe;
+            const sm_real *h = sm_moe_features(moe, NULL);
+            if (!h) continue;
+            const sm_route *r = &moe->route;
+            const int E = moe->E, H = moe->H;
+            sm_real *all = calloc((size_t)E * H, sizeof *all); /* (E, H) mean |h| of each expert's units */
+            if (!all) continue;
+            for (int e = 0; e < E && n < max; e++) {
+                /* an expert's rows: its assignments (sparse), or its slots of every group (soft) */
+                int a0 = r->kind == SM_ROUTE_SOFT ? e * r->groups * r->slots : r->offset[e];
+                int a1 = r->kind == SM_ROUTE_SOFT ? (e + 1) * r->groups * r->slots : r->offset[e + 1];
+                double f = sm_dormant_fraction(h + (size_t)a0 * H, a1 - a0, H, tau, NULL);
+                /* the layer's entry: every expert's units, each by its mean over its own rows */
+                for (int k = a0; k < a1; k++)
+                    for (int u = 0; u < H; u++) all[(size_t)e * H + u] += (sm_real)(fabs((double)h[(size_t)k * H + u]) / (a1 - a0));
+                out[n++] = (sm_dormant_entry){i, e, a1 > a0 ? f : 1.0}; /* an expert with no rows: all dormant */
+            }
+            if (n < max) out[n++] = (sm_dormant_entry){i, -1, sm_dormant_fraction(all, 1, E * H, tau, NULL)};
+            free(all);
+        }
+    }
+    return n;
 }
 
 int sm_model_n_moe(const sm_model *m) {

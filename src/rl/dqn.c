@@ -127,6 +127,8 @@ static const sm_opt kOpts[] = {
     ROW("per_eps", SM_OPT_NUM, per_eps, "1e-6", "added to |TD error| priorities"),
     ROW("max_grad_norm", SM_OPT_NUM, max_grad_norm, "0", "global gradient-norm clip (0: none)"),
     ROW("log_every", SM_OPT_INT, log_every, "1000", "frames between loss records in metrics.jsonl"),
+    ROW("dormant_tau", SM_OPT_NUM, dormant_tau, "0.1",
+        "dormant-neuron threshold: the fraction of tau-dormant units of each layer and expert on the last batch is logged (dormant/...); < 0: off"),
     ROW("ckpt_every", SM_OPT_INT, ckpt_every, "0", "frames between checkpoints (0: at the end)"),
     ROW("save_replay", SM_OPT_BOOL, save_replay, "1", "checkpoints hold the replay and environments, so --resume continues exactly"),
 };
@@ -590,6 +592,25 @@ static void bufs_free(dqn_bufs *b) {
     free(b->batch.weight);
 }
 
+/* The dormant neurons (sm_model_dormant) of the online network on the last update's batch, as
+ * "dormant/layers.<i>" and "dormant/layers.<i>.expert<e>" records. */
+static sm_status log_dormant(sm_rl_log *log, dqn_nets *n, dqn_bufs *b, long frames, double tau, sm_error *err) {
+    enum { MAX_ENTRIES = 64 };
+    sm_model_forward(n->q, b->batch.obs, n->c.batch_size, NULL, 0);
+    sm_dormant_entry e[MAX_ENTRIES];
+    int k = sm_model_dormant(n->q, n->c.batch_size, tau, e, MAX_ENTRIES);
+    static char names[MAX_ENTRIES][48];
+    const char *keys[MAX_ENTRIES];
+    double vals[MAX_ENTRIES];
+    for (int i = 0; i < k; i++) {
+        if (e[i].expert < 0) snprintf(names[i], sizeof names[i], "dormant/layers.%d", e[i].layer);
+        else snprintf(names[i], sizeof names[i], "dormant/layers.%d.expert%d", e[i].layer, e[i].expert);
+        keys[i] = names[i];
+        vals[i] = e[i].fraction;
+    }
+    return k ? sm_rl_log_record(log, frames, keys, vals, k, err) : SM_OK;
+}
+
 /* One gradient step on a sampled batch; returns the loss and the mean Q of the chosen actions. */
 static double update(dqn_nets *n, sm_optim *opt, sm_replay *rb, dqn_bufs *b, sm_rng *rng, double beta, double *mean_q) {
     const sm_dqn_config *c = &n->c;
@@ -796,6 +817,7 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
                 if ((st = sm_rl_log_record(&log, ct.frames, kLoss, vals, 4, err)) != SM_OK) goto done;
                 ct.loss_sum = ct.q_sum = 0;
                 ct.loss_n = 0;
+                if (c.dormant_tau >= 0 && (st = log_dormant(&log, &n, &b, ct.frames, c.dormant_tau, err)) != SM_OK) goto done;
             }
             char extra[96];
             snprintf(extra, sizeof extra, "eps %.3f  updates %ld", eps, ct.updates);

@@ -144,6 +144,16 @@ void sm_model_backward_into(sm_model *m, const sm_params *pv, int T);
  * retraining: the parameters are untouched. Refused, leaving m unchanged, when key is not a dial of
  * the model's router or the value is invalid for it (the router's own check). */
 sm_status sm_model_set_dial(sm_model *m, const char *key, const char *value, sm_error *err);
+/* Dormant neurons (sm_dormant_fraction, Sokar et al. 2023) in the last forward of m over T examples:
+ * an entry per layer with an activation - dense (its units), conv (a unit is a channel, averaged
+ * over positions too) - and per MoE layer one entry per expert (the units of its last hidden layer,
+ * over the rows routed to it; built-in MLP experts) plus the layer's (expert -1, all experts' units
+ * together). Entries go to out (at most max); returns their number. */
+typedef struct {
+    int layer, expert; /* expert -1: the whole layer */
+    double fraction;   /* of its units that are tau-dormant */
+} sm_dormant_entry;
+int sm_model_dormant(sm_model *m, int T, double tau, sm_dormant_entry *out, int max);
 /* Number of MoE layers and access to the i-th. */
 int sm_model_n_moe(const sm_model *m);
 sm_moe *sm_model_moe(const sm_model *m, int i);

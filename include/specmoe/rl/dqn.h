@@ -39,6 +39,7 @@ typedef struct {
     double per_alpha, per_beta, per_eps; /* beta annealed to 1 over the run */
     double max_grad_norm;  /* 0: no clipping */
     int log_every;         /* frames between loss records */
+    double dormant_tau;    /* threshold of the dormant-neuron fractions logged with them (Sokar et al. 2023); < 0: none */
     int ckpt_every;        /* frames between checkpoints (0: at the end only) */
     int save_replay;       /* checkpoints hold the replay, environments and counters (exact resume) */
 } sm_dqn_config;
