@@ -135,6 +135,11 @@ Test(grad_moe, capacity_drops_tokens) {
     c.router.renorm = 0;
     moe_check("topk.capacity.raw", &c, 16, 5, 5, &dropped);
     cr_expect(dropped > 0);
+    /* capacity per group of 4 tokens (one observation's): ceil(0.75 * 4 * 2 / 4) = 2 per expert each */
+    c.router.renorm = 1;
+    sm_topk_opts(&c.router)->group = 4;
+    moe_check("topk.capacity.grouped", &c, 16, 5, 6, &dropped);
+    cr_expect(dropped > 0);
 }
 
 Test(grad_moe, shared_experts) {
@@ -176,6 +181,40 @@ Test(grad_moe, expert_choice) {
     c.router.temperature = 0.8;
     long dropped = 0;
     moe_check("expert-choice", &c, 12, 5, 23, &dropped);
+    /* each expert picks within groups of 5 tokens (the last group has 2): ceil(1.5 * 5 / 4) = 2 each */
+    sm_ec_opts(&c.router)->group = 5;
+    moe_check("expert-choice.grouped", &c, 12, 5, 26, &dropped);
+}
+
+/* Grouped routing keeps to its groups: an expert-choice expert takes the same number of tokens from
+ * every full group, and a token-choice expert's kept assignments in a group never exceed the
+ * group's capacity. */
+Test(grad_moe, grouped_routing_stays_within_groups) {
+    sm_moe_config c = base_router("expert-choice", 3, 1, 5);
+    c.router.capacity = 1.0;
+    sm_ec_opts(&c.router)->group = 6; /* T = 18: three groups of 6, ceil(6 / 3) = 2 per expert each */
+    sm_error err = {0};
+    sm_moe *m = sm_moe_create(&c, 4, &err);
+    cr_assert(m, "%s", err.msg);
+    sm_params ps;
+    sm_params_init_table(&ps);
+    cr_assert_eq(sm_moe_declare(m, &ps, "moe", &err), SM_OK);
+    cr_assert_eq(sm_params_alloc(&ps, &err), SM_OK);
+    sm_rng r;
+    sm_rng_seed(&r, 5);
+    sm_params_initialize(&ps, &r);
+    sm_moe_bind(m, &ps);
+    cr_assert_eq(sm_moe_reserve(m, 18, &err), SM_OK);
+    sm_real x[18 * 4], out[18 * 4];
+    for (int i = 0; i < 18 * 4; i++) x[i] = (sm_real)sm_rng_normal(&r);
+    sm_moe_forward(m, out, x, 18, NULL, 0);
+    for (int e = 0; e < 3; e++) {
+        int per_group[3] = {0, 0, 0};
+        for (int a = m->route.offset[e]; a < m->route.offset[e + 1]; a++) per_group[m->route.token[a] / 6]++;
+        for (int g = 0; g < 3; g++) cr_expect_eq(per_group[g], 2, "expert %d took %d tokens of group %d", e, per_group[g], g);
+    }
+    sm_moe_free(m);
+    sm_params_free(&ps);
 }
 
 Test(grad_moe, hash_and_random_constant_routing) {

@@ -86,10 +86,15 @@ void sm_gate_forward(sm_gate *g, sm_route *route, const sm_real *logits, int T) 
     }
     route->dropped = 0;
     if (g->cfg->capacity > 0) {
-        int cap = (int)ceil(g->cfg->capacity * (double)T * k / E);
-        memset(g->count, 0, sizeof(int) * (size_t)E);
+        const int m = g->group > 0 ? g->group : T;
+        int cap = 0;
         for (int t = 0; t < T; t++)
             for (int j = 0; j < k; j++) {
+                if (t % m == 0 && j == 0) { /* a new group: its own capacity, counters from zero */
+                    int mg = T - t < m ? T - t : m;
+                    cap = (int)ceil(g->cfg->capacity * (double)mg * k / E);
+                    memset(g->count, 0, sizeof(int) * (size_t)E);
+                }
                 int *e = &g->choice[(size_t)t * k + j];
                 if (g->count[*e] >= cap) {
                     *e = -1 - *e; /* dropped: remembered as -1-e for the backward */

@@ -3,7 +3,8 @@
  *
  *   p = softmax(logits / temperature)       the routing probabilities (route->probs)
  *   top-k per token (ties -> lower index), weights p_S, renormalised if renorm
- *   capacity cf > 0: ceil(cf * T * k / E) assignments per expert, tokens in index order
+ *   capacity cf > 0: ceil(cf * T * k / E) assignments per expert, tokens in index order; with a
+ *     group size m, ceil(cf * m * k / E) per expert within each group of m tokens
  *   aux losses on the route (added to the objective by the model):
  *     balance (Switch, Fedus et al. 2022 Eq. 4): coef * E * sum_e f_e P_e with f_e the fraction of
  *       choices that picked e (before capacity, no gradient) and P_e = mean_t p_te
@@ -20,6 +21,7 @@
 typedef struct {
     const sm_router_config *cfg; /* read at every call: temperature / alpha are live dials */
     int E, k, max_T;
+    int group;       /* tokens per capacity group (0: the whole batch), set by the router */
     int *choice;     /* (T,k) chosen expert per rank; -1-e when dropped by capacity */
     sm_real *wsel;   /* (T,k) weights before capacity; reused as dw in the backward */
     sm_real *dp;     /* (T,E) scratch */

@@ -503,11 +503,18 @@ static sm_status moe_mod_declare(sm_module *m, sm_params *ps, sm_error *err) {
                            m->in.rows, mm->gate->out.rows);
         dg = sm_shape_width(mm->gate->out);
     }
-    /* SoftMoE over tokens mixes each example's tokens (one observation's, "Don't Flatten, Tokenize!"
-     * Sec. 3), not the whole batch's: R > 1 rows per example make the soft router's group R unless a
-     * group was given (its slots per expert then default to ceil(R / E)) */
-    if (m->in.rows > 1 && !strcmp(mm->cfg.router.name, "soft") && sm_soft_opts(&mm->cfg.router)->soft_group == 0)
-        sm_soft_opts(&mm->cfg.router)->soft_group = m->in.rows;
+    /* routing over tokens stays within an example (one observation's tokens, "Don't Flatten, Tokenize!"
+     * Sec. 3): R > 1 rows per example set the router's group (sm_router_ops.group_key) to R unless
+     * one was given - SoftMoE mixes each observation's tokens into its slots (p = ceil(R / E) per
+     * expert by default), expert choice picks within each observation, top-k's capacity is per
+     * observation */
+    const sm_router_ops *rops = sm_router_find(mm->cfg.router.name);
+    const sm_router_opt *go = rops && rops->group_key ? sm_router_find_opt(rops, rops->group_key) : NULL;
+    if (m->in.rows > 1 && go && *(const int *)((const char *)&mm->cfg.router + go->offset) == 0) {
+        char rows[16];
+        snprintf(rows, sizeof rows, "%d", m->in.rows);
+        (void)sm_opt_set(go, &mm->cfg.router, rows);
+    }
     if (!(mm->moe = sm_moe_create_gated(&mm->cfg, d, dg, err))) return SM_ERR_ARG;
     mm->moe->experts = mm->experts;
     sm_status st = sm_moe_declare(mm->moe, ps, m->name, err);

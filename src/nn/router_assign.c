@@ -34,10 +34,17 @@ typedef struct {
     int *iblock;       /* and int */
 } ec_state;
 
+/* tokens each expert picks from a group of T */
 static int ec_tokens_per_expert(const sm_router *r, int T) {
     double cf = r->cfg.capacity > 0 ? r->cfg.capacity : 1.0;
     int p = (int)ceil(cf * T / r->cfg.E);
     return p < 1 ? 1 : p > T ? T : p;
+}
+
+/* tokens per group (the batch when no group is set) */
+static int ec_group(const sm_router *r, int T) {
+    int m = sm_ec_opts(&r->cfg)->group;
+    return m > 0 && m < T ? m : T;
 }
 
 static sm_status ec_declare(sm_router *r, sm_params *ps, const char *prefix, sm_error *err) {
@@ -57,7 +64,11 @@ static void ec_bind(sm_router *r, const sm_params *ps) {
     s->dwg = sm_params_grad(ps, s->iw);
 }
 
-static int ec_max_assign(const sm_router *r, int T) { return r->cfg.E * ec_tokens_per_expert(r, T); }
+/* every full group gives each expert p(m); a shorter last group no more */
+static int ec_max_assign(const sm_router *r, int T) {
+    int m = ec_group(r, T), G = (T + m - 1) / m;
+    return r->cfg.E * G * ec_tokens_per_expert(r, m);
+}
 
 static sm_status ec_reserve(sm_router *r, int max_T, sm_error *err) {
     ec_state *s = r->state;
@@ -107,23 +118,27 @@ static void ec_forward(sm_router *r, sm_route *route, const sm_real *x, int T, s
     (void)rng;
     (void)train;
     ec_state *s = r->state;
-    const int E = r->cfg.E, d = r->d, p = ec_tokens_per_expert(r, T);
+    const int E = r->cfg.E, d = r->d, m = ec_group(r, T);
     sm_linear_forward(s->logits, x, s->wg, NULL, T, d, E);
     sm_softmax_forward(route->probs, s->logits, (sm_real)r->cfg.temperature, T, E);
     memset(s->picked, 0, sizeof(int) * (size_t)T);
     int a = 0;
     for (int e = 0; e < E; e++) {
-        ec_rank_ctx c = {route->probs, E, e};
-        ec_select(s->order, T, p, &c);
         route->offset[e] = a;
-        for (int i = 0; i < p; i++, a++) {
-            int t = s->order[i];
-            route->token[a] = t;
-            route->slot[a] = 0;
-            route->weight[a] = route->probs[(size_t)t * E + e];
-            s->picked[t]++;
+        /* within each group of m tokens (one observation's when grouped), the expert's top p */
+        for (int t0 = 0; t0 < T; t0 += m) {
+            const int mg = T - t0 < m ? T - t0 : m, p = ec_tokens_per_expert(r, mg);
+            ec_rank_ctx c = {route->probs + (size_t)t0 * E, E, e};
+            ec_select(s->order, mg, p, &c);
+            for (int i = 0; i < p; i++, a++) {
+                int t = t0 + s->order[i];
+                route->token[a] = t;
+                route->slot[a] = 0;
+                route->weight[a] = route->probs[(size_t)t * E + e];
+                s->picked[t]++;
+            }
         }
-        route->load[e] = p;
+        route->load[e] = a - route->offset[e];
     }
     route->offset[E] = a;
     route->n_assign = a;
@@ -155,6 +170,16 @@ static void ec_destroy(sm_router *r) {
     r->state = NULL;
 }
 
+static const sm_router_opt kEcOpts[] = {
+    SM_ROUTER_OWN_OPT(sm_ec_router_opts, "group", NULL, SM_OPT_INT, group, "0",
+                      "tokens per group (0: the batch; a token input sets one observation)"),
+};
+
+static const char *ec_check(const sm_router_config *c, int d, char *buf, size_t n) {
+    (void)d, (void)buf, (void)n;
+    return sm_ec_opts(c)->group < 0 ? "the group size must be >= 0" : NULL;
+}
+
 /* one token slot per expert choice by default */
 static void ec_defaults(sm_router_config *c, const sm_router_given *g) {
     if (!g->given(g->user, "topk")) c->k = 1;
@@ -163,7 +188,8 @@ static void ec_defaults(sm_router_config *c, const sm_router_given *g) {
 const sm_router_ops sm_router_expert_choice_ops = {
     .name = "expert-choice", .kind = SM_ROUTE_SPARSE, .declare = ec_declare, .bind = ec_bind,
     .max_assign = ec_max_assign, .reserve = ec_reserve, .forward = ec_forward, .backward = ec_backward,
-    .destroy = ec_destroy, .defaults = ec_defaults,
+    .destroy = ec_destroy, .defaults = ec_defaults, .opts = kEcOpts, .n_opts = SM_LEN(kEcOpts), .check = ec_check,
+    .group_key = "group",
 };
 
 /* ---------------------------------------------------------------------------------------------- */

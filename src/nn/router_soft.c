@@ -216,4 +216,5 @@ const sm_router_ops sm_router_soft_ops = {
     .max_assign = soft_max_assign, .max_slots = soft_max_slots, .reserve = soft_reserve,
     .forward = soft_forward, .backward = soft_backward, .destroy = soft_destroy,
     .opts = kSoftOpts, .n_opts = SM_LEN(kSoftOpts), .check = soft_check, .defaults = soft_defaults,
+    .group_key = "soft_group",
 };

@@ -152,6 +152,11 @@ typedef struct {
      * of every router. `specmoe eval` makes its flags from these, and a checkpoint loads under any
      * value of them. */
     const char *const *dials;
+    /* The key of the router's own option that holds its group size - the tokens that compete for
+     * slots or capacity together - or NULL if it takes the whole batch. An MoE module whose input has
+     * R > 1 rows (tokens) per example sets it to R when it is 0: routing stays within an observation
+     * (SoftMoE-in-RL). */
+    const char *group_key;
 } sm_router_ops;
 
 struct sm_router {

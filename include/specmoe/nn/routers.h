@@ -21,6 +21,20 @@ typedef struct {
 /* sm_soft_opts(cfg): the accessor (cfg must name this router) */
 SM_ROUTER_OWN_ACCESSOR(sm_soft_router_opts, sm_soft_opts)
 
+/* topk and switch (src/nn/router_topk.c) */
+typedef struct {
+    int group; /* tokens per capacity group (one observation's); 0 = the whole batch */
+} sm_topk_router_opts;
+/* sm_topk_opts(cfg): the accessor (cfg must name topk or switch) */
+SM_ROUTER_OWN_ACCESSOR(sm_topk_router_opts, sm_topk_opts)
+
+/* expert-choice (src/nn/router_assign.c) */
+typedef struct {
+    int group; /* tokens per group: each expert picks its tokens within each group; 0 = the whole batch */
+} sm_ec_router_opts;
+/* sm_ec_opts(cfg): the accessor (cfg must name expert-choice) */
+SM_ROUTER_OWN_ACCESSOR(sm_ec_router_opts, sm_ec_opts)
+
 /* random (src/nn/router_assign.c) */
 typedef struct {
     uint64_t seed; /* seed of the parameter-free stochastic router */
