@@ -50,6 +50,7 @@ static const conv_cfg CONV_CFGS[] = {
     {2, 2, 5, 4, 3, 3, 3, 1, 1, 0}, /* "same" padding, no bias */
     {2, 3, 4, 5, 2, 1, 1, 1, 0, 1}, /* 1x1 convolution */
     {2, 2, 4, 4, 3, 3, 5, 2, 1, 1}, /* kernel wider than the unpadded input (5 > 4, fits 4 + 2) */
+    {2, 2, 10, 10, 3, 3, 3, 1, 0, 1}, /* MinAtar's layer (8-wide output rows: im2col's unrolled copy) */
 };
 #define N_CONV (sizeof CONV_CFGS / sizeof CONV_CFGS[0])
 

@@ -69,6 +69,16 @@ static void valid_range(int *lo, int *hi, int OW, int W, int stride, int pad, in
     *hi = b;
 }
 
+/* dst (n, OW) <- the first OW values of n rows of src, W apart. Inlined, so a call with a constant OW
+ * gets a copy GCC unrolls into whole vector moves: for 8-value rows that made im2col 2-3x faster
+ * than the same loop with OW known only at run time (which GCC wraps in trip-count and remainder
+ * handling larger than the copy). */
+static inline __attribute__((always_inline)) void copy_rows(sm_real *restrict dst, const sm_real *restrict src, int n,
+                                                            int W, int OW) {
+    for (int i = 0; i < n; i++, src += W, dst += OW)
+        for (int j = 0; j < OW; j++) dst[j] = src[j];
+}
+
 /* col (CKK, B*P): row (c, p, q) holds inp[b, c, i*stride - pad + p, j*stride - pad + q] at column
  * b*P + i*OW + j, 0 where that falls in the padding.  inp (B, C, H, W).
  * Each row of col is written by one iteration of the parallel loop, so the result does not depend on
@@ -94,11 +104,12 @@ static void im2col(sm_real *restrict col, const sm_real *restrict inp, int B, in
             for (size_t t = 0; t < (size_t)ilo * OW; t++) row[t] = 0;
             if (stride == 1 && lo == 0 && hi == OW) {
                 /* no padding along the row: OW values straight from the input row */
-                for (int i = ilo; i < ihi; i++) {
-                    const sm_real *restrict src = plane + (size_t)(i - pad + p) * W + off;
-                    sm_real *restrict dst = row + (size_t)i * OW;
-                    for (int j = 0; j < OW; j++) dst[j] = src[j];
-                }
+                const sm_real *src = plane + (size_t)(ilo - pad + p) * W + off;
+                sm_real *dst = row + (size_t)ilo * OW;
+                if (OW == 8) /* MinAtar: 10 x 10 inputs, 3 x 3 kernel */
+                    copy_rows(dst, src, ihi - ilo, W, 8);
+                else
+                    copy_rows(dst, src, ihi - ilo, W, OW);
             } else {
                 for (int i = ilo; i < ihi; i++) {
                     const sm_real *restrict src = plane + (size_t)(i * stride - pad + p) * W;
