@@ -109,12 +109,14 @@ static void run_conv(ref_case *k, const sm_safetensors *st, const cJSON *j, cons
     sm_real *w = ref_get(st, k->name, "weight", OC, k->C, KH, KW);
     sm_real *b = bias ? ref_get(st, k->name, "bias", OC, -1, 0, 0) : NULL;
     size_t nw = (size_t)OC * k->C * KH * KW, ncol = sm_conv2d_col_size(k->C, k->H, k->W, KH, KW, stride, pad);
-    sm_real *col = malloc(sizeof(sm_real) * ncol), *dcol = malloc(sizeof(sm_real) * ncol);
+    size_t nout = (size_t)k->B * OC * k->OH * k->OW;
+    sm_real *col = malloc(sizeof(sm_real) * k->B * ncol), *dcol = malloc(sizeof(sm_real) * ncol);
+    sm_real *tmp = malloc(sizeof(sm_real) * nout);
     sm_real *dw = calloc(nw, sizeof(sm_real)), *db = calloc((size_t)OC, sizeof(sm_real));
-    cr_assert(col && dcol && dw && db);
+    cr_assert(col && dcol && tmp && dw && db);
 
-    sm_conv2d_forward(k->out, col, k->x, w, b, k->B, k->C, k->H, k->W, OC, KH, KW, stride, pad);
-    sm_conv2d_backward(k->dx, dw, bias ? db : NULL, col, dcol, k->G, k->x, w, k->B, k->C, k->H, k->W, OC, KH, KW,
+    sm_conv2d_forward(k->out, col, tmp, k->x, w, b, k->B, k->C, k->H, k->W, OC, KH, KW, stride, pad);
+    sm_conv2d_backward(k->dx, dw, bias ? db : NULL, dcol, tmp, k->G, col, w, k->B, k->C, k->H, k->W, OC, KH, KW,
                        stride, pad);
     case_cmp(k, st, "out", k->out, k->B, OC, k->OH, k->OW);
     case_cmp(k, st, "dx", k->dx, k->B, k->C, k->H, k->W);
@@ -124,6 +126,7 @@ static void run_conv(ref_case *k, const sm_safetensors *st, const cJSON *j, cons
     free(b);
     free(col);
     free(dcol);
+    free(tmp);
     free(dw);
     free(db);
 }

@@ -1,8 +1,12 @@
 /* The refactor guard: every model of tests/golden_cases.h, rebuilt from the model JSON stored in
  * tests/data/golden_v0.safetensors (written by tests/golden_gen.c from the code before the module
  * refactor), on the stored parameters, must give the stored logits (train and eval forward), loss
- * and parameter gradients bit for bit, on one thread. */
+ * and parameter gradients bit for bit, on one thread. One exception: the weight gradient of a
+ * convolution layer is held within 1e-6 of its largest value, not bit for bit,
+ * because it is now one GEMM over the whole batch (src/core/conv.c), which sums the images'
+ * contributions in a different order than the per-image GEMMs of the reference. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +56,33 @@ static void same(const char *cs, const char *what, const sm_real *got, size_t n)
     free(ref);
 }
 
+/* within 1e-6 of the tensor's largest stored value: for a convolution's weight gradient, whose
+ * summation order over the batch changed (see the top of the file). Relative to the largest value,
+ * not element by element: an entry that is a near-cancelling sum has a relative rounding error far
+ * above float's 6e-8 in any order. */
+static void close_to(const char *cs, const char *what, const sm_real *got, size_t n) {
+    float *ref = floats(get(cs, what, n));
+    double scale = 0, worst = 0;
+    for (size_t i = 0; i < n; i++) scale = fabs(ref[i]) > scale ? fabs(ref[i]) : scale;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)(float)got[i] - ref[i]);
+        worst = d > worst || d != d ? d : worst;
+    }
+    cr_expect(worst <= 1e-6 * scale, "%s %s: max |difference| %.3g, above 1e-6 x the largest value %.3g", cs, what,
+              worst, scale);
+    free(ref);
+}
+
+/* 1 if parameter i is the weight of one of the model's conv layers ("layers.<l>.weight") */
+static int is_conv_weight(const sm_model *m, int i) {
+    for (int l = 0; l < m->n_layers; l++) {
+        char name[64];
+        snprintf(name, sizeof name, "layers.%d.weight", l);
+        if (m->layers[l].kind == SM_LAYER_CONV && !strcmp(m->params.p[i].name, name)) return 1;
+    }
+    return 0;
+}
+
 static void run_case(const golden_case *c) {
     sm_error err = {0};
     char key[128];
@@ -88,7 +119,10 @@ static void run_case(const golden_case *c) {
     for (int i = 0; i < m->params.n; i++) {
         char what[160];
         snprintf(what, sizeof what, "g.%s", m->params.p[i].name);
-        same(c->name, what, sm_params_grad(&m->params, i), m->params.p[i].numel);
+        if (is_conv_weight(m, i))
+            close_to(c->name, what, sm_params_grad(&m->params, i), m->params.p[i].numel);
+        else
+            same(c->name, what, sm_params_grad(&m->params, i), m->params.p[i].numel);
     }
     same(c->name, "logits_eval", sm_model_forward(m, x, T, NULL, 0), (size_t)T * V);
     free(x);

@@ -50,6 +50,7 @@ static const conv_cfg CONV_CFGS[] = {
     {2, 2, 5, 4, 3, 3, 3, 1, 1, 0}, /* "same" padding, no bias */
     {2, 3, 4, 5, 2, 1, 1, 1, 0, 1}, /* 1x1 convolution */
     {2, 2, 4, 4, 3, 3, 5, 2, 1, 1}, /* kernel wider than the unpadded input (5 > 4, fits 4 + 2) */
+    {2, 2, 10, 10, 3, 3, 3, 1, 0, 1}, /* MinAtar's layer (8-wide output rows: im2col's unrolled copy) */
 };
 #define N_CONV (sizeof CONV_CFGS / sizeof CONV_CFGS[0])
 
@@ -57,7 +58,7 @@ typedef struct {
     conv_cfg k;
     int OH, OW;
     size_t nin, nw, nout, ncol;
-    sm_real *inp, *w, *b, *G, *out, *col, *dcol;
+    sm_real *inp, *w, *b, *G, *out, *col, *dcol, *tmp; /* col: the batch's columns (B * ncol) */
 } conv_ctx;
 
 static void conv_open(conv_ctx *c, const conv_cfg *k, uint64_t seed) {
@@ -76,8 +77,9 @@ static void conv_open(conv_ctx *c, const conv_cfg *k, uint64_t seed) {
     c->b = alloc0((size_t)k->OC);
     c->G = alloc0(c->nout);
     c->out = alloc0(c->nout);
-    c->col = alloc0(c->ncol);
+    c->col = alloc0((size_t)k->B * c->ncol);
     c->dcol = alloc0(c->ncol);
+    c->tmp = alloc0(c->nout);
     sm_rng r;
     sm_rng_seed(&r, seed);
     gc_fill_normal(c->inp, c->nin, 1, &r);
@@ -94,11 +96,12 @@ static void conv_close(conv_ctx *c) {
     free(c->out);
     free(c->col);
     free(c->dcol);
+    free(c->tmp);
 }
 
 static void conv_fwd(conv_ctx *c) {
     const conv_cfg *k = &c->k;
-    sm_conv2d_forward(c->out, c->col, c->inp, c->w, k->bias ? c->b : NULL, k->B, k->C, k->H, k->W, k->OC, k->KH,
+    sm_conv2d_forward(c->out, c->col, c->tmp, c->inp, c->w, k->bias ? c->b : NULL, k->B, k->C, k->H, k->W, k->OC, k->KH,
                       k->KW, k->stride, k->pad);
 }
 
@@ -108,9 +111,11 @@ static double conv_loss(void *p) {
     return dot(c->out, c->G, c->nout);
 }
 
+/* a forward first: the backward reads the columns it wrote */
 static void conv_bwd(conv_ctx *c, sm_real *dinp, sm_real *dw, sm_real *db) {
     const conv_cfg *k = &c->k;
-    sm_conv2d_backward(dinp, dw, db, c->col, c->dcol, c->G, c->inp, c->w, k->B, k->C, k->H, k->W, k->OC, k->KH,
+    conv_fwd(c);
+    sm_conv2d_backward(dinp, dw, db, c->dcol, c->tmp, c->G, c->col, c->w, k->B, k->C, k->H, k->W, k->OC, k->KH,
                        k->KW, k->stride, k->pad);
 }
 
@@ -140,7 +145,8 @@ Test(grad_conv, conv2d_forward_matches_naive_direct_convolution) {
         conv_open(&c, &CONV_CFGS[t], 100 + t);
         /* poison the output and the scratch: the forward must write every value it owns */
         for (size_t i = 0; i < c.nout; i++) c.out[i] = NAN;
-        for (size_t i = 0; i < c.ncol; i++) c.col[i] = NAN;
+        for (size_t i = 0; i < c.k.B * c.ncol; i++) c.col[i] = NAN;
+        for (size_t i = 0; i < c.nout; i++) c.tmp[i] = NAN;
         conv_fwd(&c);
         sm_real *ref = alloc0(c.nout);
         conv_naive(ref, c.inp, c.w, c.k.bias ? c.b : NULL, &c.k, c.OH, c.OW);
@@ -157,8 +163,11 @@ Test(grad_conv, conv2d_input_weight_bias) {
         conv_ctx c;
         conv_open(&c, &CONV_CFGS[t], 200 + t);
         sm_real *dinp = alloc0(c.nin), *dw = alloc0(c.nw), *db = alloc0((size_t)c.k.OC);
-        /* poison the scratch too: the backward must not read stale values out of col / dcol */
-        for (size_t i = 0; i < c.ncol; i++) c.col[i] = c.dcol[i] = NAN;
+        /* poison the scratch too: the backward must not read stale values out of dcol / tmp (col is
+         * the forward's, which conv_bwd runs first) */
+        for (size_t i = 0; i < c.k.B * c.ncol; i++) c.col[i] = NAN;
+        for (size_t i = 0; i < c.ncol; i++) c.dcol[i] = NAN;
+        for (size_t i = 0; i < c.nout; i++) c.tmp[i] = NAN;
         conv_bwd(&c, dinp, dw, c.k.bias ? db : NULL);
         sm_rng r;
         sm_rng_seed(&r, 300 + t);

@@ -7,8 +7,10 @@
  * channel) planes or over input channels, which write disjoint memory, so results do not depend on
  * the thread count. Small problems stay serial (the `if` clauses): a parallel region costs more than
  * a few thousand multiply-adds.
- * The per-image GEMMs are small (e.g. 64 x 288 x 49 for a 32 -> 64 channel 3x3 layer on 7x7 outputs).
- * On a machine whose cores are busy with another process, OpenBLAS's OpenMP workers spin-waiting
+ * The forward and the weight gradient are one GEMM over the whole batch (im2col writes the batch's
+ * columns side by side); the input gradient stays one GEMM per image, whose columns are scattered back
+ * by col2im. Those per-image GEMMs are small (e.g. 288 x 49 x 64 for a 32 -> 64 channel 3x3 layer on
+ * 7x7 outputs). On a machine whose cores are busy with another process, OpenBLAS's OpenMP workers spin-waiting
  * between them made one such backward 50-100x slower (0.4-1 s instead of 8 ms, measured with 2
  * threads next to a 2-core benchmark); OMP_WAIT_POLICY=passive removes that, as BENCHMARKS.md already
  * recommends for the PyTorch peer.
@@ -56,7 +58,7 @@ size_t sm_conv2d_col_size(int C, int H, int W, int KH, int KW, int stride, int p
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/* im2col / col2im for one image */
+/* im2col over the batch, col2im for one image */
 
 /* The output columns j whose input column j*stride - pad + q lies inside [0, W): [*lo, *hi). */
 static void valid_range(int *lo, int *hi, int OW, int W, int stride, int pad, int q) {
@@ -67,46 +69,64 @@ static void valid_range(int *lo, int *hi, int OW, int W, int stride, int pad, in
     *hi = b;
 }
 
-/* col (CKK, P): row (c, p, q) holds inp[c, i*stride - pad + p, j*stride - pad + q] at column i*OW + j,
- * 0 where that falls in the padding.  img (C, H, W). */
-static void im2col(sm_real *col, const sm_real *img, int C, int H, int W, int KH, int KW, int stride, int pad,
-                   int OH, int OW) {
-    const size_t P = (size_t)OH * OW;
-#pragma omp parallel for if (C > 1 && (size_t)C * KH * KW * P > PAR_MIN) schedule(static)
-    for (int c = 0; c < C; c++) {
-        for (int p = 0; p < KH; p++) {
-            for (int q = 0; q < KW; q++) {
-                sm_real *row = col + ((size_t)(c * KH + p) * KW + q) * P;
-                int lo, hi;
-                valid_range(&lo, &hi, OW, W, stride, pad, q);
-                const int off = q - pad; /* input column of output column j is j*stride + off */
-                for (int i = 0; i < OH; i++) {
-                    sm_real *dst = row + (size_t)i * OW;
-                    const int ih = i * stride - pad + p;
-                    if (ih < 0 || ih >= H) {
-                        memset(dst, 0, sizeof(sm_real) * OW);
-                        continue;
-                    }
-                    const sm_real *src = img + ((size_t)c * H + ih) * W;
+/* dst (n, OW) <- the first OW values of n rows of src, W apart. Inlined, so a call with a constant OW
+ * gets a copy GCC unrolls into whole vector moves: for 8-value rows that made im2col 2-3x faster
+ * than the same loop with OW known only at run time (which GCC wraps in trip-count and remainder
+ * handling larger than the copy). */
+static inline __attribute__((always_inline)) void copy_rows(sm_real *restrict dst, const sm_real *restrict src, int n,
+                                                            int W, int OW) {
+    for (int i = 0; i < n; i++, src += W, dst += OW)
+        for (int j = 0; j < OW; j++) dst[j] = src[j];
+}
+
+/* col (CKK, B*P): row (c, p, q) holds inp[b, c, i*stride - pad + p, j*stride - pad + q] at column
+ * b*P + i*OW + j, 0 where that falls in the padding.  inp (B, C, H, W).
+ * Each row of col is written by one iteration of the parallel loop, so the result does not depend on
+ * the thread count. The copies are plain loops over restrict pointers, the padding's rows and columns
+ * found once per row of col: RL's rows are 8-10 floats, where a memcpy call, or the aliasing checks
+ * GCC adds without restrict, cost more than the copy (BENCHMARKS.md, "DQN on MinAtar"). */
+static void im2col(sm_real *restrict col, const sm_real *restrict inp, int B, int C, int H, int W, int KH, int KW,
+                   int stride, int pad, int OH, int OW) {
+    const size_t P = (size_t)OH * OW, BP = (size_t)B * P, img = (size_t)C * H * W;
+    const int CKK = C * KH * KW;
+#pragma omp parallel for if (CKK > 1 && (size_t)CKK * BP > PAR_MIN) schedule(static)
+    for (int r = 0; r < CKK; r++) {
+        const int c = r / (KH * KW), p = (r / KW) % KH, q = r % KW;
+        int lo, hi;
+        valid_range(&lo, &hi, OW, W, stride, pad, q);
+        const int off = q - pad; /* input column of output column j is j*stride + off */
+        int ilo = 0, ihi = OH; /* output rows whose input row lies inside [0, H) */
+        while (ilo < OH && ilo * stride - pad + p < 0) ilo++;
+        while (ihi > ilo && (ihi - 1) * stride - pad + p >= H) ihi--;
+        for (int b = 0; b < B; b++) {
+            sm_real *restrict row = col + (size_t)r * BP + (size_t)b * P;
+            const sm_real *restrict plane = inp + (size_t)b * img + (size_t)c * H * W;
+            for (size_t t = 0; t < (size_t)ilo * OW; t++) row[t] = 0;
+            if (stride == 1 && lo == 0 && hi == OW) {
+                /* no padding along the row: OW values straight from the input row */
+                const sm_real *src = plane + (size_t)(ilo - pad + p) * W + off;
+                sm_real *dst = row + (size_t)ilo * OW;
+                if (OW == 8) /* MinAtar: 10 x 10 inputs, 3 x 3 kernel */
+                    copy_rows(dst, src, ihi - ilo, W, 8);
+                else
+                    copy_rows(dst, src, ihi - ilo, W, OW);
+            } else {
+                for (int i = ilo; i < ihi; i++) {
+                    const sm_real *restrict src = plane + (size_t)(i * stride - pad + p) * W;
+                    sm_real *restrict dst = row + (size_t)i * OW;
                     for (int j = 0; j < lo; j++) dst[j] = 0;
-                    if (stride == 1 && hi - lo > 32) {
-                        memcpy(dst + lo, src + lo + off, sizeof(sm_real) * (hi - lo));
-                    } else if (stride == 1) {
-                        /* short rows (RL's 10 x 10 images): a plain loop, not a memcpy call per row */
-                        for (int j = lo; j < hi; j++) dst[j] = src[j + off];
-                    } else {
-                        for (int j = lo; j < hi; j++) dst[j] = src[j * stride + off];
-                    }
+                    for (int j = lo; j < hi; j++) dst[j] = src[j * stride + off];
                     for (int j = hi; j < OW; j++) dst[j] = 0;
                 }
             }
+            for (size_t t = (size_t)ihi * OW; t < P; t++) row[t] = 0;
         }
     }
 }
 
-/* The adjoint of im2col: img (C, H, W) += every entry of col (CKK, P) added back onto the pixel it was
- * copied from; padding entries are dropped. Each channel is its own plane of img, so the channel loop
- * can run in parallel; within a channel the (p, q) rows overlap and stay serial. */
+/* The adjoint of im2col for one image: img (C, H, W) += every entry of col (CKK, P) added back onto
+ * the pixel it was copied from; padding entries are dropped. Each channel is its own plane of img, so
+ * the channel loop can run in parallel; within a channel the (p, q) rows overlap and stay serial. */
 static void col2im_add(sm_real *img, const sm_real *col, int C, int H, int W, int KH, int KW, int stride, int pad,
                        int OH, int OW) {
     const size_t P = (size_t)OH * OW;
@@ -133,36 +153,51 @@ static void col2im_add(sm_real *img, const sm_real *col, int C, int H, int W, in
 /* ---------------------------------------------------------------------------------------------- */
 /* conv2d */
 
-void sm_conv2d_forward(sm_real *out, sm_real *col, const sm_real *inp, const sm_real *weight,
+void sm_conv2d_forward(sm_real *out, sm_real *col, sm_real *tmp, const sm_real *inp, const sm_real *weight,
                        const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW, int stride,
                        int pad) {
     const int OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
-    const int P = OH * OW, CKK = C * KH * KW;
-    for (int b = 0; b < B; b++) {
-        const sm_real *x = inp + (size_t)b * C * H * W;
-        sm_real *y = out + (size_t)b * OC * P; /* (OC, P) */
-        im2col(col, x, C, H, W, KH, KW, stride, pad, OH, OW);
-        if (bias)
-            for (int o = 0; o < OC; o++)
-                for (int t = 0; t < P; t++) y[(size_t)o * P + t] = bias[o];
-        /* y (OC,P) (+)= weight (OC,CKK) @ col (CKK,P) */
-        sm_gemm(0, 0, OC, P, CKK, 1, weight, CKK, col, P, bias ? 1 : 0, y, P);
-    }
+    const int P = OH * OW, CKK = C * KH * KW, BP = B * P;
+    im2col(col, inp, B, C, H, W, KH, KW, stride, pad, OH, OW);
+    /* tmp (OC, B*P) = weight (OC, CKK) @ col (CKK, B*P): one GEMM for the batch. Each output is the
+     * same sum over CKK as a GEMM per image gives; the bias is added after it, as beta = 1 did. */
+    sm_gemm(0, 0, OC, BP, CKK, 1, weight, CKK, col, BP, 0, tmp, BP);
+    /* out (B, OC, P) <- tmp (OC, B, P) plus the bias */
+    const size_t n = (size_t)OC * BP;
+#pragma omp parallel for if (B > 1 && n > PAR_MIN) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int o = 0; o < OC; o++) {
+            const sm_real *restrict s = tmp + (size_t)o * BP + (size_t)b * P;
+            sm_real *restrict y = out + ((size_t)b * OC + o) * P;
+            if (bias) {
+                const sm_real bo = bias[o];
+                for (int t = 0; t < P; t++) y[t] = s[t] + bo;
+            } else {
+                for (int t = 0; t < P; t++) y[t] = s[t];
+            }
+        }
 }
 
-void sm_conv2d_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, sm_real *col, sm_real *dcol,
-                        const sm_real *dout, const sm_real *inp, const sm_real *weight, int B, int C, int H,
+void sm_conv2d_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, sm_real *dcol, sm_real *tmp,
+                        const sm_real *dout, const sm_real *col, const sm_real *weight, int B, int C, int H,
                         int W, int OC, int KH, int KW, int stride, int pad) {
     const int OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
-    const int P = OH * OW, CKK = C * KH * KW;
+    const int P = OH * OW, CKK = C * KH * KW, BP = B * P;
+    if (dweight) {
+        /* tmp (OC, B, P) <- dout (B, OC, P), then one GEMM over the whole batch:
+         * dweight (OC, CKK) += tmp (OC, B*P) @ col^T (B*P, CKK), col being the forward's columns */
+        const size_t n = (size_t)OC * BP;
+#pragma omp parallel for if (OC > 1 && n > PAR_MIN) schedule(static)
+        for (int o = 0; o < OC; o++)
+            for (int b = 0; b < B; b++) {
+                const sm_real *restrict s = dout + ((size_t)b * OC + o) * P;
+                sm_real *restrict d = tmp + (size_t)o * BP + (size_t)b * P;
+                for (int t = 0; t < P; t++) d[t] = s[t];
+            }
+        sm_gemm(0, 1, OC, CKK, BP, 1, tmp, BP, col, BP, 1, dweight, CKK);
+    }
     for (int b = 0; b < B; b++) {
         const sm_real *dy = dout + (size_t)b * OC * P; /* (OC, P) */
-        if (dweight) {
-            /* the forward's col is gone (the scratch holds one image): rebuild it */
-            im2col(col, inp + (size_t)b * C * H * W, C, H, W, KH, KW, stride, pad, OH, OW);
-            /* dweight (OC,CKK) += dy (OC,P) @ col^T (P,CKK) */
-            sm_gemm(0, 1, OC, CKK, P, 1, dy, P, col, P, 1, dweight, CKK);
-        }
         if (dbias) {
             for (int o = 0; o < OC; o++) {
                 const sm_real *d = dy + (size_t)o * P;

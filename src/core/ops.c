@@ -167,17 +167,26 @@ void sm_act_backward(sm_real *dinp, const sm_real *dout, const sm_real *inp, siz
     for (size_t i = 0; i < N; i++) dinp[i] += dout[i] * act_deriv(inp[i], a);
 }
 
-void sm_act_backward_inplace(sm_real *d, const sm_real *inp, size_t N, sm_act a) {
-    if (a == SM_ACT_NONE) return;
-    if (a == SM_ACT_TANH) { /* a loop of its own: no switch per element */
+void sm_act_backward_set(sm_real *dinp, const sm_real *dout, const sm_real *inp, size_t N, sm_act a) {
+    switch (a) {
+    case SM_ACT_NONE:
+        if (dinp != dout) memcpy(dinp, dout, N * sizeof(sm_real));
+        return;
+    case SM_ACT_RELU: /* a loop of its own, without the switch per element, that GCC vectorises */
+        for (size_t i = 0; i < N; i++) dinp[i] = dout[i] * (inp[i] > 0 ? (sm_real)1 : (sm_real)0);
+        return;
+    case SM_ACT_TANH:
         for (size_t i = 0; i < N; i++) {
             sm_real y = R_TANH(inp[i]);
-            d[i] *= 1 - y * y;
+            dinp[i] = dout[i] * (1 - y * y);
         }
         return;
+    default:
+        for (size_t i = 0; i < N; i++) dinp[i] = dout[i] * act_deriv(inp[i], a);
     }
-    for (size_t i = 0; i < N; i++) d[i] *= act_deriv(inp[i], a);
 }
+
+void sm_act_backward_inplace(sm_real *d, const sm_real *inp, size_t N, sm_act a) { sm_act_backward_set(d, d, inp, N, a); }
 
 /* ---------------------------------------------------------------------------------------------- */
 /* layernorm (llm.c layernorm_forward / layernorm_backward) */

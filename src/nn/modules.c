@@ -25,7 +25,8 @@ typedef struct {
     sm_real *hid, *dh;    /* (N, H) ffn hidden activation, backward scratch; mlp: every layer's activation */
     sm_real *stats;       /* (2N) LayerNorm mean, rstd */
     sm_real *scratch;     /* (N, F) input-gradient scratch when the caller needs none */
-    sm_real *col, *dcol;  /* conv im2col scratch (one image) */
+    sm_real *col, *dcol;  /* conv im2col columns of the batch (CKK, N*P), kept for the backward; one image's */
+    sm_real *tmp;         /* (W, N*P) conv GEMM output / transposed output gradient */
     int *idx;             /* (N, W) max-pool argmax */
 } leaf;
 
@@ -218,20 +219,21 @@ static void conv_reserve(sm_module *m, int B, sm_arena *a) {
     size_t col = sm_conv2d_col_size(m->in.c, m->in.h, m->in.w, l->k, l->k, l->s, l->p);
     l->pre = sm_arena_take(a, (size_t)B * fout(m));
     l->dpre = sm_arena_take(a, (size_t)B * fout(m));
-    l->col = sm_arena_take(a, col);
+    l->col = sm_arena_take(a, (size_t)B * col);
     l->dcol = sm_arena_take(a, col);
+    l->tmp = sm_arena_take(a, (size_t)B * fout(m));
 }
 static void conv_forward(sm_module *m, sm_real *out, const sm_real *in, int B, const sm_ctx *ctx) {
     leaf *l = (leaf *)m;
-    sm_conv2d_forward(l->pre, l->col, in, sm_ctx_data(ctx, l->ip[0]), sm_ctx_data(ctx, l->ip[1]), B, m->in.c, m->in.h,
+    sm_conv2d_forward(l->pre, l->col, l->tmp, in, sm_ctx_data(ctx, l->ip[0]), sm_ctx_data(ctx, l->ip[1]), B, m->in.c, m->in.h,
                       m->in.w, l->width, l->k, l->k, l->s, l->p);
     sm_act_forward(out, l->pre, (size_t)B * fout(m), l->act);
 }
 static void conv_backward(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx) {
     leaf *l = (leaf *)m;
-    memcpy(l->dpre, dout, sizeof(sm_real) * (size_t)B * fout(m));
-    sm_act_backward_inplace(l->dpre, l->pre, (size_t)B * fout(m), l->act);
-    sm_conv2d_backward(din, sm_ctx_grad(ctx, l->ip[0]), sm_ctx_grad(ctx, l->ip[1]), l->col, l->dcol, l->dpre, in,
+    (void)in; /* the weight gradient reads the forward's columns */
+    sm_act_backward_set(l->dpre, dout, l->pre, (size_t)B * fout(m), l->act);
+    sm_conv2d_backward(din, sm_ctx_grad(ctx, l->ip[0]), sm_ctx_grad(ctx, l->ip[1]), l->dcol, l->tmp, l->dpre, l->col,
                        sm_ctx_data(ctx, l->ip[0]), B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k, l->s, l->p);
 }
 static void kernel_json(const sm_module *m, cJSON *o) {

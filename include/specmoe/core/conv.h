@@ -13,8 +13,9 @@
  *   if (sm_conv2d_shape(H, W, 3, 3, 2, 1, &OH, &OW, &err) != SM_OK ||    // the stem is built; err.msg
  *       sm_conv2d_shape(OH, OW, 2, 2, 2, 0, &PH, &PW, &err) != SM_OK)    // names the sizes refused
  *       return SM_ERR_ARG;                                              // (pooling: pad 0)
- *   sm_real *col = malloc(sizeof(sm_real) * sm_conv2d_col_size(C, H, W, 3, 3, 2, 1));
- *   sm_conv2d_forward(a, col, x, w, b, B, C, H, W, OC, 3, 3, 2, 1);     // a (B,OC,OH,OW)
+ *   sm_real *col = malloc(sizeof(sm_real) * B * sm_conv2d_col_size(C, H, W, 3, 3, 2, 1));
+ *   sm_real *tmp = malloc(sizeof(sm_real) * B * OC * OH * OW);         // kept for the backward: col
+ *   sm_conv2d_forward(a, col, tmp, x, w, b, B, C, H, W, OC, 3, 3, 2, 1); // a (B,OC,OH,OW)
  *   sm_act_forward(h, a, (size_t)B * OC * OH * OW, SM_ACT_RELU);       // a kept for the backward
  *   sm_maxpool2d_forward(p, idx, h, B, OC, OH, OW, 2, 2);                // p (B,OC,PH,PW)
  *   sm_adaptive_avgpool2d_forward(g, p, B, OC, PH, PW, 1, 1);            // g (B,OC,1,1) = (B,OC)
@@ -52,41 +53,45 @@ extern "C" {
  * OH and OW are written only on success. */
 sm_status sm_conv2d_shape(int H, int W, int KH, int KW, int stride, int pad, int *OH, int *OW, sm_error *err);
 
-/* Number of sm_real in the convolution scratch buffers col and dcol: the im2col matrix of ONE image,
- * (C*KH*KW, OH*OW). 0 if the sizes are refused by sm_conv2d_shape. */
+/* Number of sm_real in the im2col matrix of ONE image, (C*KH*KW, OH*OW): the size of the backward's
+ * scratch dcol; the forward's columns col take B times as many. 0 if the sizes are refused by
+ * sm_conv2d_shape. */
 size_t sm_conv2d_col_size(int C, int H, int W, int KH, int KW, int stride, int pad);
 
 /* 2-D convolution (cross-correlation, as torch.nn.functional.conv2d), dilation 1, one group, zero
  * padding `pad` on all four sides, the same `stride` along H and W:
  *   out[b,o,i,j] = bias[o] + sum_{c,p,q} weight[o,c,p,q] * inp[b,c, i*stride - pad + p, j*stride - pad + q]
- * computed per image as im2col + one GEMM: col (C*KH*KW, OH*OW) holds the receptive fields, and
- * out_b (OC, OH*OW) = weight (OC, C*KH*KW) @ col. Images run one after another; each GEMM is
- * threaded by OpenBLAS.
- *   out    (B, OC, OH, OW)  written (not accumulated)
- *   col    (C*KH*KW, OH*OW) scratch, sm_conv2d_col_size(...) values; its content is not needed later
+ * computed as one im2col over the batch and one GEMM: col (C*KH*KW, B*OH*OW) holds every image's
+ * receptive fields side by side, tmp (OC, B*OH*OW) = weight (OC, C*KH*KW) @ col, and out is tmp with
+ * its first two axes swapped, plus the bias. The GEMM is threaded by OpenBLAS.
+ *   out    (B, OC, OH, OW)    written (not accumulated)
+ *   col    (C*KH*KW, B*OH*OW) written: B * sm_conv2d_col_size(...) values, read again by the backward
+ *   tmp    (OC, B*OH*OW)      scratch, as many values as out
  *   inp    (B, C, H, W)
  *   weight (OC, C, KH, KW)
  *   bias   (OC) or NULL */
-void sm_conv2d_forward(sm_real *out, sm_real *col, const sm_real *inp, const sm_real *weight,
+void sm_conv2d_forward(sm_real *out, sm_real *col, sm_real *tmp, const sm_real *inp, const sm_real *weight,
                        const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW, int stride,
                        int pad);
 
-/* Backward of sm_conv2d_forward for loss L with dout = dL/dout, per image b:
- *   dweight (OC, C*KH*KW) += dout_b (OC, OH*OW) @ col_b^T      (col_b rebuilt from inp by im2col)
- *   dbias   (OC)          += sum over (i,j) of dout_b
- *   dinp_b                += col2im(weight^T (C*KH*KW, OC) @ dout_b)
+/* Backward of sm_conv2d_forward for loss L with dout = dL/dout:
+ *   dweight (OC, C*KH*KW) += dout (OC, B*OH*OW) @ col^T    (one GEMM over the batch; dout's first
+ *                                                            two axes swapped into tmp first)
+ *   dbias   (OC)          += sum over (b,i,j) of dout
+ *   dinp_b                += col2im(weight^T (C*KH*KW, OC) @ dout_b)   per image b
  * col2im adds every column entry back onto the input pixel it was copied from (entries that came
- * from the zero padding are dropped).
+ * from the zero padding are dropped). The weight gradient sums over the batch in one GEMM, so its
+ * rounding differs from a sum of per-image GEMMs (tests/test_golden.c).
  *   dinp    (B, C, H, W)      may be NULL (e.g. the first layer, whose input is the data)
  *   dweight (OC, C, KH, KW)   may be NULL (a frozen stem)
  *   dbias   (OC)              may be NULL (no bias)
- *   col     (C*KH*KW, OH*OW)  scratch, as in the forward
- *   dcol    (C*KH*KW, OH*OW)  scratch, same size as col (unused when dinp is NULL)
+ *   dcol    (C*KH*KW, OH*OW)  scratch, sm_conv2d_col_size(...) values (unused when dinp is NULL)
+ *   tmp     (OC, B*OH*OW)     scratch, as in the forward (unused when dweight is NULL)
  *   dout    (B, OC, OH, OW)
- *   inp     (B, C, H, W)      the forward input
+ *   col     (C*KH*KW, B*OH*OW) the columns the forward wrote for this batch (unused when dweight is NULL)
  *   weight  (OC, C, KH, KW) */
-void sm_conv2d_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, sm_real *col, sm_real *dcol,
-                        const sm_real *dout, const sm_real *inp, const sm_real *weight, int B, int C, int H,
+void sm_conv2d_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, sm_real *dcol, sm_real *tmp,
+                        const sm_real *dout, const sm_real *col, const sm_real *weight, int B, int C, int H,
                         int W, int OC, int KH, int KW, int stride, int pad);
 
 /* Max pooling, K x K window, stride S, no padding (torch.nn.functional.max_pool2d(x, K, S)):

@@ -38,6 +38,9 @@ int sm_act_parse(const char *s, sm_act *out); /* 0 on success */
  * (torch.nn.GELU default). */
 void sm_act_forward(sm_real *out, const sm_real *inp, size_t N, sm_act a);
 void sm_act_backward(sm_real *dinp, const sm_real *dout, const sm_real *inp, size_t N, sm_act a);
+/* dinp (N) = dout * f'(inp), written (no accumulation): the copy of the output gradient and its mask
+ * in one pass. dinp may alias dout. */
+void sm_act_backward_set(sm_real *dinp, const sm_real *dout, const sm_real *inp, size_t N, sm_act a);
 /* d (N) *= f'(inp): the backward written over its own input gradient (no accumulation). */
 void sm_act_backward_inplace(sm_real *d, const sm_real *inp, size_t N, sm_act a);
 
