@@ -73,6 +73,7 @@
 #include "specmoe/core/stiefel.h"
 #include "specmoe/methods/grmoe/synth.h"
 #include "specmoe/methods/grmoe/router.h"
+#include "specmoe/methods/softmoe_rl/reset.h"
 #include "specmoe/train/train.h"
 #include "specmoe/rl/env.h"
 

@@ -132,6 +132,14 @@ expect 2 "rl train: a flag of another router is refused, naming it" "--kr is an 
     "$bin" rl train --env classic/cartpole --agent dqn --kr 4 --frames 10
 expect 2 "rl train --resume refuses another router" "--router topk conflicts with the checkpoint's soft" -- \
     "$bin" rl train --resume "$tmp/rl_soft/checkpoint.safetensors" --router topk
+# resets / shrink-and-perturb of the experts (SoftMoE-in-RL Sec. 6) keep exact resume: a run split
+# across a reset ends in the same checkpoint bytes as the run straight through
+rs_flags="--env classic/cartpole --agent dqn --arch dense:16,moe:8 --experts 2 --frames 1500 --learning-starts 200 --reset-every 500 --reset-experts 1 --reset-shrink 0.5 --reset-perturb 0.5"
+expect 0 "rl train --reset-every: split before a reset" "continue with" -- "$bin" rl train $rs_flags --stop-after 800 --out "$tmp/rl_rs_split"
+expect 0 "rl train --reset-every: resumed" "^rl-train " -- "$bin" rl train --resume "$tmp/rl_rs_split/checkpoint.safetensors"
+expect 0 "rl train --reset-every: straight through" "^rl-train " -- "$bin" rl train $rs_flags --out "$tmp/rl_rs_straight"
+expect 0 "rl train --reset-every: split and resumed equals straight through, byte for byte" "" -- \
+    cmp "$tmp/rl_rs_split/checkpoint.safetensors" "$tmp/rl_rs_straight/checkpoint.safetensors"
 # specmoe plot: learning curves with gnuplot; runs that differ only in the seed form one group
 expect 0 "plot: RL runs, grouped over seeds" "^plot: 3 runs in 2 groups -> $tmp/curve.png" -- \
     "$bin" plot "$rl_out" "$rl_out" "$tmp/rl_split" --out "$tmp/curve.png"

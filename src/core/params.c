@@ -87,28 +87,29 @@ void sm_params_free(sm_params *ps) {
     memset(ps, 0, sizeof *ps);
 }
 
-void sm_params_initialize(sm_params *ps, sm_rng *rng) {
-    for (int i = 0; i < ps->n; i++) {
-        const sm_param *q = &ps->p[i];
-        sm_real *x = ps->data + q->offset;
-        if (q->init == SM_INIT_STIEFEL) {
-            /* frames are the trailing (r, d) blocks; r <= d is checked by the declaring module */
-            int r = (int)q->shape[q->ndim - 2], d = (int)q->shape[q->ndim - 1];
-            for (size_t f = 0; f < q->numel / ((size_t)r * d); f++) sm_stiefel_haar(x + f * (size_t)r * d, r, d, rng, NULL);
-            continue;
-        }
-        double a = q->fan_in > 0 ? 1.0 / sqrt((double)q->fan_in) : 0.0;
-        for (size_t j = 0; j < q->numel; j++) {
-            switch (q->init) {
-            case SM_INIT_ZERO: x[j] = 0; break;
-            case SM_INIT_ONE: x[j] = 1; break;
-            case SM_INIT_UNIFORM_FANIN: x[j] = (sm_real)(a * (2 * sm_rng_uniform(rng) - 1)); break;
-            case SM_INIT_NORMAL: x[j] = (sm_real)(q->scale * sm_rng_normal(rng)); break;
-            case SM_INIT_CONST: x[j] = (sm_real)q->scale; break;
-            case SM_INIT_STIEFEL: break;
-            }
+void sm_params_init_draw(const sm_params *ps, int i, sm_real *x, sm_rng *rng) {
+    const sm_param *q = &ps->p[i];
+    if (q->init == SM_INIT_STIEFEL) {
+        /* frames are the trailing (r, d) blocks; r <= d is checked by the declaring module */
+        int r = (int)q->shape[q->ndim - 2], d = (int)q->shape[q->ndim - 1];
+        for (size_t f = 0; f < q->numel / ((size_t)r * d); f++) sm_stiefel_haar(x + f * (size_t)r * d, r, d, rng, NULL);
+        return;
+    }
+    double a = q->fan_in > 0 ? 1.0 / sqrt((double)q->fan_in) : 0.0;
+    for (size_t j = 0; j < q->numel; j++) {
+        switch (q->init) {
+        case SM_INIT_ZERO: x[j] = 0; break;
+        case SM_INIT_ONE: x[j] = 1; break;
+        case SM_INIT_UNIFORM_FANIN: x[j] = (sm_real)(a * (2 * sm_rng_uniform(rng) - 1)); break;
+        case SM_INIT_NORMAL: x[j] = (sm_real)(q->scale * sm_rng_normal(rng)); break;
+        case SM_INIT_CONST: x[j] = (sm_real)q->scale; break;
+        case SM_INIT_STIEFEL: break;
         }
     }
+}
+
+void sm_params_initialize(sm_params *ps, sm_rng *rng) {
+    for (int i = 0; i < ps->n; i++) sm_params_init_draw(ps, i, ps->data + ps->p[i].offset, rng);
 }
 
 sm_status sm_params_init_orthogonal(sm_params *ps, int i, double gain, sm_rng *rng, sm_error *err) {

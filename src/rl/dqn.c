@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "specmoe/io/checkpoint.h"
+#include "specmoe/methods/softmoe_rl/reset.h"
 #include "specmoe/rl/replay.h"
 #include "specmoe/rl/rl_log.h"
 
@@ -127,6 +128,11 @@ static const sm_opt kOpts[] = {
     ROW("per_eps", SM_OPT_NUM, per_eps, "1e-6", "added to |TD error| priorities"),
     ROW("max_grad_norm", SM_OPT_NUM, max_grad_norm, "0", "global gradient-norm clip (0: none)"),
     ROW("log_every", SM_OPT_INT, log_every, "1000", "frames between loss records in metrics.jsonl"),
+    ROW("reset_every", SM_OPT_INT, reset_every, "0", "frames between resets / shrink-and-perturb of the experts (0: never)"),
+    ROW("reset_experts", SM_OPT_INT, reset_experts, "0", "experts per MoE layer to reset: 0 all, K the K most dormant"),
+    ROW("reset_router", SM_OPT_BOOL, reset_router, "0", "reset the routers too"),
+    ROW("reset_shrink", SM_OPT_NUM, reset_shrink, "0", "theta <- shrink theta + perturb phi (reset 0 1, S&P 0.5 0.5)"),
+    ROW("reset_perturb", SM_OPT_NUM, reset_perturb, "1", "the weight of the fresh draw phi"),
     ROW("dormant_tau", SM_OPT_NUM, dormant_tau, "0.1",
         "dormant-neuron threshold: the fraction of tau-dormant units of each layer and expert on the last batch is logged (dormant/...); < 0: off"),
     ROW("ckpt_every", SM_OPT_INT, ckpt_every, "0", "frames between checkpoints (0: at the end)"),
@@ -223,6 +229,8 @@ static sm_status dqn_check(const void *cfgv, const sm_env_spec *env, sm_error *e
     if (c->prioritized && !(c->per_alpha >= 0 && c->per_beta >= 0 && c->per_beta <= 1 && c->per_eps > 0))
         return sm_fail(err, SM_ERR_ARG, "per_alpha >= 0, per_beta in [0, 1] and per_eps > 0 are needed");
     if (c->log_every < 1 || c->ckpt_every < 0) return sm_fail(err, SM_ERR_ARG, "log_every must be >= 1 and ckpt_every >= 0");
+    if (c->reset_every < 0 || c->reset_experts < 0 || !isfinite(c->reset_shrink) || !isfinite(c->reset_perturb))
+        return sm_fail(err, SM_ERR_ARG, "reset_every and reset_experts must be >= 0, reset_shrink and reset_perturb finite");
     sm_act a;
     if (sm_act_parse(c->act, &a)) return sm_fail(err, SM_ERR_ARG, "unknown activation '%s'", c->act);
     return SM_OK;
@@ -611,6 +619,24 @@ static sm_status log_dormant(sm_rl_log *log, dqn_nets *n, dqn_bufs *b, long fram
     return k ? sm_rl_log_record(log, frames, keys, vals, k, err) : SM_OK;
 }
 
+/* Resets or shrinks-and-perturbs the online network's experts (reset_*): in each MoE layer all of
+ * them, or the reset_experts with the most dormant units on the last batch. */
+static void reset_experts(dqn_nets *n, sm_optim *opt, dqn_bufs *b, sm_rng *rng) {
+    const sm_dqn_config *c = &n->c;
+    sm_model *q = n->q;
+    if (c->reset_experts > 0) sm_model_forward(q, b->batch.obs, c->batch_size, NULL, 0);
+    for (int l = 0; l < q->n_layers; l++) {
+        if (!q->layers[l].moe) continue;
+        int pick[1024], k = 0;
+        if (c->reset_experts > 0) {
+            int want = c->reset_experts < 1024 ? c->reset_experts : 1024;
+            k = sm_moe_most_dormant(q, l, c->batch_size, c->dormant_tau >= 0 ? c->dormant_tau : 0.1, want, pick);
+        }
+        sm_moe_shrink_perturb(q, opt, l, c->reset_experts > 0 ? pick : NULL, k, c->reset_router, c->reset_shrink,
+                              c->reset_perturb, rng);
+    }
+}
+
 /* One gradient step on a sampled batch; returns the loss and the mean Q of the chosen actions. */
 static double update(dqn_nets *n, sm_optim *opt, sm_replay *rb, dqn_bufs *b, sm_rng *rng, double beta, double *mean_q) {
     const sm_dqn_config *c = &n->c;
@@ -810,6 +836,8 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
             target_update(&n);
             ct.next_target += c.target_update;
         }
+        if (c.reset_every > 0 && ct.updates > 0 && ct.frames / c.reset_every != (ct.frames - N) / c.reset_every)
+            reset_experts(&n, &opt, &b, &ct.rng);
         if (ct.frames >= ct.next_log) {
             ct.next_log += c.log_every;
             if (ct.loss_n) {

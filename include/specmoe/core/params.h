@@ -67,6 +67,8 @@ sm_status sm_params_alloc(sm_params *ps, sm_error *err);
 void sm_params_free(sm_params *ps);
 /* Fills every tensor from its initialiser, in table order, from rng. */
 void sm_params_initialize(sm_params *ps, sm_rng *rng);
+/* A fresh draw of tensor i's initialiser into out (numel values), the table left alone. */
+void sm_params_init_draw(const sm_params *ps, int i, sm_real *out, sm_rng *rng);
 /* Orthogonal initialisation of tensor i (Saxe et al. 2014; torch.nn.init.orthogonal_): viewed as a
  * (shape[0], numel / shape[0]) matrix, it becomes gain times a Haar-distributed matrix with
  * orthonormal rows (rows <= columns) or orthonormal columns (rows > columns), from a QR

@@ -39,6 +39,11 @@ typedef struct {
     double per_alpha, per_beta, per_eps; /* beta annealed to 1 over the run */
     double max_grad_norm;  /* 0: no clipping */
     int log_every;         /* frames between loss records */
+    /* resets / shrink-and-perturb of the network's experts (SoftMoE-in-RL Sec. 6; methods/softmoe_rl/reset.h) */
+    int reset_every;       /* frames between them; 0 = never */
+    int reset_experts;     /* per MoE layer: 0 = every expert, K = the K with the most dormant units */
+    int reset_router;      /* the routers too */
+    double reset_shrink, reset_perturb; /* theta <- shrink theta + perturb phi (a reset: 0, 1; S&P: 0.5, 0.5) */
     double dormant_tau;    /* threshold of the dormant-neuron fractions logged with them (Sokar et al. 2023); < 0: none */
     int ckpt_every;        /* frames between checkpoints (0: at the end only) */
     int save_replay;       /* checkpoints hold the replay, environments and counters (exact resume) */

@@ -1,0 +1,37 @@
+/* Resets and shrink-and-perturb of MoE experts ("Don't Flatten, Tokenize!", Sec. 6 and App. B.5.2):
+ * to improve expert utilisation the paper periodically resets experts - all of them, or the ones
+ * with the highest fraction of dormant neurons - with or without the router (Fig. 20), or shrinks
+ * and perturbs them (Ash & Adams 2020, as D'Oro et al. 2022 and Schwarzer et al. 2023 use it, with
+ * (0.5, 0.5)):
+ *
+ *   theta_e <- shrink * theta_e + perturb * phi_e,   phi a fresh draw of the initialiser
+ *
+ * (a reset is shrink 0, perturb 1). The optimiser's moments of every value touched are cleared.
+ * The pieces used elsewhere: dormant fractions per expert (sm_model_dormant), expert tensors laid out
+ * (E, ...) by the MoE layer (include/specmoe/nn/moe.h).
+ */
+#ifndef SPECMOE_SOFTMOE_RL_RESET_H
+#define SPECMOE_SOFTMOE_RL_RESET_H
+
+#include "specmoe/core/optim.h"
+#include "specmoe/nn/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Shrinks and perturbs the experts listed in experts (n of them; NULL: all E) of MoE layer `layer`
+ * of m (its index among the layers; -1: every MoE layer) - the slice of each tensor "layers.<i>.experts.*" (shared experts excluded) - and, with router,
+ * every tensor "layers.<i>.router.*" whole. opt (may be NULL) gets its moments of those values
+ * zeroed. Returns the number of values changed. */
+size_t sm_moe_shrink_perturb(sm_model *m, sm_optim *opt, int layer, const int *experts, int n, int router,
+                             double shrink, double perturb, sm_rng *rng);
+
+/* The k experts of MoE layer l of m with the highest fraction of tau-dormant units in the last
+ * forward over T examples (sm_model_dormant), into out (ties: the lower index); returns how many. */
+int sm_moe_most_dormant(sm_model *m, int l, int T, double tau, int k, int *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

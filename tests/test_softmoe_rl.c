@@ -1,0 +1,92 @@
+/* SoftMoE-in-RL's expert resets and shrink-and-perturb (include/specmoe/methods/softmoe_rl/reset.h). */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "specmoe.h"
+
+static sm_model *small_moe(sm_rng *r) {
+    sm_model_config cfg;
+    sm_model_config_default(&cfg);
+    sm_error err = {0};
+    cr_assert_eq(sm_model_parse_arch(&cfg, "dense:6,moe:5", &err), SM_OK);
+    cfg.in_dim = 4;
+    cfg.n_classes = 3;
+    cfg.moe.router.E = 3;
+    cfg.moe.router.k = 3;
+    sm_model *m = sm_model_create(&cfg, 8, r, &err);
+    cr_assert(m, "%s", err.msg);
+    return m;
+}
+
+/* theta_e <- 0.5 theta_e + 0.5 phi_e for expert 1 only, phi the initialiser's next draw; the
+ * optimiser's moments of those values cleared, the rest untouched. */
+Test(softmoe_rl, shrink_and_perturb_one_expert) {
+    sm_rng r;
+    sm_rng_seed(&r, 1);
+    sm_model *m = small_moe(&r);
+    sm_optim opt;
+    sm_optim_config oc;
+    sm_optim_config_default(&oc);
+    sm_error err = {0};
+    cr_assert_eq(sm_optim_init(&opt, &oc, &m->params, &err), SM_OK);
+    for (size_t i = 0; i < opt.n; i++) opt.m[i] = opt.v[i] = 1; /* moments as after some steps */
+    const size_t N = m->params.total;
+    sm_real *before = malloc(sizeof(sm_real) * N);
+    memcpy(before, m->params.data, sizeof(sm_real) * N);
+    sm_rng a, b;
+    sm_rng_seed(&a, 9);
+    sm_rng_seed(&b, 9);
+    const int one[1] = {1};
+    size_t changed = sm_moe_shrink_perturb(m, &opt, 1, one, 1, 0, 0.5, 0.5, &a);
+    cr_expect_gt(changed, 0);
+    size_t seen = 0;
+    for (int i = 0; i < m->params.n; i++) {
+        const sm_param *q = &m->params.p[i];
+        const int expert_tensor = strstr(q->name, "layers.1.experts.") == q->name;
+        sm_real *fresh = malloc(sizeof(sm_real) * q->numel);
+        if (expert_tensor) sm_params_init_draw(&m->params, i, fresh, &b); /* the same draws, in order */
+        const size_t block = q->numel / 3;
+        for (size_t k = 0; k < q->numel; k++) {
+            const size_t at = q->offset + k;
+            const int hit = expert_tensor && k >= block && k < 2 * block;
+            const sm_real want = hit ? (sm_real)(0.5 * before[at] + 0.5 * fresh[k]) : before[at];
+            cr_expect_eq(m->params.data[at], want, "%s[%zu]", q->name, k);
+            cr_expect_eq(opt.m[at], hit ? 0 : 1, "%s[%zu] first moment", q->name, k);
+            cr_expect_eq(opt.v[at], hit ? 0 : 1, "%s[%zu] second moment", q->name, k);
+            seen += hit;
+        }
+        free(fresh);
+    }
+    cr_expect_eq(seen, changed);
+    /* a reset of every expert and the router: shrink 0, perturb 1 changes the router too */
+    memcpy(before, m->params.data, sizeof(sm_real) * N);
+    sm_moe_shrink_perturb(m, &opt, -1, NULL, 0, 1, 0.0, 1.0, &a);
+    const sm_real *rw = sm_params_data(&m->params, sm_params_find(&m->params, "layers.1.router.weight"));
+    const size_t off = m->params.p[sm_params_find(&m->params, "layers.1.router.weight")].offset;
+    cr_expect_neq(rw[0], before[off]);
+    const size_t d0 = m->params.p[sm_params_find(&m->params, "layers.0.weight")].offset;
+    cr_expect_eq(m->params.data[d0], before[d0], "the dense layer is not an expert");
+    free(before);
+    sm_optim_free(&opt);
+    sm_model_free(m);
+}
+
+/* the most dormant experts: expert 2 silenced (zero first layer) is picked first */
+Test(softmoe_rl, most_dormant_experts) {
+    sm_rng r;
+    sm_rng_seed(&r, 2);
+    sm_model *m = small_moe(&r);
+    sm_moe *moe = sm_model_moe(m, 0);
+    const size_t blk = (size_t)moe->H * moe->d;
+    memset(moe->w1 + 2 * blk, 0, sizeof(sm_real) * blk);
+    if (moe->b1) memset(moe->b1 + 2 * moe->H, 0, sizeof(sm_real) * moe->H);
+    float x[8 * 4];
+    for (int i = 0; i < 32; i++) x[i] = (float)sm_rng_normal(&r);
+    sm_model_forward(m, x, 8, NULL, 0);
+    int pick[2];
+    cr_assert_eq(sm_moe_most_dormant(m, 1, 8, 0.0, 2, pick), 2);
+    cr_expect_eq(pick[0], 2);
+    cr_expect_neq(pick[1], 2);
+    sm_model_free(m);
+}
