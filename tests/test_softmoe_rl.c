@@ -13,8 +13,8 @@ static sm_model *small_moe(sm_rng *r) {
     cfg.in_dim = 4;
     cfg.n_classes = 3;
     cfg.moe.router.E = 3;
-    cfg.moe.router.k = 3;
-    sm_model *m = sm_model_create(&cfg, 8, r, &err);
+    cfg.moe.router.k = 3; /* every expert sees every token */
+    sm_model *m = sm_model_create(&cfg, 16, r, &err);
     cr_assert(m, "%s", err.msg);
     return m;
 }
@@ -88,5 +88,34 @@ Test(softmoe_rl, most_dormant_experts) {
     cr_assert_eq(sm_moe_most_dormant(m, 1, 8, 0.0, 2, pick), 2);
     cr_expect_eq(pick[0], 2);
     cr_expect_neq(pick[1], 2);
+    sm_model_free(m);
+}
+
+/* Per layer and per expert (sm_model_dormant): a dense layer with 3 of its 6 units silenced (zero
+ * weights and bias under ReLU) and an MoE layer whose expert 0 is silenced the same way. */
+Test(softmoe_rl, dormant_per_layer_and_per_expert_of_a_model) {
+    sm_rng r;
+    sm_rng_seed(&r, 3);
+    sm_model *m = small_moe(&r);
+    sm_real *w = sm_params_data(&m->params, sm_params_find(&m->params, "layers.0.weight"));
+    sm_real *b = sm_params_data(&m->params, sm_params_find(&m->params, "layers.0.bias"));
+    for (int u = 0; u < 3; u++) {
+        for (int i = 0; i < 4; i++) w[u * 4 + i] = 0;
+        b[u] = 0;
+    }
+    sm_moe *moe = sm_model_moe(m, 0);
+    for (int i = 0; i < 5 * 6; i++) moe->w1[i] = 0; /* expert 0's (H=5, d=6) first layer */
+    if (moe->b1)
+        for (int i = 0; i < 5; i++) moe->b1[i] = 0;
+    float x[16 * 4];
+    for (int i = 0; i < 16 * 4; i++) x[i] = (float)sm_rng_normal(&r);
+    sm_model_forward(m, x, 16, NULL, 0);
+    sm_dormant_entry e[16];
+    int n = sm_model_dormant(m, 16, 0.0, e, 16);
+    cr_assert_eq(n, 1 + 3 + 1, "dense, three experts, the moe layer");
+    cr_expect(e[0].layer == 0 && e[0].expert == -1 && e[0].fraction >= 0.5, "dense: %g", e[0].fraction);
+    cr_expect(e[1].layer == 1 && e[1].expert == 0 && e[1].fraction == 1.0, "expert 0: %g", e[1].fraction);
+    cr_expect(e[2].expert == 1 && e[2].fraction < 1.0 && e[3].expert == 2 && e[3].fraction < 1.0);
+    cr_expect(e[4].expert == -1 && e[4].fraction >= 5.0 / 15.0, "moe layer: %g", e[4].fraction);
     sm_model_free(m);
 }
