@@ -65,9 +65,9 @@ enum {
 #define SQ_DIVER_SPAWN 30
 #define SQ_DIVER_MOVE 5
 /* Room for the enemies of each kind: one lives at most 10 moves of M + 1 frames (<= 61 frames, or
- * 31 once M = 2, which it is before S < 14), and one spawns every S frames, so about 32 are the
- * most alive at once. A spawn with no room is dropped (never seen). Divers: one per 30 frames,
- * living <= 61 frames. */
+ * 31 once M = 2, which it is from the 6th rise on, when S = 14), and one spawns every S frames, so
+ * about 32 are the most alive at once. A spawn with no room is dropped (never seen). Divers: one
+ * per 30 frames, living <= 61 frames. */
 #define SQ_MAX_ENEMIES 64
 #define SQ_MAX_IN_WATER 8
 
