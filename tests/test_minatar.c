@@ -89,6 +89,13 @@ static int count_cells(const float *obs, int channel) {
     return n;
 }
 
+/* the column of the first lit cell of row y in a channel, or -1 */
+static int row_cell(const float *obs, int channel, int y) {
+    for (int x = 0; x < 10; x++)
+        if (obs[channel * 100 + y * 10 + x] != 0.0f) return x;
+    return -1;
+}
+
 /* A paddle move for Breakout that follows the ball's column. */
 static int follow_ball(const float *obs) {
     int paddle = find_cell(obs, 0) % 10, ball = find_cell(obs, 1) % 10;
@@ -129,8 +136,9 @@ Test(minatar, binary_observations_channels_and_random_episodes_end) {
     }
 }
 
-/* Breakout: a paddle that follows the ball returns it; the first brick the ball hits gives +1 and
- * exactly that brick (next to the ball) disappears; no step without reward removes a brick. */
+/* Breakout: a paddle that follows the ball returns it; the trail is always the ball's cell before
+ * the step; a brick the ball hits gives +1 and exactly that brick disappears, and the ball stays in
+ * its row but moves on sideways (into the brick's column); no step without reward removes a brick. */
 Test(minatar, breakout_brick_gives_one_and_disappears) {
     rig r;
     rig_init(&r, "minatar/breakout", 1, 21, 0.0);
@@ -140,6 +148,7 @@ Test(minatar, breakout_brick_gives_one_and_disappears) {
         rig_step(&r);
         const float *before = r.before;
         if (r.term[0]) continue;
+        cr_assert_eq(find_cell(r.obs, 2), find_cell(before, 1), "step %d: the trail is the ball's last cell", t);
         int removed = 0, added = 0, where = -1;
         for (int k = 0; k < 100; k++) {
             removed += before[300 + k] == 1.0f && r.obs[300 + k] == 0.0f;
@@ -154,9 +163,10 @@ Test(minatar, breakout_brick_gives_one_and_disappears) {
         if (count_cells(before, 3) == 1) continue; /* the last brick: a new set appears */
         cr_assert_eq(removed, 1, "step %d: one brick goes", t);
         cr_assert_eq(added, 0);
-        int b = find_cell(r.obs, 1);
-        cr_assert_leq(abs(b / 10 - where / 10), 1, "the brick broken is next to the ball");
-        cr_assert_leq(abs(b % 10 - where % 10), 1, "the brick broken is next to the ball");
+        int b = find_cell(r.obs, 1), b0 = find_cell(before, 1);
+        cr_assert_eq(b / 10, b0 / 10, "the ball stays in its row");
+        cr_assert_eq(abs(where / 10 - b0 / 10), 1, "the brick broken is in the next row");
+        cr_assert_eq(b % 10, where % 10, "the ball moves into the brick's column");
         hits++;
     }
     cr_assert_eq(hits, 5, "a ball-following paddle breaks bricks");
@@ -205,30 +215,59 @@ static int random_policy(const float *obs, sm_rng *rng) {
     return (int)sm_rng_below(rng, 6);
 }
 
-/* Breakout: a lookahead player clears the wall; the 30th brick gives +1 like the others and a new
- * wall of three rows appears at once. */
-Test(minatar, breakout_cleared_wall_is_replaced) {
+/* Space Invaders: fire when an alien is in the cannon's column, else move towards the nearest
+ * column holding one. */
+static int aim_policy(const float *obs, sm_rng *rng) {
+    (void)rng;
+    int c = find_cell(obs, 0) % 10, best = -1;
+    for (int x = 0; x < 10; x++) {
+        int any = 0;
+        for (int y = 0; y < 10; y++) any |= obs[100 + y * 10 + x] != 0.0f;
+        if (any && (best < 0 || abs(x - c) < abs(best - c))) best = x;
+    }
+    return best < 0 || best == c ? FIRE : best < c ? LEFT : RIGHT;
+}
+
+/* Breakout: a lookahead player clears the wall; the 30th brick gives +1 like the others; the grid
+ * then stays empty until the ball next heads into the bottom row, when a full wall of three rows
+ * appears (the reference's rule; the README says "when all bricks are cleared"). */
+Test(minatar, breakout_cleared_wall_is_replaced_when_the_ball_reaches_the_bottom) {
     rig r;
     rig_init(&r, "minatar/breakout", 1, 21, 0.0);
     double episode_return = 0;
-    int replaced = 0;
+    int cleared = 0, replaced = 0;
     for (int t = 0; t < 5000 && !replaced; t++) {
         r.act[0] = lookahead(&r, 300, 1, follow_policy);
         rig_step(&r);
         episode_return = r.term[0] ? 0.0 : episode_return + r.rew[0];
-        if (!r.term[0] && r.rew[0] > 0.0f && count_cells(r.before, 3) == 1) {
+        if (r.term[0]) {
+            cleared = 0;
+            continue;
+        }
+        if (r.rew[0] > 0.0f && count_cells(r.before, 3) == 1) {
             cr_assert_eq(r.rew[0], 1.0f);
-            cr_assert_geq(count_cells(r.obs, 3), 29, "a new wall (less the ball's cell)");
+            cr_assert_eq(count_cells(r.obs, 3), 0, "no wall until the ball comes down");
             cr_assert_eq(episode_return, 30.0, "one point per brick");
-            replaced = 1;
+            cleared = 1;
+        } else if (cleared) {
+            int down = find_cell(r.before, 1) / 10 == 8 && find_cell(r.before, 2) / 10 == 7;
+            if (count_cells(r.obs, 3) == 0) {
+                cr_assert(!down, "step %d: the ball went for the bottom row and no wall came", t);
+            } else {
+                cr_assert(down, "step %d: a wall came without the ball heading into the bottom row", t);
+                cr_assert_eq(count_cells(r.obs, 3), 30, "a full wall");
+                replaced = 1;
+            }
         }
     }
     cr_assert(replaced, "the wall was cleared and replaced");
     rig_free(&r);
 }
 
-/* Seaquest: a lookahead player fills the boat; surfacing with 6 divers empties it, refills the
- * oxygen and scores one point per lit oxygen cell at that moment. */
+/* Seaquest: a lookahead player fills the boat; the diver gauge lights the six cells left of column
+ * 9 (columns 3-8); surfacing with 6 divers empties it, refills the oxygen and scores one point per
+ * lit oxygen cell at that moment. The reference then takes one more diver off (the count is -1, the
+ * gauge empty), so diving and surfacing again at once does not end the episode. */
 Test(minatar, seaquest_six_divers_score_the_oxygen_left) {
     rig r;
     rig_init(&r, "minatar/seaquest", 1, 1, 0.0);
@@ -237,10 +276,18 @@ Test(minatar, seaquest_six_divers_score_the_oxygen_left) {
         r.act[0] = lookahead(&r, 40, 8, random_policy);
         rig_step(&r);
         if (!r.term[0] && count_cells(r.before, 8) == 6 && find_cell(r.obs, 0) / 10 == 0) {
+            for (int x = 3; x <= 8; x++) cr_assert_eq(r.before[800 + 90 + x], 1.0f, "gauge cell %d", x);
             cr_assert_eq(count_cells(r.obs, 8), 0, "the boat is emptied");
             cr_assert_eq(count_cells(r.obs, 7), 10, "oxygen refilled");
             cr_assert_eq(r.rew[0], (float)count_cells(r.before, 7), "one point per oxygen cell");
             full = 1;
+            r.act[0] = DOWN;
+            sm_vecenv_step(&r.v);
+            cr_assert_eq(r.term[0], 0);
+            r.act[0] = UP;
+            sm_vecenv_step(&r.v);
+            cr_assert_eq(find_cell(r.obs, 0) / 10, 0, "back on the surface");
+            cr_assert_eq(r.term[0], 0, "surfacing at -1 divers does not end the episode");
         }
     }
     cr_assert(full, "the boat was filled and brought up");
@@ -256,6 +303,9 @@ Test(minatar, breakout_ball_past_paddle_is_terminal) {
     for (int ep = 0; ep < 4; ep++) {
         int ball = find_cell(r.obs, 1) % 10, t;
         cr_assert_eq(count_cells(r.obs, 3), 30, "three rows of ten bricks");
+        cr_assert_eq(find_cell(r.obs, 1) / 10, 3, "the ball starts in row 3, on a brick");
+        cr_assert(ball == 0 || ball == 9);
+        cr_assert_eq(find_cell(r.obs, 0), 94, "the paddle starts in column 4");
         for (t = 0; t < 100; t++) {
             r.act[0] = ball < 5 ? RIGHT : LEFT; /* away from where the ball comes down */
             sm_vecenv_step(&r.v);
@@ -288,8 +338,8 @@ static void sticky_frequency(double p, double *freq, long *eligible) {
         }
         sm_vecenv_step(&r.v);
         for (int i = 0; i < 4; i++) {
-            if (r.term[i]) { /* auto-reset: the next episode starts from a no-op */
-                prev[i] = NOOP;
+            if (r.term[i]) { /* auto-reset: the last executed action carries over, unseen here */
+                prev[i] = -1;
                 continue;
             }
             if (before[i] == 0 || before[i] == 9) { /* a wall hides the executed action */
@@ -328,21 +378,22 @@ Test(minatar, sticky_actions_repeat_with_probability_p) {
     cr_assert_eq(f, 0.0, "sticky 0: the chosen action always runs (%.5f)", f);
 }
 
-/* Freeway: every episode is exactly 2500 frames and ends as a terminal (not a truncation). */
-Test(minatar, freeway_ends_at_2500_frames_as_terminal) {
+/* Freeway: every episode is exactly 2501 frames (the reference's counter of 2500 ends the episode
+ * when it goes below 0; the README says 2500) and ends as a terminal (not a truncation). */
+Test(minatar, freeway_ends_at_2501_frames_as_terminal) {
     rig r;
     rig_init(&r, "minatar/freeway", 2, 8, -1.0);
     for (int ep = 0; ep < 3; ep++)
-        for (int t = 1; t <= 2500; t++) {
+        for (int t = 1; t <= 2501; t++) {
             rig_step_random(&r, 0);
             for (int i = 0; i < 2; i++) {
-                cr_assert_eq(r.term[i], t == 2500, "episode %d frame %d env %d", ep, t, i);
+                cr_assert_eq(r.term[i], t == 2501, "episode %d frame %d env %d", ep, t, i);
                 cr_assert_eq(r.trunc[i], 0);
             }
         }
     sm_env_log l = sm_vecenv_log_take(&r.v);
     cr_assert_eq(l.n, 6);
-    cr_assert_eq(l.episode_length, 6 * 2500.0);
+    cr_assert_eq(l.episode_length, 6 * 2501.0);
     rig_free(&r);
 }
 
@@ -353,7 +404,7 @@ Test(minatar, freeway_crossing_scores_and_returns_to_the_bottom) {
     rig_init(&r, "minatar/freeway", 1, 4, 0.0);
     r.act[0] = UP;
     int last_climb = -100, crossings = 0;
-    for (int t = 0; t < 2499; t++) {
+    for (int t = 0; t < 2500; t++) {
         int before = find_cell(r.obs, 0);
         sm_vecenv_step(&r.v);
         int after = find_cell(r.obs, 0);
@@ -377,9 +428,10 @@ Test(minatar, freeway_crossing_scores_and_returns_to_the_bottom) {
     rig_free(&r);
 }
 
-/* Asterix under a random policy: a step ends the episode exactly when an enemy is on the player's
- * cell; +1 only when gold was on (or next to, and moving onto) the player's new cell, or entered at
- * the edge this step, and that gold is gone. */
+/* Asterix under a random policy: an enemy on the player's cell ends the episode, and a step that
+ * ends it has an enemy on the player's cell or one that just left it (contact is checked before the
+ * objects move too, and the frame runs on); +1 only when gold was on (or next to, and moving onto)
+ * the player's new cell, or entered at the edge this step, and that gold is gone. */
 Test(minatar, asterix_gold_scores_and_enemies_end_the_episode) {
     const int N = 4;
     rig r;
@@ -390,7 +442,11 @@ Test(minatar, asterix_gold_scores_and_enemies_end_the_episode) {
         for (int i = 0; i < N; i++) {
             const float *o = rig_ended(&r, i), *b = rig_before(&r, i);
             int p = find_cell(o, 0);
-            cr_assert_eq(r.term[i], o[100 + p] == 1.0f, "terminal iff an enemy is on the player");
+            int on = o[100 + p] == 1.0f;
+            int left_it = b[100 + p] == 1.0f || /* the player stepped onto it; it may have left the grid */
+                          (o[200 + p] == 1.0f && ((p % 10 > 0 && o[100 + p - 1] == 1.0f) || (p % 10 < 9 && o[100 + p + 1] == 1.0f)));
+            if (on) cr_assert(r.term[i], "an enemy on the player ends the episode");
+            if (r.term[i]) cr_assert(on || left_it, "an episode ends on an enemy's contact");
             if (r.rew[i] != 0.0f) {
                 cr_assert_eq(r.rew[i], 1.0f);
                 int near = b[300 + p] == 1.0f || (p % 10 > 0 && b[300 + p - 1] == 1.0f) ||
@@ -408,25 +464,24 @@ Test(minatar, asterix_gold_scores_and_enemies_end_the_episode) {
     rig_free(&r);
 }
 
-/* Seaquest: oxygen runs down one unit a frame, on the surface too: a submarine that waits there
- * sees its gauge (10 cells, ceil(oxygen / 20)) fall and the episode end at frame 200; diving and
- * coming straight back up with no diver ends it at once. */
-Test(minatar, seaquest_oxygen_runs_out_and_surfacing_empty_ends) {
+/* Seaquest: no oxygen is used on the surface (a submarine waiting there for 300 frames keeps a full
+ * gauge and lives; diving and coming straight back up with no diver ends the episode). Under water
+ * it drops by one a frame, the gauge lighting oxygen * 10 / 200 cells (rounded down): a submarine
+ * that dives on frame 1 and stays in row 1 sees 9 cells after frame 1 and 0 after frame 181, and,
+ * unless something hits it first, its episode ends on frame 201. */
+Test(minatar, seaquest_oxygen_lasts_200_frames_under_water_and_none_on_the_surface) {
     rig r;
     rig_init(&r, "minatar/seaquest", 1, 12, 0.0);
     cr_assert_eq(count_cells(r.obs, 7), 10, "full oxygen");
     cr_assert_eq(count_cells(r.obs, 8), 0, "no diver");
-    int t;
-    for (t = 1; t <= 300; t++) {
-        int before = count_cells(r.obs, 7);
+    cr_assert_eq(find_cell(r.obs, 0), 5, "the front at row 0, column 5");
+    cr_assert_eq(find_cell(r.obs, 1), 6, "facing left: the back to its right");
+    for (int t = 1; t <= 300; t++) {
         r.act[0] = NOOP;
         sm_vecenv_step(&r.v);
-        if (r.term[0]) break;
-        cr_assert_eq(count_cells(r.obs, 7), (200 - t + 19) / 20, "frame %d", t);
-        cr_assert_leq(count_cells(r.obs, 7), before);
+        cr_assert_eq(r.term[0], 0, "frame %d on the surface", t);
+        cr_assert_eq(count_cells(r.obs, 7), 10, "frame %d", t);
     }
-    cr_assert_eq(t, 200, "oxygen lasts 200 frames");
-    cr_assert_eq(count_cells(r.fin, 7), 0);
     r.act[0] = DOWN;
     sm_vecenv_step(&r.v);
     cr_assert_eq(find_cell(r.obs, 0) / 10, 1);
@@ -435,18 +490,35 @@ Test(minatar, seaquest_oxygen_runs_out_and_surfacing_empty_ends) {
     sm_vecenv_step(&r.v);
     cr_assert_eq(r.term[0], 1, "surfacing with no diver ends the episode");
     cr_assert_eq(find_cell(r.fin, 0) / 10, 0);
-    cr_assert_eq(count_cells(r.fin, 7), 10, "with oxygen to spare");
+    cr_assert_eq(count_cells(r.fin, 7), 9, "with oxygen to spare");
+    int survived = 0;
+    for (int ep = 0; ep < 60 && survived < 3; ep++) {
+        int t;
+        for (t = 1; t <= 300; t++) {
+            r.act[0] = t == 1 ? DOWN : NOOP;
+            sm_vecenv_step(&r.v);
+            if (r.term[0]) break;
+            cr_assert_eq(count_cells(r.obs, 7), (200 - t) / 20, "frame %d", t);
+        }
+        cr_assert_leq(t, 201, "oxygen lasts 200 frames under water");
+        survived += t == 201;
+    }
+    cr_assert_geq(survived, 3, "some dives were left alone until the oxygen ran out");
     rig_free(&r);
 }
 
 /* Seaquest: a submarine that chases divers and then surfaces. Every surfacing with k = 1..5 divers
  * keeps k - 1 and refills the oxygen; with 6 it gives one point per lit oxygen cell and empties the
- * boat. Every step: terminal iff the front meets a fish, a submarine or an enemy bullet, the oxygen
- * is out, or the boat surfaced empty; any other reward is +1 per enemy shot, each costing a bullet. */
+ * boat (to -1 divers: until a diver shows again the gauge cannot tell 0 from -1). The oxygen gauge
+ * follows a count kept here: down one a frame under water, refilled on surfacing. A fish, a
+ * submarine or an enemy bullet on the front ends the episode, as do oxygen out (at 0 or below at
+ * the end of a frame) and surfacing empty; a terminal step shows one of these or an enemy (or
+ * bullet) that was on the front's cell before it moved; any other reward is +1 per enemy shot,
+ * each costing a bullet. */
 Test(minatar, seaquest_divers_surfacing_and_hits) {
     rig r;
     rig_init(&r, "minatar/seaquest", 1, 3, 0.0);
-    int surfacings = 0, pickups = 0, shots = 0, deaths = 0;
+    int surfacings = 0, pickups = 0, shots = 0, deaths = 0, oxygen = 200, debt = 0;
     const float *before = r.before;
     for (int t = 0; t < 200000; t++) {
         int f = find_cell(r.obs, 0), divers = count_cells(r.obs, 8), d = find_cell(r.obs, 9);
@@ -459,17 +531,25 @@ Test(minatar, seaquest_divers_surfacing_and_hits) {
         int g = find_cell(o, 0);
         int surfaced = f / 10 == 1 && g / 10 == 0;
         int hit = o[400 + g] != 0.0f || o[500 + g] != 0.0f || o[600 + g] != 0.0f;
-        int out = count_cells(o, 7) == 0;
-        cr_assert_eq(r.term[0], hit || out || (surfaced && divers == 0), "step %d", t);
+        int was_hit = before[400 + g] != 0.0f || before[500 + g] != 0.0f || before[600 + g] != 0.0f || o[300 + g] != 0.0f;
+        int out = oxygen <= 0;
+        if (g / 10 > 0) oxygen--;
+        else if (surfaced && (divers > 0 || !r.term[0])) oxygen = 200; /* no refill when surfacing empty */
+        int unsure = surfaced && divers == 0 && debt && r.term[0]; /* -1 and hit, or 0 divers? */
+        if (!unsure) cr_assert_eq(count_cells(o, 7), (oxygen > 0 ? oxygen : 0) / 20, "step %d: oxygen gauge", t);
+        if (hit || out || (surfaced && divers == 0 && !debt)) cr_assert(r.term[0], "step %d", t);
+        if (r.term[0]) cr_assert(hit || was_hit || out || (surfaced && divers == 0), "step %d", t);
         deaths += r.term[0];
         pickups += count_cells(o, 8) > divers;
+        if (count_cells(o, 8) > 0) debt = 0;
         float bonus = 0.0f;
         if (surfaced && divers > 0) {
             surfacings++;
             cr_assert_eq(count_cells(o, 8), divers == 6 ? 0 : divers - 1);
             cr_assert_eq(count_cells(o, 7), 10, "oxygen refilled");
-            if (divers == 6) bonus = (float)count_cells(before, 7);
+            if (divers == 6) bonus = (float)count_cells(before, 7), debt = 1;
         }
+        if (r.term[0]) oxygen = 200, debt = 0;
         float kills = r.rew[0] - bonus;
         cr_assert(kills >= 0.0f && kills == (float)(int)kills, "reward %g", r.rew[0]);
         if (kills > 0.0f) {
@@ -486,8 +566,9 @@ Test(minatar, seaquest_divers_surfacing_and_hits) {
 
 /* Space Invaders under a policy that fires while drifting randomly: every alien carries exactly
  * one direction channel, the same for all; a reward of k removes exactly k aliens (or clears the
- * wave, which comes back whole: 4 rows of 6); terminal iff an enemy bullet is on the cannon or an
- * alien has reached the bottom row. */
+ * wave, which comes back whole: 4 rows of 6); an enemy bullet or an alien on the cannon's cell ends
+ * the episode, and a step that ends it shows one of them or an alien in the bottom row (before or
+ * after the step: the block may have moved off the cannon, or stepped down from row 9). */
 Test(minatar, space_invaders_kills_waves_and_hits) {
     const int N = 4;
     rig r;
@@ -504,9 +585,10 @@ Test(minatar, space_invaders_kills_waves_and_hits) {
                 if (o[100 + k] != 0.0f) cr_assert(o[200 + k] != 0.0f || o[300 + k] != 0.0f);
             int c = find_cell(o, 0);
             cr_assert_eq(c / 10, 9, "the cannon is on the bottom row");
-            int hit = o[500 + c] != 0.0f, landed = 0;
-            for (int x = 0; x < 10; x++) landed |= o[100 + 90 + x] != 0.0f;
-            cr_assert_eq(r.term[i], hit || landed, "terminal iff shot or landed");
+            int hit = o[500 + c] != 0.0f || o[100 + c] != 0.0f, landed = 0;
+            for (int x = 0; x < 10; x++) landed |= o[100 + 90 + x] != 0.0f || b[100 + 90 + x] != 0.0f;
+            if (hit) cr_assert(r.term[i], "a bullet or an alien on the cannon ends the episode");
+            if (r.term[i]) cr_assert(hit || landed, "terminal only when shot or landed");
             deaths += r.term[i];
             int k = (int)r.rew[i];
             cr_assert_eq(r.rew[i], (float)k);
@@ -523,10 +605,12 @@ Test(minatar, space_invaders_kills_waves_and_hits) {
     rig_free(&r);
 }
 
-/* Asterix difficulty ramping, seen through the trail channel (a new trail cell appears exactly when
- * an object moves): with ramping off, objects move only on every 5th frame of an episode; with it
- * on, the interval shrinks after 100 frames, so moves come on other frames too. */
-static long asterix_off_beat_moves(int ramping, long *moves) {
+/* Asterix difficulty ramping, seen through the trail channel (a new trail cell appears when an
+ * object moves): objects move on frames 6, 11, 16, ... of an episode (a move timer of 5 counted
+ * down every frame); with ramping off always; with it on the move interval first drops at the
+ * second rise (frame 204), so the first move off that beat is on frame 210 and later ones follow.
+ * Returns the moves off the beat; *early counts those before frame 210. */
+static long asterix_off_beat_moves(int ramping, long *moves, long *early) {
     sm_env_opts o = sm_env_opts_default();
     o.ramping = ramping;
     rig r;
@@ -534,6 +618,7 @@ static long asterix_off_beat_moves(int ramping, long *moves) {
     int frame[8] = {0};
     long off = 0;
     *moves = 0;
+    *early = 0;
     for (int t = 0; t < 20000; t++) {
         rig_step_random(&r, 0);
         for (int i = 0; i < r.N; i++) {
@@ -546,7 +631,8 @@ static long asterix_off_beat_moves(int ramping, long *moves) {
             int moved = 0;
             for (int k = 200; k < 300; k++) moved |= o[k] != 0.0f && b[k] == 0.0f;
             *moves += moved;
-            off += moved && frame[i] % 5 != 0;
+            off += moved && frame[i] % 5 != 1;
+            *early += moved && frame[i] % 5 != 1 && frame[i] < 210;
         }
     }
     rig_free(&r);
@@ -554,46 +640,213 @@ static long asterix_off_beat_moves(int ramping, long *moves) {
 }
 
 Test(minatar, asterix_ramping_speeds_objects_up) {
-    long moves;
-    cr_assert_eq(asterix_off_beat_moves(0, &moves), 0, "without ramping objects move every 5 frames");
+    long moves, early;
+    cr_assert_eq(asterix_off_beat_moves(0, &moves, &early), 0, "without ramping objects move on frames 6, 11, ...");
     cr_assert_gt(moves, 1000);
-    cr_assert_gt(asterix_off_beat_moves(1, &moves), 100, "with ramping they speed up");
+    cr_assert_gt(asterix_off_beat_moves(1, &moves, &early), 20, "with ramping they speed up");
+    cr_assert_eq(early, 0, "not before frame 210");
 }
 
-/* Space Invaders ramping: a lookahead player clears a wave; the next wave's block first moves 11
- * frames after it appears with ramping (one frame faster than the 12 of the first wave), 12 without. */
-static int si_second_wave_first_move(int ramping) {
+/* Asterix without ramping, a player standing still: nothing for 10 frames, the first object on
+ * frame 11, and new objects only on frames 11, 21, 31, ... (a spawn timer of 10 counted down every
+ * frame). The player starts at row 5, column 5. */
+Test(minatar, asterix_spawns_on_frames_11_21_31) {
+    sm_env_opts o = sm_env_opts_default();
+    o.sticky = 0.0;
+    o.ramping = 0;
+    rig r;
+    rig_init_opts(&r, "minatar/asterix", 8, 41, &o);
+    for (int i = 0; i < r.N; i++) cr_assert_eq(find_cell(r.obs + i * r.D, 0), 55);
+    int frame[8] = {0};
+    long spawns = 0, firsts = 0;
+    for (int t = 0; t < 5000; t++) {
+        for (int i = 0; i < r.N; i++) r.act[i] = NOOP;
+        rig_step(&r);
+        for (int i = 0; i < r.N; i++) {
+            frame[i]++;
+            const float *o = rig_ended(&r, i), *b = rig_before(&r, i);
+            int now = count_cells(o, 1) + count_cells(o, 3), was = count_cells(b, 1) + count_cells(b, 3);
+            if (frame[i] <= 10) cr_assert_eq(now, 0, "frame %d: nothing yet", frame[i]);
+            if (frame[i] == 11) {
+                cr_assert_eq(now, 1, "the first object on frame 11");
+                firsts++;
+            }
+            if (now > was) {
+                cr_assert_eq(frame[i] % 10, 1, "an object appeared on frame %d", frame[i]);
+                spawns++;
+            }
+            if (r.term[i]) frame[i] = 0;
+        }
+    }
+    cr_assert_gt(firsts, 20);
+    cr_assert_gt(spawns, 100);
+    rig_free(&r);
+}
+
+/* Space Invaders, the block's pace: between two moves of the block there are min(aliens at the
+ * first move, I) frames, where I is 12 for the first wave and, with ramping, one less for each wave
+ * cleared in the episode (down to 6); without ramping always 12. A lookahead player clears waves;
+ * the block keeps its direction and its move timer across a new wave. Returns the gaps checked in
+ * the second wave or later with at least I aliens (a gap of exactly I). */
+static int si_block_pace(int ramping) {
     sm_env_opts o = sm_env_opts_default();
     o.sticky = 0.0;
     o.ramping = ramping;
     rig r;
     rig_init_opts(&r, "minatar/space_invaders", 1, 3, &o);
-    int since = -1;
-    for (int t = 0; t < 20000; t++) {
-        r.act[0] = lookahead(&r, 30, 8, random_policy);
+    int frame = 0, wave = 1, last_move = -1, last_pace = 0, full_gaps = 0;
+    for (int t = 0; t < 20000 && full_gaps < 3; t++) {
+        r.act[0] = lookahead(&r, 40, 1, aim_policy);
         rig_step(&r);
+        frame++;
         if (r.term[0]) {
-            since = -1;
+            frame = 0, wave = 1, last_move = -1;
             continue;
         }
         int before = count_cells(r.before, 1), k = (int)r.rew[0];
-        if (since < 0) {
-            if (k > 0 && before == k) since = 0; /* the wave was cleared: a new one stands */
+        int interval = ramping ? (12 - (wave - 1) > 6 ? 12 - (wave - 1) : 6) : 12;
+        if (k > 0 && before == k) { /* cleared: a new wave stands; a move this frame is not seen */
+            wave++;
+            last_move = -1;
+            cr_assert_eq(count_cells(r.obs, 1), 24);
+            int dir_kept = (r.before[200 + find_cell(r.before, 1)] != 0.0f) == (r.obs[200 + find_cell(r.obs, 1)] != 0.0f);
+            cr_assert(dir_kept, "the new wave keeps the block's direction");
             continue;
         }
-        since++;
         int moved = 0;
         for (int c = 0; c < 100; c++) moved |= r.obs[100 + c] != 0.0f && r.before[100 + c] == 0.0f;
-        if (moved) {
-            rig_free(&r);
-            return since;
+        if (!moved) continue;
+        if (last_move >= 0) {
+            cr_assert_eq(frame - last_move, last_pace, "wave %d frame %d: moves %d frames apart", wave, frame, last_pace);
+            full_gaps += wave >= 2 && last_pace == interval;
         }
+        last_move = frame;
+        last_pace = before < interval ? before : interval;
     }
     rig_free(&r);
-    return -1;
+    return full_gaps;
 }
 
 Test(minatar, space_invaders_waves_speed_up_with_ramping) {
-    cr_assert_eq(si_second_wave_first_move(1), 11);
-    cr_assert_eq(si_second_wave_first_move(0), 12);
+    cr_assert_geq(si_block_pace(1), 3);
+    cr_assert_geq(si_block_pace(0), 3);
+}
+
+/* Space Invaders from reset, the cannon standing still in column 5: the block (4 x 6, rows 0-3,
+ * columns 2-7, heading left) first moves on frame 13; the aliens' first shot comes on frame 11,
+ * from the lowest alien of the nearest column (row 3, column 5), and the bullet starts on that
+ * alien's cell, falling one row a frame from then on. */
+Test(minatar, space_invaders_first_move_on_frame_13_first_shot_on_frame_11) {
+    rig r;
+    rig_init(&r, "minatar/space_invaders", 1, 5, 0.0);
+    cr_assert_eq(count_cells(r.obs, 1), 24);
+    cr_assert_eq(count_cells(r.obs, 2), 24, "heading left");
+    cr_assert_eq(find_cell(r.obs, 1), 2);
+    cr_assert_eq(find_cell(r.obs, 0), 95);
+    for (int t = 1; t <= 14; t++) {
+        r.act[0] = NOOP;
+        rig_step(&r);
+        cr_assert_eq(r.term[0], 0);
+        int moved = memcmp(r.obs + 100, r.before + 100, sizeof(float) * 100) != 0;
+        cr_assert_eq(moved, t == 13, "frame %d", t);
+        int shot = find_cell(r.obs, 5);
+        cr_assert_eq(count_cells(r.obs, 5), t >= 11, "frame %d", t);
+        if (t >= 11) cr_assert_eq(shot, 35 + 10 * (t - 11), "frame %d: the bullet at %d", t, shot);
+    }
+    cr_assert_eq(find_cell(r.obs, 1), 1, "the block moved left");
+    rig_free(&r);
+}
+
+/* Freeway at reset: all eight cars in column 0 (one per lane, rows 1-8); the chicken in row 9,
+ * column 4, cannot move during an episode's first 3 frames and climbs on the 4th. */
+Test(minatar, freeway_cars_start_in_column_0_and_the_chicken_waits_3_frames) {
+    rig r;
+    rig_init(&r, "minatar/freeway", 1, 9, 0.0);
+    for (int ep = 0; ep < 3; ep++) {
+        for (int y = 1; y <= 8; y++) cr_assert_eq(row_cell(r.obs, 1, y), 0, "episode %d: the car of row %d", ep, y);
+        cr_assert_eq(count_cells(r.obs, 1), 8);
+        cr_assert_eq(find_cell(r.obs, 0), 94);
+        r.act[0] = UP;
+        for (int t = 1; t <= 3; t++) {
+            sm_vecenv_step(&r.v);
+            cr_assert_eq(find_cell(r.obs, 0), 94, "frame %d: no move yet", t);
+        }
+        sm_vecenv_step(&r.v);
+        cr_assert_eq(find_cell(r.obs, 0), 84, "the first move on frame 4");
+        r.act[0] = NOOP;
+        for (int t = 5; t <= 2501; t++) {
+            sm_vecenv_step(&r.v);
+            cr_assert_eq(r.term[0], t == 2501);
+        }
+    }
+    rig_free(&r);
+}
+
+/* Freeway: a car whose trail is in channel speed s moves one column once every s + 1 frames, on
+ * frames s + 1, 2 (s + 1), ... of an episode (a chicken that never moves keeps the speeds), in its
+ * own direction (the trail is behind it): over 16 episodes every lane is seen going both ways. */
+Test(minatar, freeway_car_of_speed_s_moves_every_s_plus_1_frames) {
+    rig r;
+    rig_init(&r, "minatar/freeway", 1, 10, 0.0);
+    int seen[8][2] = {{0}}, speeds[6] = {0};
+    for (int ep = 0; ep < 16; ep++) {
+        int speed[8], dir[8];
+        for (int l = 0; l < 8; l++) {
+            int y = l + 1, trail = -1;
+            speed[l] = 0;
+            for (int s = 1; s <= 5; s++)
+                if ((trail = row_cell(r.obs, 1 + s, y)) >= 0) {
+                    speed[l] = s;
+                    break;
+                }
+            cr_assert_gt(speed[l], 0, "a trail in one speed channel");
+            dir[l] = trail == 9 ? 1 : -1; /* the car is in column 0: the trail is at 9 or at 1 */
+            seen[l][dir[l] > 0]++;
+            speeds[speed[l]]++;
+        }
+        r.act[0] = NOOP;
+        for (int t = 1; t <= 2501; t++) {
+            rig_step(&r);
+            const float *o = rig_ended(&r, 0);
+            for (int l = 0; l < 8; l++) {
+                int x0 = row_cell(r.before, 1, l + 1), x1 = row_cell(o, 1, l + 1);
+                int due = t % (speed[l] + 1) == 0;
+                cr_assert_eq(x1, due ? (x0 + dir[l] + 10) % 10 : x0, "episode %d frame %d lane %d speed %d", ep, t, l, speed[l]);
+            }
+            cr_assert_eq(r.term[0], t == 2501);
+        }
+    }
+    for (int l = 0; l < 8; l++) cr_assert(seen[l][0] && seen[l][1], "lane %d goes both ways", l);
+    for (int s = 1; s <= 5; s++) cr_assert_gt(speeds[s], 0, "speed %d drawn", s);
+    rig_free(&r);
+}
+
+/* Sticky actions carry over an episode's reset (the reference wrapper keeps its last action): in
+ * Breakout with p = 0.5, choosing no-op on an episode's first step, the paddle (column 4) moves in
+ * about half the episodes, always the way the previous episode's last executed action went. */
+Test(minatar, sticky_action_carries_over_the_reset) {
+    rig r;
+    rig_init(&r, "minatar/breakout", 4, 13, 0.5);
+    int first[4] = {0, 0, 0, 0}, last_exec[4] = {-1, -1, -1, -1};
+    long n = 0, repeated = 0;
+    for (int t = 0; t < 40000; t++) {
+        for (int i = 0; i < 4; i++) r.act[i] = first[i] ? NOOP : sm_rng_below(&r.rng, 2) ? LEFT : RIGHT;
+        rig_step(&r);
+        for (int i = 0; i < 4; i++) {
+            const float *b = rig_before(&r, i), *o = rig_ended(&r, i);
+            int p0 = find_cell(b, 0) % 10, d = find_cell(o, 0) % 10 - p0;
+            if (first[i] && last_exec[i] >= 0) {
+                cr_assert(d == 0 || (d < 0 ? LEFT : RIGHT) == last_exec[i], "the first step repeats the last action");
+                n++;
+                repeated += d != 0;
+            }
+            first[i] = r.term[i];
+            if (r.term[i]) /* the executed action of the episode's last step, if the walls show it */
+                last_exec[i] = p0 > 0 && p0 < 9 && d != 0 ? (d < 0 ? LEFT : RIGHT) : -1;
+        }
+    }
+    cr_assert_gt(n, 1000);
+    double f = (double)repeated / (double)n, sd = sqrt(0.25 / (double)n);
+    cr_assert(fabs(f - 0.5) < 5 * sd, "repeat frequency %.4f over %ld first steps", f, n);
+    rig_free(&r);
 }

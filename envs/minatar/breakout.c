@@ -1,36 +1,36 @@
 /* MinAtar Breakout (Young & Tian 2019, arXiv 1903.03176, game description "Breakout").
  *
- * Rules from the paper: the player controls a paddle on the bottom row and bounces a ball to break
- * three rows of bricks along the top; +1 for each brick broken, and the brick disappears; when all
- * bricks are cleared another three rows are added; the ball travels only along diagonals, is
- * reflected by walls and bricks, and off the paddle it goes left or right depending on the side of
- * the paddle it hits; the episode terminates when the ball reaches the bottom row past the paddle.
- * Channels (MinAtar's game documentation): paddle, ball, trail (the ball's previous cell), brick.
+ * The player moves a paddle along the bottom row and bounces a ball to break three rows of bricks;
+ * +1 for each brick broken. Channels: paddle, ball, trail (the ball's previous cell), brick.
  *
- * Choices where the paper is silent (ours):
- * - Bricks fill rows 1-3; row 0 is free, so a ball that gets above the bricks bounces between them
- *   and the top wall. The paddle is one cell wide, starts in column 4, moves one cell per step.
- * - The ball starts in row 4, in column 0 or 9 (equally likely), moving down towards the centre.
- * - Each step the paddle moves first, then the ball tries to move one cell diagonally.
- * - The walls stand just outside the grid: a ball that would cross a side wall bounces back into
- *   its own column (this step it moves only vertically, its horizontal direction flipped); one that
- *   would cross the top stays in row 0 (it moves only sideways, now heading down). These half-moves
- *   switch the ball between the two diagonal lattices (x + y even or odd), so every brick can be hit.
- * - If the target cell holds a brick, the brick goes, +1, the vertical direction flips and the ball
- *   stays where it is this step.
- * - If the target is in the bottom row and the paddle is there, the ball stays and goes back up the
- *   way it came (it hit the paddle's near side); if the paddle is right below the ball, it goes up
- *   keeping its horizontal direction (it hit the far side). Otherwise reaching the bottom row is
- *   terminal.
- * - New bricks appear as soon as the last one is broken (the cell the ball is in stays empty).
- * - No difficulty ramping (the paper describes none for Breakout).
- * Actions: left and right move the paddle; the others do nothing.
+ * Rules of the reference implementation (github.com/kenjyoung/MinAtar, breakout.py), as facts:
+ * - Bricks fill rows 1-3. The paddle is one cell in row 9, starts in column 4 and moves one
+ *   column per frame on left / right (clamped); the other actions do nothing.
+ * - The ball starts in row 3 (on top of a brick, which stays) at column 0 heading down-right, or
+ *   at column 9 heading down-left, equally likely. It moves one cell diagonally every frame.
+ * - Order within a frame: the paddle moves, then the ball. The trail is the ball's cell before
+ *   this frame's move. The ball's target is its cell plus its direction, then:
+ *   - a target past a side wall is clamped back into the grid and the horizontal direction flips;
+ *   - a target above row 0 is clamped to row 0 and the vertical direction flips; otherwise
+ *   - a brick in the target: if no brick was struck on the previous frame, the brick goes, +1,
+ *     the vertical direction flips and the ball stays in its row (it still moves sideways). If a
+ *     brick was struck on the previous frame the ball enters the brick's cell and the brick stays
+ *     (so it can tunnel through a run of bricks until it reaches an empty cell); otherwise
+ *   - a target in row 9: if no brick is left, three full rows appear (rows 1-3); then if the
+ *     paddle is under the ball's column the vertical direction flips, if it is at the target
+ *     column both directions flip, and in both cases the ball stays in its row (moving sideways);
+ *     with the paddle elsewhere the ball enters row 9 and the episode is terminal.
+ * - No difficulty ramping.
+ * Where the README and the reference disagree we follow the reference (the published curves come
+ * from it): the README says another three rows come "when all bricks are cleared"; in the code
+ * they come when the ball next reaches the bottom row after that.
  */
 #include "minatar.h"
 
 enum { BO_PADDLE = 0, BO_BALL, BO_TRAIL, BO_BRICK, BO_CHANNELS };
 #define BO_BRICK_ROW0 1 /* bricks in rows 1..3 */
 #define BO_BRICK_ROWS 3
+#define BO_BALL_ROW0 3
 #define BO_FULL_ROW 0x3FFu /* ten bits: a full row of bricks */
 
 typedef struct {
@@ -39,6 +39,7 @@ typedef struct {
     int bx, by, dx, dy;  /* ball cell and direction (+-1 each) */
     int tx, ty;          /* trail: the ball's previous cell */
     unsigned bricks[BO_BRICK_ROWS]; /* bit x of row r: a brick at (BO_BRICK_ROW0 + r, x) */
+    int struck;          /* a brick was struck on the previous frame */
     int done;            /* the ball reached the bottom */
 } breakout;
 
@@ -49,8 +50,6 @@ static int bo_is_brick(const breakout *e, int y, int x) {
 
 static void bo_fill_bricks(breakout *e) {
     for (int r = 0; r < BO_BRICK_ROWS; r++) e->bricks[r] = BO_FULL_ROW;
-    int r = e->by - BO_BRICK_ROW0;
-    if (r >= 0 && r < BO_BRICK_ROWS) e->bricks[r] &= ~(1u << e->bx);
 }
 
 static void bo_draw(const breakout *e, float *obs) {
@@ -63,15 +62,15 @@ static void bo_draw(const breakout *e, float *obs) {
 
 static void bo_reset(void *st, float *obs) {
     breakout *e = st;
-    ma_reset(&e->c);
     e->paddle = 4;
     int left = ma_below(&e->c, 2) == 0;
     e->bx = left ? 0 : MA_N - 1;
-    e->by = 4;
+    e->by = BO_BALL_ROW0;
     e->dx = left ? 1 : -1;
     e->dy = 1;
     e->tx = e->bx;
     e->ty = e->by;
+    e->struck = 0;
     e->done = 0;
     bo_fill_bricks(e);
     bo_draw(e, obs);
@@ -79,35 +78,42 @@ static void bo_reset(void *st, float *obs) {
 
 /* Moves the ball one step; returns the reward. */
 static float bo_ball(breakout *e) {
-    int nx = e->bx + e->dx, ny = e->by + e->dy;
-    if (nx < 0 || nx >= MA_N) { /* off a side wall: back into its own column */
+    float r = 0.0f;
+    int nx = e->bx + e->dx, ny = e->by + e->dy, strike = 0;
+    if (nx < 0 || nx >= MA_N) { /* a side wall: back into the grid */
+        nx = ma_clamp(nx, 0, MA_N - 1);
         e->dx = -e->dx;
-        nx = e->bx;
     }
-    if (ny < 0) { /* off the top wall: along row 0 */
-        e->dy = 1;
-        ny = e->by;
-    }
-    if (bo_is_brick(e, ny, nx)) {
-        int r = ny - BO_BRICK_ROW0;
-        e->bricks[r] &= ~(1u << nx);
+    if (ny < 0) { /* the top wall */
+        ny = 0;
         e->dy = -e->dy;
-        if ((e->bricks[0] | e->bricks[1] | e->bricks[2]) == 0) bo_fill_bricks(e);
-        return 1.0f;
-    }
-    if (ny == MA_N - 1) {
-        if (e->paddle == nx || e->paddle == e->bx) {
-            if (e->paddle == nx) e->dx = -e->dx; /* near side: back the way it came */
-            e->dy = -1;
-            return 0.0f;
+    } else if (bo_is_brick(e, ny, nx)) {
+        strike = 1;
+        if (!e->struck) {
+            r = 1.0f;
+            e->bricks[ny - BO_BRICK_ROW0] &= ~(1u << nx);
+            ny = e->by;
+            e->dy = -e->dy;
         }
-        e->done = 1;
+    } else if (ny == MA_N - 1) {
+        if ((e->bricks[0] | e->bricks[1] | e->bricks[2]) == 0) bo_fill_bricks(e);
+        if (e->paddle == e->bx) { /* under the ball: straight back up */
+            e->dy = -e->dy;
+            ny = e->by;
+        } else if (e->paddle == nx) { /* at the target: back the way it came */
+            e->dx = -e->dx;
+            e->dy = -e->dy;
+            ny = e->by;
+        } else {
+            e->done = 1;
+        }
     }
+    e->struck = strike;
     e->tx = e->bx;
     e->ty = e->by;
     e->bx = nx;
     e->by = ny;
-    return 0.0f;
+    return r;
 }
 
 static void bo_step(void *st, const int *act, const float *a_box, float *obs, float *reward, unsigned char *terminal) {

@@ -2,8 +2,15 @@
  * Thorough and Reproducible Reinforcement Learning Experiments", arXiv 1903.03176): the 10 x 10
  * grid, the full action set of 6, sticky actions, difficulty ramping as an option, and the RNG draws.
  *
- * Written from the paper's rule descriptions (Section 2 and its game descriptions), not from
- * MinAtar's (GPL-3.0) code.
+ * The rules follow the reference implementation's behaviour (MinAtar, github.com/kenjyoung/MinAtar,
+ * the games in minatar/environments/ and the wrapper minatar/environment.py), read for its facts:
+ * timings, spawn rules, rewards, terminations and channels. Its code (GPL-3.0) is not copied; each
+ * game's header lists the rules as facts and says where the README text and the reference differ
+ * (we follow the reference, so results compare with the published curves).
+ *
+ * Conventions shared with the reference: a timer "of n" that is reset to n when it fires and
+ * counted down only on the frames it does not fire fires once every n + 1 frames; one counted
+ * down on every frame (its own included) fires once every n frames. Each game says which it is.
  *
  * A game's state struct starts with `ma_common` so that `ma_init` serves as every game's init.
  * Observations are C x 10 x 10 floats (CHW), 0 or 1: a step clears the grid and draws every object
@@ -27,7 +34,8 @@ typedef struct {
     sm_rng rng;
     double sticky;   /* probability of repeating the previous action */
     int ramping;     /* difficulty ramping on (1) or off (0) */
-    int last_action; /* the action executed at the previous step (no-op at an episode's start) */
+    int last_action; /* the action executed at the previous step: a no-op before the first step, and
+                      * kept across episodes (the reference wrapper does not clear it on reset) */
 } ma_common;
 
 /* Seeds the RNG and reads opts (sticky, ramping); the spec's init for every game. */
@@ -35,8 +43,6 @@ void ma_init(void *st, uint64_t seed, const sm_env_opts *opts);
 /* The action executed this step: with probability `sticky` the previous one instead of a. An
  * action outside [0, 6) counts as a no-op. */
 int ma_action(ma_common *c, int a);
-/* Starts an episode's action history (the previous action is a no-op). */
-static inline void ma_reset(ma_common *c) { c->last_action = MA_NOOP; }
 
 /* RNG draws: uniform integer in [0, n), and an event of probability p. */
 static inline int ma_below(ma_common *c, int n) { return (int)sm_rng_below(&c->rng, (uint32_t)n); }

@@ -1,25 +1,37 @@
 /* MinAtar Space Invaders (Young & Tian 2019, arXiv 1903.03176, game description "Space Invaders").
  *
- * Rules from the paper: the player's cannon on the bottom row moves left and right and shoots
- * upwards at a block of aliens; the aliens move sideways until one reaches the edge, then all move
- * down one row and reverse; their direction is shown by two channels (alien_left, alien_right),
- * one lit on every alien; +1 for each alien shot, and it is removed; the aliens shoot back; when
- * few aliens are left they speed up, a lone alien moving every frame; a cleared wave is followed
- * by a new one, slightly faster than the last; the episode terminates when an alien or an alien
- * bullet hits the cannon. Channels (MinAtar's game documentation): cannon, alien, alien_left,
- * alien_right, friendly_bullet, enemy_bullet.
+ * The player's cannon on the bottom row moves left and right and shoots upwards at a block of
+ * aliens, which move sideways, step down and turn at the edges, and shoot back; +1 for each alien
+ * shot. Channels: cannon, alien, alien_left, alien_right (the block's direction, lit on every
+ * alien), friendly_bullet, enemy_bullet.
  *
- * Choices where the paper is silent (ours):
- * - A wave is 4 rows of 6 aliens, rows 0-3, columns 2-7, first moving left. The block moves once
- *   every min(wave_interval, aliens left) frames: wave_interval is 12 for the first wave and one
- *   less for each following wave (down to 1) when ramping is on; with ramping off every wave has
- *   12. An alien reaching the bottom row (the cannon's) ends the episode.
- * - The cannon starts in column 5 and moves one cell per step. "Fire" puts a bullet in the cell
- *   above the cannon; at most one shot every 5 frames; bullets travel one cell per frame.
- * - Every 10 frames the alien lowest in the column nearest the cannon (the left one on a tie)
- *   drops a bullet just below itself; alien bullets fall one cell per frame.
- * - Each frame: the cannon moves (and fires), bullets move, then the block moves when due; hits
- *   are checked after each of them, so nothing passes through.
+ * Rules of the reference implementation (github.com/kenjyoung/MinAtar, space_invaders.py), as
+ * facts:
+ * - The cannon starts in column 5. Fire (when the shot cooldown is 0) puts a bullet on the
+ *   cannon's cell and starts a cooldown of 5, counted down at the end of every frame: one shot
+ *   every 5 frames. Left / right move the cannon one column (clamped); the others do nothing.
+ * - A wave is 4 rows of 6 aliens, rows 0-3, columns 2-7. The first wave heads left.
+ * - Order within a frame: the action; the player's bullets rise one row (leaving at the top), so a
+ *   new bullet is seen in row 8; the aliens' bullets fall one row (leaving at the bottom) and one
+ *   on the cannon's cell is terminal; an alien on the cannon's cell is terminal; the block moves
+ *   if its move timer is 0; the aliens shoot if their shot timer is 0; aliens and player bullets
+ *   on the same cell remove each other, +1 each (checked once, after all moves); the timers count
+ *   down; a cleared wave is replaced. A terminal step still runs the whole frame.
+ * - The block's move: when an alien is in the edge column it is heading to, the block turns and
+ *   steps down one row (terminal if an alien was already in row 9), else it shifts one column.
+ *   After the move an alien on the cannon's cell is terminal. An alien in row 9 elsewhere is not.
+ * - The move timer starts at 12 and counts down every frame; when it fires it is set to
+ *   min(aliens left, I), where I is 12 for the first wave: the block first moves on frame 13, and
+ *   then every min(aliens, I) frames, the count taken at the move (one alien: every frame).
+ * - The aliens' shot timer starts at 10 and counts down every frame: first shot on frame 11, then
+ *   every 10 frames. The shooter is the lowest alien in the column nearest the cannon (the left
+ *   one on a tie); its bullet starts on the alien's own cell and falls from the next frame on.
+ * - A cleared wave is replaced at once by a new one of the same shape; the block keeps its
+ *   direction and its move timer. With ramping (on by default) I drops by one per cleared wave
+ *   while it is above 6; with ramping off it stays 12.
+ * Where the README and the reference disagree we follow the reference (the published curves come
+ * from it): the README says each new wave "moves at a slightly faster speed than the last"; in the
+ * code that stops at an interval of 6.
  */
 #include <stdlib.h>
 
@@ -29,8 +41,9 @@ enum { SI_CANNON = 0, SI_ALIEN, SI_ALIEN_LEFT, SI_ALIEN_RIGHT, SI_FBULLET, SI_EB
 #define SI_WAVE_ROWS 4
 #define SI_WAVE_MASK 0xFCu /* columns 2..7 */
 #define SI_INTERVAL0 12
+#define SI_INTERVAL_MIN 6 /* ramping stops here */
 #define SI_SHOT_COOLDOWN 5
-#define SI_ALIEN_SHOT_EVERY 10
+#define SI_ALIEN_SHOT_INTERVAL 10
 #define SI_LEFT_EDGE 0x001u
 #define SI_RIGHT_EDGE 0x200u
 #define SI_BOTTOM (MA_N - 1)
@@ -41,15 +54,13 @@ typedef struct {
     unsigned alien[MA_N];      /* bit x of row y: an alien at (y, x) */
     unsigned fb[MA_N], eb[MA_N]; /* the player's and the aliens' bullets, same layout */
     int dir;                   /* the block's direction: -1 left, +1 right */
-    int wave_interval, move_timer, shot_cooldown, alien_shot_timer;
+    int interval, move_timer, shot_cooldown, alien_shot_timer;
     int done;
 } space_invaders;
 
 static void si_wave(space_invaders *e) {
     memset(e->alien, 0, sizeof e->alien);
     for (int y = 0; y < SI_WAVE_ROWS; y++) e->alien[y] = SI_WAVE_MASK;
-    e->dir = -1;
-    e->move_timer = e->wave_interval;
 }
 
 static void si_draw(const space_invaders *e, float *obs) {
@@ -66,13 +77,13 @@ static void si_draw(const space_invaders *e, float *obs) {
 
 static void si_reset(void *st, float *obs) {
     space_invaders *e = st;
-    ma_reset(&e->c);
     e->x = 5;
     memset(e->fb, 0, sizeof e->fb);
     memset(e->eb, 0, sizeof e->eb);
-    e->wave_interval = SI_INTERVAL0;
+    e->interval = e->move_timer = SI_INTERVAL0;
+    e->dir = -1;
     e->shot_cooldown = 0;
-    e->alien_shot_timer = SI_ALIEN_SHOT_EVERY;
+    e->alien_shot_timer = SI_ALIEN_SHOT_INTERVAL;
     e->done = 0;
     si_wave(e);
     si_draw(e, obs);
@@ -84,38 +95,30 @@ static int si_count(const space_invaders *e) {
     return n;
 }
 
-/* Player bullets on aliens: +1 each, both removed. */
-static float si_hits(space_invaders *e) {
-    int n = 0;
-    for (int y = 0; y < MA_N; y++) {
-        unsigned h = e->fb[y] & e->alien[y];
-        if (!h) continue;
-        n += __builtin_popcount(h);
-        e->fb[y] &= ~h;
-        e->alien[y] &= ~h;
-    }
-    return (float)n;
+/* An alien on the cannon's cell ends the episode. */
+static void si_alien_on_cannon(space_invaders *e) {
+    if (e->alien[SI_BOTTOM] >> e->x & 1u) e->done = 1;
 }
 
-/* An alien bullet or an alien on the cannon, or an alien in the bottom row, ends the episode. */
-static void si_cannon_hit(space_invaders *e) {
-    if ((e->eb[SI_BOTTOM] >> e->x & 1u) || e->alien[SI_BOTTOM]) e->done = 1;
-}
-
-/* The block moves sideways, or down and about when an alien is at the edge it is heading to. */
+/* The block moves sideways, or turns and steps down when an alien is at the edge it is heading to
+ * (terminal if one is already in the bottom row; the grid wraps, as in the reference, so that alien
+ * shows in row 0 of the final picture). */
 static void si_move_block(space_invaders *e) {
     unsigned any = 0;
     for (int y = 0; y < MA_N; y++) any |= e->alien[y];
     if (any & (e->dir < 0 ? SI_LEFT_EDGE : SI_RIGHT_EDGE)) {
-        memmove(e->alien + 1, e->alien, sizeof(unsigned) * (MA_N - 1));
-        e->alien[0] = 0;
         e->dir = -e->dir;
+        unsigned bottom = e->alien[SI_BOTTOM];
+        if (bottom) e->done = 1;
+        memmove(e->alien + 1, e->alien, sizeof(unsigned) * (MA_N - 1));
+        e->alien[0] = bottom;
     } else {
         for (int y = 0; y < MA_N; y++) e->alien[y] = e->dir < 0 ? e->alien[y] >> 1 : e->alien[y] << 1;
     }
 }
 
-/* The lowest alien in the column nearest the cannon drops a bullet below itself. */
+/* The lowest alien in the column nearest the cannon (the left one on a tie) drops a bullet on its
+ * own cell. */
 static void si_alien_shot(space_invaders *e) {
     unsigned any = 0;
     for (int y = 0; y < MA_N; y++) any |= e->alien[y];
@@ -123,58 +126,56 @@ static void si_alien_shot(space_invaders *e) {
     int best = -1;
     for (int x = 0; x < MA_N; x++)
         if ((any >> x & 1u) && (best < 0 || abs(x - e->x) < abs(best - e->x))) best = x;
-    for (int y = MA_N - 2; y >= 0; y--)
+    for (int y = MA_N - 1; y >= 0; y--)
         if (e->alien[y] >> best & 1u) {
-            e->eb[y + 1] |= 1u << best;
+            e->eb[y] |= 1u << best;
             return;
         }
-}
-
-/* Bullets, the block and the aliens' shot, stopping at the first hit on the cannon (the final
- * picture shows what hit it); returns the aliens shot. */
-static float si_world(space_invaders *e, int fire) {
-    /* bullets: the player's rise (and leave at the top), the aliens' fall (and leave at the bottom) */
-    memmove(e->fb, e->fb + 1, sizeof(unsigned) * (MA_N - 1));
-    e->fb[MA_N - 1] = 0;
-    memmove(e->eb + 1, e->eb, sizeof(unsigned) * (MA_N - 1));
-    e->eb[0] = 0;
-    if (e->shot_cooldown > 0) e->shot_cooldown--;
-    if (fire && e->shot_cooldown == 0) {
-        e->fb[SI_BOTTOM - 1] |= 1u << e->x;
-        e->shot_cooldown = SI_SHOT_COOLDOWN;
-    }
-    float r = si_hits(e);
-    si_cannon_hit(e);
-    if (e->done) return r;
-    int left = si_count(e);
-    if (e->move_timer > left) e->move_timer = left; /* few aliens left: they speed up at once */
-    if (left && --e->move_timer <= 0) {
-        si_move_block(e);
-        r += si_hits(e);
-        left = si_count(e);
-        e->move_timer = left < e->wave_interval ? left : e->wave_interval;
-        si_cannon_hit(e);
-        if (e->done) return r;
-    }
-    if (--e->alien_shot_timer <= 0) {
-        si_alien_shot(e);
-        e->alien_shot_timer = SI_ALIEN_SHOT_EVERY;
-        si_cannon_hit(e);
-    }
-    if (!left) { /* wave cleared: the next one, faster */
-        if (e->c.ramping && e->wave_interval > 1) e->wave_interval--;
-        si_wave(e);
-    }
-    return r;
 }
 
 static void si_step(void *st, const int *act, const float *a_box, float *obs, float *reward, unsigned char *terminal) {
     (void)a_box;
     space_invaders *e = st;
     int a = ma_action(&e->c, *act);
-    e->x = ma_clamp(e->x + ma_dx(a), 0, MA_N - 1);
-    si_cannon_hit(e);
-    *reward = e->done ? 0.0f : si_world(e, a == MA_FIRE);
+    if (a == MA_FIRE && e->shot_cooldown == 0) {
+        e->fb[SI_BOTTOM] |= 1u << e->x;
+        e->shot_cooldown = SI_SHOT_COOLDOWN;
+    } else {
+        e->x = ma_clamp(e->x + ma_dx(a), 0, MA_N - 1);
+    }
+    /* bullets: the player's rise (and leave at the top), the aliens' fall (and leave at the bottom) */
+    memmove(e->fb, e->fb + 1, sizeof(unsigned) * (MA_N - 1));
+    e->fb[MA_N - 1] = 0;
+    memmove(e->eb + 1, e->eb, sizeof(unsigned) * (MA_N - 1));
+    e->eb[0] = 0;
+    if (e->eb[SI_BOTTOM] >> e->x & 1u) e->done = 1;
+    si_alien_on_cannon(e);
+    if (e->move_timer == 0) {
+        int left = si_count(e);
+        e->move_timer = left < e->interval ? left : e->interval;
+        si_move_block(e);
+        si_alien_on_cannon(e);
+    }
+    if (e->alien_shot_timer == 0) {
+        e->alien_shot_timer = SI_ALIEN_SHOT_INTERVAL;
+        si_alien_shot(e);
+    }
+    int kills = 0;
+    for (int y = 0; y < MA_N; y++) {
+        unsigned h = e->fb[y] & e->alien[y];
+        if (!h) continue;
+        kills += __builtin_popcount(h);
+        e->fb[y] &= ~h;
+        e->alien[y] &= ~h;
+    }
+    if (e->shot_cooldown > 0) e->shot_cooldown--;
+    e->move_timer--;
+    e->alien_shot_timer--;
+    if (si_count(e) == 0) { /* wave cleared: the next one, faster with ramping */
+        if (e->c.ramping && e->interval > SI_INTERVAL_MIN) e->interval--;
+        si_wave(e);
+    }
+    *reward = (float)kills;
     *terminal = (unsigned char)e->done;
     si_draw(e, obs);
 }
