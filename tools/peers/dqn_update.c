@@ -29,8 +29,9 @@
  * Build and run (tools/peers/compare_dqn.sh does this):
  *   cc -O3 -march=x86-64-v2 -mtune=native -fopenmp -Iinclude -I. tools/peers/dqn_update.c \
  *      experiments/engine/peak.c build/libspecmoe.a <the Makefile's LIBS> -o build/dqn_update
- *   build/dqn_update [--seconds S] [--sample 0|1] [--threads T]
+ *   build/dqn_update [--seconds S] [--sample 0|1] [--threads T] [--arch A --router R --experts E]
  */
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,16 +63,23 @@ static void fail(const char *what, const sm_error *e) {
 
 int main(int argc, char **argv) {
     double seconds = 3;
-    int sample = 1, threads = 1;
+    int sample = 1, threads = 1, experts = 0;
+    const char *arch = "conv:16:3:1:0,dense:128", *router = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
         else if (!strcmp(argv[i], "--sample") && i + 1 < argc) sample = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--arch") && i + 1 < argc) arch = argv[++i];
+        else if (!strcmp(argv[i], "--router") && i + 1 < argc) router = argv[++i];
+        else if (!strcmp(argv[i], "--experts") && i + 1 < argc) experts = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: dqn_update [--seconds S] [--sample 0|1] [--threads T]\n");
+            fprintf(stderr, "usage: dqn_update [--seconds S] [--sample 0|1] [--threads T] [--arch A --router R --experts E]\n");
             return 2;
         }
     }
+    /* another network than the preset's (e.g. a tokenised SoftMoE): its time per update; the FLOP
+     * count and roofline below are the preset network's only */
+    const int preset = !strcmp(arch, "conv:16:3:1:0,dense:128") && !router;
     omp_set_num_threads(threads);
     sm_error err = {0};
     sm_rng rng;
@@ -80,7 +88,11 @@ int main(int argc, char **argv) {
     /* the preset's network (src/rl/dqn.c build_nets) */
     sm_model_config mc;
     sm_model_config_default(&mc);
-    if (sm_model_parse_arch(&mc, "conv:16:3:1:0,dense:128", &err) != SM_OK) fail("arch", &err);
+    if (sm_model_parse_arch(&mc, arch, &err) != SM_OK) fail("arch", &err);
+    if (router && sm_router_config_set(&mc.moe.router, router, &err) != SM_OK) fail("router", &err);
+    if (experts > 0) mc.moe.router.E = experts;
+    if (experts > 0 && mc.moe.router.k > experts) mc.moe.router.k = experts;
+    if (router && !strcmp(router, "soft")) mc.moe.router.k = 1;
     mc.act = SM_ACT_RELU;
     mc.in_c = C;
     mc.in_h = mc.in_w = HW;
@@ -172,7 +184,7 @@ int main(int argc, char **argv) {
     /* FLOPs of one update (multiply-add = 2) */
     const double conv = 16.0 * 8 * 8 * (C * 3 * 3), dense = 1024.0 * 128, head = 128.0 * A;
     const double fwd = 2 * (conv + dense + head), bwd = 2 * (conv + dense + head) + 2 * (dense + head);
-    const double flops = B * (2 * fwd + bwd);
+    const double flops = preset ? B * (2 * fwd + bwd) : NAN; /* the preset network's count only */
     double one, all;
     const char *isa;
     const double pc0 = cpu_now();
