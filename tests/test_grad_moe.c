@@ -137,7 +137,7 @@ Test(grad_moe, capacity_drops_tokens) {
     cr_expect(dropped > 0);
     /* capacity per group of 4 tokens (one observation's): ceil(0.75 * 4 * 2 / 4) = 2 per expert each */
     c.router.renorm = 1;
-    sm_topk_opts(&c.router)->group = 4;
+    sm_group_opts(&c.router)->group = 4;
     moe_check("topk.capacity.grouped", &c, 16, 5, 6, &dropped);
     cr_expect(dropped > 0);
 }
@@ -182,7 +182,7 @@ Test(grad_moe, expert_choice) {
     long dropped = 0;
     moe_check("expert-choice", &c, 12, 5, 23, &dropped);
     /* each expert picks within groups of 5 tokens (the last group has 2): ceil(1.5 * 5 / 4) = 2 each */
-    sm_ec_opts(&c.router)->group = 5;
+    sm_group_opts(&c.router)->group = 5;
     moe_check("expert-choice.grouped", &c, 12, 5, 26, &dropped);
 }
 
@@ -192,7 +192,7 @@ Test(grad_moe, expert_choice) {
 Test(grad_moe, grouped_routing_stays_within_groups) {
     sm_moe_config c = base_router("expert-choice", 3, 1, 5);
     c.router.capacity = 1.0;
-    sm_ec_opts(&c.router)->group = 6; /* T = 18: three groups of 6, ceil(6 / 3) = 2 per expert each */
+    sm_group_opts(&c.router)->group = 6; /* T = 18: three groups of 6, ceil(6 / 3) = 2 per expert each */
     sm_error err = {0};
     sm_moe *m = sm_moe_create(&c, 4, &err);
     cr_assert(m, "%s", err.msg);

@@ -85,7 +85,9 @@ Test(softmoe_rl, most_dormant_experts) {
     for (int i = 0; i < 32; i++) x[i] = (float)sm_rng_normal(&r);
     sm_model_forward(m, x, 8, NULL, 0);
     int pick[2];
-    cr_assert_eq(sm_moe_most_dormant(m, 1, 8, 0.0, 2, pick), 2);
+    sm_dormant_entry e[8];
+    int ne = sm_model_dormant(m, 8, 0.0, e, 8);
+    cr_assert_eq(sm_moe_most_dormant(e, ne, 1, 2, pick), 2);
     cr_expect_eq(pick[0], 2);
     cr_expect_neq(pick[1], 2);
     sm_model_free(m);

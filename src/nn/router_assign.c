@@ -43,7 +43,7 @@ static int ec_tokens_per_expert(const sm_router *r, int T) {
 
 /* tokens per group (the batch when no group is set) */
 static int ec_group(const sm_router *r, int T) {
-    int m = sm_ec_opts(&r->cfg)->group;
+    int m = sm_group_opts(&r->cfg)->group;
     return m > 0 && m < T ? m : T;
 }
 
@@ -170,15 +170,7 @@ static void ec_destroy(sm_router *r) {
     r->state = NULL;
 }
 
-static const sm_router_opt kEcOpts[] = {
-    SM_ROUTER_OWN_OPT(sm_ec_router_opts, "group", NULL, SM_OPT_INT, group, "0",
-                      "tokens per group (0: the batch; a token input sets one observation)"),
-};
-
-static const char *ec_check(const sm_router_config *c, int d, char *buf, size_t n) {
-    (void)d, (void)buf, (void)n;
-    return sm_ec_opts(c)->group < 0 ? "the group size must be >= 0" : NULL;
-}
+static const sm_router_opt kEcOpts[] = {SM_GROUP_ROUTER_OPT};
 
 /* one token slot per expert choice by default */
 static void ec_defaults(sm_router_config *c, const sm_router_given *g) {
@@ -188,7 +180,7 @@ static void ec_defaults(sm_router_config *c, const sm_router_given *g) {
 const sm_router_ops sm_router_expert_choice_ops = {
     .name = "expert-choice", .kind = SM_ROUTE_SPARSE, .declare = ec_declare, .bind = ec_bind,
     .max_assign = ec_max_assign, .reserve = ec_reserve, .forward = ec_forward, .backward = ec_backward,
-    .destroy = ec_destroy, .defaults = ec_defaults, .opts = kEcOpts, .n_opts = SM_LEN(kEcOpts), .check = ec_check,
+    .destroy = ec_destroy, .defaults = ec_defaults, .opts = kEcOpts, .n_opts = SM_LEN(kEcOpts), .check = sm_group_router_check,
     .group_key = "group",
 };
 

@@ -74,7 +74,7 @@ static sm_status topk_reserve(sm_router *r, int max_T, sm_error *err) {
     s->block = sm_carve(ptrs, sizes, SM_LEN(sizes), err, "router %s (%d tokens)", r->cfg.name, max_T);
     if (!s->block) return SM_ERR_NOMEM;
     sm_status st = sm_gate_init(&s->gate, &r->cfg, max_T, err);
-    s->gate.group = sm_topk_opts(&r->cfg)->group;
+    s->gate.group = sm_group_opts(&r->cfg)->group;
     return st;
 }
 
@@ -132,26 +132,18 @@ static void switch_defaults(sm_router_config *c, const sm_router_given *g) {
     if (!g->given(g->user, "topk")) c->k = 1;
 }
 
-static const sm_router_opt kTopkOpts[] = {
-    SM_ROUTER_OWN_OPT(sm_topk_router_opts, "group", NULL, SM_OPT_INT, group, "0",
-                      "tokens per capacity group (0: the batch; a token input sets one observation)"),
-};
-
-static const char *topk_check(const sm_router_config *c, int d, char *buf, size_t n) {
-    (void)d, (void)buf, (void)n;
-    return sm_topk_opts(c)->group < 0 ? "the group size must be >= 0" : NULL;
-}
+static const sm_router_opt kTopkOpts[] = {SM_GROUP_ROUTER_OPT};
 
 const sm_router_ops sm_router_topk_ops = {
     .name = "topk", .kind = SM_ROUTE_SPARSE, .declare = topk_declare, .bind = topk_bind,
     .max_assign = topk_max_assign, .reserve = topk_reserve, .forward = topk_forward,
     .backward = topk_backward, .destroy = topk_destroy, .defaults = topk_defaults,
-    .opts = kTopkOpts, .n_opts = SM_LEN(kTopkOpts), .check = topk_check, .group_key = "group",
+    .opts = kTopkOpts, .n_opts = SM_LEN(kTopkOpts), .check = sm_group_router_check, .group_key = "group",
 };
 
 const sm_router_ops sm_router_switch_ops = {
     .name = "switch", .kind = SM_ROUTE_SPARSE, .declare = switch_declare, .bind = topk_bind,
     .max_assign = topk_max_assign, .reserve = topk_reserve, .forward = topk_forward,
     .backward = topk_backward, .destroy = topk_destroy, .defaults = switch_defaults,
-    .opts = kTopkOpts, .n_opts = SM_LEN(kTopkOpts), .check = topk_check, .group_key = "group",
+    .opts = kTopkOpts, .n_opts = SM_LEN(kTopkOpts), .check = sm_group_router_check, .group_key = "group",
 };

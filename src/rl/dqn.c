@@ -624,14 +624,18 @@ static sm_status log_dormant(sm_rl_log *log, dqn_nets *n, dqn_bufs *b, long fram
 static void reset_experts(dqn_nets *n, sm_optim *opt, dqn_bufs *b, sm_rng *rng) {
     const sm_dqn_config *c = &n->c;
     sm_model *q = n->q;
-    if (c->reset_experts > 0) sm_model_forward(q, b->batch.obs, c->batch_size, NULL, 0);
+    enum { MAX_ENTRIES = 1024 };
+    sm_dormant_entry e[MAX_ENTRIES];
+    int ne = 0;
+    if (c->reset_experts > 0) { /* the dormant units of every layer on the last batch, once */
+        sm_model_forward(q, b->batch.obs, c->batch_size, NULL, 0);
+        ne = sm_model_dormant(q, c->batch_size, c->dormant_tau >= 0 ? c->dormant_tau : 0.1, e, MAX_ENTRIES);
+    }
     for (int l = 0; l < q->n_layers; l++) {
         if (!q->layers[l].moe) continue;
-        int pick[1024], k = 0;
-        if (c->reset_experts > 0) {
-            int want = c->reset_experts < 1024 ? c->reset_experts : 1024;
-            k = sm_moe_most_dormant(q, l, c->batch_size, c->dormant_tau >= 0 ? c->dormant_tau : 0.1, want, pick);
-        }
+        int pick[MAX_ENTRIES], k = 0;
+        if (c->reset_experts > 0)
+            k = sm_moe_most_dormant(e, ne, l, c->reset_experts < MAX_ENTRIES ? c->reset_experts : MAX_ENTRIES, pick);
         sm_moe_shrink_perturb(q, opt, l, c->reset_experts > 0 ? pick : NULL, k, c->reset_router, c->reset_shrink,
                               c->reset_perturb, rng);
     }

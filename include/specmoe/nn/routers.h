@@ -21,19 +21,22 @@ typedef struct {
 /* sm_soft_opts(cfg): the accessor (cfg must name this router) */
 SM_ROUTER_OWN_ACCESSOR(sm_soft_router_opts, sm_soft_opts)
 
-/* topk and switch (src/nn/router_topk.c) */
+/* topk, switch (src/nn/router_topk.c) and expert-choice (src/nn/router_assign.c): one option, the
+ * group of tokens that compete together - for capacity (token choice) or for each expert's picks
+ * (expert choice); one observation's tokens when an MoE module sets it (sm_router_ops.group_key) */
 typedef struct {
-    int group; /* tokens per capacity group (one observation's); 0 = the whole batch */
-} sm_topk_router_opts;
-/* sm_topk_opts(cfg): the accessor (cfg must name topk or switch) */
-SM_ROUTER_OWN_ACCESSOR(sm_topk_router_opts, sm_topk_opts)
-
-/* expert-choice (src/nn/router_assign.c) */
-typedef struct {
-    int group; /* tokens per group: each expert picks its tokens within each group; 0 = the whole batch */
-} sm_ec_router_opts;
-/* sm_ec_opts(cfg): the accessor (cfg must name expert-choice) */
-SM_ROUTER_OWN_ACCESSOR(sm_ec_router_opts, sm_ec_opts)
+    int group; /* tokens per group; 0 = the whole batch */
+} sm_group_router_opts;
+/* sm_group_opts(cfg): the accessor (cfg must name topk, switch or expert-choice) */
+SM_ROUTER_OWN_ACCESSOR(sm_group_router_opts, sm_group_opts)
+/* their option table's row and their check */
+#define SM_GROUP_ROUTER_OPT                                                                              \
+    SM_ROUTER_OWN_OPT(sm_group_router_opts, "group", NULL, SM_OPT_INT, group, "0",                         \
+                      "tokens per group (0: the batch; a token input sets one observation)")
+static inline const char *sm_group_router_check(const sm_router_config *c, int d, char *buf, size_t n) {
+    (void)d, (void)buf, (void)n;
+    return sm_group_opts(c)->group < 0 ? "the group size must be >= 0" : NULL;
+}
 
 /* random (src/nn/router_assign.c) */
 typedef struct {

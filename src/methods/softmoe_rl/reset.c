@@ -46,11 +46,8 @@ size_t sm_moe_shrink_perturb(sm_model *m, sm_optim *opt, int layer, const int *e
     return changed;
 }
 
-int sm_moe_most_dormant(sm_model *m, int l, int T, double tau, int k, int *out) {
-    enum { MAX_ENTRIES = 4096 };
-    sm_dormant_entry *e = malloc(sizeof *e * MAX_ENTRIES);
-    if (!e) return 0;
-    int n = sm_model_dormant(m, T, tau, e, MAX_ENTRIES), got = 0;
+int sm_moe_most_dormant(const sm_dormant_entry *e, int n, int l, int k, int *out) {
+    int got = 0;
     /* the expert entries of layer l, picked by fraction (ties to the lower index) */
     for (; got < k; got++) {
         int best = -1;
@@ -63,6 +60,5 @@ int sm_moe_most_dormant(sm_model *m, int l, int T, double tau, int k, int *out) 
         if (best < 0) break;
         out[got] = e[best].expert;
     }
-    free(e);
     return got;
 }

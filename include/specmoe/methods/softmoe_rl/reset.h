@@ -27,9 +27,10 @@ extern "C" {
 size_t sm_moe_shrink_perturb(sm_model *m, sm_optim *opt, int layer, const int *experts, int n, int router,
                              double shrink, double perturb, sm_rng *rng);
 
-/* The k experts of MoE layer l of m with the highest fraction of tau-dormant units in the last
- * forward over T examples (sm_model_dormant), into out (ties: the lower index); returns how many. */
-int sm_moe_most_dormant(sm_model *m, int l, int T, double tau, int k, int *out);
+/* The k experts of MoE layer l with the highest fraction of dormant units among the n entries of
+ * sm_model_dormant (computed once for every layer), into out (ties: the lower index); returns how
+ * many. */
+int sm_moe_most_dormant(const sm_dormant_entry *e, int n, int l, int k, int *out);
 
 #ifdef __cplusplus
 }
