@@ -1,10 +1,16 @@
 /* The refactor guard: every model of tests/golden_cases.h, rebuilt from the model JSON stored in
  * tests/data/golden_v0.safetensors (written by tests/golden_gen.c from the code before the module
  * refactor), on the stored parameters, must give the stored logits (train and eval forward), loss
- * and parameter gradients bit for bit, on one thread. One exception: the weight gradient of a
- * convolution layer is held within 1e-6 of its largest value, not bit for bit,
- * because it is now one GEMM over the whole batch (src/core/conv.c), which sums the images'
- * contributions in a different order than the per-image GEMMs of the reference. */
+ * and parameter gradients bit for bit, on one thread. Two exceptions, held within 1e-6 of each
+ * tensor's largest value instead (and the loss within 1e-6 relative), because the sums now run in
+ * another order than the reference's:
+ *   - the weight gradient of a convolution layer: one GEMM over the whole batch (src/core/conv.c)
+ *     instead of per-image GEMMs;
+ *   - every tensor of the soft router's case: its softmaxes take one float exp per logit for both
+ *     (src/nn/router_soft.c, core/vexp.h) and its dispatch and combine run through sm_gemm_tiny
+ *     (src/nn/moe.c), not through BLAS calls per group and expert. The gradient of its learned
+ *     scale, one value summed over every logit with cancellations (1.8e-6 relative apart here), is
+ *     held within 1e-5. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <omp.h>
@@ -56,10 +62,11 @@ static void same(const char *cs, const char *what, const sm_real *got, size_t n)
     free(ref);
 }
 
-/* within 1e-6 of the tensor's largest stored value: for a convolution's weight gradient, whose
- * summation order over the batch changed (see the top of the file). Relative to the largest value,
+/* within 1e-6 of the tensor's largest stored value: for the tensors whose summation order changed
+ * (see the top of the file). Relative to the largest value,
  * not element by element: an entry that is a near-cancelling sum has a relative rounding error far
  * above float's 6e-8 in any order. */
+static double g_close_tol = 1e-6;
 static void close_to(const char *cs, const char *what, const sm_real *got, size_t n) {
     float *ref = floats(get(cs, what, n));
     double scale = 0, worst = 0;
@@ -68,8 +75,8 @@ static void close_to(const char *cs, const char *what, const sm_real *got, size_
         double d = fabs((double)(float)got[i] - ref[i]);
         worst = d > worst || d != d ? d : worst;
     }
-    cr_expect(worst <= 1e-6 * scale, "%s %s: max |difference| %.3g, above 1e-6 x the largest value %.3g", cs, what,
-              worst, scale);
+    cr_expect(worst <= g_close_tol * scale, "%s %s: max |difference| %.3g, above %g x the largest value %.3g", cs, what,
+              worst, g_close_tol, scale);
     free(ref);
 }
 
@@ -110,21 +117,30 @@ static void run_case(const golden_case *c) {
     sm_rng fr;
     sm_rng_seed(&fr, GOLDEN_SEED * 3 + ci);
     sm_params_zero_grad(&m->params);
-    same(c->name, "logits", sm_model_forward(m, x, T, &fr, 1), (size_t)T * V);
+    /* the soft router's case: every tensor within 1e-6, the one-value gradient of its learned scale
+     * within 1e-5 (see the top of the file) */
+    const int reordered = !strcmp(c->router, "soft");
+    void (*check)(const char *, const char *, const sm_real *, size_t) = reordered ? close_to : same;
+    check(c->name, "logits", sm_model_forward(m, x, T, &fr, 1), (size_t)T * V);
     double loss = sm_model_loss(m, y, NULL, T);
     sm_model_backward(m, T);
     snprintf(key, sizeof key, "%s.loss", c->name);
     double ref_loss = strtod(sm_safetensors_meta(&g_st, key), NULL);
-    cr_expect_eq(loss, ref_loss, "%s: loss %.17g, stored %.17g", c->name, loss, ref_loss);
+    if (reordered)
+        cr_expect(fabs(loss - ref_loss) <= 1e-6 * fabs(ref_loss), "%s: loss %.17g, stored %.17g", c->name, loss, ref_loss);
+    else
+        cr_expect_eq(loss, ref_loss, "%s: loss %.17g, stored %.17g", c->name, loss, ref_loss);
     for (int i = 0; i < m->params.n; i++) {
         char what[160];
         snprintf(what, sizeof what, "g.%s", m->params.p[i].name);
+        g_close_tol = reordered && strstr(what, "router.scale") ? 1e-5 : 1e-6;
         if (is_conv_weight(m, i))
             close_to(c->name, what, sm_params_grad(&m->params, i), m->params.p[i].numel);
         else
-            same(c->name, what, sm_params_grad(&m->params, i), m->params.p[i].numel);
+            check(c->name, what, sm_params_grad(&m->params, i), m->params.p[i].numel);
+        g_close_tol = 1e-6;
     }
-    same(c->name, "logits_eval", sm_model_forward(m, x, T, NULL, 0), (size_t)T * V);
+    check(c->name, "logits_eval", sm_model_forward(m, x, T, NULL, 0), (size_t)T * V);
     free(x);
     free(yf);
     sm_model_free(m);

@@ -23,8 +23,6 @@
 
 #include "specmoe/core/ops.h"
 
-/* below this many values touched a loop is not worth a parallel region */
-#define PAR_MIN 65536
 
 sm_status sm_conv2d_shape(int H, int W, int KH, int KW, int stride, int pad, int *OH, int *OW, sm_error *err) {
     if (H < 1 || W < 1)
@@ -89,7 +87,7 @@ static void im2col(sm_real *restrict col, const sm_real *restrict inp, int B, in
                    int stride, int pad, int OH, int OW) {
     const size_t P = (size_t)OH * OW, BP = (size_t)B * P, img = (size_t)C * H * W;
     const int CKK = C * KH * KW;
-#pragma omp parallel for if (CKK > 1 && (size_t)CKK * BP > PAR_MIN) schedule(static)
+#pragma omp parallel for if (CKK > 1 && (size_t)CKK * BP > SM_PAR_MIN) schedule(static)
     for (int r = 0; r < CKK; r++) {
         const int c = r / (KH * KW), p = (r / KW) % KH, q = r % KW;
         int lo, hi;
@@ -130,7 +128,7 @@ static void im2col(sm_real *restrict col, const sm_real *restrict inp, int B, in
 static void col2im_add(sm_real *img, const sm_real *col, int C, int H, int W, int KH, int KW, int stride, int pad,
                        int OH, int OW) {
     const size_t P = (size_t)OH * OW;
-#pragma omp parallel for if (C > 1 && (size_t)C * KH * KW * P > PAR_MIN) schedule(static)
+#pragma omp parallel for if (C > 1 && (size_t)C * KH * KW * P > SM_PAR_MIN) schedule(static)
     for (int c = 0; c < C; c++) {
         for (int p = 0; p < KH; p++) {
             for (int q = 0; q < KW; q++) {
@@ -164,7 +162,7 @@ void sm_conv2d_forward(sm_real *out, sm_real *col, sm_real *tmp, const sm_real *
     sm_gemm(0, 0, OC, BP, CKK, 1, weight, CKK, col, BP, 0, tmp, BP);
     /* out (B, OC, P) <- tmp (OC, B, P) plus the bias */
     const size_t n = (size_t)OC * BP;
-#pragma omp parallel for if (B > 1 && n > PAR_MIN) schedule(static)
+#pragma omp parallel for if (B > 1 && n > SM_PAR_MIN) schedule(static)
     for (int b = 0; b < B; b++)
         for (int o = 0; o < OC; o++) {
             const sm_real *restrict s = tmp + (size_t)o * BP + (size_t)b * P;
@@ -187,7 +185,7 @@ void sm_conv2d_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, sm_real
         /* tmp (OC, B, P) <- dout (B, OC, P), then one GEMM over the whole batch:
          * dweight (OC, CKK) += tmp (OC, B*P) @ col^T (B*P, CKK), col being the forward's columns */
         const size_t n = (size_t)OC * BP;
-#pragma omp parallel for if (OC > 1 && n > PAR_MIN) schedule(static)
+#pragma omp parallel for if (OC > 1 && n > SM_PAR_MIN) schedule(static)
         for (int o = 0; o < OC; o++)
             for (int b = 0; b < B; b++) {
                 const sm_real *restrict s = dout + ((size_t)b * OC + o) * P;
@@ -220,7 +218,7 @@ void sm_conv2d_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, sm_real
 void sm_maxpool2d_forward(sm_real *out, int *idx, const sm_real *inp, int B, int C, int H, int W, int K, int S) {
     const int OH = (H - K) / S + 1, OW = (W - K) / S + 1;
     const long planes = (long)B * C;
-#pragma omp parallel for if ((size_t)planes * H * W > PAR_MIN) schedule(static)
+#pragma omp parallel for if ((size_t)planes * H * W > SM_PAR_MIN) schedule(static)
     for (long pl = 0; pl < planes; pl++) {
         const sm_real *x = inp + (size_t)pl * H * W;
         sm_real *y = out + (size_t)pl * OH * OW;
@@ -251,7 +249,7 @@ void sm_maxpool2d_backward(sm_real *dinp, const sm_real *dout, const int *idx, i
                            int S) {
     const int OH = (H - K) / S + 1, OW = (W - K) / S + 1, P = OH * OW;
     const long planes = (long)B * C;
-#pragma omp parallel for if ((size_t)planes * P > PAR_MIN) schedule(static)
+#pragma omp parallel for if ((size_t)planes * P > SM_PAR_MIN) schedule(static)
     for (long pl = 0; pl < planes; pl++) {
         sm_real *dx = dinp + (size_t)pl * H * W;
         const sm_real *dy = dout + (size_t)pl * P;
@@ -267,7 +265,7 @@ void sm_avgpool2d_forward(sm_real *out, const sm_real *inp, int B, int C, int H,
     const int OH = (H - K) / S + 1, OW = (W - K) / S + 1;
     const sm_real inv = (sm_real)1 / ((sm_real)K * K);
     const long planes = (long)B * C;
-#pragma omp parallel for if ((size_t)planes * H * W > PAR_MIN) schedule(static)
+#pragma omp parallel for if ((size_t)planes * H * W > SM_PAR_MIN) schedule(static)
     for (long pl = 0; pl < planes; pl++) {
         const sm_real *x = inp + (size_t)pl * H * W;
         sm_real *y = out + (size_t)pl * OH * OW;
@@ -288,7 +286,7 @@ void sm_avgpool2d_backward(sm_real *dinp, const sm_real *dout, int B, int C, int
     const int OH = (H - K) / S + 1, OW = (W - K) / S + 1;
     const sm_real inv = (sm_real)1 / ((sm_real)K * K);
     const long planes = (long)B * C;
-#pragma omp parallel for if ((size_t)planes * H * W > PAR_MIN) schedule(static)
+#pragma omp parallel for if ((size_t)planes * H * W > SM_PAR_MIN) schedule(static)
     for (long pl = 0; pl < planes; pl++) {
         sm_real *dx = dinp + (size_t)pl * H * W;
         const sm_real *dy = dout + (size_t)pl * OH * OW;
@@ -314,7 +312,7 @@ static int bin_end(int i, int n, int L) { return (int)(((long long)(i + 1) * L +
 
 void sm_adaptive_avgpool2d_forward(sm_real *out, const sm_real *inp, int B, int C, int H, int W, int OH, int OW) {
     const long planes = (long)B * C;
-#pragma omp parallel for if ((size_t)planes * H * W > PAR_MIN) schedule(static)
+#pragma omp parallel for if ((size_t)planes * H * W > SM_PAR_MIN) schedule(static)
     for (long pl = 0; pl < planes; pl++) {
         const sm_real *x = inp + (size_t)pl * H * W;
         sm_real *y = out + (size_t)pl * OH * OW;
@@ -334,7 +332,7 @@ void sm_adaptive_avgpool2d_forward(sm_real *out, const sm_real *inp, int B, int 
 void sm_adaptive_avgpool2d_backward(sm_real *dinp, const sm_real *dout, int B, int C, int H, int W, int OH,
                                     int OW) {
     const long planes = (long)B * C;
-#pragma omp parallel for if ((size_t)planes * H * W > PAR_MIN) schedule(static)
+#pragma omp parallel for if ((size_t)planes * H * W > SM_PAR_MIN) schedule(static)
     for (long pl = 0; pl < planes; pl++) {
         sm_real *dx = dinp + (size_t)pl * H * W;
         const sm_real *dy = dout + (size_t)pl * OH * OW;

@@ -178,14 +178,15 @@ void sm_moe_bind(sm_moe *m, const sm_params *ps) {
 
 /* The activation arrays sm_moe_reserve carves (in its order) for max_T tokens and max_A assignments:
  * one table, so the memory estimate (sm_moe_act_values) counts what the reserve takes. */
-#define MOE_N_ACT 12
+#define MOE_N_ACT 13
 static void act_sizes(const sm_moe *m, int max_T, int max_A, size_t sizes[MOE_N_ACT]) {
     size_t A = (size_t)max_A, T = (size_t)max_T, d = (size_t)m->d, O = (size_t)m->O, H = (size_t)m->H;
     size_t S = (size_t)m->S, dh_rows = A > T ? A : T;
     size_t L = (size_t)m->L;
     if (m->experts) H = 0; /* factory experts keep their own activations (in the module's arena) */
+    const size_t slot_t = m->router->ops->kind == SM_ROUTE_SOFT ? A * (d > O ? d : O) : 0;
     size_t s[MOE_N_ACT] = {A * d, L * A * H, L * A * H, A * O, A * O, A * d, dh_rows * H, S * T * H, S * T * H, T * O,
-                           L > 1 ? A * H : 0, A * H};
+                           L > 1 ? A * H : 0, A * H, slot_t};
     memcpy(sizes, s, sizeof s);
 }
 
@@ -212,7 +213,7 @@ sm_status sm_moe_reserve(sm_moe *m, int max_T, sm_error *err) {
     size_t sizes[MOE_N_ACT];
     act_sizes(m, max_T, m->max_A, sizes);
     sm_real **ptrs[] = {&m->xg, &m->hpre, &m->h, &m->y, &m->dy, &m->dxg, &m->dh, &m->shpre, &m->sh, &m->sy,
-                        &m->dh2, &m->dfeat};
+                        &m->dh2, &m->dfeat, &m->slot_t};
     m->act_block = sm_carve(ptrs, sizes, SM_LEN(sizes), err, "moe (activations for %d tokens)", max_T);
     return m->act_block ? SM_OK : SM_ERR_NOMEM;
 }
@@ -347,27 +348,64 @@ const sm_real *sm_moe_features(sm_moe *m, sm_real **dfeat) {
     return m->h + (size_t)(m->L - 1) * m->max_A * m->H;
 }
 
-/* SOFT routes: slot inputs of expert e, group g are rows (e*G + g)*p .. +p of xg:
- * xg_(e,g) = D_g[:, e-block]^T X_g  (p, m_g), and the output is out_g = sum_e C_g[:, e-block] y_(e,g). */
+/* SOFT routes. Group g holds tokens t0 .. t0 + mg - 1 and S = E p slots; slot s = e p + j of group g
+ * is row (e G + g) p + j of the experts' inputs xg and outputs y (each expert's rows contiguous, so
+ * its MLP runs over all groups in one GEMM). With D_g, C_g the group's (mg, S) dispatch and combine
+ * weights (rows of r->dispatch, r->combine), in the forward
+ *   dispatch  xg_(g,s) = sum_t D_g[t,s] x_t          combine  out_t = sum_s C_g[t,s] y_(g,s)
+ * and in the backward
+ *   dy_(g,s) = sum_t C_g[t,s] dout_t                 dC_g[t,s] = <dout_t, y_(g,s)>
+ *   dD_g[t,s] = <x_t, dxg_(g,s)>                     dx_t += sum_s D_g[t,s] dxg_(g,s)
+ * Per group and expert these are products of a few dozen rows - 16 slots x 64 tokens x 16 wide for
+ * a MinAtar frame's PerConv tokens and 4 experts - which sm_gemm_tiny computes without BLAS's
+ * per-call cost (a call per group and expert cost more than the arithmetic: BENCHMARKS.md, "SoftMoE
+ * in the DQN update"). The inner products (dC, dD) first lay the group's slot rows out as columns
+ * (slot_t, width x S), so that one product covers every expert. Groups write disjoint rows, so
+ * they run one per thread. */
+static size_t slot_row(int s, int p, int G, int g) { return (size_t)((s / p) * G + g) * p + (size_t)(s % p); }
+
+/* Y_(g,e) (p, w) = W[:, e-block]^T (p, mg) X (mg, w) for every expert; W (mg, S) with row stride S */
+static void slots_gather(sm_real *Y, const sm_real *W, const sm_real *X, int mg, int E, int w, int p, int G, int g) {
+    const int S = E * p;
+    for (int e = 0; e < E; e++)
+        sm_gemm_tiny(p, w, mg, 1, W + (size_t)e * p, 1, S, X, w, 0, Y + slot_row(e * p, p, G, g) * w, w);
+}
+
+/* out (mg, w) += sum_e W[:, e-block] (mg, p) Y_(g,e) (p, w) */
+static void slots_scatter(sm_real *out, const sm_real *W, const sm_real *Y, int mg, int E, int w, int p, int G, int g) {
+    const int S = E * p;
+    for (int e = 0; e < E; e++)
+        sm_gemm_tiny(mg, w, p, 1, W + (size_t)e * p, S, 1, Y + slot_row(e * p, p, G, g) * w, w, 1, out, w);
+}
+
+/* dW (mg, S) = A (mg, w) Y_g^T, with Y_g^T (w, S) laid out in Yt first */
+static void slots_dots(sm_real *dW, const sm_real *A, const sm_real *Y, sm_real *Yt, int mg, int E, int w, int p, int G,
+                       int g) {
+    const int S = E * p;
+    for (int s = 0; s < S; s++) {
+        const sm_real *y = Y + slot_row(s, p, G, g) * w;
+        for (int i = 0; i < w; i++) Yt[(size_t)i * S + s] = y[i];
+    }
+    sm_gemm_tiny(mg, S, w, 1, A, w, 1, Yt, S, 0, dW, S);
+}
+
 static void soft_dispatch(sm_moe *m, const sm_real *x, int T) {
     const sm_route *r = &m->route;
-    const int d = m->d, E = m->E, p = r->slots, S = E * p, G = r->groups, gm = r->group_size;
+    const int d = m->d, p = r->slots, S = m->E * p, G = r->groups, gm = r->group_size;
+#pragma omp parallel for schedule(static) if (G > 1 && (size_t)T * S * d > SM_PAR_MIN)
     for (int g = 0; g < G; g++) {
-        int t0 = g * gm, mg = T - t0 < gm ? T - t0 : gm;
-        for (int e = 0; e < E; e++)
-            sm_gemm(1, 0, p, d, mg, 1, r->dispatch + (size_t)t0 * S + e * p, S, x + (size_t)t0 * d, d, 0,
-                    m->xg + (size_t)(e * G + g) * p * d, d);
+        const int t0 = g * gm, mg = T - t0 < gm ? T - t0 : gm;
+        slots_gather(m->xg, r->dispatch + (size_t)t0 * S, x + (size_t)t0 * d, mg, m->E, d, p, G, g);
     }
 }
 
 static void soft_combine(sm_moe *m, sm_real *out, int T) {
     const sm_route *r = &m->route;
-    const int O = m->O, E = m->E, p = r->slots, S = E * p, G = r->groups, gm = r->group_size;
+    const int O = m->O, p = r->slots, S = m->E * p, G = r->groups, gm = r->group_size;
+#pragma omp parallel for schedule(static) if (G > 1 && (size_t)T * S * O > SM_PAR_MIN)
     for (int g = 0; g < G; g++) {
-        int t0 = g * gm, mg = T - t0 < gm ? T - t0 : gm;
-        for (int e = 0; e < E; e++)
-            sm_gemm(0, 0, mg, O, p, 1, r->combine + (size_t)t0 * S + e * p, S, m->y + (size_t)(e * G + g) * p * O, O,
-                    1, out + (size_t)t0 * O, O);
+        const int t0 = g * gm, mg = T - t0 < gm ? T - t0 : gm;
+        slots_scatter(out + (size_t)t0 * O, r->combine + (size_t)t0 * S, m->y, mg, m->E, O, p, G, g);
     }
 }
 
@@ -420,17 +458,13 @@ void sm_moe_backward_gated(sm_moe *m, sm_real *dx, sm_real *dgx, const sm_real *
     sm_route *r = &m->route;
     const int A = r->n_assign;
     const int p = r->slots, S = E * p, G = r->groups, gm = r->group_size;
-    if (r->kind == SM_ROUTE_SOFT) {
-        /* out_g = C_g Y_g:  dY_(e,g) = C_g[:, e-block]^T dout_g,  dC_g[:, e-block] = dout_g Y_(e,g)^T */
+    if (r->kind == SM_ROUTE_SOFT) { /* out_g = C_g Y_g */
+#pragma omp parallel for schedule(static) if (G > 1 && (size_t)T * S * O > SM_PAR_MIN)
         for (int g = 0; g < G; g++) {
-            int t0 = g * gm, mg = T - t0 < gm ? T - t0 : gm;
-            for (int e = 0; e < E; e++) {
-                size_t row = (size_t)(e * G + g) * p * O;
-                sm_gemm(1, 0, p, O, mg, 1, r->combine + (size_t)t0 * S + e * p, S, dout + (size_t)t0 * O, O, 0,
-                        m->dy + row, O);
-                sm_gemm(0, 1, mg, p, O, 1, dout + (size_t)t0 * O, O, m->y + row, O, 0,
-                        r->dcombine + (size_t)t0 * S + e * p, S);
-            }
+            const int t0 = g * gm, mg = T - t0 < gm ? T - t0 : gm;
+            slots_gather(m->dy, r->combine + (size_t)t0 * S, dout + (size_t)t0 * O, mg, E, O, p, G, g);
+            slots_dots(r->dcombine + (size_t)t0 * S, dout + (size_t)t0 * O, m->y, m->slot_t + (size_t)g * S * O, mg, E,
+                       O, p, G, g);
         }
     }
     /* combine: out_t += w_a y_a  =>  dw_a = <dout_t, y_a>,  dy_a = w_a dout_t */
@@ -452,17 +486,13 @@ void sm_moe_backward_gated(sm_moe *m, sm_real *dx, sm_real *dgx, const sm_real *
         if (n == 0) continue;
         expert_backward(m, e, a0, n);
     }
-    if (r->kind == SM_ROUTE_SOFT) {
-        /* xg_(e,g) = D_g[:, e-block]^T X_g:  dD_g[:, e-block] = X_g dxg_(e,g)^T,  dX_g += D_g[:, e-block] dxg_(e,g) */
+    if (r->kind == SM_ROUTE_SOFT) { /* xg_g = D_g^T X_g */
+#pragma omp parallel for schedule(static) if (G > 1 && (size_t)T * S * d > SM_PAR_MIN)
         for (int g = 0; g < G; g++) {
-            int t0 = g * gm, mg = T - t0 < gm ? T - t0 : gm;
-            for (int e = 0; e < E; e++) {
-                size_t row = (size_t)(e * G + g) * p * d;
-                sm_gemm(0, 1, mg, p, d, 1, x + (size_t)t0 * d, d, m->dxg + row, d, 0,
-                        r->ddispatch + (size_t)t0 * S + e * p, S);
-                sm_gemm(0, 0, mg, d, p, 1, r->dispatch + (size_t)t0 * S + e * p, S, m->dxg + row, d, 1,
-                        dx + (size_t)t0 * d, d);
-            }
+            const int t0 = g * gm, mg = T - t0 < gm ? T - t0 : gm;
+            slots_dots(r->ddispatch + (size_t)t0 * S, x + (size_t)t0 * d, m->dxg, m->slot_t + (size_t)g * S * d, mg, E,
+                       d, p, G, g);
+            slots_scatter(dx + (size_t)t0 * d, r->dispatch + (size_t)t0 * S, m->dxg, mg, E, d, p, G, g);
         }
     } else {
         for (int a = 0; a < A; a++) {

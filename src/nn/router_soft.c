@@ -18,6 +18,7 @@
 #include "specmoe/nn/routers.h"
 #include "specmoe/core/ops.h"
 #include "specmoe/nn/router.h"
+#include "core/vexp.h"
 
 typedef struct {
     int iphi, iscale, p;
@@ -27,7 +28,7 @@ typedef struct {
     sm_real *phin, *phinorm; /* (S,d), (S) */
     sm_real *logits;         /* (T,S); reused for dlogits */
     sm_real *raw;            /* (T,S) Xn Phin^T before the scale (for dscale) */
-    sm_real *colbuf;         /* (T) column softmax scratch */
+    sm_real *colbuf;         /* (2 S) per-slot scratch: column maxima / sums, column dots */
     sm_real *dxn;            /* (T,d) */
     sm_real *dphin;          /* (S,d) */
     sm_real *block;          /* the allocation the arrays above are carved from */
@@ -84,12 +85,124 @@ static int soft_max_slots(const sm_router *r, int max_T) {
 static sm_status soft_reserve(sm_router *r, int max_T, sm_error *err) {
     soft_state *s = r->state;
     size_t T = (size_t)max_T, d = (size_t)r->d, S = (size_t)r->cfg.E * s->p;
-    size_t sizes[] = {T * d, T, S * d, S, T * S, T * S, T, T * d, S * d};
+    size_t sizes[] = {T * d, T, S * d, S, T * S, T * S, 2 * S, T * d, S * d};
     sm_real **ptrs[] = {&s->xn, &s->xnorm, &s->phin, &s->phinorm, &s->logits, &s->raw, &s->colbuf, &s->dxn, &s->dphin};
     s->block = sm_carve(ptrs, sizes, SM_LEN(sizes), err, "router soft (%d tokens)", max_T);
     return s->block ? SM_OK : SM_ERR_NOMEM;
 }
 
+
+/* The two softmaxes of one group's logits L (mg, S), rows contiguous. SoftMoE takes an exp per
+ * logit twice - over the slots for the combine weights, over the tokens for the dispatch weights -
+ * but both are ratios of exp(L - shift) for any shift, so one exp per logit serves both when a
+ * single shift keeps every exp in float's normal range: the group's maximum M, when all of the
+ * group's logits lie within 64 of it (exp(-64) = 1.6e-28). With normalised tokens and slots
+ * (--soft-norm) the logits lie within 2 |scale| of each other, so this is the path taken unless the
+ * learned scale passes 32. Otherwise each softmax subtracts its own maxima (rows, then columns).
+ * The loops run along the rows (the slots), contiguous, so they vectorise; the float exp is
+ * sm_expf_v (core/vexp.h, within 1 ulp of expf), built for AVX2 and the baseline ISA. */
+#ifdef SPECMOE_DOUBLE
+#define SOFT_EXP(x) exp(x)
+#else
+#define SOFT_EXP(x) sm_expf_v(x)
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+#define SOFT_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define SOFT_CLONES
+#endif
+
+/* y[j] = exp(x[j] - shift[j]) when per_col, else exp(x[j] - shift[0]) */
+SOFT_CLONES static void soft_exp_row(sm_real *restrict y, const sm_real *restrict x, const sm_real *restrict shift,
+                                     int per_col, int S) {
+    if (per_col)
+        for (int j = 0; j < S; j++) y[j] = SOFT_EXP(x[j] - shift[j]);
+    else
+        for (int j = 0; j < S; j++) y[j] = SOFT_EXP(x[j] - shift[0]);
+}
+
+SOFT_CLONES static void soft_add_product(sm_real *restrict acc, const sm_real *restrict a, const sm_real *restrict b,
+                                         int S) {
+    for (int j = 0; j < S; j++) acc[j] += a[j] * b[j];
+}
+
+SOFT_CLONES static void soft_add_softmax_grad(sm_real *restrict dl, const sm_real *restrict p,
+                                              const sm_real *restrict dp, const sm_real *restrict dot, int S) {
+    for (int j = 0; j < S; j++) dl[j] += p[j] * (dp[j] - dot[j]);
+}
+
+/* sum of x (S), in 8 interleaved partial sums (so the loop vectorises; the order is fixed) */
+SOFT_CLONES static sm_real row_sum(const sm_real *restrict x, int S) {
+    sm_real a[8] = {0};
+    int j = 0;
+    for (; j + 8 <= S; j += 8)
+        for (int l = 0; l < 8; l++) a[l] += x[j + l];
+    sm_real r = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+    for (; j < S; j++) r += x[j];
+    return r;
+}
+
+/* largest and smallest of x (n >= 1), 8 lanes at a time; a NaN in x may or may not show */
+SOFT_CLONES static void min_max(const sm_real *restrict x, size_t n, sm_real *hi, sm_real *lo) {
+    sm_real h[8], l[8];
+    for (int k = 0; k < 8; k++) h[k] = l[k] = x[0];
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) {
+            h[k] = x[i + k] > h[k] ? x[i + k] : h[k];
+            l[k] = x[i + k] < l[k] ? x[i + k] : l[k];
+        }
+    for (; i < n; i++) {
+        h[0] = x[i] > h[0] ? x[i] : h[0];
+        l[0] = x[i] < l[0] ? x[i] : l[0];
+    }
+    for (int k = 1; k < 8; k++) {
+        h[0] = h[k] > h[0] ? h[k] : h[0];
+        l[0] = l[k] < l[0] ? l[k] : l[0];
+    }
+    *hi = h[0];
+    *lo = l[0];
+}
+
+static void scale_row(sm_real *y, const sm_real *x, sm_real by, int S) {
+    for (int j = 0; j < S; j++) y[j] = x[j] * by;
+}
+
+/* C (mg,S) = softmax of L over each row; D (mg,S) = softmax of L over each column; cmax, csum (S) scratch */
+static void soft_softmaxes(sm_real *C, sm_real *D, const sm_real *L, sm_real *cmax, sm_real *csum, int mg, int S) {
+    const size_t n = (size_t)mg * S;
+    sm_real hi, lo;
+    min_max(L, n, &hi, &lo);
+    for (int j = 0; j < S; j++) csum[j] = 0;
+    if (hi - lo <= 64) { /* one exp per logit, E = exp(L - hi), kept in D */
+        for (int t = 0; t < mg; t++) {
+            sm_real *e = D + (size_t)t * S;
+            soft_exp_row(e, L + (size_t)t * S, &hi, 0, S);
+            scale_row(C + (size_t)t * S, e, 1 / row_sum(e, S), S);
+            for (int j = 0; j < S; j++) csum[j] += e[j];
+        }
+    } else {
+        for (int t = 0; t < mg; t++) { /* rows: their own maxima */
+            const sm_real *l = L + (size_t)t * S;
+            sm_real mx = l[0];
+            for (int j = 1; j < S; j++) mx = l[j] > mx ? l[j] : mx;
+            sm_real *c = C + (size_t)t * S;
+            soft_exp_row(c, l, &mx, 0, S);
+            scale_row(c, c, 1 / row_sum(c, S), S);
+        }
+        for (int j = 0; j < S; j++) cmax[j] = L[j];
+        for (int t = 1; t < mg; t++)
+            for (int j = 0; j < S; j++) cmax[j] = L[(size_t)t * S + j] > cmax[j] ? L[(size_t)t * S + j] : cmax[j];
+        for (int t = 0; t < mg; t++) {
+            sm_real *e = D + (size_t)t * S;
+            soft_exp_row(e, L + (size_t)t * S, cmax, 1, S);
+            for (int j = 0; j < S; j++) csum[j] += e[j];
+        }
+    }
+    for (int j = 0; j < S; j++) csum[j] = 1 / csum[j];
+    for (int t = 0; t < mg; t++)
+        for (int j = 0; j < S; j++) D[(size_t)t * S + j] *= csum[j];
+}
 
 static void soft_forward(sm_router *r, sm_route *route, const sm_real *x, int T, sm_rng *rng, int train) {
     (void)rng;
@@ -108,19 +221,10 @@ static void soft_forward(sm_router *r, sm_route *route, const sm_real *x, int T,
     }
     sm_gemm(0, 1, T, S, d, 1, xa, d, pa, d, 0, s->raw, S); /* L (T,S) = sc * raw */
     for (size_t i = 0; i < (size_t)T * S; i++) s->logits[i] = sc * s->raw[i];
-    sm_softmax_forward(route->combine, s->logits, 1, T, S);   /* per token over slots */
-    for (int g = 0; g < G; g++) {                             /* per slot over the group's tokens */
-        int t0 = g * m, mg = T - t0 < m ? T - t0 : m;
-        for (int j = 0; j < S; j++) {
-            sm_real mx = s->logits[(size_t)t0 * S + j];
-            for (int t = 1; t < mg; t++) mx = s->logits[(size_t)(t0 + t) * S + j] > mx ? s->logits[(size_t)(t0 + t) * S + j] : mx;
-            double sum = 0;
-            for (int t = 0; t < mg; t++) {
-                s->colbuf[t] = (sm_real)exp((double)(s->logits[(size_t)(t0 + t) * S + j] - mx));
-                sum += s->colbuf[t];
-            }
-            for (int t = 0; t < mg; t++) route->dispatch[(size_t)(t0 + t) * S + j] = (sm_real)(s->colbuf[t] / sum);
-        }
+    for (int g = 0; g < G; g++) {
+        const int t0 = g * m, mg = T - t0 < m ? T - t0 : m;
+        soft_softmaxes(route->combine + (size_t)t0 * S, route->dispatch + (size_t)t0 * S, s->logits + (size_t)t0 * S,
+                       s->colbuf, s->colbuf + S, mg, S);
     }
     /* routing probabilities for metrics: each token's combine mass per expert */
     for (int t = 0; t < T; t++)
@@ -152,20 +256,16 @@ static void soft_backward(sm_router *r, sm_real *dx, const sm_route *route, cons
     /* combine: row softmax backward */
     memset(dL, 0, sizeof(sm_real) * (size_t)T * S);
     sm_softmax_backward(dL, route->dcombine, route->combine, 1, T, S);
-    /* dispatch: column softmax backward within each group: dL += D (dD - <D, dD>_column) */
+    /* dispatch: column softmax backward within each group: dL += D (dD - <D, dD>_column), the
+     * column dots accumulated row by row (rows are contiguous, columns are not) */
+    sm_real *dot = s->colbuf;
     for (int g = 0; g < G; g++) {
-        int t0 = g * m, mg = T - t0 < m ? T - t0 : m;
-        for (int j = 0; j < S; j++) {
-            double dot = 0;
-            for (int t = 0; t < mg; t++) {
-                size_t i = (size_t)(t0 + t) * S + j;
-                dot += (double)route->dispatch[i] * route->ddispatch[i];
-            }
-            for (int t = 0; t < mg; t++) {
-                size_t i = (size_t)(t0 + t) * S + j;
-                dL[i] += (sm_real)(route->dispatch[i] * (route->ddispatch[i] - dot));
-            }
-        }
+        const int t0 = g * m, mg = T - t0 < m ? T - t0 : m;
+        const sm_real *D = route->dispatch + (size_t)t0 * S, *dD = route->ddispatch + (size_t)t0 * S;
+        for (int j = 0; j < S; j++) dot[j] = 0;
+        for (int t = 0; t < mg; t++) soft_add_product(dot, D + (size_t)t * S, dD + (size_t)t * S, S);
+        for (int t = 0; t < mg; t++)
+            soft_add_softmax_grad(dL + (size_t)(t0 + t) * S, D + (size_t)t * S, dD + (size_t)t * S, dot, S);
     }
     if (!sm_soft_opts(&r->cfg)->soft_norm) { /* L = X Phi^T */
         sm_gemm(0, 0, T, d, S, 1, dL, S, s->phi, d, 1, dx, d);

@@ -19,6 +19,9 @@
 extern "C" {
 #endif
 
+/* below this many values touched, a loop is not worth an OpenMP parallel region */
+#define SM_PAR_MIN 65536
+
 #ifdef SPECMOE_DOUBLE
 typedef double sm_real;
 #else

@@ -19,6 +19,14 @@ extern "C" {
 void sm_gemm(int transA, int transB, int M, int N, int K, sm_real alpha, const sm_real *A, int lda,
              const sm_real *B, int ldb, sm_real beta, sm_real *C, int ldc);
 
+/* C (M,N) = alpha op(A) @ B (K,N) + beta C with op(A)(i,k) = A[i*ars + k*acs] (ars = lda, acs = 1:
+ * A as stored; ars = 1, acs = lda: A^T), for matrices of a few dozen rows called inside loops: no
+ * packing, no threads, AVX2 kernels where the CPU has them (src/core/gemm_tiny.c). With beta = 0, C
+ * is not read. */
+void sm_gemm_tiny(int M, int N, int K, sm_real alpha, const sm_real *A, ptrdiff_t ars, ptrdiff_t acs, const sm_real *B,
+                  ptrdiff_t ldb, sm_real beta, sm_real *C, ptrdiff_t ldc);
+int sm_gemm_tiny_simd(void); /* 1 if sm_gemm_tiny runs its AVX2 kernels on this CPU */
+
 /* One row: out (OC) = weight (OC,C) @ inp (C) + bias, through gemv (an agent acting on one
  * observation); the rounding may differ from sm_linear_forward's in the last bit. */
 void sm_linear_forward_row(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int C, int OC);

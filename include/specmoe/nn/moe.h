@@ -65,6 +65,7 @@ typedef struct {
     sm_real *y;    /* (A,O) expert outputs */
     sm_real *dy;   /* (A,O) scratch for backward */
     sm_real *dxg;  /* (A,d) scratch for backward */
+    sm_real *slot_t; /* (A, max(d,O)) soft routes: each group's slot rows as columns (the backward's inner products) */
     sm_real *dh;   /* (A,H) scratch for backward; also (T,H) for shared experts */
     sm_real *shpre;/* (S,T,H) */
     sm_real *sh;   /* (S,T,H) */
