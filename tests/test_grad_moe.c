@@ -65,12 +65,34 @@ static void moe_teardown(moe_ctx *c) {
     free(c->dx);
 }
 
-static void moe_check(const char *what, const sm_moe_config *cfg, int T, int d, uint64_t seed, long *dropped) {
+/* x_scale multiplies the drawn inputs (1 in every check but the soft router's wide-logit path);
+ * the largest spread of any group's soft logits X Phi^T is returned in *soft_spread if asked */
+static void moe_check_scaled(const char *what, const sm_moe_config *cfg, int T, int d, uint64_t seed, long *dropped,
+                             double x_scale, double *soft_spread) {
     /* hash routing is a function of the input's bytes: any change of x re-routes, so only the
      * parameters are differentiable there */
     int check_x = strcmp(cfg->router.name, "hash") != 0;
     moe_ctx c;
     moe_setup(&c, cfg, T, d, seed);
+    for (int i = 0; i < T * d; i++) c.x[i] *= (sm_real)x_scale;
+    if (soft_spread) { /* unnormalised soft logits: L = X Phi^T, Phi the router's (S,d) slot rows */
+        int ip = sm_params_find(&c.ps, "moe.router.phi");
+        cr_assert(ip >= 0);
+        const sm_real *phi = sm_params_data(&c.ps, ip);
+        const int S = (int)(c.ps.p[ip].numel / d), m = sm_soft_opts(&cfg->router)->soft_group > 0 ? sm_soft_opts(&cfg->router)->soft_group : T;
+        *soft_spread = 0;
+        for (int t0 = 0; t0 < T; t0 += m) {
+            double hi = -1e300, lo = 1e300;
+            for (int t = t0; t < T && t < t0 + m; t++)
+                for (int j = 0; j < S; j++) {
+                    double l = 0;
+                    for (int i = 0; i < d; i++) l += (double)c.x[t * d + i] * phi[j * d + i];
+                    hi = l > hi ? l : hi;
+                    lo = l < lo ? l : lo;
+                }
+            *soft_spread = hi - lo > *soft_spread ? hi - lo : *soft_spread;
+        }
+    }
     sm_params_zero_grad(&c.ps);
     moe_loss(&c);
     sm_moe_backward(c.m, c.dx, c.G, c.x, T);
@@ -85,6 +107,10 @@ static void moe_check(const char *what, const sm_moe_config *cfg, int T, int d, 
         gc_check(name, sm_params_data(&c.ps, i), sm_params_grad(&c.ps, i), c.ps.p[i].numel, moe_loss, &c, &r, 40);
     }
     moe_teardown(&c);
+}
+
+static void moe_check(const char *what, const sm_moe_config *cfg, int T, int d, uint64_t seed, long *dropped) {
+    moe_check_scaled(what, cfg, T, d, seed, dropped, 1, NULL);
 }
 
 static sm_moe_config base_router(const char *router, int E, int k, int H) {
@@ -235,6 +261,12 @@ Test(grad_moe, soft_whole_batch_and_groups) {
     sm_soft_opts(&c.router)->soft_group = 4;
     sm_soft_opts(&c.router)->slots = 0; /* ceil(4 / 3) = 2 slots per expert */
     moe_check("soft.groups", &c, 10, 5, 28, NULL);
+    /* logits spread over more than 64 within a group: each softmax subtracts its own maxima
+     * (src/nn/router_soft.c) instead of sharing one exp per logit */
+    sm_soft_opts(&c.router)->soft_norm = 0;
+    double spread = 0;
+    moe_check_scaled("soft.groups.wide", &c, 10, 5, 29, NULL, 40, &spread);
+    cr_assert_gt(spread, 64, "the inputs must spread the logits past the one-exp path's bound (%g)", spread);
 }
 
 Test(grad_moe, vmf_gate) {

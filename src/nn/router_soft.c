@@ -112,38 +112,32 @@ static sm_status soft_reserve(sm_router *r, int max_T, sm_error *err) {
 #define SOFT_CLONES
 #endif
 
+/* The helpers are inlined into the two group functions below, which are built per ISA. */
+#define SOFT_INLINE static inline __attribute__((always_inline))
+
 /* y[j] = exp(x[j] - shift[j]) when per_col, else exp(x[j] - shift[0]) */
-SOFT_CLONES static void soft_exp_row(sm_real *restrict y, const sm_real *restrict x, const sm_real *restrict shift,
-                                     int per_col, int S) {
+SOFT_INLINE void exp_row(sm_real *restrict y, const sm_real *restrict x, const sm_real *restrict shift, int per_col,
+                         int S) {
     if (per_col)
         for (int j = 0; j < S; j++) y[j] = SOFT_EXP(x[j] - shift[j]);
     else
         for (int j = 0; j < S; j++) y[j] = SOFT_EXP(x[j] - shift[0]);
 }
 
-SOFT_CLONES static void soft_add_product(sm_real *restrict acc, const sm_real *restrict a, const sm_real *restrict b,
-                                         int S) {
-    for (int j = 0; j < S; j++) acc[j] += a[j] * b[j];
-}
-
-SOFT_CLONES static void soft_add_softmax_grad(sm_real *restrict dl, const sm_real *restrict p,
-                                              const sm_real *restrict dp, const sm_real *restrict dot, int S) {
-    for (int j = 0; j < S; j++) dl[j] += p[j] * (dp[j] - dot[j]);
-}
-
-/* sum of x (S), in 8 interleaved partial sums (so the loop vectorises; the order is fixed) */
-SOFT_CLONES static sm_real row_sum(const sm_real *restrict x, int S) {
+/* sum of x[j] * (y ? y[j] : 1) over j < S, in 8 interleaved partial sums (so the loop vectorises;
+ * the order is fixed) */
+SOFT_INLINE sm_real row_dot(const sm_real *restrict x, const sm_real *restrict y, int S) {
     sm_real a[8] = {0};
     int j = 0;
     for (; j + 8 <= S; j += 8)
-        for (int l = 0; l < 8; l++) a[l] += x[j + l];
+        for (int l = 0; l < 8; l++) a[l] += x[j + l] * (y ? y[j + l] : 1);
     sm_real r = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
-    for (; j < S; j++) r += x[j];
+    for (; j < S; j++) r += x[j] * (y ? y[j] : 1);
     return r;
 }
 
 /* largest and smallest of x (n >= 1), 8 lanes at a time; a NaN in x may or may not show */
-SOFT_CLONES static void min_max(const sm_real *restrict x, size_t n, sm_real *hi, sm_real *lo) {
+SOFT_INLINE void min_max(const sm_real *restrict x, size_t n, sm_real *hi, sm_real *lo) {
     sm_real h[8], l[8];
     for (int k = 0; k < 8; k++) h[k] = l[k] = x[0];
     size_t i = 0;
@@ -164,44 +158,62 @@ SOFT_CLONES static void min_max(const sm_real *restrict x, size_t n, sm_real *hi
     *lo = l[0];
 }
 
-static void scale_row(sm_real *y, const sm_real *x, sm_real by, int S) {
-    for (int j = 0; j < S; j++) y[j] = x[j] * by;
-}
-
 /* C (mg,S) = softmax of L over each row; D (mg,S) = softmax of L over each column; cmax, csum (S) scratch */
-static void soft_softmaxes(sm_real *C, sm_real *D, const sm_real *L, sm_real *cmax, sm_real *csum, int mg, int S) {
+SOFT_CLONES static void soft_softmaxes(sm_real *restrict C, sm_real *restrict D, const sm_real *restrict L,
+                                       sm_real *restrict cmax, sm_real *restrict csum, int mg, int S) {
     const size_t n = (size_t)mg * S;
     sm_real hi, lo;
     min_max(L, n, &hi, &lo);
     for (int j = 0; j < S; j++) csum[j] = 0;
     if (hi - lo <= 64) { /* one exp per logit, E = exp(L - hi), kept in D */
         for (int t = 0; t < mg; t++) {
-            sm_real *e = D + (size_t)t * S;
-            soft_exp_row(e, L + (size_t)t * S, &hi, 0, S);
-            scale_row(C + (size_t)t * S, e, 1 / row_sum(e, S), S);
-            for (int j = 0; j < S; j++) csum[j] += e[j];
+            sm_real *e = D + (size_t)t * S, *c = C + (size_t)t * S;
+            exp_row(e, L + (size_t)t * S, &hi, 0, S);
+            const sm_real by = 1 / row_dot(e, NULL, S);
+            for (int j = 0; j < S; j++) {
+                c[j] = e[j] * by;
+                csum[j] += e[j];
+            }
         }
     } else {
         for (int t = 0; t < mg; t++) { /* rows: their own maxima */
             const sm_real *l = L + (size_t)t * S;
-            sm_real mx = l[0];
-            for (int j = 1; j < S; j++) mx = l[j] > mx ? l[j] : mx;
+            sm_real mx, mn;
+            min_max(l, S, &mx, &mn);
             sm_real *c = C + (size_t)t * S;
-            soft_exp_row(c, l, &mx, 0, S);
-            scale_row(c, c, 1 / row_sum(c, S), S);
+            exp_row(c, l, &mx, 0, S);
+            const sm_real by = 1 / row_dot(c, NULL, S);
+            for (int j = 0; j < S; j++) c[j] *= by;
         }
         for (int j = 0; j < S; j++) cmax[j] = L[j];
         for (int t = 1; t < mg; t++)
             for (int j = 0; j < S; j++) cmax[j] = L[(size_t)t * S + j] > cmax[j] ? L[(size_t)t * S + j] : cmax[j];
         for (int t = 0; t < mg; t++) {
             sm_real *e = D + (size_t)t * S;
-            soft_exp_row(e, L + (size_t)t * S, cmax, 1, S);
+            exp_row(e, L + (size_t)t * S, cmax, 1, S);
             for (int j = 0; j < S; j++) csum[j] += e[j];
         }
     }
     for (int j = 0; j < S; j++) csum[j] = 1 / csum[j];
     for (int t = 0; t < mg; t++)
         for (int j = 0; j < S; j++) D[(size_t)t * S + j] *= csum[j];
+}
+
+/* Both softmaxes backward for one group: dL = C (dC - <C, dC>_row) + D (dD - <D, dD>_column), the
+ * column dots accumulated row by row (rows are contiguous, columns are not); dot (S) scratch */
+SOFT_CLONES static void soft_softmaxes_backward(sm_real *restrict dL, const sm_real *restrict C,
+                                                const sm_real *restrict dC, const sm_real *restrict D,
+                                                const sm_real *restrict dD, sm_real *restrict dot, int mg, int S) {
+    for (int j = 0; j < S; j++) dot[j] = 0;
+    for (int t = 0; t < mg; t++) {
+        const size_t o = (size_t)t * S;
+        for (int j = 0; j < S; j++) dot[j] += D[o + j] * dD[o + j];
+    }
+    for (int t = 0; t < mg; t++) {
+        const size_t o = (size_t)t * S;
+        const sm_real rd = row_dot(C + o, dC + o, S);
+        for (int j = 0; j < S; j++) dL[o + j] = C[o + j] * (dC[o + j] - rd) + D[o + j] * (dD[o + j] - dot[j]);
+    }
 }
 
 static void soft_forward(sm_router *r, sm_route *route, const sm_real *x, int T, sm_rng *rng, int train) {
@@ -253,19 +265,11 @@ static void soft_backward(sm_router *r, sm_real *dx, const sm_route *route, cons
     for (int t = 0; t < T; t++)
         for (int e = 0; e < E; e++)
             for (int j = 0; j < p; j++) route->dcombine[(size_t)t * S + e * p + j] += route->dprobs[(size_t)t * E + e];
-    /* combine: row softmax backward */
-    memset(dL, 0, sizeof(sm_real) * (size_t)T * S);
-    sm_softmax_backward(dL, route->dcombine, route->combine, 1, T, S);
-    /* dispatch: column softmax backward within each group: dL += D (dD - <D, dD>_column), the
-     * column dots accumulated row by row (rows are contiguous, columns are not) */
-    sm_real *dot = s->colbuf;
     for (int g = 0; g < G; g++) {
-        const int t0 = g * m, mg = T - t0 < m ? T - t0 : m;
-        const sm_real *D = route->dispatch + (size_t)t0 * S, *dD = route->ddispatch + (size_t)t0 * S;
-        for (int j = 0; j < S; j++) dot[j] = 0;
-        for (int t = 0; t < mg; t++) soft_add_product(dot, D + (size_t)t * S, dD + (size_t)t * S, S);
-        for (int t = 0; t < mg; t++)
-            soft_add_softmax_grad(dL + (size_t)(t0 + t) * S, D + (size_t)t * S, dD + (size_t)t * S, dot, S);
+        const size_t o = (size_t)g * m * S;
+        const int mg = T - g * m < m ? T - g * m : m;
+        soft_softmaxes_backward(dL + o, route->combine + o, route->dcombine + o, route->dispatch + o, route->ddispatch + o,
+                                s->colbuf, mg, S);
     }
     if (!sm_soft_opts(&r->cfg)->soft_norm) { /* L = X Phi^T */
         sm_gemm(0, 0, T, d, S, 1, dL, S, s->phi, d, 1, dx, d);
