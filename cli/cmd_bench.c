@@ -14,6 +14,8 @@ static const cli_command kBenchmarks[] = {
     {"alpha", "GrMoE post-hoc sparsity: entropy vs alpha / inverse temperature (Fig. 1, Table 3)", exp_grmoe_alpha},
     {"oneshot", "SR-MoE one-shot interference (Tables 1-2)", exp_srmoe_oneshot},
     {"ssmoe", "SSMoE eigenvector routing and expert dropping (Tables 1, 6)", exp_ssmoe_bench},
+    {"tokenize", "SoftMoE in RL: tokenisation, experts, slots, resets on MinAtar (Don't Flatten, Tokenize! Figs. 1-15)",
+     exp_softmoe_tokenize},
     {"ssmoe-build", "SSMoE: time of building the EV router of one SwiGLU MoE layer", exp_ssmoe_build},
 };
 

@@ -60,7 +60,7 @@ done
 expect 0 "info --help"               "CHECKPOINT"            -- "$bin" info --help
 expect 0 "bench layer --help"        "--shapes"              -- "$bin" bench layer --help
 # the benchmark table (cli/cmd_bench.c), like the command table
-expect_table "bench --help lists every benchmark once" benchmarks "alpha env gemm layer oneshot routing ssmoe ssmoe-build" -- "$bin" bench
+expect_table "bench --help lists every benchmark once" benchmarks "alpha env gemm layer oneshot routing ssmoe ssmoe-build tokenize" -- "$bin" bench
 expect 2 "bench: unknown benchmark names every benchmark" "unknown benchmark 'nope' .*layer.*ssmoe-build" -- "$bin" bench nope
 expect 2 "bench without a benchmark is a usage error" "usage: specmoe bench BENCHMARK" -- "$bin" bench
 # reinforcement learning (cli/cmd_rl.c): the subcommand table, environments, the random-policy reference
@@ -625,6 +625,25 @@ if [ -x "$gen" ]; then
 else
     bad "Hugging Face fixture generator $gen is missing"
 fi
+# bench tokenize (experiments/softmoe_rl/tokenize.c): the plan of each tier, refusals, and a tiny
+# study end to end (three DER runs of Fig. 5 on Breakout, then the report of the figure)
+expect 0 "bench tokenize: the quick tier is 6 variants x 2 games" "^bench-tokenize tier=quick .* runs=12 jobs=2 " -- \
+    "$bin" bench tokenize --dry-run --out "$tmp/tk-plan"
+expect 0 "bench tokenize: the full tier is every figure on five games, 3 seeds" "^bench-tokenize tier=full .*seeds=3 frames=1000000 .* runs=330 " -- \
+    "$bin" bench tokenize --tier full --dry-run --out "$tmp/tk-plan"
+expect 0 "bench tokenize --encoder impala puts residual blocks in front" "--arch conv:16:3:1:1,maxpool:2:2,res:16,res:16,.*,act,dense:128\$" -- \
+    "$bin" bench tokenize --encoder impala --figures 5 --games breakout --dry-run --out "$tmp/tk-plan"
+expect 2 "bench tokenize: an unknown figure is named with the valid ones" "unknown figure '9' \(1, 7, 5" -- "$bin" bench tokenize --figures 1,9
+expect 2 "bench tokenize: an unknown game is refused" "unknown game 'pong'" -- "$bin" bench tokenize --games pong
+expect 2 "bench tokenize: an unknown encoder is refused" "--encoder must be minatar, nature or impala" -- "$bin" bench tokenize --encoder vit
+expect 0 "bench tokenize: a tiny Fig. 5 study runs and reports its three variants" "^\| arch=conv:16:3:1:0,tokens,tokmean,dense:128 \| 1 x 1 " -- \
+    "$bin" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$tmp/tk"
+expect 0 "bench tokenize: a finished study is not run again" "status=done-before" -- \
+    "$bin" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$tmp/tk"
+expect 0 "rl train: an Impala residual block in --arch" "^rl-train env=minatar/breakout agent=dqn frames=300 " -- \
+    "$bin" rl train --env minatar/breakout --agent dqn --frames 300 --arch conv:8:3:1:1,res:8,act,dense:16 --out "$tmp/rl_res"
+expect 2 "rl train: a residual block whose channels differ from its input's is refused" "layers.1: a residual module needs its output shape equal to its input's" -- \
+    "$bin" rl train --env minatar/breakout --agent dqn --frames 300 --arch conv:8:3:1:1,res:4 --out "$tmp/rl_res2"
 rm -rf "$tmp"
 echo "cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -384,7 +384,9 @@ Test(grad_moe, whole_model_dense_moe_ffn_residual) {
  * tokens -> flatten -> dense -> head; and the other token schemes in the same place. */
 Test(grad_moe, whole_model_tokenised_softmoe) {
     const char *archs[] = {"conv:3:3:1:1,tokens,moe:5,flatten,dense:6", "conv:3:3:1:1,perfeat,moe:5,tokmean",
-                           "conv:3:3:1:1,shuffle:5,tokens,moe:4,toksum", "conv:3:3:1:1,avgpool:2:2,tokens,moe:4,flatten"};
+                           "conv:3:3:1:1,shuffle:5,tokens,moe:4,toksum", "conv:3:3:1:1,avgpool:2:2,tokens,moe:4,flatten",
+                           /* an Impala-style encoder: residual blocks, then the activation alone */
+                           "conv:3:3:1:1,res:3,res:3,act,tokens,moe:5,flatten"};
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
         sm_model_config cfg;
         sm_model_config_default(&cfg);
@@ -409,7 +411,7 @@ Test(grad_moe, whole_model_tokenised_softmoe) {
         c.m = sm_model_create(&cfg, T, &r, &err);
         cr_assert(c.m, "%s: %s", archs[a], err.msg);
         /* the soft router groups each example's tokens: 16 PerConv tokens, 3 PerFeat, 4 pooled */
-        const int group = a == 1 ? 3 : a == 3 ? 4 : 16;
+        const int group = a == 1 ? 3 : a == 3 ? 4 : 16; /* the Impala-style one: 16 */
         cr_expect_eq(sm_soft_opts(&sm_model_moe(c.m, 0)->router->cfg)->soft_group, group, "%s", archs[a]);
         check_model(&c, 32, 3, &r);
     }

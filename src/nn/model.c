@@ -24,11 +24,11 @@ void sm_model_config_default(sm_model_config *c) {
 }
 
 static const char *const kKindNames[] = {"dense", "ffn", "moe", "ln", "conv", "maxpool", "avgpool", "gap",
-                                         "tokens", "perfeat", "shuffle", "flatten", "tokmean", "toksum"};
-/* numbers after the kind: dense/ffn/moe W; conv OC:K:S:P; pools K:S; shuffle SEED; the rest none */
-static const int kKindArgs[] = {1, 1, 1, 0, 4, 2, 2, 0, 0, 0, 1, 0, 0, 0};
-_Static_assert(sizeof kKindNames / sizeof kKindNames[0] == SM_LAYER_TOKSUM + 1, "a name per layer kind");
-_Static_assert(sizeof kKindArgs / sizeof kKindArgs[0] == SM_LAYER_TOKSUM + 1, "an argument count per layer kind");
+                                         "tokens", "perfeat", "shuffle", "flatten", "tokmean", "toksum", "res", "act"};
+/* numbers after the kind: dense/ffn/moe W; conv OC:K:S:P; pools K:S; shuffle SEED; res C; the rest none */
+static const int kKindArgs[] = {1, 1, 1, 0, 4, 2, 2, 0, 0, 0, 1, 0, 0, 0, 1, 0};
+_Static_assert(sizeof kKindNames / sizeof kKindNames[0] == SM_LAYER_ACT + 1, "a name per layer kind");
+_Static_assert(sizeof kKindArgs / sizeof kKindArgs[0] == SM_LAYER_ACT + 1, "an argument count per layer kind");
 
 sm_status sm_model_parse_arch(sm_model_config *c, const char *arch, sm_error *err) {
     char buf[512];
@@ -48,7 +48,7 @@ sm_status sm_model_parse_arch(sm_model_config *c, const char *arch, sm_error *er
         if (K < 0)
             return sm_fail(err, SM_ERR_ARG, "--arch: unknown layer kind '%s' (dense:W ffn:H moe:H ln conv:OC:K:S:P "
                                             "maxpool:K:S avgpool:K:S gap tokens perfeat shuffle:SEED flatten tokmean "
-                                            "toksum)", kind ? kind : "");
+                                            "toksum res:C act)", kind ? kind : "");
         long v[4] = {0, 0, 0, 0};
         int got = 0;
         for (char *num = strtok_r(NULL, ":", &save2); num; num = strtok_r(NULL, ":", &save2)) {
@@ -74,7 +74,7 @@ sm_status sm_model_parse_arch(sm_model_config *c, const char *arch, sm_error *er
         } else if (kKindArgs[K] == 1) {
             s->width = (int)v[0];
         }
-        if ((kKindArgs[K] == 1 || K == SM_LAYER_CONV) && s->width < 1)
+        if ((kKindArgs[K] == 1 || K == SM_LAYER_CONV) && s->width < 1 && K != SM_LAYER_SHUFFLE)
             return sm_fail(err, SM_ERR_ARG, "--arch: layer %d (%s) needs a width >= 1", n, kind);
         if ((K == SM_LAYER_CONV || K == SM_LAYER_MAXPOOL || K == SM_LAYER_AVGPOOL) && (s->k < 1 || s->s < 1))
             return sm_fail(err, SM_ERR_ARG, "--arch: layer %d (%s) needs kernel and stride >= 1", n, kind);
@@ -182,6 +182,27 @@ sm_status sm_model_config_from_json(sm_model_config *c, const char *json, sm_err
 
 /* ---------------------------------------------------------------------------------------------- */
 
+/* The Impala ResNet's residual block (Espeholt et al. 2018): x + conv(act(conv(act(x)))), both
+ * convolutions 3 x 3, stride 1, padding 1, C channels; the input must have C channels (the
+ * residual check of sm_seq_module's caller names the mismatch). A sequential container flagged
+ * residual, so its checkpoint names are <name>.conv0.weight, <name>.conv1.weight, ... */
+static sm_module *res_block(const char *name, int C, sm_act act, sm_error *err) {
+    char n[3][48];
+    snprintf(n[0], sizeof n[0], "%s.act", name);
+    snprintf(n[1], sizeof n[1], "%s.conv0", name);
+    snprintf(n[2], sizeof n[2], "%s.conv1", name);
+    sm_module *ch[3] = {sm_act_module(n[0], act, err), NULL, NULL};
+    if (ch[0]) ch[1] = sm_conv2d_module(n[1], C, 3, 1, 1, act, err);
+    if (ch[1]) ch[2] = sm_conv2d_module(n[2], C, 3, 1, 1, SM_ACT_NONE, err);
+    if (!ch[2]) {
+        for (int i = 0; i < 3; i++) sm_module_free(ch[i]);
+        return NULL;
+    }
+    sm_module *m = sm_seq_module(name, ch, 3, err);
+    if (m) m->residual = 1;
+    return m;
+}
+
 /* The module of layer i (named layers.<i>, the names every checkpoint uses). */
 static sm_module *layer_module(const sm_model_config *c, int i, sm_error *err) {
     const sm_layer_spec *sp = &c->layers[i];
@@ -208,6 +229,8 @@ static sm_module *layer_module(const sm_model_config *c, int i, sm_error *err) {
     case SM_LAYER_FLATTEN: mod = sm_flatten_module(name, err); break;
     case SM_LAYER_TOKMEAN: mod = sm_tokpool_module(name, 1, err); break;
     case SM_LAYER_TOKSUM: mod = sm_tokpool_module(name, 0, err); break;
+    case SM_LAYER_RES: return res_block(name, sp->width, c->act, err);
+    case SM_LAYER_ACT: mod = sm_act_module(name, c->act, err); break;
     }
     if (mod) mod->residual = c->residual && (sp->kind == SM_LAYER_FFN || sp->kind == SM_LAYER_MOE);
     return mod;

@@ -39,7 +39,10 @@ typedef enum {
     SM_LAYER_SHUFFLE,   /* shuffle:SEED     a fixed permutation of an image's values (Shuffled, with tokens) */
     SM_LAYER_FLATTEN,   /* flatten          every token of an example into one row */
     SM_LAYER_TOKMEAN,   /* tokmean          the mean of an example's tokens */
-    SM_LAYER_TOKSUM     /* toksum           their sum */
+    SM_LAYER_TOKSUM,    /* toksum           their sum */
+    /* encoders (README, "Encoders"): the Impala ResNet's residual block, and the activation alone */
+    SM_LAYER_RES,       /* res:C            x + conv3x3(act(conv3x3(act(x)))), C channels in and out (Impala) */
+    SM_LAYER_ACT        /* act              the activation (--act) alone */
 } sm_layer_kind;
 
 typedef struct {

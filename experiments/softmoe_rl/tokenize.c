@@ -1,0 +1,484 @@
+/* specmoe bench tokenize: the study of "Don't Flatten, Tokenize!" (papers/003; issue 14) on the five
+ * MinAtar games. Each figure of the paper is a set of network variants; every (variant, game, seed)
+ * is one `specmoe rl train` run in its own directory, and every figure ends with `specmoe report`
+ * over its runs: IQM, median, mean and optimality gap of the final returns, normalised per game by
+ * the random policy (0) and the best run of the figure (1), with stratified-bootstrap 95% intervals
+ * (Agarwal et al. 2021, the paper's protocol), and the interval plot as a PNG.
+ *
+ * The networks (the paper's shapes at MinAtar scale; with the default encoder, MinAtar's conv 3x3x16,
+ * a frame's encoder output is 8 x 8 x 16 and PerConv gives 64 tokens of width 16; --encoder
+ * nature / impala below):
+ *   baseline         conv -> flatten -> dense 128 -> Q           (the paper's penultimate layer: 128)
+ *   baseline-x4      the penultimate layer 4x wider (512)
+ *   softmoe-4        conv -> PerConv tokens -> SoftMoE, 4 experts of 16 -> 128 -> 16, slots per expert
+ *                    p = ceil(64 / 4) = 16 (capacity factor 1) -> flatten -> Q
+ *   softmoe-1-x4     one expert, its hidden layer 4x wider (512), p = 64 slots
+ *   softmoe-1        one expert of the standard width (Fig. 7's "standard")
+ *   *-perfeat, *-perpatch, *-shuffled: the same with PerFeat (16 tokens of 64), PerPatch (2x2
+ *                    average-pooled patches: 16 tokens of 16) or Shuffled (a fixed random
+ *                    permutation before PerConv) tokens
+ *   tok-sum, tok-mean  PerConv tokens summed / averaged, then the baseline's dense 128 (Fig. 5)
+ *   gap              global average pooling instead of flattening (Fig. 15)
+ *   softmoe-4-slots10, softmoe-1-slot1  fewer slots: p = 2 (8 of 64 slots, about 10%) and a single
+ *                    slot (Fig. 8)
+ *   expert-choice-4, token-choice-4  4 experts of 128 under expert choice (each picks within an
+ *                    observation) and token-choice top-1 with capacity per observation (Fig. 12)
+ *   *-reset, *-sp    SoftMoE-4 with all experts reset, or shrink-and-perturbed (0.5, 0.5), five
+ *                    times in a run (Fig. 11)
+ *   Fig. 10 runs baseline and softmoe-4 under DQN and DER.
+ * Fig. 19 (pruning experts during training) has no runs here: pruning is not built yet.
+ *
+ * Agents: DER by default (data-efficient Rainbow: Adam 1e-4, eps 1.5e-4, batch 32, 10-step
+ * returns, an update per step; `--agent rainbow` for Rainbow-lite with Adam 6.25e-5), their
+ * settings as src/rl/dqn.c gives them for images.
+ *
+ * Tiers. --tier quick (the default) is a smoke test of the whole pipeline that finishes within 30
+ * minutes on 2 cores: Figs. 1 and 5, games breakout and asterix, one seed, 10k frames; its tables
+ * decide nothing and say so. --tier full runs every figure on the five games with 3 seeds and 1M
+ * frames per run; its time is in BENCHMARKS.md. Either tier's settings can be overridden by flag.
+ * Runs are resumable: a run directory with a `done` file is skipped, one with a checkpoint resumes
+ * it (`rl train --resume`, exact), so an interrupted study continues where it stopped.
+ *
+ * Output: a line per run (bench-tokenize-run ...), then per figure a header line and the report's
+ * table; run directories, train logs and figure PNGs under --out. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/common.h"
+#include "cli/flags.h"
+#include "experiments/experiments.h"
+
+typedef struct {
+    const char *name;
+    const char *args; /* rl train flags of the network, space-separated */
+    int reset;        /* 1: add --reset-every frames/6 (five resets in a run) */
+} tk_variant;
+
+static const tk_variant kVariants[] = {
+    {"baseline", "--arch ENC,dense:128", 0},
+    {"baseline-x4", "--arch ENC,dense:512", 0},
+    {"softmoe-4", "--arch ENC,tokens,moe:128,flatten --router soft --experts 4", 0},
+    {"softmoe-1-x4", "--arch ENC,tokens,moe:512,flatten --router soft --experts 1", 0},
+    {"softmoe-1", "--arch ENC,tokens,moe:128,flatten --router soft --experts 1", 0},
+    {"softmoe-1-perfeat", "--arch ENC,perfeat,moe:128,flatten --router soft --experts 1", 0},
+    {"softmoe-1-perpatch", "--arch ENC,avgpool:2:2,tokens,moe:128,flatten --router soft --experts 1", 0},
+    {"softmoe-1-shuffled", "--arch ENC,shuffle:7,tokens,moe:128,flatten --router soft --experts 1", 0},
+    {"softmoe-1-x4-perfeat", "--arch ENC,perfeat,moe:512,flatten --router soft --experts 1", 0},
+    {"softmoe-1-x4-perpatch", "--arch ENC,avgpool:2:2,tokens,moe:512,flatten --router soft --experts 1", 0},
+    {"softmoe-1-x4-shuffled", "--arch ENC,shuffle:7,tokens,moe:512,flatten --router soft --experts 1", 0},
+    {"tok-sum", "--arch ENC,tokens,toksum,dense:128", 0},
+    {"tok-mean", "--arch ENC,tokens,tokmean,dense:128", 0},
+    {"gap", "--arch ENC,gap,dense:128", 0},
+    {"softmoe-4-slots10", "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --slots 2", 0},
+    {"softmoe-1-slot1", "--arch ENC,tokens,moe:128,flatten --router soft --experts 1 --slots 1", 0},
+    {"expert-choice-4", "--arch ENC,tokens,moe:128,flatten --router expert-choice --experts 4", 0},
+    {"token-choice-4", "--arch ENC,tokens,moe:128,flatten --router topk --experts 4 --topk 1", 0},
+    {"softmoe-4-reset", "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --reset-experts 0", 1},
+    {"softmoe-4-sp",
+     "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --reset-shrink 0.5 --reset-perturb 0.5", 1},
+};
+#define N_VARIANTS ((int)(sizeof kVariants / sizeof kVariants[0]))
+
+typedef struct {
+    const char *id, *what;
+    const char *variants[10]; /* NULL-terminated */
+    const char *agents;       /* NULL: the bench's agent; else a comma list run for every variant */
+} tk_figure;
+
+static const tk_figure kFigures[] = {
+    {"1", "Figs. 1/6: scaling the penultimate layer vs SoftMoE", {"baseline", "baseline-x4", "softmoe-4", "softmoe-1-x4"}, NULL},
+    {"7", "Fig. 7: tokenisation for SoftMoE-1, standard and scaled",
+     {"softmoe-1", "softmoe-1-perfeat", "softmoe-1-perpatch", "softmoe-1-shuffled", "softmoe-1-x4", "softmoe-1-x4-perfeat",
+      "softmoe-1-x4-perpatch", "softmoe-1-x4-shuffled"},
+     NULL},
+    {"5", "Fig. 5: tokenised baseline without experts", {"baseline", "tok-sum", "tok-mean"}, NULL},
+    {"8", "Fig. 8: fewer slots", {"softmoe-4", "softmoe-4-slots10", "softmoe-1-slot1"}, NULL},
+    {"12", "Fig. 12: expert choice vs token choice", {"softmoe-4", "expert-choice-4", "token-choice-4"}, NULL},
+    {"15", "Fig. 15: global average pooling", {"baseline", "gap", "softmoe-4"}, NULL},
+    {"10", "Fig. 10: other agents (DQN, DER)", {"baseline", "softmoe-4"}, "dqn,der"},
+    {"11", "Fig. 11: resets and shrink-and-perturb of the experts", {"softmoe-4", "softmoe-4-reset", "softmoe-4-sp"}, NULL},
+};
+#define N_FIGURES ((int)(sizeof kFigures / sizeof kFigures[0]))
+
+static const char *const kAgents[3] = {"dqn", "der", "rainbow"};
+
+static const tk_variant *find_variant(const char *name) {
+    for (int i = 0; i < N_VARIANTS; i++)
+        if (!strcmp(kVariants[i].name, name)) return &kVariants[i];
+    return NULL;
+}
+
+/* 1 if item is in the comma list (an exact element) */
+static int in_list(const char *list, const char *item) {
+    size_t n = strlen(item);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, item, n)) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
+/* The encoders, scaled to MinAtar's 10 x 10 frames (ENC in the variants' --arch):
+ *   minatar  MinAtar's DQN encoder, conv 3x3x16, stride 1, no padding: 8 x 8 x 16 (64 tokens of 16)
+ *   nature   the Nature-CNN's three convolutions with its channels 32-64-64, but 3 x 3 kernels of
+ *            stride 1 without padding instead of 8x8/4, 4x4/2, 3x3/1, which a 10 x 10 frame cannot
+ *            take (the first alone would leave 1 x 1): 10 -> 8 -> 6 -> 4, so 4 x 4 x 64 (16 tokens of 64)
+ *   impala   the Impala ResNet's three stacks (conv 3x3 16/32/32, max-pool, two residual blocks each,
+ *            a final activation), pooled 2:2 in the first stack and 2:1 in the second and not in the
+ *            third, where Impala pools 3:2 with padding three times (84 -> 11): 10 -> 5 -> 4 -> 4, so
+ *            4 x 4 x 32 (16 tokens of 32) */
+static const char *const kEncoders[][2] = {
+    {"minatar", "conv:16:3:1:0"},
+    {"nature", "conv:32:3:1:0,conv:64:3:1:0,conv:64:3:1:0"},
+    {"impala", "conv:16:3:1:1,maxpool:2:2,res:16,res:16,conv:32:3:1:1,maxpool:2:1,res:32,res:32,conv:32:3:1:1,res:32,"
+               "res:32,act"},
+};
+
+typedef struct {
+    const char *tier, *figures, *games, *agent, *out, *encoder, *enc_arch;
+    int seeds, jobs, dry_run, reps;
+    long frames;
+} tk_opts;
+
+typedef struct {
+    char dir[512], log[560];
+    char *argv[40];
+    char argbuf[1024];
+    int argc;
+    const tk_variant *v;
+    char agent[16], game[32];
+    int seed, skip;
+    pid_t pid;
+    double t0;
+} tk_run;
+
+/* appends one argument (copied into the run's buffer) */
+static int push_arg(tk_run *r, size_t *used, const char *a) {
+    size_t n = strlen(a) + 1;
+    if (r->argc >= 38 || *used + n > sizeof r->argbuf) return -1;
+    memcpy(r->argbuf + *used, a, n);
+    r->argv[r->argc++] = r->argbuf + *used;
+    *used += n;
+    r->argv[r->argc] = NULL;
+    return 0;
+}
+
+/* 1 if figure F is selected and runs under agent kAgents[a] (its own agents, or the bench's) */
+static int fig_runs(const tk_figure *F, const tk_opts *o, int a) {
+    return in_list(o->figures, F->id) && in_list(F->agents ? F->agents : o->agent, kAgents[a]);
+}
+
+static int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* the run's command line: a fresh run or the resumption of its checkpoint */
+static int plan_run(tk_run *r, const tk_opts *o, const char *self) {
+    size_t used = 0;
+    char buf[600];
+    r->argc = 0;
+    snprintf(buf, sizeof buf, "%s/done", r->dir);
+    r->skip = file_exists(buf);
+    int bad = push_arg(r, &used, self) | push_arg(r, &used, "rl") | push_arg(r, &used, "train");
+    snprintf(buf, sizeof buf, "%s/checkpoint.safetensors", r->dir);
+    if (file_exists(buf)) {
+        bad |= push_arg(r, &used, "--resume") | push_arg(r, &used, buf) | push_arg(r, &used, "--threads") |
+               push_arg(r, &used, "1");
+        return bad;
+    }
+    char num[48];
+    snprintf(num, sizeof num, "minatar/%s", r->game);
+    bad |= push_arg(r, &used, "--env") | push_arg(r, &used, num) | push_arg(r, &used, "--agent") |
+           push_arg(r, &used, r->agent);
+    snprintf(num, sizeof num, "%ld", o->frames);
+    bad |= push_arg(r, &used, "--frames") | push_arg(r, &used, num);
+    snprintf(num, sizeof num, "%d", r->seed);
+    bad |= push_arg(r, &used, "--seed") | push_arg(r, &used, num) | push_arg(r, &used, "--threads") |
+           push_arg(r, &used, "1") | push_arg(r, &used, "--out") | push_arg(r, &used, r->dir) |
+           push_arg(r, &used, "--progress-every") | push_arg(r, &used, "60");
+    snprintf(num, sizeof num, "%ld", o->frames / 10 > 1000 ? o->frames / 10 : 1000); /* a checkpoint per tenth */
+    bad |= push_arg(r, &used, "--ckpt-every") | push_arg(r, &used, num);
+    if (r->v->reset) {
+        snprintf(num, sizeof num, "%ld", o->frames / 6 > 1 ? o->frames / 6 : 1);
+        bad |= push_arg(r, &used, "--reset-every") | push_arg(r, &used, num);
+    }
+    char args[512];
+    snprintf(args, sizeof args, "%s", r->v->args);
+    for (char *save = NULL, *t = strtok_r(args, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        if (!strncmp(t, "ENC,", 4)) { /* the encoder in front of the variant's layers */
+            char arch[400];
+            snprintf(arch, sizeof arch, "%s,%s", o->enc_arch, t + 4);
+            bad |= push_arg(r, &used, arch);
+        } else {
+            bad |= push_arg(r, &used, t);
+        }
+    }
+    return bad;
+}
+
+static int mkdirs(const char *path) {
+    char b[512];
+    snprintf(b, sizeof b, "%s", path);
+    for (char *p = b + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(b, 0755) && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    return mkdir(b, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+static pid_t start(tk_run *r) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(r->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execv(r->argv[0], r->argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void print_cmd(FILE *f, const tk_run *r) {
+    for (int i = 0; i < r->argc; i++) fprintf(f, "%s%s", i ? " " : "", r->argv[i]);
+    fprintf(f, "\n");
+}
+
+int exp_softmoe_tokenize(int argc, char **argv) {
+    tk_opts o;
+    const char *figures = NULL, *games = NULL;
+    long frames = 0;
+    int seeds = 0;
+    fl_flag fl[] = {
+        {"tier", FL_STRING, &o.tier, "quick", "quick (a smoke test, < 30 min on 2 cores) | full (decides the claims)", 0},
+        {"figures", FL_STRING, &figures, NULL, "comma list of figures (1,7,5,8,12,15,10,11; quick: 1,5; full: all)", 0},
+        {"games", FL_STRING, &games, NULL, "comma list of MinAtar games (quick: breakout,asterix; full: all five)", 0},
+        {"seeds", FL_INT, &seeds, "0", "seeds per variant and game (0: the tier's: quick 1, full 3)", 0},
+        {"frames", FL_LONG, &frames, "0", "frames per run (0: the tier's: quick 10000, full 1000000)", 0},
+        {"agent", FL_STRING, &o.agent, "der", "der | rainbow | dqn: the agent of every figure but Fig. 10", 0},
+        {"encoder", FL_STRING, &o.encoder, "minatar", "minatar | nature | impala (scaled to 10 x 10)", 0},
+        {"jobs", FL_INT, &o.jobs, "2", "runs at once (one thread each)", 0},
+        {"reps", FL_INT, &o.reps, "2000", "bootstrap replicates of the reports", 0},
+        {"out", FL_STRING, &o.out, "runs/bench-tokenize", "directory of the runs, logs and figures", 0},
+        {"dry-run", FL_BOOL, &o.dry_run, "0", "print the runs' command lines and stop", 0},
+    };
+    const int nfl = (int)(sizeof fl / sizeof fl[0]);
+    const char *pos[1];
+    int npos;
+    int rc = fl_parse(fl, nfl, argc, argv, 3, "bench tokenize", "[flags]", pos, 0, &npos);
+    if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
+    const int full = !strcmp(o.tier, "full");
+    if (!full && strcmp(o.tier, "quick")) {
+        fprintf(stderr, "specmoe bench tokenize: --tier must be quick or full (got '%s')\n", o.tier);
+        return CLI_EXIT_USAGE;
+    }
+    o.figures = figures ? figures : full ? "1,7,5,8,12,15,10,11" : "1,5";
+    o.games = games ? games : full ? "breakout,asterix,freeway,seaquest,space_invaders" : "breakout,asterix";
+    o.seeds = seeds > 0 ? seeds : full ? 3 : 1;
+    o.frames = frames > 0 ? frames : full ? 1000000 : 10000;
+    if (o.jobs < 1 || o.jobs > 64 || o.reps < 100 || o.seeds > 100 || seeds < 0 || frames < 0) {
+        fprintf(stderr, "specmoe bench tokenize: need --jobs in [1, 64], --reps >= 100, --seeds in [0, 100], --frames >= 0\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(o.agent, "der") && strcmp(o.agent, "rainbow") && strcmp(o.agent, "dqn")) {
+        fprintf(stderr, "specmoe bench tokenize: --agent must be der, rainbow or dqn (got '%s')\n", o.agent);
+        return CLI_EXIT_USAGE;
+    }
+    o.enc_arch = NULL;
+    for (size_t e = 0; e < sizeof kEncoders / sizeof kEncoders[0]; e++)
+        if (!strcmp(o.encoder, kEncoders[e][0])) o.enc_arch = kEncoders[e][1];
+    if (!o.enc_arch) {
+        fprintf(stderr, "specmoe bench tokenize: --encoder must be minatar, nature or impala (got '%s')\n", o.encoder);
+        return CLI_EXIT_USAGE;
+    }
+    static const char *const kGames[] = {"breakout", "asterix", "freeway", "seaquest", "space_invaders"};
+    int n_games = 0;
+    for (int g = 0; g < 5; g++) n_games += in_list(o.games, kGames[g]);
+    int n_figs = 0;
+    for (int f = 0; f < N_FIGURES; f++) n_figs += in_list(o.figures, kFigures[f].id);
+    /* every element of the lists must be known */
+    for (int which = 0; which < 2; which++) {
+        char b[256];
+        snprintf(b, sizeof b, "%s", which ? o.games : o.figures);
+        for (char *save = NULL, *t = strtok_r(b, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            int known = 0;
+            for (int i = 0; i < (which ? 5 : N_FIGURES); i++) known |= !strcmp(t, which ? kGames[i] : kFigures[i].id);
+            if (!known) {
+                fprintf(stderr, "specmoe bench tokenize: unknown %s '%s' (%s)\n", which ? "game" : "figure", t,
+                        which ? "breakout, asterix, freeway, seaquest, space_invaders" : "1, 7, 5, 8, 12, 15, 10, 11");
+                return CLI_EXIT_USAGE;
+            }
+        }
+    }
+    if (!n_games || !n_figs) {
+        fprintf(stderr, "specmoe bench tokenize: no figure or no game selected\n");
+        return CLI_EXIT_USAGE;
+    }
+    char self[512];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sl <= 0) {
+        fprintf(stderr, "specmoe bench tokenize: cannot find the specmoe executable (/proc/self/exe)\n");
+        return CLI_EXIT_RUNTIME;
+    }
+    self[sl] = 0;
+
+    /* the distinct runs of the selected figures: (agent, variant, game, seed) */
+    int cap = N_FIGURES * 10 * 2 * 5 * o.seeds, n = 0;
+    tk_run *runs = calloc((size_t)cap, sizeof *runs);
+    if (!runs) return CLI_EXIT_RUNTIME;
+    for (int f = 0; f < N_FIGURES; f++) {
+        const tk_figure *F = &kFigures[f];
+        for (int a = 0; a < 3; a++) {
+            if (!fig_runs(F, &o, a)) continue;
+            for (int vi = 0; F->variants[vi]; vi++)
+                for (int g = 0; g < 5; g++) {
+                    if (!in_list(o.games, kGames[g])) continue;
+                    for (int s = 1; s <= o.seeds; s++) {
+                        const tk_variant *v = find_variant(F->variants[vi]);
+                        char dir[512];
+                        snprintf(dir, sizeof dir, "%s/%s-%s/%s/%s-s%d", o.out, kAgents[a], o.encoder, v->name, kGames[g], s);
+                        int dup = 0;
+                        for (int i = 0; i < n && !dup; i++) dup = !strcmp(runs[i].dir, dir);
+                        if (dup) continue;
+                        tk_run *r = &runs[n++];
+                        snprintf(r->dir, sizeof r->dir, "%s", dir);
+                        snprintf(r->log, sizeof r->log, "%s/train.log", dir);
+                        snprintf(r->agent, sizeof r->agent, "%s", kAgents[a]);
+                        snprintf(r->game, sizeof r->game, "%s", kGames[g]);
+                        r->v = v;
+                        r->seed = s;
+                        if (plan_run(r, &o, self)) {
+                            fprintf(stderr, "specmoe bench tokenize: command line of %s too long\n", dir);
+                            free(runs);
+                            return CLI_EXIT_RUNTIME;
+                        }
+                    }
+                }
+        }
+    }
+    printf("bench-tokenize tier=%s%s figures=%s games=%s seeds=%d frames=%ld agent=%s encoder=%s runs=%d jobs=%d out=%s\n",
+           o.tier, full ? "" : " (a smoke test of the pipeline: these tables decide no claim)", o.figures, o.games, o.seeds,
+           o.frames, o.agent, o.encoder, n, o.jobs, o.out);
+    if (o.dry_run) {
+        for (int i = 0; i < n; i++) {
+            printf("%s", runs[i].skip ? "# done: " : "");
+            print_cmd(stdout, &runs[i]);
+        }
+        free(runs);
+        return 0;
+    }
+
+    /* run them, o.jobs at a time */
+    int next = 0, running = 0, failed = 0;
+    const double t_start = sm_time_now();
+    while (next < n || running > 0) {
+        while (running < o.jobs && next < n) {
+            tk_run *r = &runs[next++];
+            if (r->skip) {
+                printf("bench-tokenize-run agent=%s variant=%s game=%s seed=%d status=done-before\n", r->agent, r->v->name,
+                       r->game, r->seed);
+                continue;
+            }
+            if (mkdirs(r->dir)) {
+                fprintf(stderr, "specmoe bench tokenize: cannot create %s\n", r->dir);
+                failed++;
+                continue;
+            }
+            r->t0 = sm_time_now();
+            r->pid = start(r);
+            if (r->pid < 0) {
+                fprintf(stderr, "specmoe bench tokenize: fork failed\n");
+                failed++;
+                continue;
+            }
+            running++;
+        }
+        if (!running) break;
+        int status;
+        pid_t pid = waitpid(-1, &status, 0);
+        if (pid < 0) break;
+        for (int i = 0; i < n; i++) {
+            tk_run *r = &runs[i];
+            if (r->pid != pid) continue;
+            running--;
+            r->pid = 0;
+            int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+            if (ok) {
+                char done[600];
+                snprintf(done, sizeof done, "%s/done", r->dir);
+                ok = cli_write_text(done, "done\n") == 0;
+            } else {
+                failed++;
+            }
+            printf("bench-tokenize-run agent=%s variant=%s game=%s seed=%d status=%s seconds=%.0f log=%s\n", r->agent,
+                   r->v->name, r->game, r->seed, ok ? "ok" : "failed", sm_time_now() - r->t0, r->log);
+            fflush(stdout);
+        }
+    }
+    printf("bench-tokenize runs=%d failed=%d seconds=%.0f\n", n, failed, sm_time_now() - t_start);
+    if (failed) {
+        free(runs);
+        return CLI_EXIT_RUNTIME;
+    }
+
+    /* a report per figure and agent over its runs */
+    for (int f = 0; f < N_FIGURES; f++) {
+        const tk_figure *F = &kFigures[f];
+        for (int a = 0; a < 3; a++) {
+            if (!fig_runs(F, &o, a)) continue;
+            /* report RUN_DIR... --out PNG --reps R: the directories are the runs' own strings */
+            const char **av = calloc((size_t)n + 8, sizeof *av);
+            if (!av) {
+                failed++;
+                continue;
+            }
+            int ac = 0;
+            av[ac++] = self;
+            av[ac++] = "report";
+            for (int i = 0; i < n; i++) {
+                if (strcmp(runs[i].agent, kAgents[a])) continue;
+                int member = 0;
+                for (int vi = 0; F->variants[vi]; vi++) member |= !strcmp(F->variants[vi], runs[i].v->name);
+                if (member) av[ac++] = runs[i].dir;
+            }
+            char png[600], reps[32];
+            snprintf(png, sizeof png, "%s/fig%s-%s-%s.png", o.out, F->id, kAgents[a], o.encoder);
+            snprintf(reps, sizeof reps, "%d", o.reps);
+            av[ac++] = "--out";
+            av[ac++] = png;
+            av[ac++] = "--reps";
+            av[ac++] = reps;
+            av[ac] = NULL;
+            printf("\nbench-tokenize-figure fig=%s agent=%s: %s%s\n", F->id, kAgents[a], F->what,
+                   full ? "" : " [quick tier: a smoke test, decides nothing]");
+            fflush(stdout);
+            pid_t pid = fork();
+            if (pid == 0) {
+                execv(av[0], (char *const *)av);
+                _exit(127);
+            }
+            free(av);
+            int status = 0;
+            if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status)) failed++;
+        }
+    }
+    free(runs);
+    return failed ? CLI_EXIT_RUNTIME : 0;
+}
