@@ -102,12 +102,11 @@ void sm_vecenv_reset(sm_vecenv *v) {
 }
 
 /* What follows environment i's step with reward r and terminal flag term: the rewards and flags,
- * the running episode, the time limit, and at an episode's end its log entry and the auto-reset. */
-static inline void step_done(sm_vecenv *v, int i, float r, unsigned char term) {
-    const sm_env_spec *s = v->spec;
-    const int D = sm_env_obs_numel(s);
-    void *st = env_state(v, i);
-    float *obs = v->obs + (size_t)i * D;
+ * the running episode, the time limit, and at an episode's end its log entry and the auto-reset.
+ * s, st (i's state), obs (i's observation) and D (its size) come from the caller, which has them in
+ * registers: reloading them after the step's indirect call cost CartPole about 8%. */
+static inline __attribute__((always_inline)) void step_done(sm_vecenv *v, const sm_env_spec *s, int i, void *st,
+                                                            float *obs, int D, float r, unsigned char term) {
     v->rewards[i] = r;
     v->ep_return[i] += r;
     v->ep_length[i]++;
@@ -150,17 +149,20 @@ void sm_vecenv_step(sm_vecenv *v) {
             s->step_batch(env_state(v, i0), n, s->act_kind == SM_SPACE_DISCRETE ? v->act_disc + i0 : NULL,
                           s->act_kind == SM_SPACE_BOX ? v->act_box + (size_t)i0 * A : NULL, v->obs + (size_t)i0 * D,
                           v->rewards + i0, v->terminals + i0);
-            for (int i = i0; i < i0 + n; i++) step_done(v, i, v->rewards[i], v->terminals[i]);
+            for (int i = i0; i < i0 + n; i++)
+                step_done(v, s, i, env_state(v, i), v->obs + (size_t)i * D, D, v->rewards[i], v->terminals[i]);
         }
         return;
     }
 #pragma omp parallel for num_threads(v->threads) if (v->threads > 1) schedule(static)
     for (int i = 0; i < v->num_envs; i++) {
+        void *st = env_state(v, i);
+        float *obs = v->obs + (size_t)i * D;
         unsigned char term = 0;
         float r = 0;
-        s->step(env_state(v, i), s->act_kind == SM_SPACE_DISCRETE ? v->act_disc + i : NULL,
-                s->act_kind == SM_SPACE_BOX ? v->act_box + (size_t)i * A : NULL, v->obs + (size_t)i * D, &r, &term);
-        step_done(v, i, r, term);
+        s->step(st, s->act_kind == SM_SPACE_DISCRETE ? v->act_disc + i : NULL,
+                s->act_kind == SM_SPACE_BOX ? v->act_box + (size_t)i * A : NULL, obs, &r, &term);
+        step_done(v, s, i, st, obs, D, r, term);
     }
 }
 
