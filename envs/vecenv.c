@@ -101,10 +101,59 @@ void sm_vecenv_reset(sm_vecenv *v) {
     }
 }
 
+/* What follows environment i's step with reward r and terminal flag term: the rewards and flags,
+ * the running episode, the time limit, and at an episode's end its log entry and the auto-reset.
+ * s, st (i's state), obs (i's observation) and D (its size) come from the caller, which has them in
+ * registers: reloading them after the step's indirect call cost CartPole about 8%. */
+static inline __attribute__((always_inline)) void step_done(sm_vecenv *v, const sm_env_spec *s, int i, void *st,
+                                                            float *obs, int D, float r, unsigned char term) {
+    v->rewards[i] = r;
+    v->ep_return[i] += r;
+    v->ep_length[i]++;
+    unsigned char trunc = !term && v->max_steps > 0 && v->ep_length[i] >= v->max_steps;
+    v->terminals[i] = term;
+    if (v->truncations) v->truncations[i] = trunc;
+    if (term || trunc) {
+        float score = (float)v->ep_return[i], success = 0;
+        if (s->episode_end) s->episode_end(st, &score, &success);
+        sm_env_log *l = &v->logs[i];
+        l->episode_return += v->ep_return[i];
+        l->return_sq += v->ep_return[i] * v->ep_return[i];
+        l->episode_length += v->ep_length[i];
+        l->score += score;
+        l->success += success;
+        l->n++;
+        if (v->final_obs) memcpy(v->final_obs + (size_t)i * D, obs, (size_t)D * sizeof *obs);
+        s->reset(st, obs);
+        v->ep_return[i] = 0;
+        v->ep_length[i] = 0;
+    }
+}
+
+/* environments per step_batch call: blocks of consecutive environments, the unit the threads share
+ * (small enough that the block's states, observations and flags stay in L1 between the batched step
+ * and step_done) */
+#define STEP_BLOCK 32
+
 void sm_vecenv_step(sm_vecenv *v) {
     const sm_env_spec *s = v->spec;
     const int D = sm_env_obs_numel(s);
     const int A = s->act_n;
+    if (s->step_batch) {
+        /* the environment steps a block at once, writing rewards and terminals in place; which
+         * thread takes which block does not matter, as step_batch equals per-environment steps */
+        const int blocks = (v->num_envs + STEP_BLOCK - 1) / STEP_BLOCK;
+#pragma omp parallel for num_threads(v->threads) if (v->threads > 1) schedule(static)
+        for (int b = 0; b < blocks; b++) {
+            const int i0 = b * STEP_BLOCK, n = v->num_envs - i0 < STEP_BLOCK ? v->num_envs - i0 : STEP_BLOCK;
+            s->step_batch(env_state(v, i0), n, s->act_kind == SM_SPACE_DISCRETE ? v->act_disc + i0 : NULL,
+                          s->act_kind == SM_SPACE_BOX ? v->act_box + (size_t)i0 * A : NULL, v->obs + (size_t)i0 * D,
+                          v->rewards + i0, v->terminals + i0);
+            for (int i = i0; i < i0 + n; i++)
+                step_done(v, s, i, env_state(v, i), v->obs + (size_t)i * D, D, v->rewards[i], v->terminals[i]);
+        }
+        return;
+    }
 #pragma omp parallel for num_threads(v->threads) if (v->threads > 1) schedule(static)
     for (int i = 0; i < v->num_envs; i++) {
         void *st = env_state(v, i);
@@ -113,27 +162,7 @@ void sm_vecenv_step(sm_vecenv *v) {
         float r = 0;
         s->step(st, s->act_kind == SM_SPACE_DISCRETE ? v->act_disc + i : NULL,
                 s->act_kind == SM_SPACE_BOX ? v->act_box + (size_t)i * A : NULL, obs, &r, &term);
-        v->rewards[i] = r;
-        v->ep_return[i] += r;
-        v->ep_length[i]++;
-        unsigned char trunc = !term && v->max_steps > 0 && v->ep_length[i] >= v->max_steps;
-        v->terminals[i] = term;
-        if (v->truncations) v->truncations[i] = trunc;
-        if (term || trunc) {
-            float score = (float)v->ep_return[i], success = 0;
-            if (s->episode_end) s->episode_end(st, &score, &success);
-            sm_env_log *l = &v->logs[i];
-            l->episode_return += v->ep_return[i];
-            l->return_sq += v->ep_return[i] * v->ep_return[i];
-            l->episode_length += v->ep_length[i];
-            l->score += score;
-            l->success += success;
-            l->n++;
-            if (v->final_obs) memcpy(v->final_obs + (size_t)i * D, obs, (size_t)D * sizeof *obs);
-            s->reset(st, obs);
-            v->ep_return[i] = 0;
-            v->ep_length[i] = 0;
-        }
+        step_done(v, s, i, st, obs, D, r, term);
     }
 }
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sincos.h"
 #include "specmoe/rl/env.h"
 
 /* One environment of `name` with its buffers; a_box has room for any action dimension here. */
@@ -151,6 +152,107 @@ Test(env_classic, acrobot_terminates_with_reward_zero) {
         cr_assert_gt(height, 1.0 - 1e-5, "seed %d: tip height %g", (int)seed, height);
         sm_vecenv_free(&e.v);
     }
+}
+
+/* envs/classic/acrobot.c: how its step_batch steps (-1 by the CPU, 0 ab_step per environment, 1 the
+ * AVX2 kernel), and the layout of its state */
+extern int sm_acrobot_batch_avx2;
+typedef struct {
+    sm_rng rng;
+    double s[4];  /* t1, t2, dt1, dt2 */
+    double cs[4]; /* cos t1, sin t1, cos t2, sin t2 of s */
+} acrobot_mirror;
+
+/* The vector steps Acrobot through step_batch, four environments in the lanes of vectors; that must
+ * equal stepping each environment by itself bit for bit: observations, rewards, flags, final
+ * observations, the states themselves (angles, speeds, the kept sines and cosines, the RNGs) and the
+ * episode logs, over thousands of steps with terminals and time limits (auto-resets at staggered
+ * times). The reference is a second vector whose spec lacks step_batch, so it steps one environment
+ * per call. 39 environments: a block of 32 and one of 7, so groups of four and leftovers. Both ways
+ * step_batch has: the AVX2 kernel (where the CPU has it) and ab_step per environment (without). */
+Test(env_classic, acrobot_batched_step_is_the_one_environment_step) {
+    enum { N = 39, D = 6, T = 3000 };
+    const sm_env_spec *batched = sm_env_find("classic/acrobot");
+    cr_assert(batched->step_batch != NULL);
+    cr_assert_eq(batched->state_bytes, sizeof(acrobot_mirror));
+    enum { kOdd = 12 };
+    static const int kOddEnvs[kOdd] = {0, 1, 2, 3, 5, 10, 15, 20, 32, 33, 34, 35};
+    double odd_t1[kOdd];
+    for (int k = 0, j = 0; k < kOdd; j++) {
+        sm_v2d_ x = {0.3 + 0.001 * j, 1.0}, sn, cn;
+        sm_v2i_ fast;
+        sm_sincos2_fast(&x, &sn, &cn, &fast);
+        if (fast[0] && sn[0] != sin(x[0])) odd_t1[k++] = x[0];
+    }
+    sm_env_spec one = *batched;
+    one.step_batch = NULL;
+    for (int kernel = 0; kernel < 2; kernel++) {
+#if defined(__x86_64__)
+        if (kernel == 1 && !__builtin_cpu_supports("avx2")) continue;
+#else
+        if (kernel == 1) continue; /* the AVX2 kernel is x86-64's */
+#endif
+        sm_acrobot_batch_avx2 = kernel;
+        sm_vecenv v[2];
+        static float obs[2][N * D], fin[2][N * D];
+        float rew[2][N];
+        int act[2][N];
+        unsigned char term[2][N], trunc[2][N];
+        sm_error err = {0};
+        for (int r = 0; r < 2; r++) {
+            cr_assert_eq(sm_vecenv_init(&v[r], "classic/acrobot", N, 17, NULL, &err), SM_OK, "%s", err.msg);
+            if (r) v[r].spec = &one;
+            sm_vecenv_bind(&v[r], obs[r], act[r], NULL, rew[r], term[r], trunc[r], fin[r]);
+            sm_vecenv_reset(&v[r]);
+            /* Some environments start at rest with t2 where sm_sincos2 hands the pair to libm (0,
+             * tiny, or the double nearest a multiple of pi/2: no fast path), in different lanes, so
+             * that the first step's second stage (at the same angles) takes the batched kernel's
+             * per-lane fallback. t1 is an angle whose sine the fast path rounds 1 ulp away from
+             * glibc's (odd_t1), so that a batch taking t1 from the fast path would differ. */
+            const double slow[] = {0.0, M_PI_2, -M_PI, 1e-300};
+            for (int k = 0; k < kOdd; k++) {
+                acrobot_mirror *e = (acrobot_mirror *)(v[r].states + kOddEnvs[k] * sizeof *e);
+                e->s[0] = odd_t1[k];
+                e->s[1] = slow[k % 4];
+                e->s[2] = e->s[3] = 0;
+                e->cs[0] = cos(e->s[0]);
+                e->cs[1] = sin(e->s[0]);
+                e->cs[2] = cos(e->s[1]);
+                e->cs[3] = sin(e->s[1]);
+            }
+        }
+        sm_rng g;
+        sm_rng_seed(&g, 3);
+        long terminals = 0, truncations = 0;
+        for (int t = 0; t < T; t++) {
+            /* every third environment mostly idles (time limit), the others pump with random steps */
+            for (int i = 0; i < N; i++) {
+                int random = sm_rng_below(&g, 4) == 0;
+                act[0][i] = random ? (int)sm_rng_below(&g, 3) : i % 3 == 0 ? 1 : acrobot_pump(obs[0] + i * D);
+            }
+            memcpy(act[1], act[0], sizeof act[0]);
+            sm_vecenv_step(&v[0]);
+            sm_vecenv_step(&v[1]);
+            cr_assert(memcmp(obs[0], obs[1], sizeof obs[0]) == 0, "kernel %d step %d: observations", kernel, t);
+            cr_assert(memcmp(rew[0], rew[1], sizeof rew[0]) == 0, "kernel %d step %d: rewards", kernel, t);
+            cr_assert(memcmp(term[0], term[1], sizeof term[0]) == 0, "kernel %d step %d: terminals", kernel, t);
+            cr_assert(memcmp(trunc[0], trunc[1], sizeof trunc[0]) == 0, "kernel %d step %d: truncations", kernel, t);
+            cr_assert(memcmp(v[0].states, v[1].states, N * batched->state_bytes) == 0, "kernel %d step %d: states", kernel, t);
+            for (int i = 0; i < N; i++) {
+                if (term[0][i] || trunc[0][i])
+                    cr_assert(memcmp(fin[0] + i * D, fin[1] + i * D, D * sizeof(float)) == 0, "kernel %d step %d env %d: final observation", kernel, t, i);
+                terminals += term[0][i];
+                truncations += trunc[0][i];
+            }
+        }
+        sm_env_log l[2] = {sm_vecenv_log_take(&v[0]), sm_vecenv_log_take(&v[1])};
+        cr_assert(memcmp(&l[0], &l[1], sizeof l[0]) == 0, "kernel %d: episode logs", kernel);
+        cr_assert_eq(l[0].n, terminals + truncations);
+        cr_assert_gt(terminals, 100, "kernel %d: %ld terminal steps", kernel, terminals);
+        cr_assert_gt(truncations, 10, "kernel %d: %ld truncations", kernel, truncations);
+        for (int r = 0; r < 2; r++) sm_vecenv_free(&v[r]);
+    }
+    sm_acrobot_batch_avx2 = -1;
 }
 
 /* ---------------------------------------------------------------------------------------------- */

@@ -2,7 +2,8 @@
  * 1 ulp apart over millions of points in the ranges the environments use and up to the 2^20 bound,
  * near multiples of pi/2 where the argument reduction cancels, and bit for bit glibc's own results
  * outside the fast range (0, -0, tiny, huge, inf, NaN). Each range prints its largest difference
- * and how many results differ at all. */
+ * and how many results differ at all. The four-lane fast path (sm_sincos4_fast, Acrobot's batched
+ * step), compiled without and with AVX2, gives every lane the two-lane one's bits and mask. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -133,4 +134,81 @@ Test(sincos, special_and_out_of_range_inputs_are_glibcs) {
                             0x1.6c6cbc45dc8dep+5, 0x1.6c6cbc45dc8ddp+5, 0x1.6c6cbc45dc8dfp+5, -0x1.6c6cbc45dc8dep+5};
     for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) check_one(&st, edges[i]);
     report("edges of the fast range", &st);
+}
+
+/* sm_sincos4_fast on x[0..3]: the results and the fast-path mask per lane; compiled for the test's
+ * target (x86-64-v2: a four-lane vector is two SSE2 registers) and, where the CPU has it, for AVX2,
+ * as envs/classic/acrobot.c compiles its batched step */
+static inline __attribute__((always_inline)) void four_lanes_(const double x[4], double s[4], double c[4], int64_t f[4]) {
+    sm_v4d_ xv, sv, cv;
+    sm_v4i_ fv;
+    memcpy(&xv, x, sizeof xv);
+    sm_sincos4_fast(&xv, &sv, &cv, &fv);
+    memcpy(s, &sv, sizeof sv);
+    memcpy(c, &cv, sizeof cv);
+    memcpy(f, &fv, sizeof fv);
+}
+static void four_lanes_base(const double x[4], double s[4], double c[4], int64_t f[4]) { four_lanes_(x, s, c, f); }
+#if defined(__x86_64__) && !defined(__AVX2__)
+__attribute__((target("avx2"))) static void four_lanes_avx2(const double x[4], double s[4], double c[4], int64_t f[4]) {
+    four_lanes_(x, s, c, f);
+}
+#endif
+
+/* the four lanes of x against sm_sincos2_fast on (x0, x1) and (x2, x3): the same mask, and where
+ * the fast path applies the same bits; returns the lanes on the fast path */
+static int check_four(void (*four)(const double *, double *, double *, int64_t *), const double x[4]) {
+    double s[4], c[4];
+    int64_t f[4];
+    four(x, s, c, f);
+    int n = 0;
+    for (int h = 0; h < 2; h++) {
+        sm_v2d_ xv = {x[2 * h], x[2 * h + 1]}, sv, cv;
+        sm_v2i_ fv;
+        sm_sincos2_fast(&xv, &sv, &cv, &fv);
+        double s2[2], c2[2];
+        memcpy(s2, &sv, sizeof sv);
+        memcpy(c2, &cv, sizeof cv);
+        for (int j = 0; j < 2; j++) {
+            const int l = 2 * h + j;
+            cr_assert_eq(f[l], fv[j], "fast-path mask at %a", x[l]);
+            if (!fv[j]) continue;
+            n++;
+            cr_assert(memcmp(&s[l], &s2[j], 8) == 0 && memcmp(&c[l], &c2[j], 8) == 0, "lane %d at %a: %a %a vs %a %a",
+                      l, x[l], s[l], c[l], s2[j], c2[j]);
+        }
+    }
+    return n;
+}
+
+Test(sincos, four_lanes_are_two_lanes_bit_for_bit) {
+    void (*kernels[2])(const double *, double *, double *, int64_t *) = {four_lanes_base, NULL};
+#if defined(__x86_64__) && !defined(__AVX2__)
+    if (__builtin_cpu_supports("avx2")) kernels[1] = four_lanes_avx2;
+#endif
+    const double pio2_hi = 0x1.921fb54442d18p+0;
+    const double special[] = {0.0, -0.0, 0x1p-27, 0x1p-26, 0x1p20, 0x1.0000000000001p20, INFINITY, NAN,
+                              0x1.6c6cbc45dc8dep+5, 29 * pio2_hi, -3 * pio2_hi, 1.0};
+    for (int k = 0; k < 2; k++) {
+        if (!kernels[k]) continue;
+        sm_rng g;
+        sm_rng_seed(&g, 21);
+        long fast = 0, n = 0;
+        for (int i = 0; i < kPoints / 4; i++, n += 4) {
+            double x[4];
+            for (int l = 0; l < 4; l++) {
+                switch (sm_rng_below(&g, 4)) {
+                case 0: x[l] = 4 * M_PI * (2 * sm_rng_uniform(&g) - 1); break; /* acrobot's stages */
+                case 1: x[l] = ldexp(2 * sm_rng_uniform(&g) - 1, (int)sm_rng_below(&g, 51) - 30); break;
+                case 2: x[l] = (int)sm_rng_below(&g, 2001) - 1000; x[l] = x[l] * pio2_hi + ldexp(sm_rng_uniform(&g) - 0.5, -(int)sm_rng_below(&g, 60)); break;
+                default: x[l] = special[sm_rng_below(&g, sizeof special / sizeof special[0])]; break;
+                }
+            }
+            fast += check_four(kernels[k], x);
+        }
+        fprintf(stderr, "sincos four lanes (%s): %ld of %ld lanes on the fast path, all equal to two lanes\n",
+                k ? "AVX2" : "base", fast, n);
+        cr_assert_gt(fast, n / 2);
+        cr_assert_lt(fast, n);
+    }
 }

@@ -1,7 +1,9 @@
 /* sm_sincos, sm_sincos2: the sine and cosine of one double, or of two in the lanes of one vector,
  * inlined, for the hot loops of the environments (Acrobot takes two angles' sines and cosines four
- * times a step). A private header of the core layer: envs (core only) and the tests include it as
- * "core/sincos.h".
+ * times a step). sm_sincos2_fast, sm_sincos4_fast: the fast path alone on two or four lanes, with a
+ * mask of the lanes the caller must hand to libm (Acrobot's batched step, four environments in the
+ * lanes of an AVX vector). A private header of the core layer: envs (core only) and the tests
+ * include it as "core/sincos.h".
  *
  * Accuracy, measured by tests/test_sincos.c against glibc's sin and cos over 3 x 10^6 evaluations
  * in each of [-pi/4, pi/4], [-pi, pi], [-4 pi, 4 pi], [-100, 100], [-2^20, 2^20], log-uniform
@@ -37,32 +39,70 @@
 #include <math.h>
 #include <stdint.h>
 
-/* two doubles in one SSE2 / NEON register (GCC's vector extensions, also understood by clang), their
- * bits, and the masks their comparisons give (-1 or 0 per lane) */
+/* two doubles in one SSE2 / NEON register, or four in one AVX register (GCC's vector extensions,
+ * also understood by clang), their bits, and the masks their comparisons give (-1 or 0 per lane).
+ * Without AVX a four-lane vector is two two-lane ones. */
 typedef double sm_v2d_ __attribute__((vector_size(16)));
 typedef uint64_t sm_v2u_ __attribute__((vector_size(16)));
 typedef int64_t sm_v2i_ __attribute__((vector_size(16)));
+typedef double sm_v4d_ __attribute__((vector_size(32)));
+typedef uint64_t sm_v4u_ __attribute__((vector_size(32)));
+typedef int64_t sm_v4i_ __attribute__((vector_size(32)));
 
-/* s[i] = sin(x[i]), c[i] = cos(x[i]) for i = 0, 1, both lanes at the cost of one */
+/* SM_SINCOS_FAST_(NAME, VD, VU, VI) defines NAME(x, s, c, fast): the fast path on every lane of a
+ * vector type VD (with VU, VI its unsigned and signed 64-bit twins): *s and *c the sine and cosine
+ * of each lane of *x, and *fast -1 in the lanes where they are valid, 0 where the caller must take
+ * libm's instead. One definition for every width, so that a lane's result does not depend on the
+ * width (Acrobot's batched step relies on that to match its one-environment step bit for bit). The
+ * vectors go by pointer: GCC warns (-Wpsabi) about 32-byte vectors passed by value without AVX. */
+#define SM_SINCOS_FAST_(NAME, VD, VU, VI)                                                                    \
+    static inline __attribute__((always_inline)) void NAME(const VD *x, VD *s, VD *c, VI *fast) {           \
+        const double inv_pio2 = 0x1.45f306dc9c883p-1; /* 2/pi */                                             \
+        /* pi/2 = P1 + P1T + 2^-87.9 */                                                                      \
+        const double P1 = 0x1.921fb54400000p+0, P1T = 0x1.0b4611a626331p-34;                                 \
+        const double shift = 0x1.8p52; /* adding it rounds to an integer (|x 2/pi| < 2^51) */                \
+        const uint64_t abs_mask = INT64_MAX;                                                                 \
+        const VD xv = *x;                                                                                    \
+        VD t = xv * inv_pio2 + shift;                                                                        \
+        VU n = (VU)t; /* the low mantissa bits of t: n mod 4 in two's complement */                          \
+        VD fn = t - shift;                                                                                   \
+        VD a = xv - fn * P1, w = fn * P1T; /* a exact */                                                     \
+        VD y0 = a - w, y1 = (a - y0) - w;  /* y0 + y1 = a - w exactly (Fast2Sum, |w| < |a|) */               \
+        /* the fast range: |x| in [2^-26, 2^20] (false for NaN too; below 2^-26 sin x rounds to x and     \
+         * cos x to 1, which libm gets exactly, signed zeros included), and no deep cancellation          \
+         * (|r| >= |n| 2^-24) */                                                                             \
+        VD ax = (VD)((VU)xv & abs_mask), ay0 = (VD)((VU)y0 & abs_mask);                                      \
+        VD afn = (VD)((VU)fn & abs_mask);                                                                    \
+        *fast = (ax >= 0x1p-26) & (ax <= 0x1p20) & (ay0 >= afn * 0x1p-24);                                   \
+                                                                                                             \
+        /* fdlibm's kernels on [-pi/4, pi/4] */                                                              \
+        const double S1 = -1.66666666666666324348e-01, S2 = 8.33333333332248946124e-03,                      \
+                     S3 = -1.98412698298579493134e-04, S4 = 2.75573137070700676789e-06,                      \
+                     S5 = -2.50507602534068634195e-08, S6 = 1.58969099521155010221e-10;                      \
+        const double C1 = 4.16666666666666019037e-02, C2 = -1.38888888888741095749e-03,                      \
+                     C3 = 2.48015872894767294178e-05, C4 = -2.75573143513906633035e-07,                      \
+                     C5 = 2.08757232129817482790e-09, C6 = -1.13596475577881948265e-11;                      \
+        VD z = y0 * y0, z2 = z * z, v = z * y0;                                                              \
+        VD rs = S2 + z * (S3 + z * S4) + z * z2 * (S5 + z * S6);                                             \
+        VD ks = y0 - ((z * (0.5 * y1 - v * rs) - y1) - v * S1);                                              \
+        VD rc = z * (C1 + z * (C2 + z * C3)) + z2 * z2 * (C4 + z * (C5 + z * C6));                           \
+        VD hz = 0.5 * z, w1 = 1.0 - hz;                                                                      \
+        VD kc = w1 + (((1.0 - w1) - hz) + (z * rc - y0 * y1));                                               \
+                                                                                                             \
+        /* quadrant n mod 4: sin x = (ks, kc, -ks, -kc)[q], cos x = (kc, -ks, -kc, ks)[q], by bit masks */ \
+        VU swap = -(n & 1), iks = (VU)ks, ikc = (VU)kc;                                                      \
+        *s = (VD)(((iks & ~swap) | (ikc & swap)) ^ ((n & 2) << 62));                                         \
+        *c = (VD)(((ikc & ~swap) | (iks & swap)) ^ (((n + 1) & 2) << 62));                                   \
+    }
+SM_SINCOS_FAST_(sm_sincos2_fast, sm_v2d_, sm_v2u_, sm_v2i_)
+SM_SINCOS_FAST_(sm_sincos4_fast, sm_v4d_, sm_v4u_, sm_v4i_)
+
+/* s[i] = sin(x[i]), c[i] = cos(x[i]) for i = 0, 1, both lanes at the cost of one; where either lane
+ * is outside the fast path, both are libm's */
 static inline void sm_sincos2(const double x[2], double s[2], double c[2]) {
-    const sm_v2d_ inv_pio2 = {0x1.45f306dc9c883p-1, 0x1.45f306dc9c883p-1}; /* 2/pi */
-    /* pi/2 = P1 + P1T + 2^-87.9 */
-    const sm_v2d_ P1 = {0x1.921fb54400000p+0, 0x1.921fb54400000p+0}, P1T = {0x1.0b4611a626331p-34, 0x1.0b4611a626331p-34};
-    const sm_v2d_ shift = {0x1.8p52, 0x1.8p52}; /* adding it rounds to an integer (|x 2/pi| < 2^51) */
-    const sm_v2u_ abs_mask = {INT64_MAX, INT64_MAX};
-    sm_v2d_ xv = {x[0], x[1]};
-    sm_v2d_ t = xv * inv_pio2 + shift;
-    sm_v2u_ n = (sm_v2u_)t; /* the low mantissa bits of t: n mod 4 in two's complement */
-    sm_v2d_ fn = t - shift;
-    sm_v2d_ a = xv - fn * P1, w = fn * P1T; /* a exact */
-    sm_v2d_ y0 = a - w, y1 = (a - y0) - w;  /* y0 + y1 = a - w exactly (Fast2Sum, |w| < |a|) */
-    /* the fast range: |x| in [2^-26, 2^20] (false for NaN too; below 2^-26 sin x rounds to x and
-     * cos x to 1, which libm gets exactly, signed zeros included), and no deep cancellation
-     * (|r| >= |n| 2^-24) */
-    sm_v2d_ ax = (sm_v2d_)((sm_v2u_)xv & abs_mask), ay0 = (sm_v2d_)((sm_v2u_)y0 & abs_mask);
-    sm_v2d_ afn = (sm_v2d_)((sm_v2u_)fn & abs_mask);
-    const sm_v2d_ lo = {0x1p-26, 0x1p-26}, hi = {0x1p20, 0x1p20}, cancel = {0x1p-24, 0x1p-24};
-    sm_v2i_ fast = (ax >= lo) & (ax <= hi) & (ay0 >= afn * cancel);
+    sm_v2d_ xv = {x[0], x[1]}, sv, cv;
+    sm_v2i_ fast;
+    sm_sincos2_fast(&xv, &sv, &cv, &fast);
     if (__builtin_expect(!(fast[0] & fast[1]), 0)) {
         for (int i = 0; i < 2; i++) {
             s[i] = sin(x[i]);
@@ -70,24 +110,6 @@ static inline void sm_sincos2(const double x[2], double s[2], double c[2]) {
         }
         return;
     }
-
-    /* fdlibm's kernels on [-pi/4, pi/4] */
-    const double S1 = -1.66666666666666324348e-01, S2 = 8.33333333332248946124e-03, S3 = -1.98412698298579493134e-04,
-                 S4 = 2.75573137070700676789e-06, S5 = -2.50507602534068634195e-08, S6 = 1.58969099521155010221e-10;
-    const double C1 = 4.16666666666666019037e-02, C2 = -1.38888888888741095749e-03, C3 = 2.48015872894767294178e-05,
-                 C4 = -2.75573143513906633035e-07, C5 = 2.08757232129817482790e-09, C6 = -1.13596475577881948265e-11;
-    sm_v2d_ z = y0 * y0, z2 = z * z, v = z * y0;
-    sm_v2d_ rs = S2 + z * (S3 + z * S4) + z * z2 * (S5 + z * S6);
-    sm_v2d_ ks = y0 - ((z * (0.5 * y1 - v * rs) - y1) - v * S1);
-    sm_v2d_ rc = z * (C1 + z * (C2 + z * C3)) + z2 * z2 * (C4 + z * (C5 + z * C6));
-    sm_v2d_ hz = 0.5 * z, w1 = 1.0 - hz;
-    sm_v2d_ kc = w1 + (((1.0 - w1) - hz) + (z * rc - y0 * y1));
-
-    /* quadrant n mod 4: sin x = (ks, kc, -ks, -kc)[q], cos x = (kc, -ks, -kc, ks)[q], by bit masks */
-    sm_v2u_ swap = -(n & 1), iks = (sm_v2u_)ks, ikc = (sm_v2u_)kc;
-    sm_v2u_ sin_bits = ((iks & ~swap) | (ikc & swap)) ^ ((n & 2) << 62);
-    sm_v2u_ cos_bits = ((ikc & ~swap) | (iks & swap)) ^ (((n + 1) & 2) << 62);
-    sm_v2d_ sv = (sm_v2d_)sin_bits, cv = (sm_v2d_)cos_bits;
     s[0] = sv[0];
     s[1] = sv[1];
     c[0] = cv[0];

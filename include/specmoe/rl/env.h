@@ -82,6 +82,15 @@ typedef struct sm_env_spec {
      * Does not reset and does not apply the time limit (the vector does both). */
     void (*step)(void *st, const int *a_disc, const float *a_box, float *obs, float *reward,
                  unsigned char *terminal);
+    /* Optional (NULL: step once per environment): n steps of the environments whose states lie
+     * one after the other in states (state_bytes each, as the vector stores them), with their
+     * actions a_disc (n) or a_box (n, act_n) and their outputs obs (n, obs numel), reward (n),
+     * terminal (n). The same as n calls of step, bit for bit: results do not depend on how the
+     * vector groups its environments. For environments whose one step is a chain of dependent
+     * arithmetic, so that several environments side by side keep a core busy (Acrobot: four in
+     * the lanes of a vector, envs/classic/acrobot.c). */
+    void (*step_batch)(void *states, int n, const int *a_disc, const float *a_box, float *obs, float *reward,
+                       unsigned char *terminal);
     /* Score and success of the episode that just ended (NULL: score = return, success = 0).
      * Called before reset. */
     void (*episode_end)(const void *st, float *score, float *success);
