@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "common.h"
 #include "flags.h"
+#include "specmoe/methods/softmoe_rl/reset.h"
 #include "specmoe/rl/agent.h"
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -67,7 +68,7 @@ typedef struct {
     const char *env, *policy;
     long episodes;
     uint64_t seed;
-    int threads;
+    int threads, prune;
 } eval_settings;
 
 /* Episodes are shared out in fixed quotas over this many environments (sm_rl_evaluate), so which
@@ -92,6 +93,15 @@ static int eval_checkpoint(const eval_settings *o, const char *path) {
     cli_set_threads(o->threads);
     sm_policy *p = k->load_policy(path, EVAL_MAX_ENVS, &err);
     if (!p) return cli_fail(err.code ? err.code : SM_ERR_FORMAT, &err);
+    if (o->prune > 0) { /* SoftMoE-in-RL Fig. 19 at evaluation: the last experts of each MoE layer dropped */
+        sm_status ps = p->net ? sm_model_prune_last(p->net, o->prune, &err)
+                              : sm_fail(&err, SM_ERR_ARG, "prune: the %s agent's policy has no prunable network", k->name);
+        if (ps != SM_OK) {
+            p->destroy(p);
+            fprintf(stderr, "specmoe rl eval: %s: %s\n", path, err.msg);
+            return CLI_EXIT_USAGE;
+        }
+    }
     const char *env = o->env ? o->env : p->env->name;
     sm_env_log log;
     sm_status st = sm_rl_evaluate(p, env, NULL, (int)o->episodes, EVAL_MAX_ENVS, o->seed, o->threads, &log, &err);
@@ -109,6 +119,7 @@ static int rl_eval(int argc, char **argv) {
         {"episodes", FL_LONG, &o.episodes, "100", "episodes to average over", 0},
         {"seed", FL_U64, &o.seed, "1", "seed of the environments and of the policy", 0},
         {"threads", FL_INT, &o.threads, "1", "OpenMP threads stepping the environments (the result does not depend on it)", 0},
+        {"prune-experts", FL_INT, &o.prune, "0", "a checkpoint's policy with the last N experts of each MoE layer pruned (soft router)", 0},
     };
     const int nfl = (int)(sizeof fl / sizeof fl[0]);
     const char *pos[1];
@@ -120,8 +131,8 @@ static int rl_eval(int argc, char **argv) {
             fprintf(stderr, "specmoe rl eval: give a checkpoint or --policy random, not both\n");
             return CLI_EXIT_USAGE;
         }
-        if (o.episodes < 1 || o.episodes > 1000000000 || o.threads < 1) {
-            fprintf(stderr, "specmoe rl eval: --episodes must be in [1, 1e9] and --threads >= 1\n");
+        if (o.episodes < 1 || o.episodes > 1000000000 || o.threads < 1 || o.prune < 0) {
+            fprintf(stderr, "specmoe rl eval: --episodes must be in [1, 1e9], --threads >= 1 and --prune-experts >= 0\n");
             return CLI_EXIT_USAGE;
         }
         return eval_checkpoint(&o, pos[0]);

@@ -629,7 +629,7 @@ fi
 # study end to end (three DER runs of Fig. 5 on Breakout, then the report of the figure)
 expect 0 "bench tokenize: the quick tier is 6 variants x 2 games" "^bench-tokenize tier=quick .* runs=12 jobs=2 " -- \
     "$bin" bench tokenize --dry-run --out "$tmp/tk-plan"
-expect 0 "bench tokenize: the full tier is every figure on five games, 3 seeds" "^bench-tokenize tier=full .*seeds=3 frames=1000000 .* runs=330 " -- \
+expect 0 "bench tokenize: the full tier is every figure on five games, 3 seeds" "^bench-tokenize tier=full .*seeds=3 frames=1000000 .* runs=360 " -- \
     "$bin" bench tokenize --tier full --dry-run --out "$tmp/tk-plan"
 expect 0 "bench tokenize --encoder impala puts residual blocks in front" "--arch conv:16:3:1:1,maxpool:2:2,res:16,res:16,.*,act,dense:128\$" -- \
     "$bin" bench tokenize --encoder impala --figures 5 --games breakout --dry-run --out "$tmp/tk-plan"
@@ -644,6 +644,18 @@ expect 0 "rl train: an Impala residual block in --arch" "^rl-train env=minatar/b
     "$bin" rl train --env minatar/breakout --agent dqn --frames 300 --arch conv:8:3:1:1,res:8,act,dense:16 --out "$tmp/rl_res"
 expect 2 "rl train: a residual block whose channels differ from its input's is refused" "layers.1: a residual module needs its output shape equal to its input's" -- \
     "$bin" rl train --env minatar/breakout --agent dqn --frames 300 --arch conv:8:3:1:1,res:4 --out "$tmp/rl_res2"
+# pruning experts (SoftMoE-in-RL Fig. 19): during training on a soft router, at evaluation, refusals
+expect 0 "rl train: two of four SoftMoE experts pruned during the run" "^rl-train env=minatar/breakout agent=dqn frames=600 " -- \
+    "$bin" rl train --env minatar/breakout --agent dqn --frames 600 --learning-starts 100 --arch conv:4:3:1:0,tokens,moe:8,flatten \
+    --router soft --experts 4 --prune-experts 2 --prune-from 200 --prune-to 400 --out "$tmp/rl_prune"
+expect 0 "rl eval --prune-experts: the policy with two experts dropped" "^rl-eval env=minatar/breakout .*episodes=3 " -- \
+    "$bin" rl eval "$tmp/rl_prune/checkpoint.safetensors" --episodes 3 --prune-experts 2
+expect 2 "rl eval --prune-experts: every expert pruned is refused" "at least one must stay" -- \
+    "$bin" rl eval "$tmp/rl_prune/checkpoint.safetensors" --episodes 3 --prune-experts 4
+expect 2 "rl train: pruning a topk network is refused before any work" "the topk router of layer 1 cannot prune experts" -- \
+    "$bin" rl train --env minatar/breakout --agent dqn --frames 600 --arch conv:4:3:1:0,moe:8 --experts 4 --prune-experts 1 --out "$tmp/rl_prune2"
+expect 2 "rl train: prune_to before prune_from is refused" "prune_to >= prune_from" -- \
+    "$bin" rl train --env minatar/breakout --agent dqn --prune-experts 1 --prune-from 10 --prune-to 5 --out "$tmp/rl_prune3"
 rm -rf "$tmp"
 echo "cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]

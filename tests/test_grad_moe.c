@@ -68,13 +68,14 @@ static void moe_teardown(moe_ctx *c) {
 /* x_scale multiplies the drawn inputs (1 in every check but the soft router's wide-logit path);
  * the largest spread of any group's soft logits X Phi^T is returned in *soft_spread if asked */
 static void moe_check_scaled(const char *what, const sm_moe_config *cfg, int T, int d, uint64_t seed, long *dropped,
-                             double x_scale, double *soft_spread) {
+                             double x_scale, double *soft_spread, const unsigned char *on) {
     /* hash routing is a function of the input's bytes: any change of x re-routes, so only the
      * parameters are differentiable there */
     int check_x = strcmp(cfg->router.name, "hash") != 0;
     moe_ctx c;
     moe_setup(&c, cfg, T, d, seed);
     for (int i = 0; i < T * d; i++) c.x[i] *= (sm_real)x_scale;
+    if (on) cr_assert_eq(c.m->router->ops->set_active(c.m->router, on), 0); /* pruned experts */
     if (soft_spread) { /* unnormalised soft logits: L = X Phi^T, Phi the router's (S,d) slot rows */
         int ip = sm_params_find(&c.ps, "moe.router.phi");
         cr_assert(ip >= 0);
@@ -110,7 +111,7 @@ static void moe_check_scaled(const char *what, const sm_moe_config *cfg, int T, 
 }
 
 static void moe_check(const char *what, const sm_moe_config *cfg, int T, int d, uint64_t seed, long *dropped) {
-    moe_check_scaled(what, cfg, T, d, seed, dropped, 1, NULL);
+    moe_check_scaled(what, cfg, T, d, seed, dropped, 1, NULL, NULL);
 }
 
 static sm_moe_config base_router(const char *router, int E, int k, int H) {
@@ -265,8 +266,12 @@ Test(grad_moe, soft_whole_batch_and_groups) {
      * (src/nn/router_soft.c) instead of sharing one exp per logit */
     sm_soft_opts(&c.router)->soft_norm = 0;
     double spread = 0;
-    moe_check_scaled("soft.groups.wide", &c, 10, 5, 29, NULL, 40, &spread);
+    moe_check_scaled("soft.groups.wide", &c, 10, 5, 29, NULL, 40, &spread, NULL);
     cr_assert_gt(spread, 64, "the inputs must spread the logits past the one-exp path's bound (%g)", spread);
+    /* an expert pruned (Fig. 19): the combine softmax over the other experts' slots, both paths */
+    static const unsigned char on[3] = {1, 0, 1};
+    moe_check_scaled("soft.groups.pruned", &c, 10, 5, 30, NULL, 1, NULL, on);
+    moe_check_scaled("soft.groups.pruned.wide", &c, 10, 5, 31, NULL, 40, NULL, on);
 }
 
 Test(grad_moe, vmf_gate) {

@@ -1,5 +1,6 @@
 /* SoftMoE-in-RL's expert resets and shrink-and-perturb (include/specmoe/methods/softmoe_rl/reset.h). */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,4 +121,95 @@ Test(softmoe_rl, dormant_per_layer_and_per_expert_of_a_model) {
     cr_expect(e[2].expert == 1 && e[2].fraction < 1.0 && e[3].expert == 2 && e[3].fraction < 1.0);
     cr_expect(e[4].expert == -1 && e[4].fraction >= 5.0 / 15.0, "moe layer: %g", e[4].fraction);
     sm_model_free(m);
+}
+
+/* the pruning schedule of the DQN family's prune_* options */
+Test(softmoe_rl, prune_schedule) {
+    cr_expect_eq(sm_prune_count(0, 0, 100, 50), 0);
+    cr_expect_eq(sm_prune_count(2, 100, 100, 99), 0, "nothing before prune_from");
+    cr_expect_eq(sm_prune_count(2, 100, 100, 100), 2, "all at once when from == to");
+    cr_expect_eq(sm_prune_count(2, 100, 300, 100), 1, "gradual: the first at from");
+    cr_expect_eq(sm_prune_count(2, 100, 300, 299), 1);
+    cr_expect_eq(sm_prune_count(2, 100, 300, 300), 2, "the last at to");
+    cr_expect_eq(sm_prune_count(3, 0, 100, 50), 2, "three evenly: at 0, 50, 100");
+    cr_expect_eq(sm_prune_count(3, 0, 100, 10000), 3);
+}
+
+/* A pruned expert of a SoftMoE model takes no part: the outputs do not move when its weights do,
+ * its gradients are zero, and each token's combine weights sum to 1 over the other experts' slots.
+ * Routers that cannot prune, and pruning every expert, are refused with nothing changed. */
+Test(softmoe_rl, pruned_experts_take_no_part) {
+    sm_model_config cfg;
+    sm_model_config_default(&cfg);
+    sm_error err = {0};
+    cr_assert_eq(sm_model_parse_arch(&cfg, "conv:3:3:1:1,tokens,moe:5,flatten", &err), SM_OK);
+    cfg.in_c = 2, cfg.in_h = cfg.in_w = 4, cfg.in_dim = 32, cfg.n_classes = 3;
+    sm_router_config_set(&cfg.moe.router, "soft", NULL);
+    cfg.moe.router.E = 4;
+    cfg.moe.router.k = 1;
+    sm_rng r;
+    sm_rng_seed(&r, 3);
+    const int T = 6;
+    sm_model *m = sm_model_create(&cfg, T, &r, &err);
+    cr_assert(m, "%s", err.msg);
+    float x[6 * 32];
+    for (int i = 0; i < T * 32; i++) x[i] = (float)sm_rng_normal(&r);
+    const sm_real *y0 = sm_model_forward(m, x, T, NULL, 0);
+    sm_real before[6 * 3];
+    memcpy(before, y0, sizeof before);
+    cr_assert_eq(sm_model_prune_last(m, 2, &err), SM_OK, "%s", err.msg);
+    sm_real pruned[6 * 3];
+    memcpy(pruned, sm_model_forward(m, x, T, NULL, 0), sizeof pruned);
+    int moved = 0;
+    for (int i = 0; i < T * 3; i++) moved |= pruned[i] != before[i];
+    cr_expect(moved, "pruning two of four experts changes the outputs");
+    /* combine weights: 0 on experts 2, 3; rows sum to 1 */
+    const sm_moe *q = sm_model_moe(m, 0);
+    const sm_route *rt = &q->route;
+    const int S = 4 * rt->slots;
+    for (int t = 0; t < rt->T; t++) {
+        double on = 0, off = 0;
+        for (int s = 0; s < S; s++) *(s >= 2 * rt->slots ? &off : &on) += rt->combine[(size_t)t * S + s];
+        cr_expect(fabs(on - 1) < 1e-5 && off == 0, "token %d: combine mass %g on active slots, %g on pruned", t, on, off);
+    }
+    /* the pruned experts' weights do not matter, and get no gradient */
+    for (int i = 0; i < m->params.n; i++) {
+        const sm_param *p = &m->params.p[i];
+        if (!strstr(p->name, ".experts.")) continue;
+        sm_real *v = sm_params_data(&m->params, i);
+        for (size_t j = p->numel / 2; j < p->numel; j++) v[j] += 0.5f; /* experts 2, 3: the second half */
+    }
+    const sm_real *y2 = sm_model_forward(m, x, T, NULL, 1);
+    for (int i = 0; i < T * 3; i++) cr_expect_eq(y2[i], pruned[i], "output %d moved with a pruned expert's weights", i);
+    int y[6] = {0, 1, 2, 0, 1, 2};
+    sm_params_zero_grad(&m->params);
+    sm_model_loss(m, y, NULL, T);
+    sm_model_backward(m, T);
+    for (int i = 0; i < m->params.n; i++) {
+        const sm_param *p = &m->params.p[i];
+        if (!strstr(p->name, ".experts.")) continue;
+        const sm_real *g = sm_params_grad(&m->params, i);
+        double lo = 0, hi = 0;
+        for (size_t j = 0; j < p->numel / 2; j++) lo += fabs(g[j]);
+        for (size_t j = p->numel / 2; j < p->numel; j++) hi += fabs(g[j]);
+        cr_expect(lo > 0 && hi == 0, "%s: |grad| %g on active experts, %g on pruned", p->name, lo, hi);
+    }
+    /* restoring them gives the first outputs back */
+    for (int i = 0; i < m->params.n; i++) {
+        const sm_param *p = &m->params.p[i];
+        if (!strstr(p->name, ".experts.")) continue;
+        sm_real *v = sm_params_data(&m->params, i);
+        for (size_t j = p->numel / 2; j < p->numel; j++) v[j] -= 0.5f;
+    }
+    cr_assert_eq(sm_model_prune_last(m, 0, &err), SM_OK);
+    const sm_real *y3 = sm_model_forward(m, x, T, NULL, 0);
+    for (int i = 0; i < T * 3; i++) cr_expect(fabs(y3[i] - before[i]) < 1e-6, "output %d after restoring", i);
+    cr_expect_eq(sm_model_prune_last(m, 4, &err), SM_ERR_ARG, "every expert pruned");
+    cr_expect(strstr(err.msg, "at least one must stay"), "%s", err.msg);
+    sm_model_free(m);
+    /* a router that cannot prune */
+    sm_model *t = small_moe(&r);
+    cr_expect_eq(sm_model_prune_last(t, 1, &err), SM_ERR_ARG);
+    cr_expect(strstr(err.msg, "cannot prune"), "%s", err.msg);
+    sm_model_free(t);
 }

@@ -25,8 +25,9 @@
  *                    observation) and token-choice top-1 with capacity per observation (Fig. 12)
  *   *-reset, *-sp    SoftMoE-4 with all experts reset, or shrink-and-perturbed (0.5, 0.5), five
  *                    times in a run (Fig. 11)
+ *   *-prune-once, *-prune-gradual  SoftMoE-4 with two experts pruned during training: both at half
+ *                    the run, or one at 1/5 and one at 4/5 of it (Fig. 19; sm_model_prune_last)
  *   Fig. 10 runs baseline and softmoe-4 under DQN and DER.
- * Fig. 19 (pruning experts during training) has no runs here: pruning is not built yet.
  *
  * Agents: DER by default (data-efficient Rainbow: Adam 1e-4, eps 1.5e-4, batch 32, 10-step
  * returns, an update per step; `--agent rainbow` for Rainbow-lite with Adam 6.25e-5), their
@@ -59,30 +60,33 @@ typedef struct {
     const char *name;
     const char *args; /* rl train flags of the network, space-separated */
     int reset;        /* 1: add --reset-every frames/6 (five resets in a run) */
+    int prune;        /* 1: prune 2 experts at half the run; 2: one at 1/5, one at 4/5 of the run */
 } tk_variant;
 
 static const tk_variant kVariants[] = {
-    {"baseline", "--arch ENC,dense:128", 0},
-    {"baseline-x4", "--arch ENC,dense:512", 0},
-    {"softmoe-4", "--arch ENC,tokens,moe:128,flatten --router soft --experts 4", 0},
-    {"softmoe-1-x4", "--arch ENC,tokens,moe:512,flatten --router soft --experts 1", 0},
-    {"softmoe-1", "--arch ENC,tokens,moe:128,flatten --router soft --experts 1", 0},
-    {"softmoe-1-perfeat", "--arch ENC,perfeat,moe:128,flatten --router soft --experts 1", 0},
-    {"softmoe-1-perpatch", "--arch ENC,avgpool:2:2,tokens,moe:128,flatten --router soft --experts 1", 0},
-    {"softmoe-1-shuffled", "--arch ENC,shuffle:7,tokens,moe:128,flatten --router soft --experts 1", 0},
-    {"softmoe-1-x4-perfeat", "--arch ENC,perfeat,moe:512,flatten --router soft --experts 1", 0},
-    {"softmoe-1-x4-perpatch", "--arch ENC,avgpool:2:2,tokens,moe:512,flatten --router soft --experts 1", 0},
-    {"softmoe-1-x4-shuffled", "--arch ENC,shuffle:7,tokens,moe:512,flatten --router soft --experts 1", 0},
-    {"tok-sum", "--arch ENC,tokens,toksum,dense:128", 0},
-    {"tok-mean", "--arch ENC,tokens,tokmean,dense:128", 0},
-    {"gap", "--arch ENC,gap,dense:128", 0},
-    {"softmoe-4-slots10", "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --slots 2", 0},
-    {"softmoe-1-slot1", "--arch ENC,tokens,moe:128,flatten --router soft --experts 1 --slots 1", 0},
-    {"expert-choice-4", "--arch ENC,tokens,moe:128,flatten --router expert-choice --experts 4", 0},
-    {"token-choice-4", "--arch ENC,tokens,moe:128,flatten --router topk --experts 4 --topk 1", 0},
-    {"softmoe-4-reset", "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --reset-experts 0", 1},
+    {"baseline", "--arch ENC,dense:128", 0, 0},
+    {"baseline-x4", "--arch ENC,dense:512", 0, 0},
+    {"softmoe-4", "--arch ENC,tokens,moe:128,flatten --router soft --experts 4", 0, 0},
+    {"softmoe-1-x4", "--arch ENC,tokens,moe:512,flatten --router soft --experts 1", 0, 0},
+    {"softmoe-1", "--arch ENC,tokens,moe:128,flatten --router soft --experts 1", 0, 0},
+    {"softmoe-1-perfeat", "--arch ENC,perfeat,moe:128,flatten --router soft --experts 1", 0, 0},
+    {"softmoe-1-perpatch", "--arch ENC,avgpool:2:2,tokens,moe:128,flatten --router soft --experts 1", 0, 0},
+    {"softmoe-1-shuffled", "--arch ENC,shuffle:7,tokens,moe:128,flatten --router soft --experts 1", 0, 0},
+    {"softmoe-1-x4-perfeat", "--arch ENC,perfeat,moe:512,flatten --router soft --experts 1", 0, 0},
+    {"softmoe-1-x4-perpatch", "--arch ENC,avgpool:2:2,tokens,moe:512,flatten --router soft --experts 1", 0, 0},
+    {"softmoe-1-x4-shuffled", "--arch ENC,shuffle:7,tokens,moe:512,flatten --router soft --experts 1", 0, 0},
+    {"tok-sum", "--arch ENC,tokens,toksum,dense:128", 0, 0},
+    {"tok-mean", "--arch ENC,tokens,tokmean,dense:128", 0, 0},
+    {"gap", "--arch ENC,gap,dense:128", 0, 0},
+    {"softmoe-4-slots10", "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --slots 2", 0, 0},
+    {"softmoe-1-slot1", "--arch ENC,tokens,moe:128,flatten --router soft --experts 1 --slots 1", 0, 0},
+    {"expert-choice-4", "--arch ENC,tokens,moe:128,flatten --router expert-choice --experts 4", 0, 0},
+    {"token-choice-4", "--arch ENC,tokens,moe:128,flatten --router topk --experts 4 --topk 1", 0, 0},
+    {"softmoe-4-reset", "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --reset-experts 0", 1, 0},
     {"softmoe-4-sp",
-     "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --reset-shrink 0.5 --reset-perturb 0.5", 1},
+     "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --reset-shrink 0.5 --reset-perturb 0.5", 1, 0},
+    {"softmoe-4-prune-once", "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --prune-experts 2", 0, 1},
+    {"softmoe-4-prune-gradual", "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --prune-experts 2", 0, 2},
 };
 #define N_VARIANTS ((int)(sizeof kVariants / sizeof kVariants[0]))
 
@@ -104,6 +108,8 @@ static const tk_figure kFigures[] = {
     {"15", "Fig. 15: global average pooling", {"baseline", "gap", "softmoe-4"}, NULL},
     {"10", "Fig. 10: other agents (DQN, DER)", {"baseline", "softmoe-4"}, "dqn,der"},
     {"11", "Fig. 11: resets and shrink-and-perturb of the experts", {"softmoe-4", "softmoe-4-reset", "softmoe-4-sp"}, NULL},
+    {"19", "Fig. 19: two of SoftMoE-4's experts pruned during training, once or gradually",
+     {"softmoe-4", "softmoe-4-prune-once", "softmoe-4-prune-gradual"}, NULL},
 };
 #define N_FIGURES ((int)(sizeof kFigures / sizeof kFigures[0]))
 
@@ -213,6 +219,12 @@ static int plan_run(tk_run *r, const tk_opts *o, const char *self) {
         snprintf(num, sizeof num, "%ld", o->frames / 6 > 1 ? o->frames / 6 : 1);
         bad |= push_arg(r, &used, "--reset-every") | push_arg(r, &used, num);
     }
+    if (r->v->prune) {
+        snprintf(num, sizeof num, "%ld", r->v->prune == 1 ? o->frames / 2 : o->frames / 5);
+        bad |= push_arg(r, &used, "--prune-from") | push_arg(r, &used, num);
+        snprintf(num, sizeof num, "%ld", r->v->prune == 1 ? o->frames / 2 : 4 * o->frames / 5);
+        bad |= push_arg(r, &used, "--prune-to") | push_arg(r, &used, num);
+    }
     char args[512];
     snprintf(args, sizeof args, "%s", r->v->args);
     for (char *save = NULL, *t = strtok_r(args, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
@@ -268,7 +280,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
     int seeds = 0;
     fl_flag fl[] = {
         {"tier", FL_STRING, &o.tier, "quick", "quick (a smoke test, < 30 min on 2 cores) | full (decides the claims)", 0},
-        {"figures", FL_STRING, &figures, NULL, "comma list of figures (1,7,5,8,12,15,10,11; quick: 1,5; full: all)", 0},
+        {"figures", FL_STRING, &figures, NULL, "comma list of figures (1,7,5,8,12,15,10,11,19; quick: 1,5; full: all)", 0},
         {"games", FL_STRING, &games, NULL, "comma list of MinAtar games (quick: breakout,asterix; full: all five)", 0},
         {"seeds", FL_INT, &seeds, "0", "seeds per variant and game (0: the tier's: quick 1, full 3)", 0},
         {"frames", FL_LONG, &frames, "0", "frames per run (0: the tier's: quick 10000, full 1000000)", 0},
@@ -289,7 +301,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
         fprintf(stderr, "specmoe bench tokenize: --tier must be quick or full (got '%s')\n", o.tier);
         return CLI_EXIT_USAGE;
     }
-    o.figures = figures ? figures : full ? "1,7,5,8,12,15,10,11" : "1,5";
+    o.figures = figures ? figures : full ? "1,7,5,8,12,15,10,11,19" : "1,5";
     o.games = games ? games : full ? "breakout,asterix,freeway,seaquest,space_invaders" : "breakout,asterix";
     o.seeds = seeds > 0 ? seeds : full ? 3 : 1;
     o.frames = frames > 0 ? frames : full ? 1000000 : 10000;
@@ -322,7 +334,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
             for (int i = 0; i < (which ? 5 : N_FIGURES); i++) known |= !strcmp(t, which ? kGames[i] : kFigures[i].id);
             if (!known) {
                 fprintf(stderr, "specmoe bench tokenize: unknown %s '%s' (%s)\n", which ? "game" : "figure", t,
-                        which ? "breakout, asterix, freeway, seaquest, space_invaders" : "1, 7, 5, 8, 12, 15, 10, 11");
+                        which ? "breakout, asterix, freeway, seaquest, space_invaders" : "1, 7, 5, 8, 12, 15, 10, 11, 19");
                 return CLI_EXIT_USAGE;
             }
         }

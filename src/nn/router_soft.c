@@ -32,6 +32,7 @@ typedef struct {
     sm_real *dxn;            /* (T,d) */
     sm_real *dphin;          /* (S,d) */
     sm_real *block;          /* the allocation the arrays above are carved from */
+    sm_real *slot_on;        /* (S) 1 for the slots of active experts, 0 for pruned ones; NULL: none pruned */
 } soft_state;
 
 static int soft_slots(const sm_router *r) {
@@ -158,9 +159,12 @@ SOFT_INLINE void min_max(const sm_real *restrict x, size_t n, sm_real *hi, sm_re
     *lo = l[0];
 }
 
-/* C (mg,S) = softmax of L over each row; D (mg,S) = softmax of L over each column; cmax, csum (S) scratch */
+/* C (mg,S) = softmax of L over each row; D (mg,S) = softmax of L over each column; cmax, csum (S)
+ * scratch. With on (S) given, each row's softmax runs over the slots with on = 1 only (the others,
+ * a pruned expert's, get C = 0); D is computed for every slot (a pruned slot's output is unused). */
 SOFT_CLONES static void soft_softmaxes(sm_real *restrict C, sm_real *restrict D, const sm_real *restrict L,
-                                       sm_real *restrict cmax, sm_real *restrict csum, int mg, int S) {
+                                       sm_real *restrict cmax, sm_real *restrict csum, const sm_real *restrict on, int mg,
+                                       int S) {
     const size_t n = (size_t)mg * S;
     sm_real hi, lo;
     min_max(L, n, &hi, &lo);
@@ -169,9 +173,9 @@ SOFT_CLONES static void soft_softmaxes(sm_real *restrict C, sm_real *restrict D,
         for (int t = 0; t < mg; t++) {
             sm_real *e = D + (size_t)t * S, *c = C + (size_t)t * S;
             exp_row(e, L + (size_t)t * S, &hi, 0, S);
-            const sm_real by = 1 / row_dot(e, NULL, S);
+            const sm_real by = 1 / row_dot(e, on, S);
             for (int j = 0; j < S; j++) {
-                c[j] = e[j] * by;
+                c[j] = e[j] * (on ? on[j] * by : by);
                 csum[j] += e[j];
             }
         }
@@ -181,9 +185,9 @@ SOFT_CLONES static void soft_softmaxes(sm_real *restrict C, sm_real *restrict D,
             sm_real mx, mn;
             min_max(l, S, &mx, &mn);
             sm_real *c = C + (size_t)t * S;
-            exp_row(c, l, &mx, 0, S);
-            const sm_real by = 1 / row_dot(c, NULL, S);
-            for (int j = 0; j < S; j++) c[j] *= by;
+            exp_row(c, l, &mx, 0, S); /* a pruned slot may hold the maximum: still a valid shift */
+            const sm_real by = 1 / row_dot(c, on, S);
+            for (int j = 0; j < S; j++) c[j] *= on ? on[j] * by : by;
         }
         for (int j = 0; j < S; j++) cmax[j] = L[j];
         for (int t = 1; t < mg; t++)
@@ -236,7 +240,7 @@ static void soft_forward(sm_router *r, sm_route *route, const sm_real *x, int T,
     for (int g = 0; g < G; g++) {
         const int t0 = g * m, mg = T - t0 < m ? T - t0 : m;
         soft_softmaxes(route->combine + (size_t)t0 * S, route->dispatch + (size_t)t0 * S, s->logits + (size_t)t0 * S,
-                       s->colbuf, s->colbuf + S, mg, S);
+                       s->colbuf, s->colbuf + S, s->slot_on, mg, S);
     }
     /* routing probabilities for metrics: each token's combine mass per expert */
     for (int t = 0; t < T; t++)
@@ -287,9 +291,27 @@ static void soft_backward(sm_router *r, sm_real *dx, const sm_route *route, cons
     sm_l2norm_backward(s->dphi, s->dphin, s->phin, s->phinorm, S, d);
 }
 
+/* pruned experts' slots get no combine weight (see soft_softmaxes) */
+static int soft_set_active(sm_router *r, const unsigned char *on) {
+    soft_state *s = r->state;
+    int all = 1;
+    for (int e = 0; e < r->cfg.E; e++) all &= on[e] != 0;
+    if (all) {
+        free(s->slot_on);
+        s->slot_on = NULL;
+        return 0;
+    }
+    if (!s->slot_on) s->slot_on = malloc(sizeof(sm_real) * (size_t)r->cfg.E * s->p);
+    if (!s->slot_on) return -1;
+    for (int e = 0; e < r->cfg.E; e++)
+        for (int j = 0; j < s->p; j++) s->slot_on[e * s->p + j] = on[e] ? 1 : 0;
+    return 0;
+}
+
 static void soft_destroy(sm_router *r) {
     soft_state *s = r->state;
     if (!s) return;
+    free(s->slot_on);
     free(s->block);
     free(s);
     r->state = NULL;
@@ -320,5 +342,5 @@ const sm_router_ops sm_router_soft_ops = {
     .max_assign = soft_max_assign, .max_slots = soft_max_slots, .reserve = soft_reserve,
     .forward = soft_forward, .backward = soft_backward, .destroy = soft_destroy,
     .opts = kSoftOpts, .n_opts = SM_LEN(kSoftOpts), .check = soft_check, .defaults = soft_defaults,
-    .group_key = "soft_group",
+    .group_key = "soft_group", .set_active = soft_set_active,
 };

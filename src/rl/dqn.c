@@ -133,6 +133,9 @@ static const sm_opt kOpts[] = {
     ROW("reset_router", SM_OPT_BOOL, reset_router, "0", "reset the routers too"),
     ROW("reset_shrink", SM_OPT_NUM, reset_shrink, "0", "theta <- shrink theta + perturb phi (reset 0 1, S&P 0.5 0.5)"),
     ROW("reset_perturb", SM_OPT_NUM, reset_perturb, "1", "the weight of the fresh draw phi"),
+    ROW("prune_experts", SM_OPT_INT, prune_experts, "0", "experts per MoE layer pruned during the run (soft router; Fig. 19)"),
+    ROW("prune_from", SM_OPT_INT, prune_from, "0", "frame of the first pruning"),
+    ROW("prune_to", SM_OPT_INT, prune_to, "0", "frame of the last (pruned one at a time, evenly spaced from prune_from)"),
     ROW("dormant_tau", SM_OPT_NUM, dormant_tau, "0.1",
         "dormant-neuron threshold: the fraction of tau-dormant units of each layer and expert on the last batch is logged (dormant/...); < 0: off"),
     ROW("ckpt_every", SM_OPT_INT, ckpt_every, "0", "frames between checkpoints (0: at the end)"),
@@ -231,6 +234,8 @@ static sm_status dqn_check(const void *cfgv, const sm_env_spec *env, sm_error *e
     if (c->log_every < 1 || c->ckpt_every < 0) return sm_fail(err, SM_ERR_ARG, "log_every must be >= 1 and ckpt_every >= 0");
     if (c->reset_every < 0 || c->reset_experts < 0 || !isfinite(c->reset_shrink) || !isfinite(c->reset_perturb))
         return sm_fail(err, SM_ERR_ARG, "reset_every and reset_experts must be >= 0, reset_shrink and reset_perturb finite");
+    if (c->prune_experts < 0 || c->prune_from < 0 || c->prune_to < c->prune_from)
+        return sm_fail(err, SM_ERR_ARG, "prune_experts and prune_from must be >= 0 and prune_to >= prune_from");
     sm_act a;
     if (sm_act_parse(c->act, &a)) return sm_fail(err, SM_ERR_ARG, "unknown activation '%s'", c->act);
     return SM_OK;
@@ -408,6 +413,7 @@ static sm_policy *dqn_load_policy(const char *path, int max_N, sm_error *err) {
     p->destroy = policy_destroy;
     p->max_N = max_N;
     p->impl = d;
+    p->net = d->nets.q;
     return p;
 }
 
@@ -743,6 +749,11 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
     memset(&log, 0, sizeof log);
     int have_nets = 0;
     if ((st = build_nets(&n, &c, env, net, N > B ? N : B, &ct.rng, err)) != SM_OK) goto done;
+    /* a pruning the network cannot take is refused before any work */
+    if (c.prune_experts > 0 &&
+        ((st = sm_model_prune_last(n.q, c.prune_experts, err)) != SM_OK || (st = sm_model_prune_last(n.q, 0, err)) != SM_OK))
+        goto done;
+    int pruned = 0;
     have_nets = 1;
     sm_optim_config oc;
     sm_optim_config_default(&oc);
@@ -789,6 +800,13 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
         if (run->stop_after > 0 && ct.frames >= run->stop_after) {
             res->stopped = 2;
             break;
+        }
+        /* the experts pruned by now (a resumed run gets its count back here too), in both networks */
+        const int want = sm_prune_count(c.prune_experts, c.prune_from, c.prune_to, ct.frames);
+        if (want != pruned) {
+            if ((st = sm_model_prune_last(n.q, want, err)) != SM_OK || (st = sm_model_prune_last(n.qt, want, err)) != SM_OK)
+                goto done;
+            pruned = want;
         }
         /* act: epsilon-greedy over the N environments */
         double eps = epsilon_at(&c, ct.frames);

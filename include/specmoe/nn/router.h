@@ -157,6 +157,11 @@ typedef struct {
      * R > 1 rows (tokens) per example sets it to R when it is 0: routing stays within an observation
      * (SoftMoE-in-RL). */
     const char *group_key;
+    /* Pruning (SoftMoE-in-RL Fig. 19): experts with on[e] == 0 take no part until the next call -
+     * a SOFT router gives their slots no combine weight and renormalises the rest over the other
+     * experts' slots, so they get no gradient either. Returns 0, or -1 out of memory (nothing
+     * changed). NULL if the router cannot prune. */
+    int (*set_active)(sm_router *r, const unsigned char *on);
 } sm_router_ops;
 
 struct sm_router {

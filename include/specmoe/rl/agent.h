@@ -62,6 +62,7 @@ struct sm_policy {
     void (*destroy)(sm_policy *p);
     int max_N;
     void *impl;
+    sm_model *net; /* the network it acts with (the DQN family's Q-network), for pruning; NULL if none */
 };
 
 typedef struct sm_agent_kind {

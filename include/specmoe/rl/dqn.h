@@ -44,6 +44,11 @@ typedef struct {
     int reset_experts;     /* per MoE layer: 0 = every expert, K = the K with the most dormant units */
     int reset_router;      /* the routers too */
     double reset_shrink, reset_perturb; /* theta <- shrink theta + perturb phi (a reset: 0, 1; S&P: 0.5, 0.5) */
+    /* pruning of the network's experts during training (SoftMoE-in-RL Fig. 19; sm_model_prune_last):
+     * prune_experts of each MoE layer, one at a time at evenly spaced frames from prune_from to
+     * prune_to (all at prune_from when the two are equal) */
+    int prune_experts;
+    int prune_from, prune_to;
     double dormant_tau;    /* threshold of the dormant-neuron fractions logged with them (Sokar et al. 2023); < 0: none */
     int ckpt_every;        /* frames between checkpoints (0: at the end only) */
     int save_replay;       /* checkpoints hold the replay, environments and counters (exact resume) */

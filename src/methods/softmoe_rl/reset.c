@@ -62,3 +62,35 @@ int sm_moe_most_dormant(const sm_dormant_entry *e, int n, int l, int k, int *out
     }
     return got;
 }
+
+sm_status sm_model_prune_last(sm_model *m, int n, sm_error *err) {
+    int found = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        const sm_moe *q = m->layers[l].moe;
+        if (!q) continue;
+        found = 1;
+        if (n > 0 && !q->router->ops->set_active)
+            return sm_fail(err, SM_ERR_ARG, "prune: the %s router of layer %d cannot prune experts (soft can)",
+                           q->router->ops->name, l);
+        if (n < 0 || n >= q->E)
+            return sm_fail(err, SM_ERR_ARG, "prune: %d of %d experts in layer %d (at least one must stay)", n, q->E, l);
+    }
+    if (!found && n > 0) return sm_fail(err, SM_ERR_ARG, "prune: the network has no MoE layer");
+    for (int l = 0; l < m->n_layers; l++) {
+        sm_moe *q = m->layers[l].moe;
+        if (!q || !q->router->ops->set_active) continue;
+        unsigned char on[1024];
+        if (q->E > 1024) return sm_fail(err, SM_ERR_ARG, "prune: at most 1024 experts per layer");
+        for (int e = 0; e < q->E; e++) on[e] = e < q->E - n;
+        if (q->router->ops->set_active(q->router, on)) return sm_fail(err, SM_ERR_NOMEM, "prune: out of memory");
+    }
+    return SM_OK;
+}
+
+int sm_prune_count(int n, long from, long to, long f) {
+    if (n <= 0 || f < from) return 0;
+    if (n == 1 || to <= from) return n;
+    /* k pruned when f >= from + (k - 1) (to - from) / (n - 1) */
+    long k = 1 + (long)((double)(f - from) * (n - 1) / (double)(to - from));
+    return k > n ? n : (int)k;
+}

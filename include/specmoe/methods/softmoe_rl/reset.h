@@ -32,6 +32,19 @@ size_t sm_moe_shrink_perturb(sm_model *m, sm_optim *opt, int layer, const int *e
  * many. */
 int sm_moe_most_dormant(const sm_dormant_entry *e, int n, int l, int k, int *out);
 
+/* Pruning experts ("Don't Flatten, Tokenize!" App., Fig. 19: two of SoftMoE-4's experts pruned
+ * during training, once or gradually, or at evaluation): in every MoE layer of m the last n experts
+ * (E - n .. E - 1; experts are exchangeable at initialisation, so which ones does not matter) take no
+ * part any more - the router gives them no tokens or slots and they get no gradient; n = 0 restores
+ * them all. Their parameters stay, so checkpoints keep their shapes. Refused, with nothing changed,
+ * if a layer's router cannot prune (its set_active is NULL: the soft router can) or n >= E. */
+sm_status sm_model_prune_last(sm_model *m, int n, sm_error *err);
+
+/* The experts pruned by frame f under the schedule of sm_dqn_config's prune_* options: n experts,
+ * the k-th (k = 1..n) at frame from + (k - 1) (to - from) / (n - 1) (all at `from` when n = 1 or
+ * from = to); 0 before `from`. */
+int sm_prune_count(int n, long from, long to, long f);
+
 #ifdef __cplusplus
 }
 #endif
