@@ -653,7 +653,8 @@ static void cellx(cli_buf *md, cli_buf *js, const char *key, const run_result *r
     seed_stat(res, o, ci, off, scale, &mean, &half, NULL);
     if (isnan(mean)) cli_bprintf(md, " — |");
     else cli_bprintf(md, " %.*f ± %.*f |", prec, mean, prec, half);
-    cli_bprintf(js, "\"%s\":{\"mean\":%.5f,\"ci95\":%.5f}", key, isnan(mean) ? 0 : mean, isnan(half) ? 0 : half);
+    if (isnan(mean)) cli_bprintf(js, "\"%s\":null", key);
+    else cli_bprintf(js, "\"%s\":{\"mean\":%.5f,\"ci95\":%.5f}", key, mean, half);
 }
 
 static void cell(cli_buf *md, cli_buf *js, const char *key, const run_result *res, const ssmoe_settings *o, int ci,
