@@ -48,7 +48,7 @@ def main(path):
         print("| A - B | clean | corrupted |\n|---|---|---|")
         for a, b in [("SSMoE-full", "Original"), ("SSMoE-avgEV", "Original"), ("SSMoE-drop", "Router-drop"),
                      ("SSMoE-drop", "RandDrop"), ("Router-drop", "RandDrop"), ("SSMoE-drop + mixed", "Router-drop"),
-                     ("SSMoE-drop + mixed", "Original")]:
+                     ("SSMoE-drop + mixed", "Original"), ("SSMoE-drop + mixed", "RandDrop")]:
             print(row("%s - %s" % (a, b), meth[a], meth[b]))
         sweep = {s["alpha"]: s for s in c["alpha_sweep"]}
         if 0 in sweep and "probe_test" in sweep[0]:
