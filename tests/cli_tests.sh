@@ -656,6 +656,30 @@ expect 2 "rl train: pruning a topk network is refused before any work" "the topk
     "$bin" rl train --env minatar/breakout --agent dqn --frames 600 --arch conv:4:3:1:0,moe:8 --experts 4 --prune-experts 1 --out "$tmp/rl_prune2"
 expect 2 "rl train: prune_to before prune_from is refused" "prune_to >= prune_from" -- \
     "$bin" rl train --env minatar/breakout --agent dqn --prune-experts 1 --prune-from 10 --prune-to 5 --out "$tmp/rl_prune3"
+# ---- SSMoE on collapsed routers (issue 16): bench ssmoe --model upcycle, the probe and their flags ----
+expect 2 "bench ssmoe: unknown --model refused" "--model: expected scratch or upcycle" -- "$bin" bench ssmoe --model big
+expect 2 "bench ssmoe: probe classes must be held out" "--probe-classes: .*held out" -- \
+    "$bin" bench ssmoe --classes 0,1,2 --probe-classes 2,3
+expect 2 "bench ssmoe: one class refused" "--classes: need at least 2" -- "$bin" bench ssmoe --classes 3
+expect 2 "bench ssmoe: negative --ft-epochs refused" "--ft-epochs >= 0" -- "$bin" bench ssmoe --ft-epochs -1
+expect 2 "bench ssmoe: --ft-lr 0 refused" "--ft-lr > 0" -- "$bin" bench ssmoe --ft-lr 0
+expect 2 "bench ssmoe: --probe-train beyond the probe classes' images refused" "at most 12000" -- \
+    "$bin" bench ssmoe --probe-classes 8,9 --probe-train 12000 --probe-val 10
+expect 2 "bench ssmoe: --model upcycle needs an MoE layer to upcycle" "MoE layers" -- \
+    "$bin" bench ssmoe --model upcycle --arch dense:16,ffn:16
+out=$("$bin" bench ssmoe --model upcycle --dense-epochs 1 --ft-epochs 1 --seeds 1 --configs 4:2 --arch dense:16,moe:16 \
+      --alphas 0,1 --cs 5 --calib 100 --probe-train 300 --probe-val 100 --threads 1 --out "$tmp/bsu" 2>&1); rc=$?
+acc=$(echo "$out" | sed -n 's/.*dense model | \([0-9.]*\) .*right after upcycling (must equal it) | \([0-9.]*\) .*/\1 \2/p')
+read -r a1 a2 <<< "$acc"
+if [ $rc -eq 0 ] && [ -n "$a1" ] && [ "$a1" = "$a2" ] && echo "$out" | grep -q "Probe D.6" && [ -s "$tmp/bsu/ssmoe.json" ]; then
+    ok "bench ssmoe --model upcycle: the upcycled model scores what the dense one does ($a1), and the probe runs"
+else
+    bad "bench ssmoe --model upcycle: the upcycled model scores what the dense one does, and the probe runs" \
+        "exit $rc, '$acc': $(echo "$out" | tail -n 3)"
+fi
+expect 0 "bench ssmoe --probe-classes none skips the probe" "expert similarity" -- \
+    "$bin" bench ssmoe --probe-classes none --seeds 1 --epochs 1 --configs 4:2 --arch dense:16,moe:16 --alphas 0 --cs 5 \
+    --calib 100 --threads 1 --out "$tmp/bsn"
 rm -rf "$tmp"
 echo "cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -185,3 +185,160 @@ Test(ssmoe, collapse_correlation) {
     for (int i = 0; i < 3 * 2000; i++) rnd[i] = (sm_real)sm_rng_normal(&r);
     cr_expect(sm_mean_abs_offdiag_corr(rnd, 3, 2000) < 0.08);
 }
+
+static const char *pname(const char *prefix, const char *leaf) {
+    static char buf[4][64];
+    static int i;
+    i = (i + 1) % 4;
+    snprintf(buf[i], sizeof buf[i], "%s.%s", prefix, leaf);
+    return buf[i];
+}
+
+/* A dense model of arch (in_dim inputs, 3 classes), seeded, and its upcycled twin with E experts, top-2,
+ * renormalised; r is left ready for drawing inputs. */
+static sm_model *upcycled(const char *arch, int in_dim, int residual, int E, uint64_t seed, int max_T, sm_rng *r,
+                          sm_model **dense_out, sm_moe_config *mc) {
+    sm_model_config dc;
+    sm_error err;
+    sm_model_config_default(&dc);
+    cr_assert_eq(sm_model_parse_arch(&dc, arch, &err), SM_OK);
+    dc.in_dim = in_dim;
+    dc.n_classes = 3;
+    dc.residual = residual;
+    sm_rng_seed(r, seed);
+    sm_model *dense = sm_model_create(&dc, max_T, r, &err);
+    cr_assert(dense, "%s", err.msg);
+    *mc = dc.moe;
+    mc->router.E = E;
+    mc->router.k = 2;
+    mc->router.renorm = 1;
+    mc->act = dc.act;
+    sm_model *m = sm_model_upcycle(dense, mc, r, &err);
+    cr_assert(m, "%s", err.msg);
+    *dense_out = dense;
+    return m;
+}
+
+/* Upcycling: every expert of every MoE layer equals its dense FFN right after upcycling, every other
+ * tensor is copied, and the model computes what the dense model computes (renormalised top-k weights
+ * of identical experts sum to 1), with and without residual connections. */
+Test(ssmoe, upcycled_experts_equal_the_dense_ffn) {
+    for (int residual = 0; residual < 2; residual++) {
+        sm_error err;
+        sm_rng r;
+        sm_model *dense;
+        sm_moe_config mc;
+        sm_model *m = upcycled("dense:12,ffn:10,ffn:7", 6, residual, 5, 21 + residual, 32, &r, &dense, &mc);
+        cr_assert_eq(sm_model_n_moe(m), 2);
+        const char *ffn[2] = {"layers.1", "layers.2"};
+        for (int l = 0; l < 2; l++) {
+            const sm_moe *moe = sm_model_moe(m, l);
+            const sm_real *w1 = sm_params_data(&dense->params, sm_params_find(&dense->params, pname(ffn[l], "w1")));
+            const sm_real *b1 = sm_params_data(&dense->params, sm_params_find(&dense->params, pname(ffn[l], "b1")));
+            const sm_real *w2 = sm_params_data(&dense->params, sm_params_find(&dense->params, pname(ffn[l], "w2")));
+            const sm_real *b2 = sm_params_data(&dense->params, sm_params_find(&dense->params, pname(ffn[l], "b2")));
+            const size_t H = (size_t)moe->H, d = (size_t)moe->d;
+            for (int e = 0; e < moe->E; e++) {
+                cr_expect_eq(memcmp(moe->w1 + e * H * d, w1, sizeof(sm_real) * H * d), 0, "layer %d expert %d w1", l, e);
+                cr_expect_eq(memcmp(moe->b1 + e * H, b1, sizeof(sm_real) * H), 0, "layer %d expert %d b1", l, e);
+                cr_expect_eq(memcmp(moe->w2 + e * H * d, w2, sizeof(sm_real) * H * d), 0, "layer %d expert %d w2", l, e);
+                cr_expect_eq(memcmp(moe->b2 + e * d, b2, sizeof(sm_real) * d), 0, "layer %d expert %d b2", l, e);
+            }
+        }
+        float x[32 * 6];
+        fill(x, 32 * 6, &r);
+        sm_real ref[32 * 3];
+        memcpy(ref, sm_model_forward(dense, x, 32, NULL, 0), sizeof ref);
+        const sm_real *out = sm_model_forward(m, x, 32, NULL, 0);
+        for (int i = 0; i < 32 * 3; i++) cr_expect_float_eq(out[i], ref[i], 1e-5, "residual %d: logit %d", residual, i);
+        /* the routers are not all alike: the router is what fine-tuning then learns */
+        cr_expect(sm_model_moe(m, 0)->route.n_assign == 32 * 2);
+        /* refused: shared experts; a model without ffn layers */
+        sm_moe_config bad = mc;
+        bad.n_shared = 1;
+        cr_expect_null(sm_model_upcycle(dense, &bad, &r, &err));
+        cr_expect_null(sm_model_upcycle(m, &mc, &r, &err), "an MoE model was upcycled again");
+        sm_model_free(m);
+        sm_model_free(dense);
+    }
+}
+
+/* The expert-collapse statistic on a constructed collapsed case (an upcycled model: every expert the
+ * same FFN, similarity exactly 1) and a non-collapsed one (independent random experts, d = 64:
+ * cosines of order 1/sqrt(d)). */
+Test(ssmoe, expert_similarity_collapsed_and_not) {
+    sm_error err;
+    sm_rng r;
+    sm_model *dense;
+    sm_moe_config mc;
+    sm_model *up = upcycled("dense:64,ffn:64", 8, 0, 6, 31, 64, &r, &dense, &mc);
+    float x[100 * 8];
+    fill(x, 100 * 8, &r);
+    double sim[1];
+    cr_assert_eq(sm_ssmoe_expert_similarity(up, x, 100, sim, &err), SM_OK, "%s", err.msg);
+    cr_expect_float_eq(sim[0], 1.0, 1e-9, "upcycled experts: similarity %g", sim[0]);
+    /* the same shapes, every expert drawn independently */
+    sm_model_config sc = dense->cfg;
+    sc.layers[1].kind = SM_LAYER_MOE;
+    sc.moe = mc;
+    sm_model *scratch = sm_model_create(&sc, 64, &r, &err);
+    cr_assert(scratch, "%s", err.msg);
+    cr_assert_eq(sm_ssmoe_expert_similarity(scratch, x, 100, sim, &err), SM_OK, "%s", err.msg);
+    cr_expect(fabs(sim[0]) < 0.3, "independent random experts: similarity %g", sim[0]);
+    /* router rows: the Fig. 6 statistic is blind to the upcycling (random router rows) */
+    const sm_real *rw = sm_params_data(&up->params, sm_params_find(&up->params, "layers.1.router.weight"));
+    cr_expect(sm_mean_abs_offdiag_corr(rw, 6, 64) < 0.3);
+    sm_model_free(scratch);
+    sm_model_free(up);
+    sm_model_free(dense);
+}
+
+/* The routing embedding: one probability row per layer (sums to 1), the learned router's at alpha 0
+ * (D.6 overlap 1), and a ridge probe that separates linearly separable classes and refuses bad labels. */
+Test(ssmoe, routing_embedding_and_ridge_probe) {
+    sm_model_config cfg;
+    sm_error err;
+    sm_rng r;
+    sm_model *m = small_topk_model(&cfg, &r, 12, 16);
+    float x[40 * 6];
+    fill(x, 40 * 6, &r);
+    cr_assert_eq(sm_ssmoe_embed_width(m), 4);
+    float e0[40 * 4], e1[40 * 4];
+    double ov = 0;
+    cr_assert_eq(sm_ssmoe_routing_embed(m, x, 40, e0, &ov, &err), SM_OK, "%s", err.msg);
+    cr_expect(isnan(ov), "the learned router has no mixture to compare");
+    for (int t = 0; t < 40; t++) {
+        double s = 0;
+        for (int e = 0; e < 4; e++) s += e0[t * 4 + e];
+        cr_expect_float_eq(s, 1.0, 1e-5, "row %d sums to %g", t, s);
+    }
+    sm_model *ev = sm_ssmoe_twin(m, 0, 3, 0, &err);
+    cr_assert(ev, "%s", err.msg);
+    cr_assert_eq(sm_ssmoe_routing_embed(ev, x, 40, e1, &ov, &err), SM_OK, "%s", err.msg);
+    for (int i = 0; i < 40 * 4; i++) cr_expect_float_eq(e1[i], e0[i], 1e-5, "alpha 0 embedding differs at %d", i);
+    cr_expect_float_eq(ov, 1.0, 1e-12);
+    cr_assert_eq(sm_model_set_dial(ev, "alpha", "1", &err), SM_OK);
+    cr_assert_eq(sm_ssmoe_routing_embed(ev, x, 40, e1, &ov, &err), SM_OK);
+    cr_expect(ov < 1.0, "the EV router alone picks what the learned router picks everywhere (%g)", ov);
+    sm_model_free(ev);
+    sm_model_free(m);
+
+    /* three Gaussian blobs in 5-D, 0.3 apart from noise: the probe fits them */
+    enum { N = 300, D = 5, C = 3 };
+    float X[N * D], Xt[N * D];
+    int y[N], yt[N];
+    for (int i = 0; i < N; i++) {
+        y[i] = yt[i] = i % C;
+        for (int j = 0; j < D; j++) {
+            X[i * D + j] = (float)((j == y[i] ? 3.0 : 0.0) + 0.3 * sm_rng_normal(&r));
+            Xt[i * D + j] = (float)((j == yt[i] ? 3.0 : 0.0) + 0.3 * sm_rng_normal(&r));
+        }
+    }
+    sm_ridge_probe p;
+    cr_assert_eq(sm_ridge_probe_fit(&p, X, y, N, D, C, 1e-3, &err), SM_OK, "%s", err.msg);
+    cr_expect(sm_ridge_probe_accuracy(&p, Xt, yt, N) > 0.99);
+    sm_ridge_probe_free(&p);
+    y[7] = C;
+    cr_expect_eq(sm_ridge_probe_fit(&p, X, y, N, D, C, 1e-3, &err), SM_ERR_ARG);
+    cr_expect_eq(sm_ridge_probe_fit(&p, X, yt, N, D, C, -1, &err), SM_ERR_ARG);
+}

@@ -290,3 +290,189 @@ sm_status sm_ssmoe_collapse(const sm_model *m, int l, double *router_corr, doubl
     free(mean);
     return SM_OK;
 }
+
+/* ---- collapsed-router benchmark helpers (issue 16) ------------------------------------------- */
+
+/* The input (T, d) of MoE layer l in the last forward of m: the output of the layer before it. */
+static const sm_real *moe_input(const sm_model *m, int l) {
+    for (int t = 0, k = 0; t < m->n_layers; t++)
+        if (m->layers[t].kind == SM_LAYER_MOE && k++ == l) return t == 0 ? m->input : sm_seq_output(m->body, t - 1);
+    return NULL;
+}
+
+/* Forwards x (n, in_dim) through m in batches of max_T; after each batch calls fn(user, m, first row, rows). */
+static sm_status forward_batches(sm_model *m, const float *x, int n, sm_status (*fn)(void *, sm_model *, int, int, sm_error *),
+                                 void *user, sm_error *err) {
+    if (n < 1) return sm_fail(err, SM_ERR_ARG, "ssmoe: no inputs");
+    for (int i = 0; i < n; i += m->max_T) {
+        int B = n - i < m->max_T ? n - i : m->max_T;
+        sm_model_forward(m, x + (size_t)i * m->cfg.in_dim, B, NULL, 0);
+        sm_status st = fn(user, m, i, B, err);
+        if (st != SM_OK) return st;
+    }
+    return SM_OK;
+}
+
+typedef struct {
+    double *sim;     /* (n_moe) running sums of the mean pairwise cosine per token */
+    sm_real *buf;    /* (E, max_T, d) every expert's output, then pre / hid scratch */
+    sm_real *pre, *hid; /* (max_T, H) */
+    long tokens;
+} sim_acc;
+
+static sm_status sim_batch(void *user, sm_model *m, int first, int B, sm_error *err) {
+    (void)first, (void)err;
+    sim_acc *a = user;
+    for (int l = 0; l < sm_model_n_moe(m); l++) {
+        const sm_moe *moe = sm_model_moe(m, l);
+        const int E = moe->E, d = moe->d, H = moe->H;
+        const sm_real *x = moe_input(m, l);
+        for (int e = 0; e < E; e++) {
+            sm_mlp_weights w = {moe->w1 + (size_t)e * H * d, moe->b1 ? moe->b1 + (size_t)e * H : NULL,
+                                moe->w2 + (size_t)e * d * H, moe->b2 ? moe->b2 + (size_t)e * d : NULL};
+            sm_mlp_forward(a->buf + (size_t)e * m->max_T * d, a->pre, a->hid, x, w, moe->cfg.act, B, d, H, d);
+        }
+        for (int t = 0; t < B; t++) {
+            double acc = 0;
+            for (int e = 0; e < E; e++)
+                for (int f = e + 1; f < E; f++) {
+                    const sm_real *u = a->buf + ((size_t)e * m->max_T + t) * d, *v = a->buf + ((size_t)f * m->max_T + t) * d;
+                    double uv = 0, uu = 0, vv = 0;
+                    for (int i = 0; i < d; i++) uv += (double)u[i] * v[i], uu += (double)u[i] * u[i], vv += (double)v[i] * v[i];
+                    acc += uu > 0 && vv > 0 ? uv / sqrt(uu * vv) : (uu == vv ? 1 : 0);
+                }
+            a->sim[l] += acc / (E * (E - 1) / 2.0);
+        }
+    }
+    a->tokens += B;
+    return SM_OK;
+}
+
+sm_status sm_ssmoe_expert_similarity(sm_model *m, const float *x, int n, double *sim, sm_error *err) {
+    const int L = sm_model_n_moe(m);
+    int E = 0, d = 0, H = 0;
+    for (int l = 0; l < L; l++) {
+        const sm_moe *moe = sm_model_moe(m, l);
+        if (moe->experts || moe->L > 1 || moe->O != moe->d || moe->E < 2)
+            return sm_fail(err, SM_ERR_ARG, "expert similarity: MoE layer %d needs >= 2 built-in two-layer experts d -> H -> d", l);
+        E = moe->E > E ? moe->E : E, d = moe->d > d ? moe->d : d, H = moe->H > H ? moe->H : H;
+        sim[l] = 0;
+    }
+    sim_acc a = {sim, malloc(sizeof(sm_real) * (size_t)E * m->max_T * d), malloc(sizeof(sm_real) * (size_t)m->max_T * H),
+                 malloc(sizeof(sm_real) * (size_t)m->max_T * H), 0};
+    sm_status st = a.buf && a.pre && a.hid ? forward_batches(m, x, n, sim_batch, &a, err)
+                                           : sm_fail(err, SM_ERR_NOMEM, "expert similarity: out of memory");
+    for (int l = 0; l < L && st == SM_OK; l++) sim[l] /= (double)a.tokens;
+    free(a.buf), free(a.pre), free(a.hid);
+    return st;
+}
+
+typedef struct {
+    float *emb; /* (n, n_moe * E) */
+    int width;
+} embed_acc;
+
+static sm_status embed_batch(void *user, sm_model *m, int first, int B, sm_error *err) {
+    (void)err;
+    embed_acc *a = user;
+    for (int l = 0, off = 0; l < sm_model_n_moe(m); l++) {
+        const sm_moe *moe = sm_model_moe(m, l);
+        for (int t = 0; t < B; t++)
+            for (int e = 0; e < moe->E; e++)
+                a->emb[(size_t)(first + t) * a->width + off + e] = (float)moe->route.probs[(size_t)t * moe->E + e];
+        off += moe->E;
+    }
+    return SM_OK;
+}
+
+sm_status sm_ssmoe_routing_embed(sm_model *m, const float *x, int n, float *emb, double *overlap, sm_error *err) {
+    const int L = sm_model_n_moe(m);
+    int width = 0;
+    for (int l = 0; l < L; l++) {
+        width += sm_model_moe(m, l)->E;
+        (void)sm_ev_router_take_overlap(sm_model_moe(m, l)->router); /* reset the D.6 counts */
+    }
+    embed_acc a = {emb, width};
+    sm_status st = forward_batches(m, x, n, embed_batch, &a, err);
+    if (overlap) {
+        double acc = 0;
+        for (int l = 0; l < L; l++) acc += sm_ev_router_take_overlap(sm_model_moe(m, l)->router) / L;
+        *overlap = acc; /* NaN for the learned router: no mixture to compare */
+    }
+    return st;
+}
+
+int sm_ssmoe_embed_width(const sm_model *m) {
+    int width = 0;
+    for (int l = 0; l < sm_model_n_moe(m); l++) width += sm_model_moe(m, l)->E;
+    return width;
+}
+
+/* ---- ridge linear probe ------------------------------------------------------------------------ */
+
+sm_status sm_ridge_probe_fit(sm_ridge_probe *p, const float *X, const int *y, int n, int D, int C, double lambda,
+                             sm_error *err) {
+    memset(p, 0, sizeof *p);
+    if (n < 2 || D < 1 || C < 2 || !(lambda >= 0))
+        return sm_fail(err, SM_ERR_ARG, "ridge probe: need n >= 2, D >= 1, C >= 2, lambda >= 0 (got %d, %d, %d, %g)", n, D, C, lambda);
+    for (int i = 0; i < n; i++)
+        if (y[i] < 0 || y[i] >= C) return sm_fail(err, SM_ERR_ARG, "ridge probe: label %d of example %d not in [0, %d)", y[i], i, C);
+    const int Z = D + 1; /* standardised features and a constant 1 */
+    p->D = D, p->C = C;
+    p->mu = calloc((size_t)D, sizeof(double));
+    p->sd = calloc((size_t)D, sizeof(double));
+    p->W = calloc((size_t)Z * C, sizeof(double));
+    double *A = calloc((size_t)Z * Z, sizeof(double)), *z = malloc(sizeof(double) * (size_t)Z);
+    if (!p->mu || !p->sd || !p->W || !A || !z) {
+        free(A), free(z), sm_ridge_probe_free(p);
+        return sm_fail(err, SM_ERR_NOMEM, "ridge probe: out of memory (%d features)", D);
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < D; j++) p->mu[j] += (double)X[(size_t)i * D + j] / n;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < D; j++) p->sd[j] += ((double)X[(size_t)i * D + j] - p->mu[j]) * ((double)X[(size_t)i * D + j] - p->mu[j]) / n;
+    for (int j = 0; j < D; j++) p->sd[j] = p->sd[j] > 1e-24 ? sqrt(p->sd[j]) : 1; /* constant features stay 0 */
+    /* normal equations (Z^T Z + lambda n I') W = Z^T Y, Y one-hot, I' without the bias entry */
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < D; j++) z[j] = ((double)X[(size_t)i * D + j] - p->mu[j]) / p->sd[j];
+        z[D] = 1;
+        for (int a = 0; a < Z; a++) {
+            for (int b = a; b < Z; b++) A[(size_t)a * Z + b] += z[a] * z[b];
+            p->W[(size_t)a * C + y[i]] += z[a];
+        }
+    }
+    for (int a = 0; a < Z; a++)
+        for (int b = 0; b < a; b++) A[(size_t)a * Z + b] = A[(size_t)b * Z + a];
+    for (int a = 0; a < D; a++) A[(size_t)a * Z + a] += lambda * n;
+    /* a tiny jitter keeps the system positive definite when features are collinear and lambda is 0 */
+    for (int a = 0; a < Z; a++) A[(size_t)a * Z + a] += 1e-10 * n;
+    lapack_int info = LAPACKE_dposv(LAPACK_ROW_MAJOR, 'U', Z, C, A, Z, p->W, C);
+    free(A), free(z);
+    if (info != 0) {
+        sm_ridge_probe_free(p);
+        return sm_fail(err, SM_ERR_NUMERIC, "ridge probe: LAPACKE_dposv failed (info %d)", (int)info);
+    }
+    return SM_OK;
+}
+
+int sm_ridge_probe_predict(const sm_ridge_probe *p, const float *x) {
+    int best = 0;
+    double bs = -INFINITY;
+    for (int c = 0; c < p->C; c++) {
+        double s = p->W[(size_t)p->D * p->C + c];
+        for (int j = 0; j < p->D; j++) s += ((double)x[j] - p->mu[j]) / p->sd[j] * p->W[(size_t)j * p->C + c];
+        if (s > bs) bs = s, best = c;
+    }
+    return best;
+}
+
+double sm_ridge_probe_accuracy(const sm_ridge_probe *p, const float *X, const int *y, int n) {
+    long ok = 0;
+    for (int i = 0; i < n; i++) ok += sm_ridge_probe_predict(p, X + (size_t)i * p->D) == y[i];
+    return n > 0 ? (double)ok / n : NAN;
+}
+
+void sm_ridge_probe_free(sm_ridge_probe *p) {
+    free(p->mu), free(p->sd), free(p->W);
+    memset(p, 0, sizeof *p);
+}

@@ -80,6 +80,47 @@ sm_model *sm_model_prune_experts(const sm_model *m, const int *keep, int E_keep,
  * mean of each expert's two). */
 sm_status sm_ssmoe_collapse(const sm_model *m, int l, double *router_corr, double *ev_corr, sm_error *err);
 
+/* Sparse upcycling (CLIP-MoE's construction; src/methods/ssmoe/upcycle.c): an MoE model whose layers
+ * are those of the trained dense model, every ffn:H layer replaced by an moe:H layer under the MoE
+ * config moe (two-layer experts with biases and the dense activation, no shared experts, renormalised
+ * top-k) whose E experts are all copies of that FFN (w1 (H,F), b1 (H), w2 (F,H), b2 (F) into each
+ * expert's slice). Every other tensor is copied by name; the routers are initialised from rng. Right
+ * after upcycling the model computes exactly what the dense model does (the renormalised weights of
+ * identical experts sum to 1). NULL with err when dense has no ffn layer, has an moe layer, or moe is
+ * not of that form. */
+sm_model *sm_model_upcycle(const sm_model *dense, const sm_moe_config *moe, sm_rng *rng, sm_error *err);
+
+/* Expert collapse (representation collapse in the sense of Chi et al. 2022 and SimSMoE, which SSMoE
+ * Sec. 2 cites): sim (n_moe) = per MoE layer, the mean over tokens of x (n, in_dim) and over pairs of
+ * experts e < f of cos(E_e(h), E_f(h)), h the layer's input in m's own forward. 1 when every expert
+ * computes the same function (an upcycled model before fine-tuning); near 0 for independent random
+ * experts in high dimension. Built-in two-layer experts d -> H -> d only. */
+sm_status sm_ssmoe_expert_similarity(sm_model *m, const float *x, int n, double *sim, sm_error *err);
+
+/* MoEE-style routing embedding (Li and Zhou 2025; SSMoE Sec. 4.2, Table 6): emb (n, sum_l E_l) = the
+ * routing probabilities of every MoE layer, concatenated, from m's forward of x (n, in_dim): softmax of
+ * the learned router for topk, the mixture P = alpha p_ev + (1 - alpha) p_r for ev (alpha 0: the
+ * learned router's, alpha 1: the EV router's). *overlap (may be NULL) gets the App. D.6 overlap on
+ * these inputs, averaged over layers (NaN for the learned router). */
+sm_status sm_ssmoe_routing_embed(sm_model *m, const float *x, int n, float *emb, double *overlap, sm_error *err);
+/* sum over MoE layers of E: the width of that embedding */
+int sm_ssmoe_embed_width(const sm_model *m);
+
+/* Ridge linear probe (a least-squares classifier on one-hot targets, as scikit-learn's
+ * RidgeClassifier): features standardised with the training mean and std, a bias, and
+ *   W = argmin ||Z W - Y||^2 + lambda n ||W_features||^2   (closed form, LAPACKE_dposv)
+ * Deterministic and training-free, so a probe's accuracy depends only on the embedding and lambda. */
+typedef struct {
+    int D, C;
+    double *mu, *sd; /* (D) standardisation */
+    double *W;       /* (D + 1, C) the last row is the bias */
+} sm_ridge_probe;
+sm_status sm_ridge_probe_fit(sm_ridge_probe *p, const float *X, const int *y, int n, int D, int C, double lambda,
+                             sm_error *err);
+int sm_ridge_probe_predict(const sm_ridge_probe *p, const float *x);
+double sm_ridge_probe_accuracy(const sm_ridge_probe *p, const float *X, const int *y, int n);
+void sm_ridge_probe_free(sm_ridge_probe *p);
+
 #ifdef __cplusplus
 }
 #endif
