@@ -8,7 +8,7 @@
 #include "experiments/grmoe/synth_layer.h"
 
 sm_status gr_layer_make(gr_layer *tr, const gr_method *me, const sm_synth_config *sc, const gr_train_opts *to,
-                        uint64_t seed, sm_error *err) {
+                        const gr_router_opts *ro, uint64_t seed, sm_error *err) {
     sm_moe_config mc;
     sm_moe_config_default(&mc);
     sm_router_config *r = &mc.router;
@@ -21,7 +21,11 @@ sm_status gr_layer_make(gr_layer *tr, const gr_method *me, const sm_synth_config
     r->capacity = me->capacity;
     if (!strcmp(r->name, "grassmann") || !strcmp(r->name, "vmf")) {
         sm_grmoe_opts(r)->amortize = me->amortize;
-        sm_grmoe_opts(r)->kr = sc->kr;
+        sm_grmoe_opts(r)->kr = ro && ro->kr > 0 ? ro->kr : sc->kr;
+    }
+    if (ro && !strcmp(r->name, "grassmann")) {
+        if (ro->kappa_init > 0) sm_grmoe_opts(r)->kappa_init = ro->kappa_init;
+        if (ro->rho0 >= 0) sm_grmoe_opts(r)->rho0 = ro->rho0;
     }
     if (!strcmp(r->name, "soft")) sm_soft_opts(r)->slots = (to->batch + sc->N - 1) / sc->N; /* as many slots as tokens */
     mc.H = to->hidden;
@@ -80,6 +84,20 @@ sm_status gr_layer_train(gr_layer *tr, const sm_synth *task, const gr_train_opts
     return st;
 }
 
+int gr_components_merged(const int *pred, const int *comp, int n, int N, int E) {
+    int *cnt = calloc((size_t)N * E, sizeof(int)), *top = malloc(sizeof(int) * (size_t)N), merged = 0;
+    for (int t = 0; t < n; t++) cnt[(size_t)comp[t] * E + pred[t]]++;
+    for (int c = 0; c < N; c++) {
+        top[c] = 0;
+        for (int e = 1; e < E; e++)
+            if (cnt[(size_t)c * E + e] > cnt[(size_t)c * E + top[c]]) top[c] = e;
+        for (int b = 0; b < c; b++) merged |= top[b] == top[c] && cnt[(size_t)c * E + top[c]] > 0;
+    }
+    free(cnt);
+    free(top);
+    return merged;
+}
+
 /* Evaluates on test_tokens held-out tokens (in batches of the training batch size). */
 void gr_layer_eval(gr_layer *tr, const sm_synth *task, const gr_train_opts *to, uint64_t test_seed, gr_metrics *res) {
     const int d = task->cfg.d, O = task->cfg.out, B = to->batch, N = task->cfg.N, n = to->test_tokens;
@@ -109,6 +127,7 @@ void gr_layer_eval(gr_layer *tr, const sm_synth *task, const gr_train_opts *to, 
     res->entropy = s.entropy;
     res->eff = s.eff_experts;
     res->collapsed = s.collapsed;
+    res->merged = gr_components_merged(pred, comp, n, N, N);
     res->mse = se / ((double)n * O);
     double h = 0;
     for (int e = 0; e < N; e++)
