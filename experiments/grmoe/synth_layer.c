@@ -84,20 +84,6 @@ sm_status gr_layer_train(gr_layer *tr, const sm_synth *task, const gr_train_opts
     return st;
 }
 
-int gr_components_merged(const int *pred, const int *comp, int n, int N, int E) {
-    int *cnt = calloc((size_t)N * E, sizeof(int)), *top = malloc(sizeof(int) * (size_t)N), merged = 0;
-    for (int t = 0; t < n; t++) cnt[(size_t)comp[t] * E + pred[t]]++;
-    for (int c = 0; c < N; c++) {
-        top[c] = 0;
-        for (int e = 1; e < E; e++)
-            if (cnt[(size_t)c * E + e] > cnt[(size_t)c * E + top[c]]) top[c] = e;
-        for (int b = 0; b < c; b++) merged |= top[b] == top[c] && cnt[(size_t)c * E + top[c]] > 0;
-    }
-    free(cnt);
-    free(top);
-    return merged;
-}
-
 /* Evaluates on test_tokens held-out tokens (in batches of the training batch size). */
 void gr_layer_eval(gr_layer *tr, const sm_synth *task, const gr_train_opts *to, uint64_t test_seed, gr_metrics *res) {
     const int d = task->cfg.d, O = task->cfg.out, B = to->batch, N = task->cfg.N, n = to->test_tokens;
@@ -127,7 +113,7 @@ void gr_layer_eval(gr_layer *tr, const sm_synth *task, const gr_train_opts *to, 
     res->entropy = s.entropy;
     res->eff = s.eff_experts;
     res->collapsed = s.collapsed;
-    res->merged = gr_components_merged(pred, comp, n, N, N);
+    res->merged = sm_synth_merged(pred, comp, n, N, N);
     res->mse = se / ((double)n * O);
     double h = 0;
     for (int e = 0; e < N; e++)

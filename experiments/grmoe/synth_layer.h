@@ -64,10 +64,6 @@ typedef struct {
     double rho0;       /* grassmann's rho0: the overlap threshold is rho0 * k_r (Eq. 12); < 0: default */
 } gr_router_opts;
 
-/* 1 if two of the N components have the same plurality expert among the n predictions pred (n)
- * against the true components comp (n), over E experts. */
-int gr_components_merged(const int *pred, const int *comp, int n, int N, int E);
-
 /* Builds the layer of method me for the task sc, initialised from seed; ro may be NULL (defaults). */
 sm_status gr_layer_make(gr_layer *tr, const gr_method *me, const sm_synth_config *sc, const gr_train_opts *to,
                         const gr_router_opts *ro, uint64_t seed, sm_error *err);

@@ -264,6 +264,27 @@ void sm_synth_bayes(const sm_synth *s, const float *x, int T, int *pred) {
     }
 }
 
+int sm_synth_merged(const int *pred, const int *comp, int n, int N, int E) {
+    int *cnt = calloc((size_t)N * E, sizeof(int)), merged = 0;
+    int *top = malloc(sizeof(int) * (size_t)N); /* (N) each component's plurality expert, -1 if it has no token */
+    if (!cnt || !top) {
+        free(cnt);
+        free(top);
+        return 0;
+    }
+    for (int t = 0; t < n; t++) cnt[(size_t)comp[t] * E + pred[t]]++;
+    for (int c = 0; c < N; c++) {
+        int b = 0;
+        for (int e = 1; e < E; e++)
+            if (cnt[(size_t)c * E + e] > cnt[(size_t)c * E + b]) b = e;
+        top[c] = cnt[(size_t)c * E + b] > 0 ? b : -1;
+        for (int a = 0; a < c && top[c] >= 0; a++) merged |= top[a] == top[c];
+    }
+    free(cnt);
+    free(top);
+    return merged;
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /* supervised probes */
 
@@ -322,10 +343,10 @@ void sm_synth_probe_predict(sm_synth_probe *p, const sm_real *x, int T, int *pre
 
 sm_status sm_synth_probe_fit(const sm_synth *s, const sm_synth_probe_opts *o, uint64_t init_seed, uint64_t train_seed,
                              uint64_t test_seed, double *test_acc, sm_error *err) {
-    const int d = s->cfg.d, O = s->cfg.out, B = o->batch;
     *test_acc = 0;
-    if (o->steps < 1 || B < 1 || o->test_tokens < 1 || !(o->lr > 0))
-        return sm_fail(err, SM_ERR_ARG, "synthetic probe: need steps, batch, test tokens >= 1 and lr > 0");
+    if (!s || o->steps < 1 || o->batch < 1 || o->test_tokens < 1 || !(o->lr > 0))
+        return sm_fail(err, SM_ERR_ARG, "synthetic probe: need a task, steps, batch, test tokens >= 1 and lr > 0");
+    const int d = s->cfg.d, O = s->cfg.out, B = o->batch;
     sm_rng init, data;
     sm_rng_seed(&init, init_seed);
     sm_synth_probe p;

@@ -86,6 +86,11 @@ double sm_mean_overlap(const sm_real *U, int N, int R, int d);
 /* The Bayes rule's component for each of T tokens x (T,d) into pred (T) (see the top of the file). */
 void sm_synth_bayes(const sm_synth *s, const float *x, int T, int *pred);
 
+/* 1 if two of the N components send most of their tokens to the same expert (GrMoE's failure mode:
+ * two components merge onto one frame and another expert idles), from the n routed tokens' experts
+ * pred (n, in 0..E-1) and true components comp (n, in 0..N-1); ties go to the lower expert. */
+int sm_synth_merged(const int *pred, const int *comp, int n, int N, int E);
+
 /* A supervised probe: logits = net(x), net = d -> N (hidden 0, the linear softmax classifier) or
  * d -> H -> ReLU -> N (the two-layer MLP), trained with cross-entropy on the true components. */
 typedef struct {
