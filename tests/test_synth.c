@@ -42,11 +42,34 @@ Test(synth, bayes_rule_on_a_constructed_case) {
     cr_expect_eq(pred[0], 0, "the means must enter the Bayes rule");
 }
 
-static double bayes_accuracy(const sm_synth_config *c, uint64_t seed, int n) {
-    sm_rng r;
-    sm_rng_seed(&r, seed);
+/* the task of c drawn with seed, and the rng left after it (for sampling) */
+typedef struct {
     sm_synth s;
-    cr_assert_eq(sm_synth_create(&s, c, &r, &err), SM_OK, "%s", err.msg);
+    sm_rng r;
+} task;
+
+static task make_task(const sm_synth_config *c, uint64_t seed) {
+    task k;
+    sm_rng_seed(&k.r, seed);
+    cr_assert_eq(sm_synth_create(&k.s, c, &k.r, &err), SM_OK, "%s", err.msg);
+    return k;
+}
+
+/* M tokens of a new task: x (M,d) and comp (M) malloc'ed for the caller */
+static sm_synth sampled(const sm_synth_config *c, uint64_t seed, int M, float **x, int **comp) {
+    task k = make_task(c, seed);
+    float *y = malloc(sizeof(float) * (size_t)M * c->out);
+    *x = malloc(sizeof(float) * (size_t)M * c->d);
+    *comp = malloc(sizeof(int) * M);
+    sm_synth_sample(&k.s, *x, y, *comp, M, &k.r);
+    free(y);
+    return k.s;
+}
+
+static double bayes_accuracy(const sm_synth_config *c, uint64_t seed, int n) {
+    task tk = make_task(c, seed);
+    sm_synth s = tk.s;
+    sm_rng r = tk.r;
     float *x = malloc(sizeof(float) * (size_t)n * c->d), *y = malloc(sizeof(float) * (size_t)n * c->out);
     int *comp = malloc(sizeof(int) * n), *pred = malloc(sizeof(int) * n), right = 0;
     sm_synth_sample(&s, x, y, comp, n, &r);
@@ -84,10 +107,9 @@ static void expect_frames(const sm_synth *s) {
 
 Test(synth, shared_core_construction_has_the_overlap_of_its_core) {
     sm_synth_config c = {.N = 4, .d = 32, .kr = 4, .out = 2, .rho = 0.5, .sigma2 = 0.1, .overlap = SM_SYNTH_OVERLAP_SHARED};
-    sm_rng r;
-    sm_rng_seed(&r, 3);
-    sm_synth s;
-    cr_assert_eq(sm_synth_create(&s, &c, &r, &err), SM_OK, "%s", err.msg);
+    task tk = make_task(&c, 3);
+    sm_synth s = tk.s;
+    sm_rng r = tk.r;
     /* m = 2 common rows of 4, private rows mutually orthogonal (2 + 4 * 2 <= 32): overlap exactly 2/4 */
     cr_expect(fabs(s.overlap - 0.5) < 1e-5, "overlap %g", s.overlap);
     expect_frames(&s);
@@ -107,14 +129,10 @@ Test(synth, shared_core_construction_has_the_overlap_of_its_core) {
 
 Test(synth, means_lie_in_their_subspace_and_shift_the_tokens) {
     sm_synth_config c = {.N = 3, .d = 16, .kr = 3, .out = 2, .rho = 0.1, .sigma2 = 0.1, .mean = 3};
-    sm_rng r;
-    sm_rng_seed(&r, 4);
-    sm_synth s;
-    cr_assert_eq(sm_synth_create(&s, &c, &r, &err), SM_OK, "%s", err.msg);
     enum { M = 6000 };
-    float *x = malloc(sizeof(float) * M * 16), *y = malloc(sizeof(float) * M * 2);
-    int *comp = malloc(sizeof(int) * M);
-    sm_synth_sample(&s, x, y, comp, M, &r);
+    float *x;
+    int *comp;
+    sm_synth s = sampled(&c, 4, M, &x, &comp);
     for (int e = 0; e < 3; e++) {
         const sm_real *mu = s.mu + e * 16;
         double nrm = 0, inside = 0, avg[16] = {0};
@@ -133,20 +151,16 @@ Test(synth, means_lie_in_their_subspace_and_shift_the_tokens) {
             }
         for (int i = 0; i < 16; i++) cr_expect(fabs(avg[i] / cnt - mu[i]) < 0.15, "mean of component %d, coordinate %d", e, i);
     }
-    free(x), free(y), free(comp);
+    free(x), free(comp);
     sm_synth_free(&s);
 }
 
 Test(synth, token_ids_repeat_their_embedding_and_belong_to_one_component) {
     sm_synth_config c = {.N = 4, .d = 8, .kr = 2, .out = 2, .rho = 0.1, .sigma2 = 0.1, .vocab = 10};
-    sm_rng r;
-    sm_rng_seed(&r, 5);
-    sm_synth s;
-    cr_assert_eq(sm_synth_create(&s, &c, &r, &err), SM_OK, "%s", err.msg);
     enum { M = 500 };
-    float x[M * 8], y[M * 2];
-    int comp[M], seen[10] = {0};
-    sm_synth_sample(&s, x, y, comp, M, &r);
+    float *x;
+    int *comp, seen[10] = {0};
+    sm_synth s = sampled(&c, 5, M, &x, &comp);
     for (int t = 0; t < M; t++) {
         int v = -1;
         for (int w = 0; w < 10 && v < 0; w++) {
@@ -160,7 +174,10 @@ Test(synth, token_ids_repeat_their_embedding_and_belong_to_one_component) {
     }
     for (int v = 0; v < 10; v++) cr_expect(seen[v], "id %d never drawn", v);
     sm_synth_free(&s);
+    free(x), free(comp);
     c.vocab = 3; /* fewer ids than components */
+    sm_rng r;
+    sm_rng_seed(&r, 5);
     cr_expect_eq(sm_synth_create(&s, &c, &r, &err), SM_ERR_ARG);
 }
 
@@ -181,12 +198,9 @@ Test(synth, linear_probe_needs_means_and_the_mlp_does_not) {
     for (int k = 0; k < 3; k++) {
         c.mean = k == 1 ? 4 : 0;
         po.hidden = k == 2 ? 32 : 0;
-        sm_rng r;
-        sm_rng_seed(&r, 6);
-        sm_synth s;
-        cr_assert_eq(sm_synth_create(&s, &c, &r, &err), SM_OK, "%s", err.msg);
-        cr_assert_eq(sm_synth_probe_fit(&s, &po, 1, 2, 3, &acc[k], &err), SM_OK, "%s", err.msg);
-        sm_synth_free(&s);
+        task tk = make_task(&c, 6);
+        cr_assert_eq(sm_synth_probe_fit(&tk.s, &po, 1, 2, 3, &acc[k], &err), SM_OK, "%s", err.msg);
+        sm_synth_free(&tk.s);
     }
     cr_expect(acc[0] < 0.45, "linear probe on zero-mean components: %.3f (chance 0.25)", acc[0]);
     cr_expect(acc[1] > 0.9, "linear probe with means: %.3f", acc[1]);
