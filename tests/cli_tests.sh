@@ -269,6 +269,32 @@ expect 2 "bench routing: unknown setting refused" "unknown setting" -- "$bin" be
 expect 2 "bench routing: an unknown method is refused listing the methods" \
     "unknown method 'bogus' .*0 Softmax Top-1, 1 Switch.*7 GrMoE \+ Amort" -- "$bin" bench routing --methods bogus
 expect 2 "bench routing: a method index out of range is refused" "unknown method '8'" -- "$bin" bench routing --methods 1,8
+# --- GrMoE bench routing: ceilings and the flags for what the paper leaves open (issue 16) ---
+br() { "$bin" bench routing --seeds 1 --steps 5 --test-tokens 256 --out "$tmp/br16" "$@"; }
+expect 2 "bench routing: --kr beyond d refused"        "--kr must be in 1..d"                 -- br --kr 129
+expect 2 "bench routing: negative --kr refused"        "--kr must be in 1..d"                 -- br --kr -3
+expect 2 "bench routing: --router-kr beyond d refused" "--router-kr must be in 0..d"          -- br --router-kr 200
+expect 2 "bench routing: unknown --overlap refused"    "unknown overlap construction 'bogus' \(tilt\|shared\)" -- br --overlap bogus
+expect 2 "bench routing: negative --mean refused"      "--mean must be a finite number >= 0"  -- br --mean -1
+expect 2 "bench routing: --vocab below N refused"      "--vocab must be 0 or >= N"            -- br --vocab 3
+expect 2 "bench routing: --kappa-init 0 refused"       "--kappa-init must be a finite number > 0" -- br --kappa-init 0
+expect 2 "bench routing: unknown --threshold refused"  "unknown threshold 'rho' \(eq12 or appc\)" -- br --threshold rho
+expect 2 "bench routing: negative --rho0 refused"      "--rho0 must be a finite number >= 0"  -- br --rho0 -0.1
+expect 2 "bench routing: --probe-hidden 0 refused"     "--probe-hidden must be >= 1"          -- br --probe-hidden 0
+expect 2 "bench routing: a non-number --mean refused"  "mean"                                 -- br --mean abc
+# the ceilings alone: the easy task's Bayes rule is perfect; they are written to the JSON too
+expect 0 "bench routing: the Bayes ceiling is printed beside the table" \
+    "Bayes rule with the true subspaces.*: 100\.0 ± 0\.0%" -- br --methods none
+grep -q '"ceilings":{"probe_hidden":128,"bayes":1' "$tmp/br16/routing_easy.json" \
+    && ok "bench routing: the ceilings are in the JSON" || bad "bench routing: the ceilings are in the JSON" "$(cat "$tmp/br16/routing_easy.json")"
+expect 0 "bench routing: the hard setting defaults to k_r = 40" "hard: N=8, d=128, k_r=40, rho\*=0.40" -- br --setting hard --methods none --ceilings 0
+expect 0 "bench routing: App. C's threshold is 10% of the random overlap" \
+    "overlap threshold 0.2 \(App. C: 0.1 k_r\^2/d; random overlap k_r\^2/d = 2\)" -- br --methods GrMoE --threshold appc --ceilings 0
+expect 0 "bench routing: Eq. 12's threshold is rho0 k_r" "overlap threshold 8 \(Eq. 12" -- br --methods GrMoE --rho0 0.5 --ceilings 0
+expect 0 "bench routing: the token-identity variant runs" "^\| Hash \| [0-9.]+ ±" -- br --methods Hash --vocab 16 --ceilings 0
+expect 0 "bench routing: the token-identity variant is named in the header" "16 token ids" -- br --methods none --vocab 16 --ceilings 0
+expect 0 "bench routing: a target overlap the construction cannot reach is said" "cannot reach rho\* = 0.10" -- br --methods none --kr 32 --ceilings 0
+expect 0 "bench routing: the merge column is in the table" "\| Collapse \| Merge \|" -- br --methods GrMoE --overlap shared --mean 2 --ceilings 0
 out=$("$bin" bench alpha --seeds 2 --steps 20 --test-tokens 256 --out "$tmp/ba" 2>&1); rc=$?
 if [ $rc -eq 0 ] && echo "$out" | grep -q "monotone" && [ -s "$tmp/ba/alpha_easy.png" ]; then
     ok "bench alpha sweeps the dials, reports monotonicity and draws the PNG"

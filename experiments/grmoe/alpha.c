@@ -101,7 +101,7 @@ static void run(const alpha_settings *o, alpha_results *R) {
         sm_rng_seed(&r, 1000 + (uint64_t)s);
         gr_layer tr = {0};
         if (sm_synth_create(&task, &o->sc, &r, &e2) == SM_OK &&
-            gr_layer_make(&tr, kModels[m], &o->sc, &o->to, (uint64_t)s, &e2) == SM_OK &&
+            gr_layer_make(&tr, kModels[m], &o->sc, &o->to, NULL, (uint64_t)s, &e2) == SM_OK &&
             gr_layer_train(&tr, &task, &o->to, 1000003 + (uint64_t)s, &e2) == SM_OK) {
             for (int k = 0; k < nd; k++) {
                 sm_router_config *rc2 = &tr.moe->router->cfg;

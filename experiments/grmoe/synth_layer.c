@@ -8,7 +8,7 @@
 #include "experiments/grmoe/synth_layer.h"
 
 sm_status gr_layer_make(gr_layer *tr, const gr_method *me, const sm_synth_config *sc, const gr_train_opts *to,
-                        uint64_t seed, sm_error *err) {
+                        const gr_router_opts *ro, uint64_t seed, sm_error *err) {
     sm_moe_config mc;
     sm_moe_config_default(&mc);
     sm_router_config *r = &mc.router;
@@ -21,7 +21,11 @@ sm_status gr_layer_make(gr_layer *tr, const gr_method *me, const sm_synth_config
     r->capacity = me->capacity;
     if (!strcmp(r->name, "grassmann") || !strcmp(r->name, "vmf")) {
         sm_grmoe_opts(r)->amortize = me->amortize;
-        sm_grmoe_opts(r)->kr = sc->kr;
+        sm_grmoe_opts(r)->kr = ro && ro->kr > 0 ? ro->kr : sc->kr;
+    }
+    if (ro && !strcmp(r->name, "grassmann")) {
+        if (ro->kappa_init > 0) sm_grmoe_opts(r)->kappa_init = ro->kappa_init;
+        if (ro->rho0 >= 0) sm_grmoe_opts(r)->rho0 = ro->rho0;
     }
     if (!strcmp(r->name, "soft")) sm_soft_opts(r)->slots = (to->batch + sc->N - 1) / sc->N; /* as many slots as tokens */
     mc.H = to->hidden;
@@ -109,6 +113,7 @@ void gr_layer_eval(gr_layer *tr, const sm_synth *task, const gr_train_opts *to, 
     res->entropy = s.entropy;
     res->eff = s.eff_experts;
     res->collapsed = s.collapsed;
+    res->merged = sm_synth_merged(pred, comp, n, N, N);
     res->mse = se / ((double)n * O);
     double h = 0;
     for (int e = 0; e < N; e++)

@@ -4,8 +4,9 @@
  * Every method trains the same MoE layer (experts d -> H -> out, ReLU, biases) with the same Adam,
  * steps, batch and data stream on MSE to the teacher outputs; only the router differs. Metrics on
  * held-out tokens: assignment accuracy (top-1 expert vs ground-truth component after the best
- * one-to-one matching, Hungarian), load CV, collapse (an expert with < 1% of the tokens), mean
- * per-token routing entropy, entropy of the load distribution, and test MSE.
+ * one-to-one matching, Hungarian), load CV, collapse (an expert with < 1% of the tokens), merge
+ * (two ground-truth components have the same plurality expert), mean per-token routing entropy,
+ * entropy of the load distribution, and test MSE.
  *
  * This header is what the two benchmarks share: a method, the training flags, one layer's
  * build/train/evaluate (synth_layer.c). */
@@ -46,7 +47,8 @@ static inline int gr_train_opts_bad(const gr_train_opts *to, const sm_synth_conf
 /* the metrics of one evaluation */
 typedef struct {
     double acc, cv, entropy, load_entropy, mse, eff;
-    int collapsed;
+    int collapsed; /* some expert gets < 1% of the tokens */
+    int merged;    /* two components send most of their tokens to one expert (GrMoE's failure mode) */
 } gr_metrics;
 
 /* One trained layer and what it needs to be evaluated again (bench alpha). */
@@ -55,9 +57,16 @@ typedef struct {
     sm_params ps;
 } gr_layer;
 
-/* Builds the layer of method me for the task sc, initialised from seed. */
+/* Router settings a benchmark can change from the defaults (GrMoE's sensitivity study). */
+typedef struct {
+    int kr;            /* routing rank of grassmann (0: the ground-truth rank) */
+    double kappa_init; /* initial kappa of grassmann (0: the router's default) */
+    double rho0;       /* grassmann's rho0: the overlap threshold is rho0 * k_r (Eq. 12); < 0: default */
+} gr_router_opts;
+
+/* Builds the layer of method me for the task sc, initialised from seed; ro may be NULL (defaults). */
 sm_status gr_layer_make(gr_layer *tr, const gr_method *me, const sm_synth_config *sc, const gr_train_opts *to,
-                        uint64_t seed, sm_error *err);
+                        const gr_router_opts *ro, uint64_t seed, sm_error *err);
 void gr_layer_free(gr_layer *tr);
 /* Trains on a fresh stream of batches drawn from the task with data_seed (the same for every method). */
 sm_status gr_layer_train(gr_layer *tr, const sm_synth *task, const gr_train_opts *to, uint64_t data_seed, sm_error *err);
