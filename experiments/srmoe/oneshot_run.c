@@ -467,8 +467,7 @@ sm_status oneshot_run(const oneshot_settings *o, oneshot_results *R, sm_error *e
 #pragma omp critical
         {
             done++;
-            if (res[i].ok)
-            {
+            if (res[i].ok) {
                 char dl[256] = "";
                 for (int v = 0, u = 0; v < N_VARIANTS; v++)
                     for (int r = 0; r < o->n_lr && o->variant[v]; r++)
@@ -479,10 +478,10 @@ sm_status oneshot_run(const oneshot_settings *o, oneshot_results *R, sm_error *e
                         done, nruns, o->phases[p], o->stages[d], o->experts[d], oneshot_model_names[mdl], s + o->seed_offset,
                         100 * res[i].acc0, o->variant[OS_SURGICAL] ? "surgical " : "standard ", dl, res[i].n_paths,
                         res[i].train_s, res[i].shot_s, sm_time_now() - R->t_start);
-            }
-            else
+            } else {
                 fprintf(stderr, "specmoe: bench oneshot: N=%d %dx%d %s seed %d: %s\n", o->phases[p], o->stages[d],
                         o->experts[d], oneshot_model_names[mdl], s + o->seed_offset, res[i].err);
+            }
         }
     }
     free(order);
