@@ -62,7 +62,8 @@ static void summary(cli_buf *md, const oneshot_settings *o, const oneshot_result
                         }
                         double mu, hw;
                         sm_mean_ci95(v, cnt, &mu, &hw);
-                        cli_bprintf(md, col < 0 ? " %.2f ± %.2f |" : " %+.2f ± %.2f |", mu, hw);
+                        if (!cnt) cli_bprintf(md, " — |"); /* every run failed or did not train */
+                        else cli_bprintf(md, col < 0 ? " %.2f ± %.2f |" : " %+.2f ± %.2f |", mu, hw);
                     }
                     int chance = 0, ok = 0;
                     for (int s = 0; s < o->seeds; s++) {
