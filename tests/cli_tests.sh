@@ -706,6 +706,34 @@ fi
 expect 0 "bench ssmoe --probe-classes none skips the probe" "expert similarity" -- \
     "$bin" bench ssmoe --probe-classes none --seeds 1 --epochs 1 --configs 4:2 --arch dense:16,moe:16 --alphas 0 --cs 5 \
     --calib 100 --threads 1 --out "$tmp/bsn"
+# SR-MoE bench oneshot (issue 16): the surgical update, the Eq. 7 one-shot loss and the lr grid
+expect 2 "bench oneshot: an unknown --update refused" "--update: 'sideways' is not surgical, standard or both" -- \
+    "$bin" bench oneshot --update sideways
+expect 2 "bench oneshot: an unknown --oneshot-loss refused" "--oneshot-loss: 'mse' is not total or ce" -- \
+    "$bin" bench oneshot --oneshot-loss mse
+expect 2 "bench oneshot: a learning rate <= 0 refused" "--update-lr: '1e-3,0' is not a list of 1-8 learning rates > 0" -- \
+    "$bin" bench oneshot --update-lr 1e-3,0
+expect 2 "bench oneshot: a trailing comma in --update-lr refused" "--update-lr: '1e-3,' is not a list" -- \
+    "$bin" bench oneshot --update-lr 1e-3,
+expect 2 "bench oneshot: more than 8 learning rates refused" "--update-lr: .* is not a list of 1-8" -- \
+    "$bin" bench oneshot --update-lr 1,2,3,4,5,6,7,8,9
+expect 2 "bench oneshot: a fractional --phases count refused" "--phases: '1.5' is not a list" -- "$bin" bench oneshot --phases 1.5
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    out=$("$bin" bench oneshot --seeds 1 --epochs 1 --novel 1 --phases 30 --depths 2x2 --update both --oneshot-loss ce \
+        --update-lr 1e-3,3e-2 --out "$tmp/os2" 2>&1); rc=$?
+    if [ $rc -eq 0 ] && echo "$out" | grep -q "| Top-1 linear | Dense softmax | Clustering | Spectral |" \
+        && echo "$out" | grep -q "Mean Δ (standard) at lr 0.03" && echo "$out" | grep -q "Mean Δ (surgical) at lr 0.001" \
+        && echo "$out" | grep -q "Summary: mean Δ of the standard update" \
+        && grep -q '"update_lr":\[0.001,0.03\],"update":"both","oneshot_loss":"ce"' "$tmp/os2/oneshot.json" \
+        && grep -q '"mean_delta_surgical":\[[-0-9.]*,[-0-9.]*\]' "$tmp/os2/oneshot.json"; then
+        ok "bench oneshot --update both: four models, both variants at every learning rate, in Markdown and JSON"
+    else
+        bad "bench oneshot --update both: four models, both variants at every learning rate, in Markdown and JSON" \
+            "exit $rc: $(echo "$out" | tail -n 3)"
+    fi
+else
+    echo "skip bench oneshot --update both (dataset-fashion-mnist not installed)"
+fi
 rm -rf "$tmp"
 echo "cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -14,18 +14,38 @@
 /* ---------------------------------------------------------------------------------------------- */
 /* parse */
 
-/* "525,1600" -> counts >= lo; -1 on a malformed list */
-static int parse_int_list(const char *s, int *out, int max, int lo) {
+/* "1e-3,3e-2" -> at most max finite numbers; -1 on a malformed or too long list */
+static int parse_num_list(const char *s, double *out, int max) {
     int n = 0;
     const char *p = s;
     while (*p) {
         char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < lo || v > 1000000 || n >= max) return -1;
-        out[n++] = (int)v;
-        if (*end == ',') p = end + 1;
+        double v = strtod(p, &end);
+        if (end == p || !isfinite(v) || n >= max) return -1;
+        out[n++] = v;
+        if (*end == ',' && end[1]) p = end + 1;
         else if (*end) return -1;
         else p = end;
+    }
+    return n;
+}
+
+/* learning rates > 0; -1 otherwise */
+static int parse_pos_list(const char *s, double *out, int max) {
+    int n = parse_num_list(s, out, max);
+    for (int i = 0; i < n; i++)
+        if (!(out[i] > 0)) return -1;
+    return n;
+}
+
+/* "525,1600" -> whole counts in [lo, 1000000]; -1 otherwise */
+static int parse_int_list(const char *s, int *out, int max, int lo) {
+    double v[MAX_PHASES > 4 ? MAX_PHASES : 4];
+    if (max > (int)(sizeof v / sizeof v[0])) return -1;
+    int n = parse_num_list(s, v, max);
+    for (int i = 0; i < n; i++) {
+        if (v[i] != floor(v[i]) || v[i] < lo || v[i] > 1000000) return -1;
+        out[i] = (int)v[i];
     }
     return n;
 }
@@ -49,11 +69,11 @@ static int parse_depths(const char *s, int *stages, int *experts, int max) {
 
 /* flags -> settings; returns 0, 1 after --help, 2 after a usage error (printed), like fl_parse */
 static int parse(oneshot_settings *o, int argc, char **argv) {
-    const char *classes_s, *phases_s, *depths_s, *stem_s;
+    const char *classes_s, *phases_s, *depths_s, *stem_s, *lr_s;
     memset(o, 0, sizeof *o);
     fl_flag fl[] = {
         {"data", FL_STRING, &o->data_dir, SM_FASHION_MNIST_DIR, "directory with the Fashion-MNIST IDX .gz files", 0},
-        {"classes", FL_STRING, &classes_s, "0,1,7,8", "Fashion-MNIST class ids (T-shirt/top, Trouser, Sneaker, Bag)", 0},
+        {"classes", FL_STRING, &classes_s, "0,2,4,8", "Fashion-MNIST class ids (T-shirt/top, Pullover, Coat, Bag: three confusable tops and an easy class; starts near the paper's 71-86%)", 0},
         {"phases", FL_STRING, &phases_s, "525,1600", "training images per class, one data phase each", 0},
         {"novel", FL_INT, &o->novel, "25", "held-out novel images per class (each gets one one-shot update)", 0},
         {"depths", FL_STRING, &depths_s, "2x2,4x4", "stages x experts per architecture", 0},
@@ -74,7 +94,9 @@ static int parse(oneshot_settings *o, int argc, char **argv) {
         {"lr", FL_DOUBLE, &o->lr, "1e-3", "training learning rate", 0},
         {"weight-decay", FL_DOUBLE, &o->wd, "1e-4", "AdamW decoupled weight decay", 0},
         {"update-optim", FL_STRING, &o->update_optim, "sgd", "one-shot optimiser, fresh state per update (sgd|adam)", 0},
-        {"update-lr", FL_DOUBLE, &o->update_lr, "1e-3", "one-shot learning rate", 0},
+        {"update-lr", FL_STRING, &lr_s, "1e-3,3e-3,1e-2,3e-2,1e-1", "one-shot learning rates, a fixed grid reported in full", 0},
+        {"update", FL_STRING, &o->update_s, "surgical", "one-shot update: surgical (active expert chain only), standard (all parameters) or both", 0},
+        {"oneshot-loss", FL_STRING, &o->oneshot_loss, "total", "one-shot loss: total (each model's training objective, Eq. 7) or ce (cross-entropy only)", 0},
         {"anchor", FL_INT, &o->anchor, "16", "anchor-batch size (training images added to the novel image)", 0},
         {"eval-batch", FL_INT, &o->eval_batch, "500", "test images per forward", 0},
         {"threads", FL_INT, &o->threads, "2", "runs in parallel (each run single-threaded)", 0},
@@ -131,6 +153,24 @@ static int parse(oneshot_settings *o, int argc, char **argv) {
         fprintf(stderr, "specmoe bench oneshot: --update-optim: '%s' is not sgd or adam\n", o->update_optim);
         return 2;
     }
+    o->n_lr = parse_pos_list(lr_s, o->update_lr, MAX_LR);
+    if (o->n_lr < 1) {
+        fprintf(stderr, "specmoe bench oneshot: --update-lr: '%s' is not a list of 1-%d learning rates > 0\n", lr_s, MAX_LR);
+        return 2;
+    }
+    int both = !strcmp(o->update_s, "both");
+    o->variant[OS_SURGICAL] = both || !strcmp(o->update_s, "surgical");
+    o->variant[OS_STANDARD] = both || !strcmp(o->update_s, "standard");
+    if (!o->variant[OS_SURGICAL] && !o->variant[OS_STANDARD]) {
+        fprintf(stderr, "specmoe bench oneshot: --update: '%s' is not surgical, standard or both\n", o->update_s);
+        return 2;
+    }
+    if (!strcmp(o->oneshot_loss, "total")) o->loss_total = 1;
+    else if (!strcmp(o->oneshot_loss, "ce")) o->loss_total = 0;
+    else {
+        fprintf(stderr, "specmoe bench oneshot: --oneshot-loss: '%s' is not total or ce\n", o->oneshot_loss);
+        return 2;
+    }
     if (strcmp(o->penalty_target, "gate") && strcmp(o->penalty_target, "prototypes")) {
         fprintf(stderr, "specmoe bench oneshot: --penalty-target: '%s' is not gate or prototypes\n", o->penalty_target);
         return 2;
@@ -142,10 +182,10 @@ static int parse(oneshot_settings *o, int argc, char **argv) {
     }
     if (o->novel < 1 || o->seeds < 1 || o->seed_offset < 0 || o->width < 1 || o->epochs < 1 || o->batch < 1 ||
         o->batch > 65536 || o->anchor < 0 || o->anchor > 4096 || o->eval_batch < 1 || o->eval_batch > 65536 || o->threads < 1 ||
-        !(o->lr > 0) || !(o->update_lr > 0) || !(o->wd >= 0) || !(o->alpha >= 0) || !(o->beta >= 0) || !(o->sigma_t >= 0) ||
+        !(o->lr > 0) || !(o->wd >= 0) || !(o->alpha >= 0) || !(o->beta >= 0) || !(o->sigma_t >= 0) ||
         !(o->rho_t >= 0)) {
         fprintf(stderr, "specmoe bench oneshot: --novel, --seeds, --width, --epochs, --batch (<= 65536), --eval-batch, "
-                        "--threads must be >= 1; --anchor in [0, 4096]; --lr, --update-lr > 0; --seed-offset, "
+                        "--threads must be >= 1; --anchor in [0, 4096]; --lr > 0; --seed-offset, "
                         "--weight-decay, --spectral-alpha, --diversity-beta, --sigma-t, --rho-t >= 0\n");
         return 2;
     }

@@ -30,23 +30,75 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
+/* a run that did not train: initial accuracy within 2 points of chance */
+static int at_chance(const oneshot_run_result *r, int C) { return r->acc0 <= 1.0 / C + 0.02; }
+
+/* The headline table (what BENCHMARKS.md quotes): per variant run, one row per (setting, model) with
+ * the initial accuracy and the mean Δ at every learning rate of the grid, mean ± 95% interval over
+ * seeds; v is scratch for o->seeds values. */
+static void summary(cli_buf *md, const oneshot_settings *o, const oneshot_results *R, double *v) {
+    for (int var = 0; var < N_VARIANTS; var++) {
+        if (!o->variant[var]) continue;
+        cli_bprintf(md, "\n### Summary: mean Δ of the %s update (pp) at each one-shot learning rate\n\n"
+                        "A run whose initial accuracy is within 2 points of chance (1/C) did not train: its Δ is 0 "
+                        "because it predicts one class before and after, which is no evidence of stability. Such runs "
+                        "are counted in the last column and left out of this table's means (the per-setting tables "
+                        "above keep them).\n\n"
+                        "| Setting | Model | Initial acc. %% |", oneshot_variant_names[var]);
+        for (int lr = 0; lr < o->n_lr; lr++) cli_bprintf(md, " lr %g |", o->update_lr[lr]);
+        cli_bprintf(md, " Runs at chance |\n|---|---|---|");
+        for (int lr = 0; lr <= o->n_lr; lr++) cli_bprintf(md, "---|");
+        cli_bprintf(md, "\n");
+        for (int p = 0; p < o->n_phases; p++)
+            for (int d = 0; d < o->n_depths; d++)
+                for (int mdl = 0; mdl < N_MODELS; mdl++) {
+                    if (mdl) cli_bprintf(md, "| | %s |", oneshot_model_names[mdl]);
+                    else cli_bprintf(md, "| N=%d, %dx%d | %s |", o->phases[p], o->stages[d], o->experts[d], oneshot_model_names[mdl]);
+                    for (int col = -1; col < o->n_lr; col++) {
+                        int cnt = 0;
+                        for (int s = 0; s < o->seeds; s++) {
+                            const oneshot_run_result *r = &R->res[((p * o->n_depths + d) * N_MODELS + mdl) * o->seeds + s];
+                            if (r->ok && !at_chance(r, o->C)) v[cnt++] = 100 * (col < 0 ? r->acc0 : r->delta_mean[var][col]);
+                        }
+                        double mu, hw;
+                        sm_mean_ci95(v, cnt, &mu, &hw);
+                        if (!cnt) cli_bprintf(md, " — |"); /* every run failed or did not train */
+                        else cli_bprintf(md, col < 0 ? " %.2f ± %.2f |" : " %+.2f ± %.2f |", mu, hw);
+                    }
+                    int chance = 0, ok = 0;
+                    for (int s = 0; s < o->seeds; s++) {
+                        const oneshot_run_result *r = &R->res[((p * o->n_depths + d) * N_MODELS + mdl) * o->seeds + s];
+                        ok += r->ok;
+                        chance += r->ok && at_chance(r, o->C);
+                    }
+                    cli_bprintf(md, " %d of %d |\n", chance, ok);
+                }
+    }
+}
+
 int oneshot_report(const oneshot_settings *o, const oneshot_results *R) {
     const oneshot_run_result *res = R->res;
     const int nruns = R->nruns, failed = R->failed;
     mkdir("runs", 0755);
     mkdir(o->out_dir, 0755);
     cli_buf md = {0}, js = {0};
-    char clsnames[256] = "";
+    char clsnames[256] = "", lrs[256] = "", lrj[256] = "";
+    for (int r = 0, u = 0, uj = 0; r < o->n_lr; r++) {
+        u += snprintf(lrs + u, sizeof lrs - (size_t)u, "%s%g", r ? ", " : "", o->update_lr[r]);
+        uj += snprintf(lrj + uj, sizeof lrj - (size_t)uj, "%s%g", r ? "," : "", o->update_lr[r]);
+    }
     for (int c = 0; c < o->C; c++)
         snprintf(clsnames + strlen(clsnames), sizeof clsnames - strlen(clsnames), "%s%s (%d)", c ? ", " : "",
                  sm_fashion_class_name(o->classes[c]), o->classes[c]);
     cli_bprintf(&md,
               "## One-shot interference (SR-MoE Tables 1-2) on Fashion-MNIST\n\n"
-              "Classes: %s. Novel images: %d per class (held out of training). Test: %d images. %d seeds; "
-              "training %d epochs AdamW lr %g batch %d; one-shot step: %s lr %g, anchor batch %d. "
+              "Classes: %s. Novel images: %d per class (held out of training). Test: %d images (the test split). %d seeds; "
+              "training %d epochs AdamW lr %g batch %d; one-shot step: %s, fresh state, on the %s, update %s, "
+              "learning rates %s (a fixed grid, every one reported), anchor batch %d. "
               "Spectral: alpha %g, sigma_t %g, rho_t %g on the %s, beta %g; tau %g. Deltas in percentage points "
               "(accuracy after - before), mean ± 95%% interval over seeds. Wall time %.0f s on %d threads.\n",
-              clsnames, o->novel, R->test_n, o->seeds, o->epochs, o->lr, o->batch, o->update_optim, o->update_lr, o->anchor, o->alpha,
+              clsnames, o->novel, R->test_n, o->seeds, o->epochs, o->lr, o->batch, o->update_optim,
+              o->loss_total ? "training objective (Eq. 7)" : "cross-entropy only", o->update_s, lrs, o->anchor, o->alpha,
               o->sigma_t, o->rho_t, o->on_prototypes ? "prototypes" : "gate (linear map feeding each router)", o->beta, o->tau,
               R->seconds, o->threads);
     cli_bprintf(&js,
@@ -54,10 +106,11 @@ int oneshot_report(const oneshot_settings *o, const oneshot_results *R) {
     for (int c = 0; c < o->C; c++) cli_bprintf(&js, "%s%d", c ? "," : "", o->classes[c]);
     cli_bprintf(&js,
               "],\"novel_per_class\":%d,\"test_images\":%d,\"seeds\":%d,\"epochs\":%d,\"lr\":%g,\"batch\":%d,"
-              "\"update_optim\":\"%s\",\"update_lr\":%g,\"anchor\":%d,\"spectral_alpha\":%g,\"sigma_t\":%g,\"rho_t\":%g,"
+              "\"update_optim\":\"%s\",\"update_lr\":[%s],\"update\":\"%s\",\"oneshot_loss\":\"%s\",\"anchor\":%d,\"spectral_alpha\":%g,\"sigma_t\":%g,\"rho_t\":%g,"
               "\"penalty_target\":\"%s\",\"diversity_beta\":%g,\"tau\":%g,\"width\":%d,\"seconds\":%.1f,\"threads\":%d,"
               "\"settings\":[",
-              o->novel, R->test_n, o->seeds, o->epochs, o->lr, o->batch, o->update_optim, o->update_lr, o->anchor, o->alpha, o->sigma_t,
+              o->novel, R->test_n, o->seeds, o->epochs, o->lr, o->batch, o->update_optim, lrj, o->update_s, o->oneshot_loss, o->anchor,
+              o->alpha, o->sigma_t,
               o->rho_t, o->penalty_target, o->beta, o->tau, o->width, R->seconds, o->threads);
     double *v = malloc(sizeof(double) * (size_t)o->seeds);
     /* gnuplot data: usage heat map (seed 0 of each setting) and rank-sorted gradient norms */
@@ -70,8 +123,13 @@ int oneshot_report(const oneshot_settings *o, const oneshot_results *R) {
     for (int p = 0; p < o->n_phases; p++)
         for (int d = 0; d < o->n_depths; d++) {
             const int S = o->stages[d], E = o->experts[d];
-            cli_bprintf(&md, "\n### N = %d per class, %d stages x %d experts\n\n| Metric | %s | %s | %s |\n|---|---|---|---|\n",
-                      o->phases[p], S, E, oneshot_model_names[0], oneshot_model_names[1], oneshot_model_names[2]);
+            cli_bprintf(&md, "\n### N = %d per class, %d stages x %d experts\n\n| Metric |", o->phases[p], S, E);
+            for (int mdl = 0; mdl < N_MODELS; mdl++) cli_bprintf(&md, " %s |", oneshot_model_names[mdl]);
+            cli_bprintf(&md, "\n|---|");
+            for (int mdl = 0; mdl < N_MODELS; mdl++) cli_bprintf(&md, "---|");
+            cli_bprintf(&md, "\n");
+            char empty_cells[4 * N_MODELS + 1] = "";
+            for (int mdl = 0; mdl < N_MODELS; mdl++) strcat(empty_cells, " |");
             /* rows: rowfn(model) -> value per seed */
             const oneshot_run_result *rr[N_MODELS];
 #define RUN(mdl, s) (&res[((p * o->n_depths + d) * N_MODELS + (mdl)) * o->seeds + (s)])
@@ -91,14 +149,21 @@ int oneshot_report(const oneshot_settings *o, const oneshot_results *R) {
         cli_bprintf(&md, "\n");                                                                  \
     } while (0)
             ROW("Initial test accuracy %", 2, 0, 100.0, r->acc0);
-            for (int var = 0; var < 2; var++) {
-                cli_bprintf(&md, "| *Δ, %s update* | | | |\n", var ? "surgical (top-1 path experts only)" : "standard (all parameters)");
-                for (int c = 0; c < o->C; c++) {
-                    char lab[96];
-                    snprintf(lab, sizeof lab, "— %s", sm_fashion_class_name(o->classes[c]));
-                    ROW(lab, 2, 1, 100.0, r->delta[var][c]);
+            ROW("Novel images classified correctly before the step %", 1, 0, 100.0, r->novel_acc0);
+            for (int var = 0; var < N_VARIANTS; var++) {
+                if (!o->variant[var]) continue;
+                cli_bprintf(&md, "| *Δ, %s update* |%s\n",
+                            var == OS_SURGICAL ? "surgical (active chain experts only)" : "standard (all parameters)", empty_cells);
+                for (int lr = 0; lr < o->n_lr; lr++) {
+                    char lab[128];
+                    snprintf(lab, sizeof lab, "**Mean Δ (%s) at lr %g**", oneshot_variant_names[var], o->update_lr[lr]);
+                    ROW(lab, 2, 1, 100.0, r->delta_mean[var][lr]);
+                    for (int c = 0; c < o->C; c++) {
+                        snprintf(lab, sizeof lab, "— %s", sm_fashion_class_name(o->classes[c]));
+                        ROW(lab, 2, 1, 100.0, r->delta[var][lr][c]);
+                    }
+                    ROW("— novel image classified correctly after its step %", 1, 0, 100.0, r->novel_acc[var][lr]);
                 }
-                ROW(var ? "**Mean Δ (surgical)**" : "**Mean Δ (standard)**", 2, 1, 100.0, r->delta_mean[var]);
             }
             ROW("Distinct top-1 paths (test set)", 1, 0, 1.0, (double)r->n_paths);
             ROW("Paths with >= 1% of the test set", 1, 0, 1.0, (double)r->n_paths1);
@@ -139,7 +204,7 @@ int oneshot_report(const oneshot_settings *o, const oneshot_results *R) {
             }
             cli_bprintf(&md, "\n");
             /* gradient vitality: rank-sorted per stage (expert ids are arbitrary per seed), mean over seeds */
-            cli_bprintf(&md, "\nGradient vitality (standard update): L2 norm of each expert's gradient per stage, experts "
+            cli_bprintf(&md, "\nGradient vitality: L2 norm of each expert's gradient of the one-shot loss (before any mask) per stage, experts "
                            "sorted by norm within each stage and run, mean over seeds and novel images; "
                            "last column: largest / smallest.\n\n| Model | Stage |");
             for (int e = 0; e < E; e++) cli_bprintf(&md, " rank %d |", e + 1);
@@ -204,13 +269,25 @@ int oneshot_report(const oneshot_settings *o, const oneshot_results *R) {
                         cli_bprintf(&js, ",\"error\":\"run failed\"}");
                         continue;
                     }
-                    cli_bprintf(&js, ",\"initial_acc\":%.5f,\"delta_standard\":[", r->acc0);
-                    for (int c = 0; c < o->C; c++) cli_bprintf(&js, "%s%.6f", c ? "," : "", r->delta[0][c]);
-                    cli_bprintf(&js, "],\"delta_surgical\":[");
-                    for (int c = 0; c < o->C; c++) cli_bprintf(&js, "%s%.6f", c ? "," : "", r->delta[1][c]);
-                    cli_bprintf(&js, "],\"mean_delta_standard\":%.6f,\"mean_delta_surgical\":%.6f,\"distinct_paths\":%d,"
-                                   "\"paths_over_1pct\":%d,\"novel_on_dominant_path\":%.4f,\"dominant_path\":[",
-                              r->delta_mean[0], r->delta_mean[1], r->n_paths, r->n_paths1, r->novel_same_path);
+                    cli_bprintf(&js, ",\"initial_acc\":%.5f,\"novel_acc_before\":%.4f", r->acc0, r->novel_acc0);
+                    /* per variant run: [lr][class] deltas, per-lr means and novel-image accuracies */
+                    for (int var = 0; var < N_VARIANTS; var++) {
+                        if (!o->variant[var]) continue;
+                        const char *vn = oneshot_variant_names[var];
+                        cli_bprintf(&js, ",\"delta_%s\":[", vn);
+                        for (int lr = 0; lr < o->n_lr; lr++) {
+                            cli_bprintf(&js, "%s[", lr ? "," : "");
+                            for (int c = 0; c < o->C; c++) cli_bprintf(&js, "%s%.6f", c ? "," : "", r->delta[var][lr][c]);
+                            cli_bprintf(&js, "]");
+                        }
+                        cli_bprintf(&js, "],\"mean_delta_%s\":[", vn);
+                        for (int lr = 0; lr < o->n_lr; lr++) cli_bprintf(&js, "%s%.6f", lr ? "," : "", r->delta_mean[var][lr]);
+                        cli_bprintf(&js, "],\"novel_acc_after_%s\":[", vn);
+                        for (int lr = 0; lr < o->n_lr; lr++) cli_bprintf(&js, "%s%.4f", lr ? "," : "", r->novel_acc[var][lr]);
+                        cli_bprintf(&js, "]");
+                    }
+                    cli_bprintf(&js, ",\"distinct_paths\":%d,\"paths_over_1pct\":%d,\"novel_on_dominant_path\":%.4f,\"dominant_path\":[",
+                                r->n_paths, r->n_paths1, r->novel_same_path);
                     for (int c = 0; c < o->C; c++) {
                         char ps[64];
                         path_str(ps, sizeof ps, r->dom_path[c], S, E);
@@ -238,6 +315,7 @@ int oneshot_report(const oneshot_settings *o, const oneshot_results *R) {
 #undef RUN
         }
     cli_bprintf(&js, "]}\n");
+    summary(&md, o, R, v);
     if (failed) cli_bprintf(&md, "\n%d of %d runs failed (see stderr); they are left out of the statistics.\n", failed, nruns);
     free(v);
     if (fu) fclose(fu);
@@ -248,9 +326,9 @@ int oneshot_report(const oneshot_settings *o, const oneshot_results *R) {
     snprintf(gp, sizeof gp, "%s/oneshot_plots.gp", o->out_dir);
     FILE *g = fopen(gp, "w");
     if (g) {
-        fprintf(g, "set terminal pngcairo size 1200,%d font ',9'\nset output '%s/oneshot_paths.png'\n", 260 * rows + 60, o->out_dir);
-        fprintf(g, "set multiplot layout %d,3 title 'Top-1 expert usage per class on the test set (seed %d): rows = classes, "
-                   "columns = stage:expert'\n", rows, o->seed_offset);
+        fprintf(g, "set terminal pngcairo size 1600,%d font ',9'\nset output '%s/oneshot_paths.png'\n", 260 * rows + 60, o->out_dir);
+        fprintf(g, "set multiplot layout %d,%d title 'Top-1 expert usage per class on the test set (seed %d): rows = classes, "
+                   "columns = stage:expert'\n", rows, N_MODELS, o->seed_offset);
         fprintf(g, "set palette defined (0 'white', 1 '#2166ac')\nset cbrange [0:1]\nunset key\nset bmargin 4\nset lmargin 12\n");
         int pn = 0;
         for (int p = 0; p < o->n_phases; p++)
@@ -266,9 +344,9 @@ int oneshot_report(const oneshot_settings *o, const oneshot_results *R) {
                     fprintf(g, ")\nplot '%s/oneshot_usage.dat' index %d matrix with image\n", o->out_dir, pn);
                 }
         fprintf(g, "unset multiplot\n");
-        fprintf(g, "reset\nset terminal pngcairo size 1200,%d font ',9'\nset output '%s/oneshot_gradnorm.png'\n", 260 * rows + 60, o->out_dir);
-        fprintf(g, "set multiplot layout %d,3 title 'Gradient vitality: L2 norm of each expert gradient in the standard "
-                   "one-shot update (experts rank-sorted per stage, mean over seeds and novel images)'\n", rows);
+        fprintf(g, "reset\nset terminal pngcairo size 1600,%d font ',9'\nset output '%s/oneshot_gradnorm.png'\n", 260 * rows + 60, o->out_dir);
+        fprintf(g, "set multiplot layout %d,%d title 'Gradient vitality: L2 norm of each expert gradient of the "
+                   "one-shot loss (experts rank-sorted per stage, mean over seeds and novel images)'\n", rows, N_MODELS);
         fprintf(g, "set style data histograms\nset style histogram clustered gap 1\nset style fill solid 0.8 border -1\n"
                    "set logscale y\nset yrange [1e-6:*]\nset format y '10^{%%L}'\nset ylabel '||grad E_i||_2'\nset xlabel 'stage'\nset key top right font ',7'\n");
         pn = 0;

@@ -9,8 +9,10 @@
 
 #include "cli/common.h"
 #include "experiments/srmoe/oneshot.h"
+#include "specmoe/methods/srmoe/srmoe.h"
 
-const char *const oneshot_model_names[N_MODELS] = {"Baseline", "Clustering", "Spectral"};
+const char *const oneshot_model_names[N_MODELS] = {"Top-1 linear", "Dense softmax", "Clustering", "Spectral"};
+const char *const oneshot_variant_names[N_VARIANTS] = {"surgical", "standard"};
 
 /* ---------------------------------------------------------------------------------------------- */
 /* data */
@@ -121,13 +123,17 @@ sm_status oneshot_make_config(sm_model_config *mc, const oneshot_settings *o, in
     mc->moe.act = SM_ACT_RELU;
     sm_router_config *r = &mc->moe.router;
     sm_router_config_default(r);
-    (void)sm_router_config_set(r, model == 0 ? "topk" : "prototype", NULL);
+    const int linear = model == OS_TOP1 || model == OS_DENSE;
+    (void)sm_router_config_set(r, linear ? "topk" : "prototype", NULL);
     r->E = o->experts[depth];
-    r->k = r->E;        /* dense mixture (Eq. 1) */
-    r->renorm = 1;      /* a no-op for k = E */
-    r->temperature = model == 0 ? 1.0 : o->tau;
-    if (model) sm_proto_opts(r)->proto_sq = o->proto_sq;
-    if (model == 2 && penalties) {
+    /* Top-1: the hard gate, its expert weighted by the softmax probability (renorm 0: renormalised
+     * to 1 the gate would get no gradient at all); the others: the dense mixture (Eq. 1), where
+     * renorm is a no-op. No balance loss (sm_router_config_set leaves balance_coef 0). */
+    r->k = model == OS_TOP1 ? 1 : r->E;
+    r->renorm = model != OS_TOP1;
+    r->temperature = linear ? 1.0 : o->tau;
+    if (!linear) sm_proto_opts(r)->proto_sq = o->proto_sq;
+    if (model == OS_SPECTRAL && penalties) {
         mc->spectral_alpha = o->alpha;
         mc->sigma_t = o->sigma_t;
         mc->rho_t = o->rho_t;
@@ -188,6 +194,11 @@ static double evaluate_from(sm_model *m, int first, const float *feat, int dim, 
     return ds->n ? (double)correct / ds->n : 0;
 }
 
+/* the class m predicts for the first image of x (eval mode) */
+static int predict_first(sm_model *m, const float *x) {
+    return sm_argmax(sm_model_forward(m, x, 1, NULL, 0), m->cfg.n_classes);
+}
+
 static int first_moe(const sm_model *m) {
     int f = 0;
     while (f < m->n_layers && m->layers[f].kind != SM_LAYER_MOE) f++;
@@ -207,12 +218,12 @@ static void run_one(const oneshot_settings *o, const oneshot_data *bd, int phase
     sm_model *m = NULL, *w = NULL;
     int first = 0, fdim = 0;
     float *feat = NULL;
-    sm_real *pristine = NULL, *gfull = NULL;
+    sm_real *pristine = NULL, *gfull = NULL, *gsurg = NULL;
     int *paths = NULL;
     float *xb = NULL;
     int *yb = NULL, *idx = NULL;
     const uint64_t useed = (uint64_t)seed;
-    if (oneshot_make_config(&mc, o, depth, model, 1, &err) != SM_OK || oneshot_make_config(&mcw, o, depth, model, 0, &err) != SM_OK)
+    if (oneshot_make_config(&mc, o, depth, model, 1, &err) != SM_OK || oneshot_make_config(&mcw, o, depth, model, o->loss_total, &err) != SM_OK)
         goto fail;
     sm_rng init;
     sm_rng_seed(&init, 1000003ULL * (useed + 1) + 7919ULL * (uint64_t)(phase * 16 + depth));
@@ -220,6 +231,9 @@ static void run_one(const oneshot_settings *o, const oneshot_data *bd, int phase
     if (!m) goto fail;
     w = sm_model_create(&mcw, maxT, NULL, &err);
     if (!w) goto fail;
+    /* the copy's power iterations start afresh: enough of them per one-shot loss that sigma_max is
+     * converged for the pristine weights (restored after every update) */
+    sm_srmoe_set_power_iters(w, 30);
     if (w->params.total != m->params.total) {
         sm_fail(&err, SM_ERR_MISMATCH, "bench oneshot: parameter layouts differ (internal error)");
         goto fail;
@@ -235,11 +249,12 @@ static void run_one(const oneshot_settings *o, const oneshot_data *bd, int phase
     const size_t P = m->params.total;
     pristine = malloc(sizeof(sm_real) * P);
     gfull = malloc(sizeof(sm_real) * P);
+    gsurg = malloc(sizeof(sm_real) * P);
     paths = malloc(sizeof(int) * (size_t)bd->test.n);
     xb = malloc(sizeof(float) * (size_t)(o->anchor + 1) * D);
     yb = malloc(sizeof(int) * (size_t)(o->anchor + 1));
     idx = malloc(sizeof(int) * (size_t)tr->n);
-    if (!pristine || !gfull || !paths || !xb || !yb || !idx) {
+    if (!pristine || !gfull || !gsurg || !paths || !xb || !yb || !idx) {
         sm_fail(&err, SM_ERR_NOMEM, "bench oneshot: out of memory");
         goto fail;
     }
@@ -306,19 +321,18 @@ static void run_one(const oneshot_settings *o, const oneshot_data *bd, int phase
     sm_optim_config oc;
     sm_optim_config_default(&oc);
     oc.kind = o->update_kind;
-    oc.lr = o->update_lr;
     oc.weight_decay = 0;
     oc.momentum = 0;
-    const int nm = sm_model_n_moe(w), A = o->anchor, B = A + 1;
-    double dsum[2][MAX_C] = {{0}};
-    int same = 0;
+    const int nm = sm_model_n_moe(w), A = o->anchor, B = A + 1, NR = o->n_lr;
+    double dsum[N_VARIANTS][MAX_LR][MAX_C] = {{{0}}}, nsum[N_VARIANTS][MAX_LR] = {{0}};
+    int same = 0, novel_ok0 = 0;
     sm_rng noise;
     sm_rng_seed(&noise, 99 + useed);
     for (int j = 0; j < bd->novel.n; j++) {
         int c = bd->novel.y[j];
         /* the batch: the novel image first, then A anchors drawn without replacement from the training
-         * subset; the anchor RNG depends on (seed, phase, image) only, so the three models and both
-         * variants see the same anchors */
+         * subset; the anchor RNG depends on (seed, phase, image) only, so the models, variants and
+         * learning rates see the same anchors */
         memcpy(xb, bd->novel.x + (size_t)j * D, sizeof(float) * D);
         yb[0] = c;
         sm_rng ar;
@@ -332,16 +346,18 @@ static void run_one(const oneshot_settings *o, const oneshot_data *bd, int phase
             memcpy(xb + (size_t)(a + 1) * D, tr->x + (size_t)idx[a] * D, sizeof(float) * D);
             yb[a + 1] = tr->y[idx[a]];
         }
-        /* one gradient on the pristine parameters (w holds them here), shared by both variants */
+        novel_ok0 += predict_first(w, xb) == c;
+        /* one gradient of the one-shot loss on the pristine parameters (w holds them here), shared by
+         * every variant and learning rate */
         sm_params_zero_grad(&w->params);
         sm_model_forward(w, xb, B, &noise, 1);
         sm_model_loss(w, yb, NULL, B);
         sm_model_backward(w, B);
         memcpy(gfull, w->params.grad, sizeof(sm_real) * P);
-        int path[MAX_S], pid = 0, mul = 1;
+        int path[SM_MAX_LAYERS], pid = 0, mul = 1;
+        sm_srmoe_active_chain(w, 0, path); /* row 0: the novel image */
         for (int l = 0; l < nm; l++) {
             sm_moe *moe = sm_model_moe(w, l);
-            path[l] = sm_argmax(moe->route.probs, moe->E); /* row 0: the novel image */
             pid += path[l] * mul;
             mul *= moe->E;
             /* gradient vitality: ||(dw1, db1, dw2, db2) of expert e||_2 */
@@ -358,51 +374,38 @@ static void run_one(const oneshot_settings *o, const oneshot_data *bd, int phase
             }
         }
         same += pid == R->dom_path[c];
-        for (int v = 0; v < 2; v++) {
-            if (v == 1) {
-                /* surgical: keep only the path experts' slices of layers.<i>.experts.* */
-                memset(w->params.grad, 0, sizeof(sm_real) * P);
-                for (int l = 0; l < nm; l++) {
-                    sm_moe *moe = sm_model_moe(w, l);
-                    int e = path[l];
-                    size_t hd = (size_t)moe->H * moe->d, oh = (size_t)moe->O * moe->H;
-                    size_t off;
-#define KEEP(ptr, n)                                                                          \
-    do {                                                                                      \
-        off = (size_t)((ptr) - w->params.grad);                                               \
-        memcpy(w->params.grad + off + (size_t)e * (n), gfull + off + (size_t)e * (n), sizeof(sm_real) * (n)); \
-    } while (0)
-                    KEEP(moe->dw1, hd);
-                    KEEP(moe->dw2, oh);
-                    if (moe->db1) KEEP(moe->db1, (size_t)moe->H);
-                    if (moe->db2) KEEP(moe->db2, (size_t)moe->O);
-#undef KEEP
-                }
-            } else {
-                /* the model's backward already left the full gradient in place */
+        /* surgical: only the active chain's expert slices keep their gradient (Fig. 1's blue path) */
+        if (sm_srmoe_surgical_mask(w, path, &err) != SM_OK) goto fail;
+        memcpy(gsurg, w->params.grad, sizeof(sm_real) * P);
+        for (int v = 0; v < N_VARIANTS; v++) {
+            if (!o->variant[v]) continue;
+            for (int r = 0; r < NR; r++) {
+                memcpy(w->params.grad, v == OS_SURGICAL ? gsurg : gfull, sizeof(sm_real) * P);
+                sm_optim opt;
+                oc.lr = o->update_lr[r];
+                if (sm_optim_init(&opt, &oc, &w->params, &err) != SM_OK) goto fail; /* fresh optimiser state */
+                sm_optim_step(&opt, &w->params, o->update_lr[r]);
+                sm_optim_free(&opt);
+                /* a surgical step changes experts only: re-run from the first MoE layer on cached features */
+                double acc = v == OS_SURGICAL ? evaluate_from(w, first, feat, fdim, &bd->test, o->eval_batch)
+                                              : evaluate(w, &bd->test, o->eval_batch, NULL, NULL, 0);
+                dsum[v][r][c] += acc - R->acc0;
+                nsum[v][r] += predict_first(w, xb) == c;
+                memcpy(w->params.data, pristine, sizeof(sm_real) * P); /* back to the trained model */
             }
-            sm_optim opt;
-            if (sm_optim_init(&opt, &oc, &w->params, &err) != SM_OK) goto fail; /* fresh optimiser state */
-            sm_optim_step(&opt, &w->params, o->update_lr);
-            sm_optim_free(&opt);
-            double acc;
-            if (v == 0) {
-                acc = evaluate(w, &bd->test, o->eval_batch, NULL, NULL, 0);
-            } else {
-                acc = evaluate_from(w, first, feat, fdim, &bd->test, o->eval_batch);
-            }
-            dsum[v][c] += acc - R->acc0;
-            memcpy(w->params.data, pristine, sizeof(sm_real) * P); /* back to the trained model */
         }
     }
-    for (int v = 0; v < 2; v++) {
-        double tot = 0;
-        for (int c = 0; c < C; c++) {
-            R->delta[v][c] = dsum[v][c] / o->novel;
-            tot += dsum[v][c];
+    for (int v = 0; v < N_VARIANTS; v++)
+        for (int r = 0; r < NR; r++) {
+            double tot = 0;
+            for (int c = 0; c < C; c++) {
+                R->delta[v][r][c] = dsum[v][r][c] / o->novel;
+                tot += dsum[v][r][c];
+            }
+            R->delta_mean[v][r] = tot / bd->novel.n;
+            R->novel_acc[v][r] = nsum[v][r] / bd->novel.n;
         }
-        R->delta_mean[v] = tot / bd->novel.n;
-    }
+    R->novel_acc0 = (double)novel_ok0 / bd->novel.n;
     R->novel_same_path = (double)same / bd->novel.n;
     R->shot_s = sm_time_now() - t0;
     R->ok = 1;
@@ -415,6 +418,7 @@ done:
     free(feat);
     free(pristine);
     free(gfull);
+    free(gsurg);
     free(paths);
     free(xb);
     free(yb);
@@ -463,15 +467,21 @@ sm_status oneshot_run(const oneshot_settings *o, oneshot_results *R, sm_error *e
 #pragma omp critical
         {
             done++;
-            if (res[i].ok)
-                fprintf(stderr, "[%3d/%d] N=%d %dx%d %-10s seed %d: acc %.2f%%, mean delta %+.2f / surgical %+.2f pp, "
+            if (res[i].ok) {
+                char dl[256] = "";
+                for (int v = 0, u = 0; v < N_VARIANTS; v++)
+                    for (int r = 0; r < o->n_lr && o->variant[v]; r++)
+                        u += snprintf(dl + u, sizeof dl - (size_t)u, "%s%+.2f", r ? " " : v && o->variant[0] ? " / standard " : "",
+                                      100 * res[i].delta_mean[v][r]);
+                fprintf(stderr, "[%3d/%d] N=%d %dx%d %-13s seed %d: acc %.2f%%, mean delta %s%s pp over the lr grid, "
                                 "%d paths (train %.0f s, one-shot %.0f s, elapsed %.0f s)\n",
                         done, nruns, o->phases[p], o->stages[d], o->experts[d], oneshot_model_names[mdl], s + o->seed_offset,
-                        100 * res[i].acc0, 100 * res[i].delta_mean[0], 100 * res[i].delta_mean[1], res[i].n_paths,
+                        100 * res[i].acc0, o->variant[OS_SURGICAL] ? "surgical " : "standard ", dl, res[i].n_paths,
                         res[i].train_s, res[i].shot_s, sm_time_now() - R->t_start);
-            else
+            } else {
                 fprintf(stderr, "specmoe: bench oneshot: N=%d %dx%d %s seed %d: %s\n", o->phases[p], o->stages[d],
                         o->experts[d], oneshot_model_names[mdl], s + o->seed_offset, res[i].err);
+            }
         }
     }
     free(order);
