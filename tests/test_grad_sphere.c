@@ -74,3 +74,69 @@ Test(grad_sphere, values) {
     const double disc = sqrt((a - c) * (a - c) + 4 * b * b); /* l1 - l2 */
     cr_expect(fabs(sm_sphere_penalty(phi, 3, 2, NULL, 1, work) - disc * disc / 2) < 1e-12);
 }
+
+/* The exact eNTK against finite differences: on a small MoE model (top-2 of 3 experts with a
+ * balance loss, whose gradient must not leak into the Jacobian), K's eigenvalues from
+ * sm_entk_rank_exact equal those of J_fd J_fd^T, J_fd the central-difference Jacobian of u^T f(x_i)
+ * over every parameter; and the rank of N identical states is 1. */
+#include <lapacke.h>
+
+#include "specmoe/nn/routers.h"
+
+Test(grad_sphere, entk_exact_against_finite_differences) {
+    sm_model_config cfg;
+    sm_model_config_default(&cfg);
+    sm_error err = {0};
+    cr_assert_eq(sm_model_parse_arch(&cfg, "dense:6,moe:5", &err), SM_OK);
+    cfg.in_dim = 4;
+    cfg.n_classes = 3;
+    cfg.act = SM_ACT_TANH; /* smooth: no kinks for the finite differences */
+    cfg.moe.router.E = 3;
+    cfg.moe.router.k = 2;
+    cfg.moe.router.balance_coef = 0.5;
+    sm_rng r;
+    sm_rng_seed(&r, 9);
+    sm_model *m = sm_model_create(&cfg, 8, &r, &err);
+    cr_assert(m, "%s", err.msg);
+    enum { N = 5 };
+    float x[N * 4];
+    for (int i = 0; i < N * 4; i++) x[i] = (float)sm_rng_normal(&r);
+    const sm_real u[3] = {0.7, -0.2, 0.5};
+    double rank, eig[N];
+    cr_assert_eq(sm_entk_rank_exact(m, x, N, u, &rank, eig, &err), SM_OK, "%s", err.msg);
+    const size_t P = m->params.total;
+    double *J = calloc((size_t)N * P, sizeof(double));
+    for (size_t j = 0; j < P; j++) {
+        sm_real *th = &m->params.data[j];
+        const sm_real t0 = *th, h = 1e-6;
+        for (int i = 0; i < N; i++) {
+            double f[2];
+            for (int s = 0; s < 2; s++) {
+                *th = t0 + (s ? -h : h);
+                const sm_real *lg = sm_model_forward(m, x + i * 4, 1, NULL, 0);
+                f[s] = u[0] * lg[0] + u[1] * lg[1] + u[2] * lg[2];
+            }
+            J[(size_t)i * P + j] = (f[0] - f[1]) / (2 * h);
+        }
+        *th = t0;
+    }
+    double K[N * N], w[N];
+    for (int a = 0; a < N; a++)
+        for (int b = 0; b < N; b++) {
+            double s = 0;
+            for (size_t j = 0; j < P; j++) s += J[(size_t)a * P + j] * J[(size_t)b * P + j];
+            K[a * N + b] = s;
+        }
+    cr_assert_eq(LAPACKE_dsyev(LAPACK_ROW_MAJOR, 'N', 'U', N, K, N, w), 0);
+    for (int i = 0; i < N; i++) /* w ascending, eig descending */
+        cr_expect(fabs(eig[i] - w[N - 1 - i]) <= 1e-6 * (fabs(w[N - 1]) + 1), "eigenvalue %d: %.10g vs %.10g", i, eig[i],
+                  w[N - 1 - i]);
+    cr_expect(rank > 1 && rank <= N, "rank %g", rank);
+    /* N copies of one state: K = c 1 1^T, rank 1 */
+    float same[N * 4];
+    for (int i = 0; i < N * 4; i++) same[i] = x[i % 4];
+    cr_assert_eq(sm_entk_rank_exact(m, same, N, u, &rank, NULL, &err), SM_OK);
+    cr_expect(fabs(rank - 1) < 1e-6, "rank of identical states %g", rank);
+    free(J);
+    sm_model_free(m);
+}

@@ -25,6 +25,7 @@
 #include <stddef.h>
 
 #include "specmoe/core/core.h"
+#include "specmoe/nn/model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,6 +37,18 @@ size_t sm_sphere_work_values(int T, int D);
 /* L of Eq. 26 for phi (T, D); when dphi (T, D) is given, dphi += scale * dL/dphi. work holds
  * sm_sphere_work_values(T, D) values. T, D >= 1. */
 double sm_sphere_penalty(const sm_real *phi, int T, int D, sm_real *dphi, sm_real scale, sm_real *work);
+
+/* The eNTK effective rank of SPHERE Eq. 7, exactly, for a few hundred states: f_i = u^T logits(x_i)
+ * (u (V): the scalar projection of the output; SPHERE's actor mean projected on a fixed direction),
+ * J (N, P) its per-sample gradients over every parameter of m, K = J J^T (N, N), and
+ *   srank = exp(-sum_i p_i log p_i),  p_i = max(lambda_i, 0) / sum_j max(lambda_j, 0)
+ * over K's eigenvalues (LAPACKE dsyev). Each row of J is one backward of the forward on x_i in
+ * evaluation mode with d logits = u, minus the backward with d logits = 0, so the routers' auxiliary
+ * losses and the model's penalties, which add the same gradient to both, drop out exactly. x holds N
+ * inputs of m->cfg.in_dim floats; m->max_T >= 1. eig (N), if given, receives K's eigenvalues in
+ * descending order. The parameter gradients of m are left zeroed. */
+sm_status sm_entk_rank_exact(sm_model *m, const float *x, int N, const sm_real *u, double *rank, double *eig,
+                             sm_error *err);
 
 #ifdef __cplusplus
 }
