@@ -4,8 +4,10 @@
  * a Parseval frame (orthogonal columns of equal norm), and D times the variance of the eigenvalues
  * computed another way (from the Gram's own entries for D = 2). */
 #include <criterion/criterion.h>
+#include <lapacke.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gradcheck.h"
 #include "specmoe/methods/sphere/sphere.h"
@@ -79,9 +81,6 @@ Test(grad_sphere, values) {
  * balance loss, whose gradient must not leak into the Jacobian), K's eigenvalues from
  * sm_entk_rank_exact equal those of J_fd J_fd^T, J_fd the central-difference Jacobian of u^T f(x_i)
  * over every parameter; and the rank of N identical states is 1. */
-#include <lapacke.h>
-
-#include "specmoe/nn/routers.h"
 
 Test(grad_sphere, entk_exact_against_finite_differences) {
     sm_model_config cfg;
@@ -139,4 +138,70 @@ Test(grad_sphere, entk_exact_against_finite_differences) {
     cr_expect(fabs(rank - 1) < 1e-6, "rank of identical states %g", rank);
     free(J);
     sm_model_free(m);
+}
+
+/* The penalty through an MoE layer (double): loss = <G, out> + 0.3 L(phi(x)), phi the routing-weighted
+ * last hidden features of a top-2-of-3 layer; the gradient reaches the experts (through h), the router
+ * (through the combine weights) and x, checked by finite differences over all of them. */
+typedef struct {
+    sm_moe *m;
+    sm_params ps;
+    int T, d;
+    sm_real *x, *G, *out, *dx, *phi, *dphi, *work;
+} sp_moe_ctx;
+
+static double sp_moe_loss(void *p) {
+    sp_moe_ctx *c = p;
+    sm_moe_forward(c->m, c->out, c->x, c->T, NULL, 1);
+    double s = c->m->route.aux_loss;
+    for (int i = 0; i < c->T * c->m->O; i++) s += (double)c->out[i] * c->G[i];
+    sm_error err;
+    cr_assert_eq(sm_sphere_features(c->m, c->phi, &err), SM_OK, "%s", err.msg);
+    return s + 0.3 * sm_sphere_penalty(c->phi, c->T, c->m->E * c->m->H, NULL, 1, c->work);
+}
+
+Test(grad_sphere, through_an_moe_layer) {
+    sm_moe_config cfg;
+    sm_moe_config_default(&cfg);
+    cfg.router.E = 3;
+    cfg.router.k = 2;
+    cfg.H = 4;
+    cfg.act = SM_ACT_TANH;
+    sp_moe_ctx c = {.T = 7, .d = 5};
+    sm_error err;
+    sm_params_init_table(&c.ps);
+    c.m = sm_moe_create(&cfg, c.d, &err);
+    cr_assert(c.m, "%s", err.msg);
+    cr_assert_eq(sm_moe_declare(c.m, &c.ps, "moe", &err), SM_OK);
+    cr_assert_eq(sm_params_alloc(&c.ps, &err), SM_OK);
+    sm_rng r;
+    sm_rng_seed(&r, 12);
+    sm_params_initialize(&c.ps, &r);
+    sm_moe_bind(c.m, &c.ps);
+    cr_assert_eq(sm_moe_reserve(c.m, c.T, &err), SM_OK);
+    const int D = 3 * 4, O = c.m->O;
+    c.x = calloc((size_t)c.T * c.d, sizeof(sm_real));
+    c.dx = calloc((size_t)c.T * c.d, sizeof(sm_real));
+    c.G = calloc((size_t)c.T * O, sizeof(sm_real));
+    c.out = calloc((size_t)c.T * O, sizeof(sm_real));
+    c.phi = calloc((size_t)c.T * D, sizeof(sm_real));
+    c.dphi = calloc((size_t)c.T * D, sizeof(sm_real));
+    c.work = calloc(sm_sphere_work_values(c.T, D), sizeof(sm_real));
+    gc_fill_normal(c.x, (size_t)c.T * c.d, 1.5, &r);
+    gc_fill_normal(c.G, (size_t)c.T * O, 1, &r);
+    sm_params_zero_grad(&c.ps);
+    sp_moe_loss(&c);
+    memset(c.dphi, 0, sizeof(sm_real) * (size_t)c.T * D);
+    sm_sphere_penalty(c.phi, c.T, D, c.dphi, 0.3, c.work);
+    sm_sphere_features_backward(c.m, c.dphi);
+    sm_moe_backward(c.m, c.dx, c.G, c.x, c.T);
+    gc_check("sphere.moe.x", c.x, c.dx, (size_t)c.T * c.d, sp_moe_loss, &c, &r, 35);
+    for (int i = 0; i < c.ps.n; i++) {
+        char name[160];
+        snprintf(name, sizeof name, "sphere.moe:%s", c.ps.p[i].name);
+        gc_check(name, sm_params_data(&c.ps, i), sm_params_grad(&c.ps, i), c.ps.p[i].numel, sp_moe_loss, &c, &r, 35);
+    }
+    sm_moe_free(c.m);
+    sm_params_free(&c.ps);
+    free(c.x), free(c.dx), free(c.G), free(c.out), free(c.phi), free(c.dphi), free(c.work);
 }

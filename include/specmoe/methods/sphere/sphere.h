@@ -26,6 +26,7 @@
 
 #include "specmoe/core/core.h"
 #include "specmoe/nn/model.h"
+#include "specmoe/nn/moe.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,6 +38,16 @@ size_t sm_sphere_work_values(int T, int D);
 /* L of Eq. 26 for phi (T, D); when dphi (T, D) is given, dphi += scale * dL/dphi. work holds
  * sm_sphere_work_values(T, D) values. T, D >= 1. */
 double sm_sphere_penalty(const sm_real *phi, int T, int D, sm_real *dphi, sm_real scale, sm_real *work);
+
+/* SPHERE's features of an MoE layer after its forward (sparse routes; its experts the built-in MLPs):
+ * phi (T, E H), row t = concat_e p_e(x_t) h_e(x_t), h_e the last hidden layer of expert e (after the
+ * activation) and p_e the combine weight of the assignment (t, e), 0 where e was not selected.
+ * Refused for soft routes and factory experts. */
+sm_status sm_sphere_features(sm_moe *m, sm_real *phi, sm_error *err);
+/* Its backward before the layer's: dphi (T, E H) -> the features' gradient (sm_moe_features' dfeat,
+ * which the layer's backward adds in) and the combine weights' (route.dweight, which the router's
+ * backward consumes). */
+void sm_sphere_features_backward(sm_moe *m, const sm_real *dphi);
 
 /* The eNTK effective rank of SPHERE Eq. 7, exactly, for a few hundred states: f_i = u^T logits(x_i)
  * (u (V): the scalar projection of the output; SPHERE's actor mean projected on a fixed direction),
