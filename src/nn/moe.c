@@ -420,6 +420,8 @@ void sm_moe_forward_gated(sm_moe *m, sm_real *out, const sm_real *x, const sm_re
     memset(r->dprobs, 0, sizeof(sm_real) * (size_t)T * E);
     if (m->dfeat_used) memset(m->dfeat, 0, sizeof(sm_real) * (size_t)m->max_A * H);
     const int A = r->n_assign;
+    /* penalties may add to the combine weights' gradient before the backward adds the output's */
+    if (r->kind == SM_ROUTE_SPARSE) memset(r->dweight, 0, sizeof(sm_real) * (size_t)A);
     if (r->kind == SM_ROUTE_SOFT) soft_dispatch(m, x, T);
     else
         for (int a = 0; a < A; a++) memcpy(m->xg + (size_t)a * d, x + (size_t)r->token[a] * d, sizeof(sm_real) * d);
@@ -476,7 +478,7 @@ void sm_moe_backward_gated(sm_moe *m, sm_real *dx, sm_real *dgx, const sm_real *
             dot += g[i] * y[i];
             dy[i] = w * g[i];
         }
-        r->dweight[a] = dot;
+        r->dweight[a] += dot;
     }
     memset(m->dxg, 0, sizeof(sm_real) * (size_t)A * d);
     /* taps see one expert at a time, from one thread */

@@ -94,7 +94,9 @@ typedef struct {
     int *token;         /* (A) token of each assignment, grouped by expert, token order within */
     int *slot;          /* (A) rank of the expert among the token's choices (0 = first) */
     sm_real *weight;    /* (A) combine weight */
-    sm_real *dweight;   /* (A) dLoss/dweight, written by the layer before router backward */
+    sm_real *dweight;   /* (A) dLoss/dweight: zeroed by the layer's forward, added to by penalties on the
+                         * combine weights (SPHERE's features) and by the layer's backward, before the
+                         * router's backward */
     sm_real *probs;     /* (T,E) routing probabilities (after temperature), for metrics */
     sm_real *dprobs;    /* (T,E) gradient of outside losses on probs (diversity, ...): zeroed by the
                          * layer's forward, added to by penalties, consumed by the router backward */

@@ -1,0 +1,68 @@
+/* SPHERE (papers/000; REFERENCE-NOTES "SPHERE"): a Parseval-style penalty on the routing-weighted
+ * expert features that keeps the spectrum of an MoE policy's features - and with it the eNTK's
+ * effective rank - wide through continual RL.
+ *
+ * The features of T samples at one expert layer: phi (T, D), row t = concat_e p_e(x_t) h_e(x_t), with
+ * h_e the expert's hidden activations (H of them, D = E H) and p_e the sparse top-k routing weight
+ * (0 for unselected experts). With A the Gram matrix of phi scaled by 1/T - in feature space
+ * phi^T phi / T (D x D) or in sample space phi phi^T / T (T x T), whichever is smaller; the two share
+ * their non-zero eigenvalues, so every quantity below is the same either way -
+ *
+ *   L = ||A||_F^2 - tr(A)^2 / D                                  (SPHERE Eq. 26, App. A.2)
+ *
+ * is D times the variance of A's D eigenvalues (the T x T branch pads with zeros): zero exactly when
+ * the spectrum is flat, a Parseval frame up to scale. Its gradient, with K the T x T Gram:
+ *
+ *   dL/dphi = (4/T) K phi - (4 tr(K) / (T D)) phi     (sample space)
+ *           = (4/T) phi A - (4 tr(A) / (T D)) phi     (feature space)
+ *
+ * (d||K||^2 = 2 <K, dK> and dK = (dphi phi^T + phi dphi^T) / T give (4/T) K phi; tr K = ||phi||^2 / T
+ * gives the second term), checked against finite differences in double precision by
+ * tests/test_grad_sphere.c. */
+#ifndef SPECMOE_SPHERE_H
+#define SPECMOE_SPHERE_H
+
+#include <stddef.h>
+
+#include "specmoe/core/core.h"
+#include "specmoe/nn/model.h"
+#include "specmoe/nn/moe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Values of scratch sm_sphere_penalty needs for T samples of width D: the smaller Gram and a (T, D) product. */
+size_t sm_sphere_work_values(int T, int D);
+
+/* L of Eq. 26 for phi (T, D); when dphi (T, D) is given, dphi += scale * dL/dphi. work holds
+ * sm_sphere_work_values(T, D) values. T, D >= 1. */
+double sm_sphere_penalty(const sm_real *phi, int T, int D, sm_real *dphi, sm_real scale, sm_real *work);
+
+/* SPHERE's features of an MoE layer after its forward (sparse routes; its experts the built-in MLPs):
+ * phi (T, E H), row t = concat_e p_e(x_t) h_e(x_t), h_e the last hidden layer of expert e (after the
+ * activation) and p_e the combine weight of the assignment (t, e), 0 where e was not selected.
+ * Refused for soft routes and factory experts. */
+sm_status sm_sphere_features(sm_moe *m, sm_real *phi, sm_error *err);
+/* Its backward before the layer's: dphi (T, E H) -> the features' gradient (sm_moe_features' dfeat,
+ * which the layer's backward adds in) and the combine weights' (route.dweight, which the router's
+ * backward consumes). */
+void sm_sphere_features_backward(sm_moe *m, const sm_real *dphi);
+
+/* The eNTK effective rank of SPHERE Eq. 7, exactly, for a few hundred states: f_i = u^T logits(x_i)
+ * (u (V): the scalar projection of the output; SPHERE's actor mean projected on a fixed direction),
+ * J (N, P) its per-sample gradients over every parameter of m, K = J J^T (N, N), and
+ *   srank = exp(-sum_i p_i log p_i),  p_i = max(lambda_i, 0) / sum_j max(lambda_j, 0)
+ * over K's eigenvalues (LAPACKE dsyev). Each row of J is one backward of the forward on x_i in
+ * evaluation mode with d logits = u, minus the backward with d logits = 0, so the routers' auxiliary
+ * losses and the model's penalties, which add the same gradient to both, drop out exactly. x holds N
+ * inputs of m->cfg.in_dim floats; m->max_T >= 1. eig (N), if given, receives K's eigenvalues in
+ * descending order. The parameter gradients of m are left zeroed. */
+sm_status sm_entk_rank_exact(sm_model *m, const float *x, int N, const sm_real *u, double *rank, double *eig,
+                             sm_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

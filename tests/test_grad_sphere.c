@@ -1,0 +1,207 @@
+/* SPHERE's penalty (Eq. 26, include/specmoe/methods/sphere/sphere.h) in double precision: its
+ * gradient against finite differences in both branches (T < D: the sample-space Gram; T >= D: the
+ * feature-space Gram), the two branches giving the same value on transposed-size problems, zero for
+ * a Parseval frame (orthogonal columns of equal norm), and D times the variance of the eigenvalues
+ * computed another way (from the Gram's own entries for D = 2). */
+#include <criterion/criterion.h>
+#include <lapacke.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gradcheck.h"
+#include "specmoe/methods/sphere/sphere.h"
+
+typedef struct {
+    sm_real *phi, *work;
+    int T, D;
+} sp_ctx;
+
+static double sp_loss(void *p) {
+    sp_ctx *c = p;
+    return sm_sphere_penalty(c->phi, c->T, c->D, NULL, 1, c->work);
+}
+
+static void check_shape(int T, int D, uint64_t seed) {
+    sm_rng r;
+    sm_rng_seed(&r, seed);
+    sp_ctx c = {calloc((size_t)T * D, sizeof(sm_real)), calloc(sm_sphere_work_values(T, D), sizeof(sm_real)), T, D};
+    sm_real *g = calloc((size_t)T * D, sizeof(sm_real));
+    gc_fill_normal(c.phi, (size_t)T * D, 1, &r);
+    /* ReLU-like features: some exact zeros, as unselected experts give */
+    for (int i = 0; i < T * D; i += 3) c.phi[i] = 0;
+    sm_sphere_penalty(c.phi, T, D, g, 1, c.work);
+    char name[64];
+    snprintf(name, sizeof name, "sphere T=%d D=%d", T, D);
+    gc_check(name, c.phi, g, (size_t)T * D, sp_loss, &c, &r, 60);
+    free(c.phi), free(c.work), free(g);
+}
+
+Test(grad_sphere, both_branches) {
+    check_shape(5, 12, 1);  /* sample space */
+    check_shape(12, 5, 2);  /* feature space */
+    check_shape(7, 7, 3);   /* equal: feature space */
+    check_shape(1, 4, 4);
+}
+
+/* the scale multiplies the gradient and dphi accumulates */
+Test(grad_sphere, scale_and_accumulate) {
+    const int T = 4, D = 6;
+    sm_rng r;
+    sm_rng_seed(&r, 5);
+    sm_real phi[24], g1[24] = {0}, g2[24], work[64];
+    cr_assert_geq(64, (int)sm_sphere_work_values(T, D));
+    gc_fill_normal(phi, 24, 1, &r);
+    sm_sphere_penalty(phi, T, D, g1, 1, work);
+    for (int i = 0; i < 24; i++) g2[i] = 1;
+    sm_sphere_penalty(phi, T, D, g2, 0.5, work);
+    for (int i = 0; i < 24; i++) cr_expect(fabs(g2[i] - (1 + 0.5 * g1[i])) < 1e-12, "dphi[%d]", i);
+}
+
+/* zero on a flat spectrum; D times the eigenvalue variance otherwise */
+Test(grad_sphere, values) {
+    sm_real work[256];
+    /* T = 4 samples, D = 2: columns orthogonal with equal norms -> A = c I -> L = 0 */
+    const sm_real flat[8] = {1, 1, 1, -1, -1, 1, -1, -1};
+    cr_expect(fabs(sm_sphere_penalty(flat, 4, 2, NULL, 1, work)) < 1e-12);
+    /* the same frame seen as T = 2 samples of D = 4 features: the T x T branch; A = phi phi^T / 2 has
+     * eigenvalues 2 and 2 and D = 4 pads two zeros: L = 8 - 16 / 4 = 4 = D var(2, 2, 0, 0) */
+    const sm_real wide[8] = {1, 1, 1, 1, 1, -1, 1, -1};
+    cr_expect(fabs(sm_sphere_penalty(wide, 2, 4, NULL, 1, work) - 4) < 1e-12, "%g",
+              sm_sphere_penalty(wide, 2, 4, NULL, 1, work));
+    /* D = 2, T = 3: A's eigenvalues from its 2 x 2 entries; L = 2 var = (l1 - l2)^2 / 2 */
+    const sm_real phi[6] = {1, 2, -1, 0.5, 3, 1};
+    double a = 0, b = 0, c = 0;
+    for (int t = 0; t < 3; t++) a += phi[2 * t] * phi[2 * t] / 3, b += phi[2 * t] * phi[2 * t + 1] / 3, c += phi[2 * t + 1] * phi[2 * t + 1] / 3;
+    const double disc = sqrt((a - c) * (a - c) + 4 * b * b); /* l1 - l2 */
+    cr_expect(fabs(sm_sphere_penalty(phi, 3, 2, NULL, 1, work) - disc * disc / 2) < 1e-12);
+}
+
+/* The exact eNTK against finite differences: on a small MoE model (top-2 of 3 experts with a
+ * balance loss, whose gradient must not leak into the Jacobian), K's eigenvalues from
+ * sm_entk_rank_exact equal those of J_fd J_fd^T, J_fd the central-difference Jacobian of u^T f(x_i)
+ * over every parameter; and the rank of N identical states is 1. */
+
+Test(grad_sphere, entk_exact_against_finite_differences) {
+    sm_model_config cfg;
+    sm_model_config_default(&cfg);
+    sm_error err = {0};
+    cr_assert_eq(sm_model_parse_arch(&cfg, "dense:6,moe:5", &err), SM_OK);
+    cfg.in_dim = 4;
+    cfg.n_classes = 3;
+    cfg.act = SM_ACT_TANH; /* smooth: no kinks for the finite differences */
+    cfg.moe.router.E = 3;
+    cfg.moe.router.k = 2;
+    cfg.moe.router.balance_coef = 0.5;
+    sm_rng r;
+    sm_rng_seed(&r, 9);
+    sm_model *m = sm_model_create(&cfg, 8, &r, &err);
+    cr_assert(m, "%s", err.msg);
+    enum { N = 5 };
+    float x[N * 4];
+    for (int i = 0; i < N * 4; i++) x[i] = (float)sm_rng_normal(&r);
+    const sm_real u[3] = {0.7, -0.2, 0.5};
+    double rank, eig[N];
+    cr_assert_eq(sm_entk_rank_exact(m, x, N, u, &rank, eig, &err), SM_OK, "%s", err.msg);
+    const size_t P = m->params.total;
+    double *J = calloc((size_t)N * P, sizeof(double));
+    for (size_t j = 0; j < P; j++) {
+        sm_real *th = &m->params.data[j];
+        const sm_real t0 = *th, h = 1e-6;
+        for (int i = 0; i < N; i++) {
+            double f[2];
+            for (int s = 0; s < 2; s++) {
+                *th = t0 + (s ? -h : h);
+                const sm_real *lg = sm_model_forward(m, x + i * 4, 1, NULL, 0);
+                f[s] = u[0] * lg[0] + u[1] * lg[1] + u[2] * lg[2];
+            }
+            J[(size_t)i * P + j] = (f[0] - f[1]) / (2 * h);
+        }
+        *th = t0;
+    }
+    double K[N * N], w[N];
+    for (int a = 0; a < N; a++)
+        for (int b = 0; b < N; b++) {
+            double s = 0;
+            for (size_t j = 0; j < P; j++) s += J[(size_t)a * P + j] * J[(size_t)b * P + j];
+            K[a * N + b] = s;
+        }
+    cr_assert_eq(LAPACKE_dsyev(LAPACK_ROW_MAJOR, 'N', 'U', N, K, N, w), 0);
+    for (int i = 0; i < N; i++) /* w ascending, eig descending */
+        cr_expect(fabs(eig[i] - w[N - 1 - i]) <= 1e-6 * (fabs(w[N - 1]) + 1), "eigenvalue %d: %.10g vs %.10g", i, eig[i],
+                  w[N - 1 - i]);
+    cr_expect(rank > 1 && rank <= N, "rank %g", rank);
+    /* N copies of one state: K = c 1 1^T, rank 1 */
+    float same[N * 4];
+    for (int i = 0; i < N * 4; i++) same[i] = x[i % 4];
+    cr_assert_eq(sm_entk_rank_exact(m, same, N, u, &rank, NULL, &err), SM_OK);
+    cr_expect(fabs(rank - 1) < 1e-6, "rank of identical states %g", rank);
+    free(J);
+    sm_model_free(m);
+}
+
+/* The penalty through an MoE layer (double): loss = <G, out> + 0.3 L(phi(x)), phi the routing-weighted
+ * last hidden features of a top-2-of-3 layer; the gradient reaches the experts (through h), the router
+ * (through the combine weights) and x, checked by finite differences over all of them. */
+typedef struct {
+    sm_moe *m;
+    sm_params ps;
+    int T, d;
+    sm_real *x, *G, *out, *dx, *phi, *dphi, *work;
+} sp_moe_ctx;
+
+static double sp_moe_loss(void *p) {
+    sp_moe_ctx *c = p;
+    sm_moe_forward(c->m, c->out, c->x, c->T, NULL, 1);
+    double s = c->m->route.aux_loss;
+    for (int i = 0; i < c->T * c->m->O; i++) s += (double)c->out[i] * c->G[i];
+    sm_error err;
+    cr_assert_eq(sm_sphere_features(c->m, c->phi, &err), SM_OK, "%s", err.msg);
+    return s + 0.3 * sm_sphere_penalty(c->phi, c->T, c->m->E * c->m->H, NULL, 1, c->work);
+}
+
+Test(grad_sphere, through_an_moe_layer) {
+    sm_moe_config cfg;
+    sm_moe_config_default(&cfg);
+    cfg.router.E = 3;
+    cfg.router.k = 2;
+    cfg.H = 4;
+    cfg.act = SM_ACT_TANH;
+    sp_moe_ctx c = {.T = 7, .d = 5};
+    sm_error err;
+    sm_params_init_table(&c.ps);
+    c.m = sm_moe_create(&cfg, c.d, &err);
+    cr_assert(c.m, "%s", err.msg);
+    cr_assert_eq(sm_moe_declare(c.m, &c.ps, "moe", &err), SM_OK);
+    cr_assert_eq(sm_params_alloc(&c.ps, &err), SM_OK);
+    sm_rng r;
+    sm_rng_seed(&r, 12);
+    sm_params_initialize(&c.ps, &r);
+    sm_moe_bind(c.m, &c.ps);
+    cr_assert_eq(sm_moe_reserve(c.m, c.T, &err), SM_OK);
+    const int D = 3 * 4, O = c.m->O;
+    c.x = calloc((size_t)c.T * c.d, sizeof(sm_real));
+    c.dx = calloc((size_t)c.T * c.d, sizeof(sm_real));
+    c.G = calloc((size_t)c.T * O, sizeof(sm_real));
+    c.out = calloc((size_t)c.T * O, sizeof(sm_real));
+    c.phi = calloc((size_t)c.T * D, sizeof(sm_real));
+    c.dphi = calloc((size_t)c.T * D, sizeof(sm_real));
+    c.work = calloc(sm_sphere_work_values(c.T, D), sizeof(sm_real));
+    gc_fill_normal(c.x, (size_t)c.T * c.d, 1.5, &r);
+    gc_fill_normal(c.G, (size_t)c.T * O, 1, &r);
+    sm_params_zero_grad(&c.ps);
+    sp_moe_loss(&c);
+    memset(c.dphi, 0, sizeof(sm_real) * (size_t)c.T * D);
+    sm_sphere_penalty(c.phi, c.T, D, c.dphi, 0.3, c.work);
+    sm_sphere_features_backward(c.m, c.dphi);
+    sm_moe_backward(c.m, c.dx, c.G, c.x, c.T);
+    gc_check("sphere.moe.x", c.x, c.dx, (size_t)c.T * c.d, sp_moe_loss, &c, &r, 35);
+    for (int i = 0; i < c.ps.n; i++) {
+        char name[160];
+        snprintf(name, sizeof name, "sphere.moe:%s", c.ps.p[i].name);
+        gc_check(name, sm_params_data(&c.ps, i), sm_params_grad(&c.ps, i), c.ps.p[i].numel, sp_moe_loss, &c, &r, 35);
+    }
+    sm_moe_free(c.m);
+    sm_params_free(&c.ps);
+    free(c.x), free(c.dx), free(c.G), free(c.out), free(c.phi), free(c.dphi), free(c.work);
+}
