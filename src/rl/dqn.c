@@ -749,12 +749,12 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
     memset(&log, 0, sizeof log);
     int have_nets = 0;
     if ((st = build_nets(&n, &c, env, net, N > B ? N : B, &ct.rng, err)) != SM_OK) goto done;
+    have_nets = 1;
     /* a pruning the network cannot take is refused before any work */
     if (c.prune_experts > 0 &&
         ((st = sm_model_prune_last(n.q, c.prune_experts, err)) != SM_OK || (st = sm_model_prune_last(n.q, 0, err)) != SM_OK))
         goto done;
     int pruned = 0;
-    have_nets = 1;
     sm_optim_config oc;
     sm_optim_config_default(&oc);
     oc.lr = c.lr;
