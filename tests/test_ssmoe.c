@@ -342,3 +342,85 @@ Test(ssmoe, routing_embedding_and_ridge_probe) {
     cr_expect_eq(sm_ridge_probe_fit(&p, X, y, N, D, C, 1e-3, &err), SM_ERR_ARG);
     cr_expect_eq(sm_ridge_probe_fit(&p, X, yt, N, D, C, -1, &err), SM_ERR_ARG);
 }
+
+/* brute force of one sm_logit_collapse field: mean over pairs i != j (all i, j when cross) of
+ * |C_ij| / sqrt(C_ii C_jj), C_ij = mean over rows of u_i v_j (centred: minus the means), u the rows
+ * of U (n, E), v those of V (V = U for the within-router statistics) */
+static double brute_corr(const double *U, const double *V, int n, int E, int cross, int centred) {
+    double mu[8] = {0}, mv[8] = {0}, acc = 0;
+    int cnt = 0;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < E; i++) mu[i] += centred ? U[t * E + i] / n : 0, mv[i] += centred ? V[t * E + i] / n : 0;
+    for (int i = 0; i < E; i++)
+        for (int j = 0; j < E; j++) {
+            if (!cross && i == j) continue;
+            double cij = 0, cii = 0, cjj = 0;
+            for (int t = 0; t < n; t++) {
+                double u = U[t * E + i] - mu[i], v = V[t * E + j] - mv[j];
+                cij += u * v, cii += u * u, cjj += v * v;
+            }
+            acc += fabs(cij) / sqrt(cii * cjj), cnt++;
+        }
+    return acc / cnt;
+}
+
+/* SSMoE Lemma 3.1's logit statistic: equal to a direct computation from the layer's inputs (learned,
+ * EV, the alpha mix, centred and not, the EV-learned cross term); identical router rows give exactly
+ * 1; alpha 0 and 1 reproduce the learned and the EV values; bad alpha refused. */
+Test(ssmoe, logit_collapse_matches_direct_computation) {
+    sm_model_config cfg;
+    sm_error err;
+    sm_rng r;
+    sm_model *m = small_topk_model(&cfg, &r, 41, 16);
+    sm_model *ev = sm_ssmoe_twin(m, 0.5, 3, 0, &err);
+    cr_assert(ev, "%s", err.msg);
+    enum { N = 40, E = 4, D = 12 };
+    float x[N * 6];
+    fill(x, N * 6, &r);
+    sm_logit_collapse lc[1];
+    const double alpha = 0.3;
+    cr_assert_eq(sm_ssmoe_logit_collapse(ev, x, N, alpha, 7, lc, &err), SM_OK, "%s", err.msg);
+    /* direct, in double: the MoE layer's input is the dense layer's output (forwards of 16 rows) */
+    const sm_real *w = sm_params_data(&ev->params, sm_params_find(&ev->params, "layers.1.router.weight"));
+    const sm_real *dv = sm_params_data(&ev->params, sm_params_find(&ev->params, "layers.1.router.ev"));
+    double S[N * E], F[N * E], V[N * E];
+    for (int b = 0; b < N; b += 16) {
+        int B = N - b < 16 ? N - b : 16;
+        sm_model_forward(ev, x + (size_t)b * 6, B, NULL, 0);
+        const sm_real *h = sm_seq_output(ev->body, 0);
+        for (int t = 0; t < B; t++)
+            for (int e = 0; e < E; e++) {
+                double s = 0, f = 0;
+                for (int i = 0; i < D; i++) {
+                    s += (double)h[t * D + i] * w[e * D + i];
+                    f += (double)h[t * D + i] * (dv[(e * 2) * D + i] + dv[(e * 2 + 1) * D + i]) / 2;
+                }
+                S[(b + t) * E + e] = s, F[(b + t) * E + e] = f, V[(b + t) * E + e] = alpha * f + (1 - alpha) * s;
+            }
+    }
+    for (int c = 0; c < 2; c++) {
+        cr_expect_float_eq(c ? lc[0].learned_c : lc[0].learned, brute_corr(S, S, N, E, 0, c), 1e-5, "learned, centred %d", c);
+        cr_expect_float_eq(c ? lc[0].ev_c : lc[0].ev, brute_corr(F, F, N, E, 0, c), 1e-5, "ev, centred %d", c);
+        cr_expect_float_eq(c ? lc[0].mixed_c : lc[0].mixed, brute_corr(V, V, N, E, 0, c), 1e-5, "mixed, centred %d", c);
+    }
+    cr_expect_float_eq(lc[0].ev_learned, brute_corr(F, S, N, E, 1, 0), 1e-5);
+    cr_expect(lc[0].random > 0 && lc[0].random < 1 && lc[0].random_c >= 0 && lc[0].random_c < 1);
+    /* alpha 0 / 1: the mix is the learned / the EV logits */
+    sm_logit_collapse a0[1], a1[1];
+    cr_assert_eq(sm_ssmoe_logit_collapse(ev, x, N, 0, 7, a0, &err), SM_OK);
+    cr_assert_eq(sm_ssmoe_logit_collapse(ev, x, N, 1, 7, a1, &err), SM_OK);
+    cr_expect_float_eq(a0[0].mixed, a0[0].learned, 1e-12);
+    cr_expect_float_eq(a1[0].mixed_c, a1[0].ev_c, 1e-12);
+    cr_expect_float_eq(a0[0].random, lc[0].random, 1e-12, "the random rows depend on the seed only");
+    /* a collapsed router: every row the same vector -> every pair of logits identical */
+    sm_real *wm = sm_params_data(&ev->params, sm_params_find(&ev->params, "layers.1.router.weight"));
+    for (int e = 1; e < E; e++) memcpy(wm + e * D, wm, sizeof(sm_real) * D);
+    cr_assert_eq(sm_ssmoe_logit_collapse(ev, x, N, alpha, 7, lc, &err), SM_OK);
+    cr_expect_float_eq(lc[0].learned, 1.0, 1e-9);
+    cr_expect_float_eq(lc[0].learned_c, 1.0, 1e-9);
+    cr_expect(lc[0].mixed < 1.0, "the mix with EV logits decorrelates a collapsed router (%g)", lc[0].mixed);
+    cr_expect_eq(sm_ssmoe_logit_collapse(ev, x, N, 1.5, 7, lc, &err), SM_ERR_ARG);
+    cr_expect_eq(sm_ssmoe_logit_collapse(m, x, N, 0.5, 7, lc, &err), SM_ERR_ARG, "a topk model has no EV descriptors");
+    sm_model_free(ev);
+    sm_model_free(m);
+}

@@ -28,6 +28,11 @@
  * Collapse diagnostic per MoE layer: sm_mean_abs_offdiag_corr of the learned router rows (E, d) and of
  * the mean EV descriptors (E, d) (mean of the W1 and W2^T descriptors, c = --ev-c, signed selection).
  *
+ * SSMoE Lemma 3.1's collapse statistic per MoE layer, on the logits (sm_ssmoe_logit_collapse, on the
+ * calibration images): the mean |pairwise correlation| of the learned router's logits, the EV logits,
+ * their mix at --alpha, and logits of random Gaussian rows on the same inputs, uncentred (the Lemma's
+ * E[s_i s_j]) and centred, and the EV-learned cross correlation (the Lemma's assumption 2).
+ *
  * Expert collapse per MoE layer: sm_ssmoe_expert_similarity (mean pairwise cosine of the experts'
  * outputs on the calibration images), the statistic that tells an upcycled model from a scratch one.
  * The App. D.6 overlap (the share of the mixed router's picks the learned router's top-k also makes)
@@ -104,6 +109,7 @@ typedef struct {
     double pick_alpha, pick_c;       /* the sweep values validation picks, and their probe's test accuracy */
     probe_result pr_pick_alpha, pr_pick_c;
     double corr_router[MAX_L], corr_ev[MAX_L], expert_sim[MAX_L];
+    sm_logit_collapse logit[MAX_L];  /* Lemma 3.1's statistic on the calibration images */
     double dense_acc, upcycled_acc;  /* --model upcycle: the dense model, and the MoE right after upcycling */
     double train_s, eval_s;
 } run_result;
@@ -510,6 +516,7 @@ static sm_status one_run(const ssmoe_settings *o, int ci, int seed, const bench_
     if (st == SM_OK) st = eval3(ev, D, o->eval_batch, R->acc[M_FULL], &R->overlap[M_FULL], err);
     /* collapse diagnostic: router rows vs mean descriptors, per MoE layer */
     for (int l = 0; l < L && l < MAX_L && st == SM_OK; l++) st = sm_ssmoe_collapse(ev, l, &R->corr_router[l], &R->corr_ev[l], err);
+    if (st == SM_OK && L <= MAX_L) st = sm_ssmoe_logit_collapse(ev, D->train.x, n_calib, o->alpha, us ^ 0x5eed, R->logit, err);
     for (int j = 0; j < o->n_alpha && st == SM_OK; j++) {
         char text[32];
         snprintf(text, sizeof text, "%.17g", o->alphas[j]);
@@ -736,6 +743,35 @@ static int report(const ssmoe_settings *o, const ssmoe_results *R) {
             cellx(&md, &js, "ev_corr", res, o, ci, OFF(corr_ev) + sizeof(double) * (size_t)l, 1, 4);
             cli_bprintf(&js, ",");
             cellx(&md, &js, "expert_similarity", res, o, ci, OFF(expert_sim) + sizeof(double) * (size_t)l, 1, 4);
+            cli_bprintf(&md, "\n");
+            cli_bprintf(&js, "}");
+        }
+        cli_bprintf(&js, "],");
+        cli_bprintf(&md, "\nCollapse on the logits (SSMoE Lemma 3.1, on the %d calibration images): mean |off-diagonal "
+                         "correlation| of the learned router's logits s = h W_r^T, the EV logits f = h Dbar^T, the Lemma's "
+                         "mix V = alpha f + (1 - alpha) s at alpha = %g, and logits of random Gaussian rows on the same "
+                         "inputs h (the level the inputs alone give); uncentred as the Lemma's E[s_i s_j] / centred "
+                         "(Pearson over tokens). EV-learned: mean |E[f_i s_j]| / sqrt(E[f_i^2] E[s_j^2]) over all (i, j), "
+                         "0 under the Lemma's assumption 2\n\n"
+                         "| MoE layer | learned | EV | mix | random rows | learned, centred | EV, centred | mix, centred | "
+                         "random rows, centred | EV-learned |\n|---|---|---|---|---|---|---|---|---|---|\n",
+                    o->calib, o->alpha);
+        cli_bprintf(&js, "\"logit_collapse\":[");
+        static const char *kLogitKeys[9] = {"learned", "ev", "mixed", "random", "learned_centred", "ev_centred",
+                                            "mixed_centred", "random_centred", "ev_learned"};
+        const size_t kLogitOff[9] = {offsetof(sm_logit_collapse, learned), offsetof(sm_logit_collapse, ev),
+                                     offsetof(sm_logit_collapse, mixed), offsetof(sm_logit_collapse, random),
+                                     offsetof(sm_logit_collapse, learned_c), offsetof(sm_logit_collapse, ev_c),
+                                     offsetof(sm_logit_collapse, mixed_c), offsetof(sm_logit_collapse, random_c),
+                                     offsetof(sm_logit_collapse, ev_learned)};
+        for (int l = 0; l < L; l++) {
+            cli_bprintf(&md, "| %d |", l);
+            cli_bprintf(&js, "%s{\"layer\":%d", l ? "," : "", l);
+            for (int q = 0; q < 9; q++) {
+                cli_bprintf(&js, ",");
+                cellx(&md, &js, kLogitKeys[q], res, o, ci, OFF(logit) + sizeof(sm_logit_collapse) * (size_t)l + kLogitOff[q],
+                      1, 3);
+            }
             cli_bprintf(&md, "\n");
             cli_bprintf(&js, "}");
         }

@@ -1,5 +1,6 @@
 /* SSMoE eigenvector descriptors (see include/specmoe/ssmoe.h). */
 #include "specmoe/methods/ssmoe/ssmoe.h"
+#include "specmoe/core/ops.h"
 
 /* lapacke.h pulls in complex.h, whose macro I is the imaginary unit: rows are called nrow here */
 
@@ -364,6 +365,126 @@ sm_status sm_ssmoe_expert_similarity(sm_model *m, const float *x, int n, double 
                                            : sm_fail(err, SM_ERR_NOMEM, "expert similarity: out of memory");
     for (int l = 0; l < L && st == SM_OK; l++) sim[l] /= (double)a.tokens;
     free(a.buf), free(a.pre), free(a.hid);
+    return st;
+}
+
+/* ---- SSMoE Lemma 3.1: pairwise logit correlation ------------------------------------------------ */
+
+typedef struct {
+    int L, E3max;
+    double **M;     /* per layer (3E, 3E): sum over tokens of z z^T, z = [s; f; r] */
+    double **mu;    /* per layer (3E): sum over tokens of z */
+    sm_real **W;    /* per layer (3E, d): [W_r; Dbar; R] stacked, so z = h W^T */
+    sm_real *z;     /* (max_T, 3E) */
+    long tokens;
+} logit_acc;
+
+static sm_status logit_batch(void *user, sm_model *m, int first, int B, sm_error *err) {
+    (void)first, (void)err;
+    logit_acc *a = user;
+    for (int l = 0; l < a->L; l++) {
+        const sm_moe *moe = sm_model_moe(m, l);
+        const int E3 = 3 * moe->E;
+        sm_linear_forward(a->z, moe_input(m, l), a->W[l], NULL, B, moe->d, E3);
+        for (int t = 0; t < B; t++) {
+            const sm_real *z = a->z + (size_t)t * E3;
+            for (int i = 0; i < E3; i++) {
+                a->mu[l][i] += z[i];
+                for (int j = 0; j < E3; j++) a->M[l][(size_t)i * E3 + j] += (double)z[i] * z[j];
+            }
+        }
+    }
+    a->tokens += B;
+    return SM_OK;
+}
+
+/* The accumulated moments of one layer: the logit vectors u, v below are mixes of two of the three
+ * blocks of z, u_i = wu[0] z[ou[0] + i] + wu[1] z[ou[1] + i]. */
+typedef struct {
+    const double *M, *mu;
+    int E3, E;
+    double n;
+} mom;
+/* E[u_i v_j] (centred: minus the product of means) for u = wu[0] z[ou[0] + i] + wu[1] z[ou[1] + i], v alike */
+static double mix_moment(const mom *q, const double *wu, const int *ou, int i, const double *wv, const int *ov, int j, int centred) {
+    double m2 = 0, mu = 0, mv = 0;
+    for (int a = 0; a < 2; a++) {
+        mu += wu[a] * q->mu[ou[a] + i] / q->n;
+        mv += wv[a] * q->mu[ov[a] + j] / q->n;
+        for (int b = 0; b < 2; b++) m2 += wu[a] * wv[b] * q->M[(size_t)(ou[a] + i) * q->E3 + ov[b] + j] / q->n;
+    }
+    return centred ? m2 - mu * mv : m2;
+}
+/* mean over pairs i != j (all i, j when cross) of |C_ij| / sqrt(C_ii C_jj), C_ij = E[u_i v_j] */
+static double mix_corr(const mom *q, const double *wu, const int *ou, const double *wv, const int *ov, int cross, int centred) {
+    double acc = 0;
+    long cnt = 0;
+    for (int i = 0; i < q->E; i++)
+        for (int j = 0; j < q->E; j++) {
+            if (!cross && i == j) continue;
+            double cij = mix_moment(q, wu, ou, i, wv, ov, j, centred), cii = mix_moment(q, wu, ou, i, wu, ou, i, centred),
+                   cjj = mix_moment(q, wv, ov, j, wv, ov, j, centred);
+            if (cii > 0 && cjj > 0) acc += fabs(cij) / sqrt(cii * cjj), cnt++;
+        }
+    return cnt ? acc / (double)cnt : NAN;
+}
+
+sm_status sm_ssmoe_logit_collapse(sm_model *m, const float *x, int n, double alpha, uint64_t seed, sm_logit_collapse *out,
+                                  sm_error *err) {
+    const int L = sm_model_n_moe(m);
+    if (L < 1) return sm_fail(err, SM_ERR_ARG, "logit collapse: the model has no MoE layer");
+    if (!(alpha >= 0 && alpha <= 1)) return sm_fail(err, SM_ERR_ARG, "logit collapse: alpha %g outside [0, 1]", alpha);
+    logit_acc a = {L, 0, calloc((size_t)L, sizeof(double *)), calloc((size_t)L, sizeof(double *)),
+                   calloc((size_t)L, sizeof(sm_real *)), NULL, 0};
+    sm_status st = a.M && a.mu && a.W ? SM_OK : sm_fail(err, SM_ERR_NOMEM, "logit collapse: out of memory");
+    sm_rng rng;
+    sm_rng_seed(&rng, seed);
+    for (int l = 0; l < L && st == SM_OK; l++) {
+        const sm_moe *moe = sm_model_moe(m, l);
+        const int E = moe->E, d = moe->d, E3 = 3 * E;
+        const sm_module *mod = NULL;
+        for (int t = 0, k = 0; t < m->n_layers && !mod; t++)
+            if (m->layers[t].kind == SM_LAYER_MOE && k++ == l) mod = m->layers[t].mod;
+        char name[SM_NAME_MAX + 16];
+        snprintf(name, sizeof name, "%s.router.weight", mod->name);
+        int iw = sm_params_find(&m->params, name);
+        snprintf(name, sizeof name, "%s.router.ev", mod->name);
+        int ie = sm_params_find(&m->params, name);
+        if (iw < 0 || ie < 0) { st = sm_fail(err, SM_ERR_ARG, "logit collapse: MoE layer %d has no ev router", l); break; }
+        if (E3 > a.E3max) a.E3max = E3;
+        a.M[l] = calloc((size_t)E3 * E3, sizeof(double));
+        a.mu[l] = calloc((size_t)E3, sizeof(double));
+        a.W[l] = malloc(sizeof(sm_real) * (size_t)E3 * d);
+        if (!a.M[l] || !a.mu[l] || !a.W[l]) { st = sm_fail(err, SM_ERR_NOMEM, "logit collapse: out of memory"); break; }
+        const sm_real *w = sm_params_data(&m->params, iw), *ev = sm_params_data(&m->params, ie);
+        memcpy(a.W[l], w, sizeof(sm_real) * (size_t)E * d);
+        for (int e = 0; e < E; e++) /* Dbar: the mean of each expert's two descriptors, as the router */
+            for (int i = 0; i < d; i++)
+                a.W[l][(size_t)(E + e) * d + i] = (ev[((size_t)e * 2) * d + i] + ev[((size_t)e * 2 + 1) * d + i]) / 2;
+        for (size_t i = 0; i < (size_t)E * d; i++) a.W[l][(size_t)2 * E * d + i] = (sm_real)sm_rng_normal(&rng);
+    }
+    if (st == SM_OK) {
+        a.z = malloc(sizeof(sm_real) * (size_t)m->max_T * a.E3max);
+        st = a.z ? forward_batches(m, x, n, logit_batch, &a, err) : sm_fail(err, SM_ERR_NOMEM, "logit collapse: out of memory");
+    }
+    for (int l = 0; l < L && st == SM_OK; l++) {
+        const int E = sm_model_moe(m, l)->E;
+        const mom q = {a.M[l], a.mu[l], 3 * E, E, (double)a.tokens};
+        const double one[2] = {1, 0}, mix[2] = {1 - alpha, alpha};
+        const int os[2] = {0, 0}, of[2] = {E, E}, orr[2] = {2 * E, 2 * E}, osf[2] = {0, E};
+        sm_logit_collapse *o = &out[l];
+        o->learned = mix_corr(&q, one, os, one, os, 0, 0), o->learned_c = mix_corr(&q, one, os, one, os, 0, 1);
+        o->ev = mix_corr(&q, one, of, one, of, 0, 0), o->ev_c = mix_corr(&q, one, of, one, of, 0, 1);
+        o->mixed = mix_corr(&q, mix, osf, mix, osf, 0, 0), o->mixed_c = mix_corr(&q, mix, osf, mix, osf, 0, 1);
+        o->random = mix_corr(&q, one, orr, one, orr, 0, 0), o->random_c = mix_corr(&q, one, orr, one, orr, 0, 1);
+        out[l].ev_learned = mix_corr(&q, one, of, one, os, 1, 0);
+    }
+    for (int l = 0; l < L; l++) {
+        if (a.M) free(a.M[l]);
+        if (a.mu) free(a.mu[l]);
+        if (a.W) free(a.W[l]);
+    }
+    free(a.M), free(a.mu), free(a.W), free(a.z);
     return st;
 }
 

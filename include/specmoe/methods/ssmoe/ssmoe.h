@@ -97,6 +97,24 @@ sm_model *sm_model_upcycle(const sm_model *dense, const sm_moe_config *moe, sm_r
  * experts in high dimension. Built-in two-layer experts d -> H -> d only. */
 sm_status sm_ssmoe_expert_similarity(sm_model *m, const float *x, int n, double *sim, sm_error *err);
 
+/* Router collapse as SSMoE's Lemma 3.1 states it: on the logits, not on the router's rows. For MoE
+ * layer l of an "ev" model (sm_ssmoe_twin), over the tokens of x (n, in_dim) in m's own forward, with
+ *   s = h W_r^T (learned logits), f = h Dbar^T (EV logits), V = alpha f + (1 - alpha) s (the Lemma's
+ *   mix, in logit space; the router itself mixes probabilities), r = h R^T for R (E, d) standard
+ *   normal rows drawn from seed (the level the layer's inputs alone give),
+ * each field is the mean over pairs i != j of |C_ij| / sqrt(C_ii C_jj): uncentred with C = E[z z^T]
+ * (the Lemma's E[s_i s_j]), and centred (Pearson over tokens) with C = Cov(z). ev_learned is the mean
+ * over all (i, j) of the uncentred |E[f_i s_j]| / sqrt(E[f_i^2] E[s_j^2]): the Lemma's assumption 2
+ * (EV-learned independence) holds when it is 0; its assumption 1 (EV orthogonality) when ev is 0. */
+typedef struct {
+    double learned, ev, mixed, random;         /* uncentred */
+    double learned_c, ev_c, mixed_c, random_c; /* centred */
+    double ev_learned;
+} sm_logit_collapse;
+/* out (n_moe); m must use the ev router in every MoE layer. */
+sm_status sm_ssmoe_logit_collapse(sm_model *m, const float *x, int n, double alpha, uint64_t seed, sm_logit_collapse *out,
+                                  sm_error *err);
+
 /* MoEE-style routing embedding (Li and Zhou 2025; SSMoE Sec. 4.2, Table 6): emb (n, sum_l E_l) = the
  * routing probabilities of every MoE layer, concatenated, from m's forward of x (n, in_dim): softmax of
  * the learned router for topk, the mixture P = alpha p_ev + (1 - alpha) p_r for ev (alpha 0: the
