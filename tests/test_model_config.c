@@ -69,3 +69,47 @@ Test(model_config, memory_estimate_counts_the_model_it_describes) {
         sm_model_free(m);
     }
 }
+
+static sm_model *macs_model(const char *arch, const char *router, int E, int k, int c, int hw, int in_dim, int classes) {
+    sm_model_config cfg;
+    sm_model_config_default(&cfg);
+    sm_error err = {0};
+    cr_assert_eq(sm_model_parse_arch(&cfg, arch, &err), SM_OK, "%s", err.msg);
+    cfg.in_c = c, cfg.in_h = cfg.in_w = hw, cfg.in_dim = in_dim, cfg.n_classes = classes;
+    if (router) cr_assert_eq(sm_router_config_set(&cfg.moe.router, router, NULL), SM_OK);
+    cfg.moe.router.E = E, cfg.moe.router.k = k;
+    sm_rng r;
+    sm_rng_seed(&r, 1);
+    sm_model *m = sm_model_create(&cfg, 8, &r, &err);
+    cr_assert(m, "%s: %s", arch, err.msg);
+    return m;
+}
+
+/* sm_model_macs against multiply-adds counted by hand: MinAtar's DQN network, a tokenised SoftMoE-4
+ * (64 PerConv tokens of 16 features, 16 slots per expert), a token-choice top-2 MoE, an Impala
+ * residual block, and the update count (two forwards, then both operands' gradients except the
+ * first layer's input gradient). */
+Test(model_config, multiply_adds_match_a_hand_count) {
+    sm_model *m = macs_model("conv:16:3:1:0,dense:128", NULL, 4, 2, 4, 10, 400, 6);
+    const double conv = 16.0 * 8 * 8 * 4 * 9, dense = 1024.0 * 128, head = 128.0 * 6;
+    cr_expect_float_eq(sm_model_macs(m), conv + dense + head, 1e-9);
+    cr_expect_float_eq(sm_model_update_macs(m, 32, 2), 32 * (4 * (conv + dense + head) - conv), 1e-6);
+    sm_model_free(m);
+
+    m = macs_model("conv:16:3:1:0,tokens,moe:64,flatten", "soft", 4, 1, 4, 10, 400, 6);
+    /* 64 tokens, S = 4 x 16 slots: logits 64 x 64 x 16, dispatch 64 x 64 x 16, combine 64 x 64 x 16;
+     * experts on 64 slots 16 -> 64 -> 16; the head reads 64 x 16 */
+    const double soft = 3.0 * 64 * 64 * 16 + 64.0 * (16 * 64 + 64 * 16) + 1024.0 * 6;
+    cr_expect_float_eq(sm_model_macs(m), conv + soft, 1e-9, "soft: %.0f, hand %.0f", sm_model_macs(m), conv + soft);
+    sm_model_free(m);
+
+    m = macs_model("dense:12,moe:10", "topk", 4, 2, 6, 1, 6, 3);
+    cr_expect_float_eq(sm_model_macs(m), 6.0 * 12 + 12 * 4 + 2 * (12 * 10 + 10 * 12) + 12 * 3, 1e-9);
+    cr_expect_float_eq(sm_model_update_macs(m, 5, 1), 5 * (3 * sm_model_macs(m) - 6.0 * 12), 1e-9);
+    sm_model_free(m);
+
+    m = macs_model("conv:8:3:1:1,res:8,flatten", NULL, 4, 2, 2, 5, 50, 3);
+    const double c0 = 8.0 * 25 * 2 * 9, res = 2 * 8.0 * 25 * 8 * 9;
+    cr_expect_float_eq(sm_model_macs(m), c0 + res + 200.0 * 3, 1e-9);
+    sm_model_free(m);
+}

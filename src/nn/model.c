@@ -504,6 +504,14 @@ sm_moe *sm_model_moe(const sm_model *m, int idx) {
     return NULL;
 }
 
+double sm_model_macs(const sm_model *m) { return sm_module_macs(m->body) + sm_module_macs(m->head); }
+
+double sm_model_update_macs(const sm_model *m, int B, int forwards) {
+    const double f = sm_model_macs(m);
+    const double first = sm_seq_count(m->body) > 0 ? sm_module_macs(sm_seq_child(m->body, 0)) : sm_module_macs(m->head);
+    return (double)B * (forwards * f + 2 * f - first);
+}
+
 size_t sm_model_active_params(const sm_model *m) {
     size_t n = 0;
     for (int i = 0; i < m->params.n; i++) {

@@ -185,8 +185,15 @@ static void seq_destroy(sm_module *m) {
     free(s);
 }
 
+static double seq_macs(const sm_module *m) {
+    double n = 0;
+    for (int i = 0; i < sm_seq_count(m); i++) n += sm_module_macs(sm_seq_child(m, i));
+    return n;
+}
 static const sm_module_ops kSeqOps = {"seq", seq_declare, seq_reserve, seq_setup, seq_forward,
-                                      seq_backward, seq_to_json, seq_destroy};
+                                      seq_backward, seq_to_json, seq_destroy, seq_macs};
+
+double sm_module_macs(const sm_module *m) { return m && m->ops->macs ? m->ops->macs(m) : 0; }
 
 sm_module *sm_seq_module(const char *name, sm_module *const *children, int n, sm_error *err) {
     seq_mod *s = calloc(1, sizeof *s);

@@ -114,8 +114,9 @@ static void dense_json(const sm_module *m, cJSON *o) {
     cJSON_AddNumberToObject(o, "width", ((const leaf *)m)->width);
     json_act((const leaf *)m, o);
 }
+static double dense_macs(const sm_module *m) { return (double)m->in.rows * fin(m) * ((const leaf *)m)->width; }
 static const sm_module_ops kDense = {"dense", dense_declare, dense_reserve, NULL, dense_forward, dense_backward,
-                                     dense_json, leaf_destroy};
+                                     dense_json, leaf_destroy, dense_macs};
 
 sm_module *sm_dense_module(const char *name, int width, sm_act act, sm_error *err) {
     if (width < 1) {
@@ -144,7 +145,7 @@ static void act_backward(sm_module *m, sm_real *din, const sm_real *dout, const 
     if (din) sm_act_backward(din, dout, in, (size_t)B * sm_shape_numel(m->in), ((leaf *)m)->act);
 }
 static void act_json(const sm_module *m, cJSON *o) { json_act((const leaf *)m, o); }
-static const sm_module_ops kAct = {"act", same_shape, sm_module_no_reserve, NULL, act_forward, act_backward, act_json, leaf_destroy};
+static const sm_module_ops kAct = {"act", same_shape, sm_module_no_reserve, NULL, act_forward, act_backward, act_json, leaf_destroy, NULL};
 
 sm_module *sm_act_module(const char *name, sm_act act, sm_error *err) {
     sm_module *m = leaf_new(&kAct, name, err);
@@ -184,7 +185,7 @@ static void ln_backward(sm_module *m, sm_real *din, const sm_real *dout, const s
     sm_layernorm_backward(dx, sm_ctx_grad(ctx, l->ip[0]), sm_ctx_grad(ctx, l->ip[1]), dout, in,
                           sm_ctx_data(ctx, l->ip[0]), l->stats, l->stats + N, N, fin(m));
 }
-static const sm_module_ops kLn = {"ln", ln_declare, ln_reserve, NULL, ln_forward, ln_backward, NULL, leaf_destroy};
+static const sm_module_ops kLn = {"ln", ln_declare, ln_reserve, NULL, ln_forward, ln_backward, NULL, leaf_destroy, NULL};
 
 sm_module *sm_layernorm_module(const char *name, sm_error *err) { return leaf_new(&kLn, name, err); }
 
@@ -246,8 +247,12 @@ static void kernel_json(const sm_module *m, cJSON *o) {
         json_act(l, o);
     }
 }
+static double conv_macs(const sm_module *m) { /* OC x (C K K) per output position */
+    const leaf *l = (const leaf *)m;
+    return (double)fout(m) * m->in.c * l->k * l->k;
+}
 static const sm_module_ops kConv = {"conv", conv_declare, conv_reserve, NULL, conv_forward, conv_backward,
-                                    kernel_json, leaf_destroy};
+                                    kernel_json, leaf_destroy, conv_macs};
 
 sm_module *sm_conv2d_module(const char *name, int oc, int K, int stride, int pad, sm_act act, sm_error *err) {
     if (oc < 1 || K < 1 || stride < 1 || pad < 0) {
@@ -287,7 +292,7 @@ static void maxpool_backward(sm_module *m, sm_real *din, const sm_real *dout, co
     if (din) sm_maxpool2d_backward(din, dout, l->idx, B, m->in.c, m->in.h, m->in.w, l->k, l->s);
 }
 static const sm_module_ops kMaxpool = {"maxpool", pool_declare, maxpool_reserve, NULL, maxpool_forward,
-                                       maxpool_backward, kernel_json, leaf_destroy};
+                                       maxpool_backward, kernel_json, leaf_destroy, NULL};
 static void avgpool_forward(sm_module *m, sm_real *out, const sm_real *in, int B, const sm_ctx *ctx) {
     (void)ctx;
     leaf *l = (leaf *)m;
@@ -299,7 +304,7 @@ static void avgpool_backward(sm_module *m, sm_real *din, const sm_real *dout, co
     if (din) sm_avgpool2d_backward(din, dout, B, m->in.c, m->in.h, m->in.w, l->k, l->s);
 }
 static const sm_module_ops kAvgpool = {"avgpool", pool_declare, sm_module_no_reserve, NULL, avgpool_forward,
-                                       avgpool_backward, kernel_json, leaf_destroy};
+                                       avgpool_backward, kernel_json, leaf_destroy, NULL};
 
 static sm_module *pool_new(const sm_module_ops *ops, const char *name, int K, int stride, sm_error *err) {
     if (K < 1 || stride < 1) {
@@ -331,7 +336,7 @@ static void gap_backward(sm_module *m, sm_real *din, const sm_real *dout, const 
     (void)ctx, (void)in;
     if (din) sm_adaptive_avgpool2d_backward(din, dout, B, m->in.c, m->in.h, m->in.w, 1, 1);
 }
-static const sm_module_ops kGap = {"gap", gap_declare, sm_module_no_reserve, NULL, gap_forward, gap_backward, NULL, leaf_destroy};
+static const sm_module_ops kGap = {"gap", gap_declare, sm_module_no_reserve, NULL, gap_forward, gap_backward, NULL, leaf_destroy, NULL};
 sm_module *sm_gap_module(const char *name, sm_error *err) { return leaf_new(&kGap, name, err); }
 
 /* ---- flatten and tokens: row-count changes ---------------------------------------------------- */
@@ -352,7 +357,7 @@ void sm_module_add_backward(sm_module *m, sm_real *din, const sm_real *dout, con
         for (size_t i = 0, n = (size_t)B * sm_shape_numel(m->in); i < n; i++) din[i] += dout[i];
 }
 static const sm_module_ops kFlatten = {"flatten", flatten_declare, sm_module_no_reserve, NULL, sm_module_copy_forward, sm_module_add_backward, NULL,
-                                       leaf_destroy};
+                                       leaf_destroy, NULL};
 sm_module *sm_flatten_module(const char *name, sm_error *err) { return leaf_new(&kFlatten, name, err); }
 
 static sm_status tokens_declare(sm_module *m, sm_params *ps, sm_error *err) {
@@ -379,7 +384,7 @@ static void tokens_backward(sm_module *m, sm_real *din, const sm_real *dout, con
             for (int p = 0; p < P; p++) din[((size_t)b * C + ch) * P + p] += dout[((size_t)b * P + p) * C + ch];
 }
 static const sm_module_ops kTokens = {"tokens", tokens_declare, sm_module_no_reserve, NULL, tokens_forward, tokens_backward,
-                                      NULL, leaf_destroy};
+                                      NULL, leaf_destroy, NULL};
 sm_module *sm_tokens_module(const char *name, sm_error *err) { return leaf_new(&kTokens, name, err); }
 
 /* ---- ffn: two-layer MLP F -> H -> F ---------------------------------------------------------- */
@@ -418,8 +423,9 @@ static void ffn_json(const sm_module *m, cJSON *o) {
     cJSON_AddNumberToObject(o, "hidden", ((const leaf *)m)->width);
     json_act((const leaf *)m, o);
 }
+static double ffn_macs(const sm_module *m) { return 2.0 * m->in.rows * fin(m) * ((const leaf *)m)->width; }
 static const sm_module_ops kFfn = {"ffn", ffn_declare, ffn_reserve, NULL, ffn_forward, ffn_backward, ffn_json,
-                                   leaf_destroy};
+                                   leaf_destroy, ffn_macs};
 sm_module *sm_ffn_module(const char *name, int H, sm_act act, sm_error *err) {
     if (H < 1) {
         sm_fail(err, SM_ERR_ARG, "%s: ffn hidden width must be >= 1", name);
@@ -500,8 +506,14 @@ static void mlp_json(const sm_module *m, cJSON *o) {
     cJSON_AddNumberToObject(o, "width", l->width);
     json_act(l, o);
 }
+static double mlp_macs(const sm_module *m) {
+    const leaf *l = (const leaf *)m;
+    double n = 0;
+    for (int j = 0; j <= l->n_hidden; j++) n += (double)mlp_w(l, j - 1) * mlp_w(l, j);
+    return n * m->in.rows;
+}
 static const sm_module_ops kMlp = {"mlp", mlp_declare, mlp_reserve, NULL, mlp_forward, mlp_backward, mlp_json,
-                                   leaf_destroy};
+                                   leaf_destroy, mlp_macs};
 
 sm_module *sm_mlp_module(const char *name, const int *widths, int n_hidden, int out_width, sm_act act, sm_error *err) {
     if (n_hidden < 0 || n_hidden > MLP_MAX_HIDDEN || out_width < 1) {

@@ -663,8 +663,23 @@ static void moe_mod_destroy(sm_module *m) {
     free_experts(mm->experts, mm->cfg.router.E);
     free(m);
 }
+/* Nominal multiply-adds per example (sm_module_macs): the gate network; the router's logits (E per
+ * token, dg wide; a SOFT router's m x S logits plus its dispatch (S x m x d) and combine (m x S x O)
+ * products); the experts on every assignment the router makes for one example's rows (token choice:
+ * k per token; SoftMoE: every slot) and the shared experts on every row. */
+static double moe_mod_macs(const sm_module *m) {
+    const moe_mod *mm = (const moe_mod *)m;
+    const sm_moe *x = mm->moe;
+    const int R = m->in.rows;
+    const sm_router_ops *ro = x->router->ops;
+    const double A = ro->max_assign(x->router, R);
+    double expert = (double)x->d * x->H + (double)(x->L > 1 ? x->L - 1 : 0) * x->H * x->H + (double)x->H * x->O;
+    if (mm->experts) expert = sm_module_macs(mm->experts[0]);
+    double router = ro->kind == SM_ROUTE_SOFT ? A * R * ((double)x->dg + x->d + x->O) : (double)R * x->E * x->dg;
+    return sm_module_macs(mm->gate) + router + A * expert + (double)R * x->S * ((double)x->d * x->H + (double)x->H * x->O);
+}
 static const sm_module_ops kMoeOps = {"moe", moe_mod_declare, moe_mod_reserve, moe_mod_setup, moe_mod_forward,
-                                      moe_mod_backward, moe_mod_json, moe_mod_destroy};
+                                      moe_mod_backward, moe_mod_json, moe_mod_destroy, moe_mod_macs};
 
 sm_module *sm_moe_module_gated(const char *name, const sm_moe_config *cfg, sm_module *gate, sm_error *err) {
     moe_mod *mm = calloc(1, sizeof *mm);

@@ -32,7 +32,7 @@ static sm_status perfeat_declare(sm_module *m, sm_params *ps, sm_error *err) {
 }
 static const sm_module_ops kPerFeat = {"perfeat", perfeat_declare, sm_module_no_reserve, NULL, sm_module_copy_forward,
                                        sm_module_add_backward, NULL,
-                                       plain_destroy};
+                                       plain_destroy, NULL};
 
 sm_module *sm_perfeat_module(const char *name, sm_error *err) { return sm_module_alloc(sizeof(sm_module), &kPerFeat, name, err); }
 
@@ -94,7 +94,7 @@ static void shuffle_destroy(sm_module *m) {
     free(m);
 }
 static const sm_module_ops kShuffle = {"shuffle", shuffle_declare, sm_module_no_reserve, NULL, shuffle_forward, shuffle_backward,
-                                       shuffle_json, shuffle_destroy};
+                                       shuffle_json, shuffle_destroy, NULL};
 
 sm_module *sm_shuffle_module(const char *name, uint64_t seed, sm_error *err) {
     shuffle_mod *s = (shuffle_mod *)sm_module_alloc(sizeof *s, &kShuffle, name, err);
@@ -146,7 +146,7 @@ static void tokpool_json(const sm_module *m, cJSON *o) {
     cJSON_AddStringToObject(o, "pool", ((const tokpool_mod *)m)->mean ? "mean" : "sum");
 }
 static const sm_module_ops kTokPool = {"tokpool", tokpool_declare, sm_module_no_reserve, NULL, tokpool_forward, tokpool_backward,
-                                       tokpool_json, plain_destroy};
+                                       tokpool_json, plain_destroy, NULL};
 
 sm_module *sm_tokpool_module(const char *name, int mean, sm_error *err) {
     tokpool_mod *t = (tokpool_mod *)sm_module_alloc(sizeof *t, &kTokPool, name, err);

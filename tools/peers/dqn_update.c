@@ -11,7 +11,8 @@
  * (10% ones, like MinAtar frames), fixed before timing; --sample also times drawing them from a
  * full 100k-transition replay (sm_replay_sample), as the training loop does.
  *
- * FLOPs (a multiply-add = 2), per sample of the batch:
+ * FLOPs (a multiply-add = 2) of any network from sm_model_update_macs; for the preset's, per sample of
+ * the batch (the hand count the library's is checked against):
  *   forward  conv 1024 outputs x 36 + dense 1024 x 128 + head 128 x 6 multiply-adds
  *   backward the weight gradients of the three layers (as many as the forward) and the input
  *            gradients of dense and head (the network input needs none)
@@ -77,8 +78,8 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    /* another network than the preset's (e.g. a tokenised SoftMoE): its time per update; the FLOP
-     * count and roofline below are the preset network's only */
+    /* another network than the preset's (e.g. a tokenised SoftMoE): its time per update, and its
+     * FLOPs by sm_model_update_macs (checked below against the hand count of the preset's) */
     const int preset = !strcmp(arch, "conv:16:3:1:0,dense:128") && !router;
     omp_set_num_threads(threads);
     sm_error err = {0};
@@ -184,7 +185,11 @@ int main(int argc, char **argv) {
     /* FLOPs of one update (multiply-add = 2) */
     const double conv = 16.0 * 8 * 8 * (C * 3 * 3), dense = 1024.0 * 128, head = 128.0 * A;
     const double fwd = 2 * (conv + dense + head), bwd = 2 * (conv + dense + head) + 2 * (dense + head);
-    const double flops = preset ? B * (2 * fwd + bwd) : NAN; /* the preset network's count only */
+    const double flops = 2 * sm_model_update_macs(q, B, 2);
+    if (preset && fabs(flops - B * (2 * fwd + bwd)) > 1e-9 * flops) {
+        fprintf(stderr, "dqn_update: sm_model_update_macs gives %.0f FLOPs, the hand count %.0f\n", flops, B * (2 * fwd + bwd));
+        return 1;
+    }
     double one, all;
     const char *isa;
     const double pc0 = cpu_now();

@@ -162,6 +162,12 @@ int sm_model_n_moe(const sm_model *m);
 sm_moe *sm_model_moe(const sm_model *m, int i);
 /* Active parameters per token (experts counted k times, not E) - for "same active size" baselines. */
 size_t sm_model_active_params(const sm_model *m);
+/* Multiply-adds of one example's forward through the layers and the head (sm_module_macs), and of
+ * one training step on a batch of B: two forwards (target and online, as the DQN family does) or one,
+ * plus the backward - both operands' gradients of every product, except the input gradient of the
+ * first layer. */
+double sm_model_macs(const sm_model *m);
+double sm_model_update_macs(const sm_model *m, int B, int forwards);
 
 #ifdef __cplusplus
 }

@@ -116,6 +116,9 @@ typedef struct {
     /* fills o with the module's arguments (the caller adds "kind" and "name") */
     void (*to_json)(const sm_module *m, struct cJSON *o);
     void (*destroy)(sm_module *m);
+    /* multiply-adds of one example's forward after declare, at nominal routing (NULL: none worth
+     * counting - element-wise work, copies, pools); see sm_module_macs */
+    double (*macs)(const sm_module *m);
 } sm_module_ops;
 
 struct sm_module {
@@ -140,6 +143,12 @@ static inline void sm_module_backward(sm_module *m, sm_real *din, const sm_real 
     m->ops->backward(m, din, dout, in, B, ctx);
 }
 void sm_module_free(sm_module *m);
+/* Multiply-adds of one example's forward (a multiply-add is 2 FLOPs): linear maps, convolutions,
+ * MoE routers and experts; element-wise work is not counted. MoE layers count their nominal routing:
+ * every token's k experts (token choice) or every slot (SoftMoE), no capacity drops. A backward costs
+ * about twice the forward (the gradients of both operands of every product), less the input gradient
+ * of a network's first layer. */
+double sm_module_macs(const sm_module *m);
 /* JSON description {"kind": ..., "name": ..., args...} (malloc'd text) and the inverse. */
 char *sm_module_to_json(const sm_module *m);
 sm_module *sm_module_from_json(const char *json, sm_error *err);
