@@ -30,7 +30,7 @@
  * Build and run (tools/peers/compare_dqn.sh does this):
  *   cc -O3 -march=x86-64-v2 -mtune=native -fopenmp -Iinclude -I. tools/peers/dqn_update.c \
  *      experiments/engine/peak.c build/libspecmoe.a <the Makefile's LIBS> -o build/dqn_update
- *   build/dqn_update [--seconds S] [--sample 0|1] [--threads T] [--arch A --router R --experts E]
+ *   build/dqn_update [--seconds S] [--sample 0|1] [--threads T] [--arch A --router R --experts E --topk K --slots P]
  */
 #include <math.h>
 #include <omp.h>
@@ -64,7 +64,7 @@ static void fail(const char *what, const sm_error *e) {
 
 int main(int argc, char **argv) {
     double seconds = 3;
-    int sample = 1, threads = 1, experts = 0;
+    int sample = 1, threads = 1, experts = 0, topk = 0, slots = 0;
     const char *arch = "conv:16:3:1:0,dense:128", *router = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
@@ -73,8 +73,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--arch") && i + 1 < argc) arch = argv[++i];
         else if (!strcmp(argv[i], "--router") && i + 1 < argc) router = argv[++i];
         else if (!strcmp(argv[i], "--experts") && i + 1 < argc) experts = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--topk") && i + 1 < argc) topk = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--slots") && i + 1 < argc) slots = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: dqn_update [--seconds S] [--sample 0|1] [--threads T] [--arch A --router R --experts E]\n");
+            fprintf(stderr, "usage: dqn_update [--seconds S] [--sample 0|1] [--threads T] [--arch A --router R --experts E "
+                            "--topk K --slots P]\n");
             return 2;
         }
     }
@@ -94,6 +97,8 @@ int main(int argc, char **argv) {
     if (experts > 0) mc.moe.router.E = experts;
     if (experts > 0 && mc.moe.router.k > experts) mc.moe.router.k = experts;
     if (router && !strcmp(router, "soft")) mc.moe.router.k = 1;
+    if (topk > 0) mc.moe.router.k = topk;
+    if (slots > 0 && router && !strcmp(router, "soft")) sm_soft_opts(&mc.moe.router)->slots = slots;
     mc.act = SM_ACT_RELU;
     mc.in_c = C;
     mc.in_h = mc.in_w = HW;
