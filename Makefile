@@ -28,6 +28,16 @@ CPPFLAGS += -Iinclude -Isrc -D_DEFAULT_SOURCE
 # MuJoCo (Debian's libmujoco-dev): the physics of the envs/mujoco/ environments
 LIBS    := $(BLASLIB) -llapacke -lcjson -lmujoco -lz -lm
 OMP     := -fopenmp
+# MPI (src/dist/: data- and expert-parallel runs under mpirun): on when OpenMPI's mpicc wrapper is
+# found (Debian's libopenmpi-dev, installed by scripts/setup.sh), off with `make MPI=0`. The compiler
+# stays $(CC): mpicc only tells the include and link flags. Switching MPI rebuilds every object
+# (the stamp below), so build/ never mixes the two.
+MPI     ?= $(if $(shell command -v mpicc 2>/dev/null),1,0)
+ifeq ($(MPI),1)
+CPPFLAGS += -DSPECMOE_MPI $(shell mpicc --showme:compile)
+LIBS    += $(shell mpicc --showme:link)
+endif
+MPI_STAMP := $(BUILD)/.mpi-$(MPI)
 
 # src/core -> src/nn -> src/methods/<paper> -> src/io -> src/train (docs/ARCHITECTURE.md)
 LIB_SRC := $(sort $(wildcard src/*/*.c src/methods/*/*.c))
@@ -37,7 +47,7 @@ CLI_SRC := $(sort $(wildcard cli/*.c))
 # the benchmarks and paper studies, linked into build/specmoe (docs/CLI.md)
 EXP_SRC := $(sort $(wildcard experiments/*/*.c))
 TEST_SRC:= $(sort $(wildcard tests/test_*.c))
-HDRS    := $(wildcard include/*.h include/specmoe/*/*.h include/specmoe/methods/*/*.h) $(wildcard src/*/*.h envs/*/*.h)
+HDRS    := $(wildcard include/*.h include/specmoe/*/*.h include/specmoe/methods/*/*.h) $(wildcard src/*/*.h envs/*/*.h) $(MPI_STAMP)
 # the tool's own headers: an edit to one rebuilds the tool, not the library
 CLI_HDRS:= $(HDRS) $(wildcard cli/*.h experiments/*.h experiments/*/*.h)
 
@@ -50,6 +60,10 @@ TESTS   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all test debug fuzz bench-peer install install-check clean
 all: $(BUILD)/specmoe $(BUILD)/libspecmoe.a $(BUILD)/libspecmoe.so $(BUILD)/specmoe.pc
+
+# the stamp of the MPI setting the objects were built with (every object depends on it via HDRS)
+$(MPI_STAMP):
+	@mkdir -p $(@D) && rm -f $(BUILD)/.mpi-* && touch $@
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS)
 	@mkdir -p $(@D)
@@ -98,9 +112,16 @@ $(BUILD)/tests/hf_gen: tests/hf_gen.c tests/hf_fixture.h $(BUILD)/libspecmoe.a
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(OMP) -o $@ $< $(BUILD)/libspecmoe.a $(LIBS)
 
-# `make test` builds everything and runs every test binary plus the CLI checks.
-test: all $(TESTS) $(BUILD)/tests/hf_gen install-check
-	@SPECMOE_BIN=$(abspath $(BUILD)/specmoe) SPECMOE_HF_GEN=$(abspath $(BUILD)/tests/hf_gen) tests/run_tests.sh $(TESTS)
+# the multi-process checks' helper (tests/mpi_tests.sh runs it under mpirun; built without MPI it
+# still compares checkpoints)
+$(BUILD)/tests/mpi_check: tests/mpi_check.c $(BUILD)/libspecmoe.a
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(OMP) -o $@ $< $(BUILD)/libspecmoe.a $(LIBS)
+
+# `make test` builds everything and runs every test binary plus the CLI and MPI checks.
+test: all $(TESTS) $(BUILD)/tests/hf_gen $(BUILD)/tests/mpi_check install-check
+	@SPECMOE_BIN=$(abspath $(BUILD)/specmoe) SPECMOE_HF_GEN=$(abspath $(BUILD)/tests/hf_gen) \
+	  SPECMOE_MPI=$(MPI) SPECMOE_MPI_CHECK=$(abspath $(BUILD)/tests/mpi_check) tests/run_tests.sh $(TESTS)
 
 # install into a scratch prefix, then build and run the examples with the flags pkg-config gives
 install-check: all

@@ -10,6 +10,8 @@ static const cli_command kBenchmarks[] = {
      exp_engine_layer},
     {"env", "environments: steps per second of a vector of environments with random actions and auto-reset", exp_engine_env},
     {"gemm", "engine: sgemm at RL network sizes (batch 1-256, width 64-1024) against the one-thread FMA peak", exp_engine_gemm},
+    {"dist", "engine: one MoE layer data- and expert-parallel over MPI ranks (under mpirun): time and bytes per step, cost model",
+     exp_engine_dist},
     {"routing", "GrMoE's synthetic routing benchmark (Table 1)", exp_grmoe_routing},
     {"alpha", "GrMoE post-hoc sparsity: entropy vs alpha / inverse temperature (Fig. 1, Table 3)", exp_grmoe_alpha},
     {"oneshot", "SR-MoE one-shot interference (Tables 1-2)", exp_srmoe_oneshot},

@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "common.h"
 #include "flags.h"
+#include "specmoe/dist/dist.h"
 
 /* every train flag but the router options (router_flags below) */
 typedef struct {
@@ -21,7 +22,8 @@ typedef struct {
     const char *arch, *act, *router, *expert_act, *out, *resume, *optim, *schedule;
     int residual, shared, expert_bias, epochs;
     int log_every, val_size;
-    long warmup, ckpt_every, stop_after, fault_nan_step;
+    long warmup, ckpt_every, stop_after, fault_nan_step, fault_kill_step, dist_check;
+    int fault_rank;
     double lr, final_lr, momentum, beta1, beta2, eps, weight_decay, clip;
     int stages, width;
     double spectral_alpha, sigma_t, rho_t, diversity_beta;
@@ -295,7 +297,8 @@ static int build_model_config(opts *o, router_flags *rf, const fl_flag *fl, int 
  * typed again with another value, it is refused. */
 static const char *const kResumeMayChange[] = {"epochs", "data", "threads", "log-every", "ckpt-every"};
 /* Never taken from the checkpoint: where to resume from and where to write, and the one-off stops. */
-static const char *const kResumeNotSaved[] = {"resume", "out", "stop-after", "fault-nan-step"};
+static const char *const kResumeNotSaved[] = {"resume",         "out",        "stop-after", "fault-nan-step",
+                                               "fault-kill-step", "fault-rank", "dist-check"};
 
 static int name_in(const char *name, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -399,7 +402,42 @@ static int train_main(int argc, char **argv, train_keep *keep);
 /* Ctrl-C (SIGINT) or SIGTERM during training: the handler only sets the flag sm_train polls after
  * every step (it then saves a checkpoint and returns). SA_RESETHAND: a second Ctrl-C kills at once. */
 static volatile sig_atomic_t g_stop;
-static void on_stop_signal(int sig) { g_stop = sig; }
+/* Under mpirun (more than one rank): the ranks (g_dist), the step the loop is in (written by sm_train)
+ * and the descriptor of the real stderr (ranks other than 0 silence stdout and stderr: they would
+ * print what rank 0 prints). */
+static sm_dist g_dist = {0, 1, 0, 0, 0};
+static volatile long g_step = -1;
+static int g_err_fd = 2;
+
+/* the decimal digits of v into b (async-signal-safe: used by the handler), returns the length */
+static int fmt_long(char *b, long v) {
+    char t[24];
+    int n = 0, len = 0;
+    if (v < 0) b[len++] = '-', v = -v;
+    do t[n++] = (char)('0' + v % 10), v /= 10;
+    while (v && n < 22);
+    while (n) b[len++] = t[--n];
+    return len;
+}
+
+static void on_stop_signal(int sig) {
+    g_stop = sig;
+    if (g_dist.size > 1) {
+        /* mpirun sends SIGTERM to every rank when one dies or exits with an error (it names that
+         * rank); a rank blocked in a collective never reaches the next step, so say where it was */
+        char msg[160];
+        int n = 0;
+        const char *a = "specmoe: rank ", *b = ": stopped by SIGTERM in step ",
+                   *c = " (when a rank dies, mpirun stops the job and names it); the last checkpoint is intact\n";
+        for (const char *p = a; *p; p++) msg[n++] = *p;
+        n += fmt_long(msg + n, g_dist.rank);
+        for (const char *p = b; *p; p++) msg[n++] = *p;
+        n += fmt_long(msg + n, g_step);
+        for (const char *p = c; *p && n < (int)sizeof msg - 1; p++) msg[n++] = *p;
+        ssize_t w = write(g_err_fd, msg, (size_t)n);
+        (void)w;
+    }
+}
 static void catch_stop_signals(int on) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -410,10 +448,38 @@ static void catch_stop_signals(int on) {
     sigaction(SIGTERM, &sa, NULL);
 }
 
+/* 1 on every rank when any rank failed (failed != 0) at this point */
+static int dist_any(int failed) {
+    double x = failed != 0;
+    sm_error e;
+    if (sm_dist_max(&g_dist, &x, 1, &e) != SM_OK) return 1;
+    return x > 0;
+}
+
+/* The gradient allreduce between backward and optimiser, and the kill test's fault: rank
+ * --fault-rank (the last by default) kills itself at step --fault-kill-step, before the allreduce. */
+typedef struct {
+    long kill_step;
+    int kill_rank;
+} dist_hook_ctx;
+static sm_status dist_step_hook(sm_params *ps, void *user, sm_error *err) {
+    const dist_hook_ctx *h = user;
+    if (h->kill_step >= 0 && g_step == h->kill_step && g_dist.rank == h->kill_rank) raise(SIGKILL);
+    return sm_dist_grad_mean(&g_dist, ps, err);
+}
+
 int cmd_train(int argc, char **argv) {
     train_keep keep = {NULL, NULL, ""};
+    sm_error err;
+    if (sm_dist_init(&g_dist, &argc, &argv, &err) != SM_OK) return cli_fail(SM_ERR_ARG, &err);
+    if (g_dist.rank != 0) {
+        /* rank 0 alone prints; the others keep the real stderr for the signal handler's message */
+        g_err_fd = dup(2);
+        if (g_err_fd < 0) g_err_fd = 2;
+        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr)) g_err_fd = 2;
+    }
     int rc = train_main(argc, argv, &keep);
-    if (rc != 0 && keep.made[0]) {
+    if (rc != 0 && keep.made[0] && g_dist.rank == 0) {
         /* refused before training (no data, ...): the new directory holds only what the checks and
          * settings.json put there; leave no empty run behind */
         char path[4200];
@@ -426,6 +492,7 @@ int cmd_train(int argc, char **argv) {
     }
     cJSON_Delete(keep.saved);
     free(keep.settings);
+    sm_dist_finalize(&g_dist);
     return rc;
 }
 
@@ -480,6 +547,9 @@ static int train_main(int argc, char **argv, train_keep *keep) {
         {"resume", FL_STRING, &o.resume, NULL, "continue from this checkpoint with its run's settings (a typed flag must agree, but --epochs, --data, --threads, --log-every, --ckpt-every)", 0},
         {"stop-after", FL_LONG, &o.stop_after, "0", "stop after this many steps in total (0 = all epochs)", 0},
         {"fault-nan-step", FL_LONG, &o.fault_nan_step, "-1", "testing aid: poison a gradient at this step", 0},
+        {"fault-rank", FL_INT, &o.fault_rank, "-1", "testing aid under mpirun: the rank --fault-nan-step poisons (-1 = every rank) and --fault-kill-step kills (-1 = the last)", 0},
+        {"fault-kill-step", FL_LONG, &o.fault_kill_step, "-1", "testing aid under mpirun: rank --fault-rank kills itself (SIGKILL) at this step", 0},
+        {"dist-check", FL_LONG, &o.dist_check, "0", "under mpirun: compare a hash of the parameters over the ranks every N steps (0 = never)", 0},
     };
     /* head, the router flags, tail */
     fl_flag fl[SM_LEN(head) + MAX_ROUTER_FLAGS + SM_LEN(tail)];
@@ -574,22 +644,28 @@ static int train_main(int argc, char **argv, train_keep *keep) {
         if (!out_dir[0]) strcpy(out_dir, "/");
         o.out = out_dir;
     } else if (!o.out) {
-        if ((st = new_run_dir(out_dir, sizeof out_dir, &err)) != SM_OK) return cli_fail(st, &err);
-        snprintf(keep->made, sizeof keep->made, "%s", out_dir);
+        /* under mpirun rank 0 names the new directory and tells the others */
+        st = g_dist.rank == 0 ? new_run_dir(out_dir, sizeof out_dir, &err) : SM_OK;
+        if (dist_any(st != SM_OK)) return st != SM_OK ? cli_fail(st, &err) : CLI_EXIT_RUNTIME;
+        if ((st = sm_dist_bcast(&g_dist, out_dir, sizeof out_dir, 0, &err)) != SM_OK) return cli_fail(st, &err);
+        if (g_dist.rank == 0) snprintf(keep->made, sizeof keep->made, "%s", out_dir);
         o.out = out_dir;
     }
     tc.out_dir = o.out;
-    if ((st = sm_train_check_out(o.out, &err)) != SM_OK) return cli_fail(st, &err);
+    /* rank 0 writes the run directory; every rank learns whether it could */
+    st = g_dist.rank == 0 ? sm_train_check_out(o.out, &err) : SM_OK;
+    if (dist_any(st != SM_OK)) return st != SM_OK ? cli_fail(st, &err) : CLI_EXIT_RUNTIME;
     /* the full settings beside the metrics, and in every checkpoint for a resume */
     char path[4200];
     snprintf(path, sizeof path, "%s/settings.json", o.out);
     char *pretty = settings_json(fl, nfl, &keep->settings);
     errno = 0;
-    int bad_settings = cli_write_text(path, pretty) != 0;
+    int bad_settings = g_dist.rank == 0 && cli_write_text(path, pretty) != 0;
     free(pretty);
     tc.settings = keep->settings;
-    if (bad_settings || !tc.settings) {
-        fprintf(stderr, "specmoe: %s: cannot write: %s\n", path, errno ? strerror(errno) : "out of memory");
+    if (dist_any(bad_settings || !tc.settings)) {
+        if (bad_settings || !tc.settings)
+            fprintf(stderr, "specmoe: %s: cannot write: %s\n", path, errno ? strerror(errno) : "out of memory");
         return CLI_EXIT_RUNTIME;
     }
     printf("specmoe train: run directory %s (settings.json, metrics.jsonl, checkpoint.safetensors)\n", o.out);
@@ -627,6 +703,28 @@ static int train_main(int argc, char **argv, train_keep *keep) {
     sm_model_format_arch(&mc, arch, sizeof arch);
     printf("specmoe train: %s, %d train / %d test examples, %zu parameters (%zu active per token), %d threads\n", arch,
            train.n, test.n, m->params.total, sm_model_active_params(m), omp_get_max_threads());
+    /* data parallel under mpirun: every rank trains on its shard of each batch (sm_train_dist) */
+    sm_train_dist td;
+    dist_hook_ctx hctx = {o.fault_kill_step, o.fault_rank >= 0 ? o.fault_rank : g_dist.size - 1};
+    if (g_dist.size > 1) {
+        if (o.d.batch < g_dist.size) {
+            fprintf(stderr, "specmoe train: --batch %d is smaller than the %d ranks (each needs an example)\n", o.d.batch,
+                    g_dist.size);
+            sm_model_free(m);
+            sm_dataset_free(&train);
+            sm_dataset_free(&test);
+            return CLI_EXIT_USAGE;
+        }
+        sm_dist_train_bind(&g_dist, &td, &tc.hook);
+        tc.hook.fn = dist_step_hook;
+        tc.hook.user = &hctx;
+        td.check_every = o.dist_check;
+        td.fault_rank = o.fault_rank;
+        td.current_step = &g_step;
+        tc.dist = &td;
+        printf("specmoe train: data parallel over %d ranks (MPI), %d examples per rank per batch of %d\n", g_dist.size,
+               o.d.batch / g_dist.size, o.d.batch);
+    }
     {
         /* a warm-up longer than the run means the learning rate never reaches --lr */
         long steps = (long)((train.n + tc.batch - 1) / tc.batch) * tc.epochs;
@@ -659,7 +757,7 @@ static int train_main(int argc, char **argv, train_keep *keep) {
         sm_eval_result ev;
         /* evaluated in batches of --batch, like `specmoe eval` by default: capacity limits depend
          * on the batch, so the two then report the same number */
-        st = sm_evaluate(m, &test, o.d.batch, &ev, &err);
+        st = sm_evaluate_dist(m, &test, o.d.batch, tc.dist, &ev, &err);
         if (st != SM_OK) {
             code = cli_fail(st, &err);
         } else {
@@ -673,7 +771,8 @@ static int train_main(int argc, char **argv, train_keep *keep) {
                        o.val_size > 0 ? res.best_score : -res.best_score);
             printf("final test accuracy: %.4f (loss %.4f, %ld examples)\n", ev.acc, ev.loss, ev.n);
             /* the test accuracy goes into metrics.jsonl too, as the run's last record */
-            if ((st = sm_train_log_eval(o.out, "test", res.step, res.epoch, &ev, &err)) != SM_OK) code = cli_fail(st, &err);
+            if (g_dist.rank == 0 && (st = sm_train_log_eval(o.out, "test", res.step, res.epoch, &ev, &err)) != SM_OK)
+                code = cli_fail(st, &err);
         }
     }
     printf("peak memory: %.1f MiB\n", (double)sm_peak_rss_bytes() / (1 << 20));

@@ -12,6 +12,8 @@ int exp_engine_layer(int argc, char **argv);
 /* engine: environment steps per second with random actions and auto-reset (include/specmoe/rl/env.h) */
 int exp_engine_env(int argc, char **argv);
 int exp_engine_gemm(int argc, char **argv);
+/* engine: one MoE layer data parallel and expert parallel over the ranks of an MPI run, with a cost model */
+int exp_engine_dist(int argc, char **argv);
 
 /* grmoe: the synthetic routing benchmark (Table 1), post-hoc sparsity (Fig. 1, Table 3), the Bingham
  * normaliser against Monte Carlo (Sec. 6.4.4) */

@@ -75,6 +75,7 @@
 #include "specmoe/methods/grmoe/router.h"
 #include "specmoe/methods/softmoe_rl/reset.h"
 #include "specmoe/train/train.h"
+#include "specmoe/dist/dist.h"
 #include "specmoe/rl/env.h"
 
 #endif

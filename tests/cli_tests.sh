@@ -60,7 +60,7 @@ done
 expect 0 "info --help"               "CHECKPOINT"            -- "$bin" info --help
 expect 0 "bench layer --help"        "--shapes"              -- "$bin" bench layer --help
 # the benchmark table (cli/cmd_bench.c), like the command table
-expect_table "bench --help lists every benchmark once" benchmarks "alpha env gemm layer oneshot routing ssmoe ssmoe-build tokenize" -- "$bin" bench
+expect_table "bench --help lists every benchmark once" benchmarks "alpha dist env gemm layer oneshot routing ssmoe ssmoe-build tokenize" -- "$bin" bench
 expect 2 "bench: unknown benchmark names every benchmark" "unknown benchmark 'nope' .*layer.*ssmoe-build" -- "$bin" bench nope
 expect 2 "bench without a benchmark is a usage error" "usage: specmoe bench BENCHMARK" -- "$bin" bench
 # reinforcement learning (cli/cmd_rl.c): the subcommand table, environments, the random-policy reference

@@ -25,5 +25,15 @@ if [ -n "${SPECMOE_BIN:-}" ]; then
     [ $rc -ne 0 ] && status=1 && [ "$f" = 0 ] && f=1
     pass=$((pass + p)); fail=$((fail + f))
 fi
+# the 2-rank MPI checks (tests/mpi_tests.sh prints a SKIP line with the reason when it cannot run them)
+if [ -n "${SPECMOE_MPI_CHECK:-}" ] && [ -n "${SPECMOE_BIN:-}" ]; then
+    echo "== tests/mpi_tests.sh"
+    out=$("$here/mpi_tests.sh" "$SPECMOE_BIN" "$SPECMOE_MPI_CHECK" "${SPECMOE_MPI:-0}" 2>&1); rc=$?
+    echo "$out" | tail -n 30
+    p=$(echo "$out" | sed -nE 's/^mpi: ([0-9]+) passed, ([0-9]+) failed$/\1/p'); p=${p:-0}
+    f=$(echo "$out" | sed -nE 's/^mpi: ([0-9]+) passed, ([0-9]+) failed$/\2/p'); f=${f:-1}
+    [ $rc -ne 0 ] && status=1 && [ "$f" = 0 ] && f=1
+    pass=$((pass + p)); fail=$((fail + f))
+fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ] && [ $status -eq 0 ]

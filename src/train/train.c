@@ -68,7 +68,36 @@ sm_status sm_train_check_out(const char *out_dir, sm_error *err) {
     return SM_OK;
 }
 
+/* ranks of a data-parallel run (1 without one) */
+static int dist_size(const sm_train_dist *d) { return d && d->size > 1 ? d->size : 1; }
+
+/* Sums the counters of routing statistics over the ranks (one reduction of 5 + E doubles; counts
+ * stay exact below 2^53). */
+static sm_status routing_stats_sum(sm_routing_stats *s, const sm_train_dist *d, sm_error *err) {
+    double buf[5 + SM_METRICS_MAX_E];
+    buf[0] = (double)s->tokens;
+    buf[1] = (double)s->assignments;
+    buf[2] = (double)s->dropped;
+    buf[3] = s->entropy_sum;
+    buf[4] = s->topk_mass_sum;
+    memcpy(buf + 5, s->load, sizeof(double) * (size_t)s->E);
+    sm_status st = d->sum(buf, 5 + s->E, d->user, err);
+    if (st != SM_OK) return st;
+    s->tokens = (long)buf[0];
+    s->assignments = (long)buf[1];
+    s->dropped = (long)buf[2];
+    s->entropy_sum = buf[3];
+    s->topk_mass_sum = buf[4];
+    memcpy(s->load, buf + 5, sizeof(double) * (size_t)s->E);
+    return SM_OK;
+}
+
 sm_status sm_evaluate(sm_model *m, const sm_dataset *ds, int batch, sm_eval_result *out, sm_error *err) {
+    return sm_evaluate_dist(m, ds, batch, NULL, out, err);
+}
+
+sm_status sm_evaluate_dist(sm_model *m, const sm_dataset *ds, int batch, const sm_train_dist *dist, sm_eval_result *out,
+                           sm_error *err) {
     memset(out, 0, sizeof *out);
     if (ds->dim != m->cfg.in_dim)
         return sm_fail(err, SM_ERR_MISMATCH, "evaluate: data has %d features, the model expects %d", ds->dim,
@@ -84,8 +113,11 @@ sm_status sm_evaluate(sm_model *m, const sm_dataset *ds, int batch, sm_eval_resu
     }
     double loss = 0;
     long correct = 0;
-    for (int i = 0; i < ds->n; i += batch) {
-        int B = ds->n - i < batch ? ds->n - i : batch;
+    /* this rank's rows [lo, hi) of the set (all of it in one process) */
+    const int P = dist_size(dist), lo = P > 1 ? (int)((long)ds->n * dist->rank / P) : 0,
+              hi = P > 1 ? (int)((long)ds->n * (dist->rank + 1) / P) : ds->n;
+    for (int i = lo; i < hi; i += batch) {
+        int B = hi - i < batch ? hi - i : batch;
         for (int t = 0; t < B; t++)
             if (ds->y[i + t] < 0 || ds->y[i + t] >= V)
                 return sm_fail(err, SM_ERR_MISMATCH, "evaluate: label %d outside the model's %d classes", ds->y[i + t], V);
@@ -95,6 +127,14 @@ sm_status sm_evaluate(sm_model *m, const sm_dataset *ds, int batch, sm_eval_resu
         loss += sm_crossentropy_forward(m->losses, m->probs, logits, ds->y + i, NULL, B, V) * B;
         for (int t = 0; t < B; t++) correct += sm_argmax(logits + (size_t)t * V, V) == ds->y[i + t];
         for (int l = 0; l < out->n_moe; l++) sm_routing_stats_add(&out->routing[l], &sm_model_moe(m, l)->route);
+    }
+    if (P > 1) { /* the whole set's sums: loss, correct, then each layer's routing statistics */
+        double sums[2] = {loss, (double)correct};
+        sm_status st = dist->sum(sums, 2, dist->user, err);
+        for (int l = 0; st == SM_OK && l < out->n_moe; l++) st = routing_stats_sum(&out->routing[l], dist, err);
+        if (st != SM_OK) return st;
+        loss = sums[0];
+        correct = (long)sums[1];
     }
     out->n = ds->n;
     out->loss = ds->n ? loss / ds->n : 0;
@@ -195,10 +235,17 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
         if (train->y[i] < 0 || train->y[i] >= m->cfg.n_classes)
             return sm_fail(err, SM_ERR_MISMATCH, "train: label %d outside the model's %d classes", train->y[i],
                            m->cfg.n_classes);
+    const sm_train_dist *dist = cfg->dist && cfg->dist->size > 1 ? cfg->dist : NULL;
+    const int P = dist_size(dist), rank = dist ? dist->rank : 0;
+    if (dist && (cfg->batch < P || !dist->sum || rank < 0 || rank >= P))
+        return sm_fail(err, SM_ERR_ARG, "train: a batch of %d cannot be shared by %d ranks (every rank needs an example)",
+                       cfg->batch, P);
+    /* paths are known on every rank (the NaN message names the last good checkpoint); only rank 0 writes */
     char ckpt[4096] = "", metrics_path[4096] = "", best_path[4096] = "";
     FILE *mf = NULL;
+    const int writer = rank == 0;
     if (cfg->out_dir) {
-        sm_status cst = sm_train_check_out(cfg->out_dir, err);
+        sm_status cst = writer ? sm_train_check_out(cfg->out_dir, err) : SM_OK;
         if (cst != SM_OK) return cst;
         snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", cfg->out_dir);
         snprintf(metrics_path, sizeof metrics_path, "%s/metrics.jsonl", cfg->out_dir);
@@ -221,7 +268,7 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
         if (st != SM_OK) goto done;
     }
     /* metrics.jsonl: appended to on resume so one run directory holds the whole history */
-    if (metrics_path[0]) {
+    if (metrics_path[0] && writer) {
         mf = fopen(metrics_path, cfg->resume ? "a" : "w");
         if (!mf) {
             st = sm_fail(err, SM_ERR_IO, "%s: cannot open: %s", metrics_path, strerror(errno));
@@ -237,7 +284,11 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
     sm_schedule sched = {cfg->sched, cfg->opt.lr, cfg->final_lr, cfg->warmup, total_steps};
     float *xb = malloc(sizeof(float) * (size_t)cfg->batch * train->dim);
     int *yb = malloc(sizeof(int) * (size_t)cfg->batch);
-    if (!xb || !yb) {
+    /* per step over the ranks: [sum of the shard's losses, correct, ranks asked to stop, then per rank
+     * 0 (fine), -1 (loss not finite) or 1 + the first tensor whose gradient is not finite] */
+    double *step_sums = malloc(sizeof(double) * (size_t)(3 + P));
+    int stop_now = 0; /* cfg->stop, agreed by every rank at this step */
+    if (!xb || !yb || !step_sums) {
         st = sm_fail(err, SM_ERR_NOMEM, "train: out of memory");
         goto done_buf;
     }
@@ -257,13 +308,15 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
     const char *last_good = cfg->resume;
     if (cfg->resume) last_good_step = ts.step;
     const long first_step = ts.step;
+    sm_rng rank_rng; /* a data-parallel rank's noise stream, drawn afresh from the shared one every step */
     while (ts.step < stop_at) {
+        if (dist && dist->current_step) *dist->current_step = ts.step;
         int B = sm_batcher_next(&bat, xb, yb);
         if (B == 0) { /* end of an epoch: the batcher has moved on to the next */
             if (ckpt[0] && cfg->ckpt_every == 0) {
                 ts.epoch = bat.epoch;
                 ts.pos = bat.pos;
-                st = sm_checkpoint_save(ckpt, m, &opt, &ts, err);
+                st = writer ? sm_checkpoint_save(ckpt, m, &opt, &ts, err) : SM_OK;
                 if (st != SM_OK) goto done_buf;
                 last_good = ckpt;
                 last_good_step = ts.step;
@@ -271,29 +324,83 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
             continue;
         }
         double lr = sm_schedule_lr(&sched, ts.step);
+        const int B_all = B;
+        const float *xs = xb;
+        const int *ys = yb;
+        sm_rng *rng = &ts.rng;
+        if (dist) {
+            /* this rank's shard of the global batch, and its own noise stream: one draw from the shared
+             * stream (the same on every rank, stored in checkpoints, so a resume with another rank
+             * count goes on from it) seeds it, mixed with the rank */
+            const int lo = (int)((long)B_all * rank / P), hi = (int)((long)B_all * (rank + 1) / P);
+            xs = xb + (size_t)lo * train->dim;
+            ys = yb + lo;
+            B = hi - lo;
+            sm_rng_seed(&rank_rng, sm_rng_u64(&ts.rng) ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(rank + 1)));
+            rng = &rank_rng;
+        }
         sm_params_zero_grad(&m->params);
-        const sm_real *logits = sm_model_forward(m, xb, B, &ts.rng, 1);
-        double loss = sm_model_loss(m, yb, NULL, B);
+        const sm_real *logits = sm_model_forward(m, xs, B, rng, 1);
+        double loss = sm_model_loss(m, ys, NULL, B);
         sm_model_backward(m, B);
-        if (ts.step == cfg->inject_nan_step) m->params.grad[m->params.total / 2] = NAN;
-        if (cfg->hook.fn && (st = cfg->hook.fn(&m->params, cfg->hook.user, err)) != SM_OK) goto done_buf;
-        int bad = first_nonfinite_grad(&m->params);
+        if (ts.step == cfg->inject_nan_step && (!dist || dist->fault_rank < 0 || dist->fault_rank == rank))
+            m->params.grad[m->params.total / 2] = NAN;
+        long correct = 0;
+        for (int t = 0; t < B; t++) correct += sm_argmax(logits + (size_t)t * V, V) == ys[t];
+        int bad = -1, bad_rank = -1;
+        if (dist) {
+            /* every rank learns whether any rank failed before the gradients are summed, so all stop
+             * at the same step and the message names the rank */
+            bad = first_nonfinite_grad(&m->params);
+            memset(step_sums, 0, sizeof(double) * (size_t)(3 + P));
+            step_sums[0] = loss * B;
+            step_sums[1] = (double)correct;
+            step_sums[2] = cfg->stop && *cfg->stop;
+            step_sums[3 + rank] = !isfinite(loss) ? -1 : bad >= 0 ? 1 + bad : 0;
+            if ((st = dist->sum(step_sums, 3 + P, dist->user, err)) != SM_OK) goto done_buf;
+            stop_now = step_sums[2] > 0;
+            for (int r = 0; r < P && bad_rank < 0; r++)
+                if (step_sums[3 + r] != 0) bad_rank = r;
+            if (bad_rank >= 0) {
+                bad = step_sums[3 + bad_rank] > 0 ? (int)step_sums[3 + bad_rank] - 1 : -1;
+                loss = bad < 0 ? NAN : step_sums[0] / B_all;
+            } else {
+                loss = step_sums[0] / B_all;
+                correct = (long)step_sums[1];
+                /* the gradient of the shard's mean loss times B_r * P / B_all: summed over the ranks
+                 * and divided by P (the hook) it is the gradient of the global batch's mean loss */
+                if (B * P != B_all) {
+                    const sm_real f = (sm_real)((double)B * P / B_all);
+                    for (size_t i = 0; i < m->params.total; i++) m->params.grad[i] *= f;
+                }
+                if (cfg->hook.fn && (st = cfg->hook.fn(&m->params, cfg->hook.user, err)) != SM_OK) goto done_buf;
+            }
+        } else {
+            if (cfg->hook.fn && (st = cfg->hook.fn(&m->params, cfg->hook.user, err)) != SM_OK) goto done_buf;
+            bad = first_nonfinite_grad(&m->params);
+        }
         if (!isfinite(loss) || bad >= 0) {
+            char where[32] = "";
+            if (bad_rank >= 0) snprintf(where, sizeof where, "rank %d: ", bad_rank);
             char good[4200];
             if (last_good)
                 snprintf(good, sizeof good, "last good checkpoint: %s (step %ld)", last_good, last_good_step);
             else
                 snprintf(good, sizeof good, "no checkpoint was written before it");
             if (!isfinite(loss))
-                st = sm_fail(err, SM_ERR_NUMERIC, "step %ld: loss is %s; training stopped; %s", ts.step,
+                st = sm_fail(err, SM_ERR_NUMERIC, "step %ld: %sloss is %s; training stopped; %s", ts.step, where,
                              isnan(loss) ? "NaN" : "Inf", good);
             else
-                st = sm_fail(err, SM_ERR_NUMERIC, "step %ld: gradient of tensor '%s' is not finite; training stopped; %s",
-                             ts.step, m->params.p[bad].name, good);
+                st = sm_fail(err, SM_ERR_NUMERIC, "step %ld: %sgradient of tensor '%s' is not finite; training stopped; %s",
+                             ts.step, where, m->params.p[bad].name, good);
             goto done_buf;
         }
         double gn = sm_optim_apply(&opt, &m->params, lr, cfg->clip);
         ts.step++;
+        B = B_all; /* the statistics below are the global batch's */
+        if (dist && dist->check_every > 0 && dist->check_same && ts.step % dist->check_every == 0 &&
+            (st = dist->check_same(&m->params, ts.step, dist->user, err)) != SM_OK)
+            goto done_buf;
         ts.epoch = bat.epoch;
         ts.pos = bat.pos;
         /* window statistics */
@@ -303,11 +410,13 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
         win_gn += gn;
         win_n += B;
         win_steps++;
-        for (int t = 0; t < B; t++) win_correct += sm_argmax(logits + (size_t)t * V, V) == yb[t];
+        win_correct += correct;
         for (int l = 0; l < n_moe; l++) sm_routing_stats_add(&win[l], &sm_model_moe(m, l)->route);
         res->final_train_loss = loss;
         int last = ts.step == stop_at;
         if (ts.step % cfg->log_every == 0 || last) {
+            for (int l = 0; dist && l < n_moe; l++) /* every rank's routing of the window */
+                if ((st = routing_stats_sum(&win[l], dist, err)) != SM_OK) goto done_buf;
             double now = sm_time_now();
             sm_log_record r = {.step = ts.step, .total_steps = total_steps, .epoch = bat.epoch,
                                .loss = win_loss / (double)win_n, .acc = (double)win_correct / (double)win_n, .lr = lr,
@@ -319,7 +428,7 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
                 r.dropped[l] = win[l].dropped;
             }
             if ((st = write_record(mf, metrics_path, &r, "train", err)) != SM_OK) goto done_buf;
-            if (on_log) on_log(&r, user);
+            if (on_log && writer) on_log(&r, user);
             for (int l = 0; l < n_moe; l++) sm_routing_stats_reset(&win[l], win[l].E, win[l].k);
             win_loss = win_gn = 0;
             win_n = win_steps = win_correct = 0;
@@ -335,30 +444,30 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
             ep_n = 0;
             if (val) {
                 sm_eval_result ev;
-                st = sm_evaluate(m, val, m->max_T, &ev, err);
+                st = sm_evaluate_dist(m, val, m->max_T, dist, &ev, err);
                 if (st != SM_OK) goto done_buf;
                 sm_log_record r = {.step = ts.step, .total_steps = total_steps, .epoch = bat.epoch,
                                    .loss = ev.loss, .acc = ev.acc, .n_moe = ev.n_moe, .final = -1};
                 for (int l = 0; l < ev.n_moe; l++) sm_routing_summarize(&ev.routing[l], &r.routing[l]);
                 if ((st = write_record(mf, metrics_path, &r, "val", err)) != SM_OK) goto done_buf;
-                if (on_log) on_log(&r, user);
+                if (on_log && writer) on_log(&r, user);
                 score = ev.acc;
             }
             if (best_path[0] && isfinite(score) && (ts.best_step < 0 || score > ts.best_score)) {
                 ts.best_step = ts.step;
                 ts.best_score = score;
-                if ((st = sm_checkpoint_save(best_path, m, &opt, &ts, err)) != SM_OK) goto done_buf;
+                if (writer && (st = sm_checkpoint_save(best_path, m, &opt, &ts, err)) != SM_OK) goto done_buf;
             }
         }
         if (ckpt[0] && ((cfg->ckpt_every > 0 && ts.step % cfg->ckpt_every == 0) || last)) {
-            st = sm_checkpoint_save(ckpt, m, &opt, &ts, err);
+            st = writer ? sm_checkpoint_save(ckpt, m, &opt, &ts, err) : SM_OK;
             if (st != SM_OK) goto done_buf;
             last_good = ckpt;
             last_good_step = ts.step;
         }
-        if (cfg->stop && *cfg->stop && ts.step < stop_at) {
+        if ((dist ? stop_now : cfg->stop && *cfg->stop) && ts.step < stop_at) {
             /* asked to stop (Ctrl-C in the CLI): the step is complete, so save it and return */
-            if (ckpt[0] && last_good_step != ts.step && (st = sm_checkpoint_save(ckpt, m, &opt, &ts, err)) != SM_OK)
+            if (ckpt[0] && writer && last_good_step != ts.step && (st = sm_checkpoint_save(ckpt, m, &opt, &ts, err)) != SM_OK)
                 goto done_buf;
             res->interrupted = 1;
             break;
@@ -373,6 +482,7 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
 done_buf:
     free(xb);
     free(yb);
+    free(step_sums);
 done:
     if (mf && fclose(mf) != 0 && st == SM_OK)
         st = sm_fail(err, SM_ERR_IO, "%s: cannot write: %s", metrics_path, strerror(errno));

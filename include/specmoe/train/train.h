@@ -37,6 +37,24 @@ sm_status sm_train_step(sm_optim *opt, sm_params *ps, double lr, double clip, co
  * its last good checkpoint); returns the norm before clipping */
 double sm_optim_apply(sm_optim *opt, sm_params *ps, double lr, double clip);
 
+/* Data-parallel training over processes (include/specmoe/dist/dist.h fills one from MPI; the loop
+ * itself knows no MPI). Every rank draws the same global batch of cfg->batch examples and trains on
+ * its shard, rows [rank*B/size, (rank+1)*B/size); before the gradient hook (cfg->hook, which sums the
+ * gradient block over the ranks) it scales its gradient by B_r*size/B, so that the hook's sum divided
+ * by size is the gradient of the global batch's mean loss. Only rank 0 writes metrics.jsonl and
+ * checkpoints. NULL or size 1: one process, exactly as before. */
+typedef struct {
+    int rank, size;
+    /* sums x[0..n) over the ranks in place; every rank gets the same values */
+    sm_status (*sum)(double *x, int n, void *user, sm_error *err);
+    /* SM_OK when every rank holds the same parameters (a hash compared across ranks) */
+    sm_status (*check_same)(const sm_params *ps, long step, void *user, sm_error *err);
+    void *user;
+    long check_every;            /* call check_same every N steps (0 = never) */
+    int fault_rank;              /* cfg->inject_nan_step poisons only this rank (-1 = every rank) */
+    volatile long *current_step; /* the loop writes the step it is in here (a signal handler's message); may be NULL */
+} sm_train_dist;
+
 typedef struct {
     int epochs;
     int batch;
@@ -55,6 +73,7 @@ typedef struct {
     long stop_after;        /* stop (with a checkpoint) after this many steps in total; 0 = run to the end */
     long inject_nan_step;   /* testing aid: poison one gradient at this step (-1 = never) */
     sm_step_hook hook;      /* between backward and optimiser; fn NULL = none */
+    const sm_train_dist *dist; /* data-parallel ranks (see sm_train_dist); NULL = one process */
     /* polled after every step: when it points to a nonzero value, training saves a checkpoint and
      * returns SM_OK with res->interrupted set. The library installs no signal handler: a program sets
      * this from its own (the CLI's SIGINT/SIGTERM handler). NULL = never. */
@@ -109,6 +128,11 @@ typedef struct {
 
 /* Accuracy and mean loss of m on ds (no noise), with routing statistics of the first 4 MoE layers. */
 sm_status sm_evaluate(sm_model *m, const sm_dataset *ds, int batch, sm_eval_result *out, sm_error *err);
+/* The same over data-parallel ranks: rank r evaluates rows [r*n/size, (r+1)*n/size) of ds, and the
+ * sums (loss, correct, routing statistics) are reduced so every rank gets the whole set's result.
+ * dist NULL = sm_evaluate. */
+sm_status sm_evaluate_dist(sm_model *m, const sm_dataset *ds, int batch, const sm_train_dist *dist, sm_eval_result *out,
+                           sm_error *err);
 
 /* Appends an evaluation (e.g. the final test accuracy) to <out_dir>/metrics.jsonl as a record of
  * this kind ("test"), at the training position step / epoch, with the per-layer routing statistics. */

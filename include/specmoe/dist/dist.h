@@ -1,0 +1,65 @@
+/* Runs over several processes with MPI (Debian's OpenMPI): data-parallel training (every rank its
+ * shard of each batch, the gradient block summed by one in-place allreduce) and the expert-parallel
+ * MoE layer (include/specmoe/dist/ep.h). specmoe is built with MPI when the Makefile finds mpicc
+ * (`make MPI=0` builds without it); without MPI these functions serve one process, and a start by
+ * mpirun with more than one rank is refused with the rebuild command.
+ *
+ *   sm_dist d;
+ *   if (sm_dist_init(&d, &argc, &argv, &err) != SM_OK) ...  // MPI_Init_thread when started by mpirun
+ *   sm_train_dist td;
+ *   sm_dist_train_bind(&d, &td, &cfg.hook);                  // the gradient allreduce as the step hook
+ *   cfg.dist = &td;
+ *   sm_train(m, &train, NULL, &cfg, NULL, NULL, &res, &err); // rank 0 writes checkpoints and logs
+ *   sm_dist_finalize(&d);
+ *
+ * Every call here is collective: every rank makes it, in the same order. Errors of MPI come back as
+ * SM_ERR_IO with MPI's message (the communicator's handler is MPI_ERRORS_RETURN), never an exit.
+ */
+#ifndef SPECMOE_DIST_H
+#define SPECMOE_DIST_H
+
+#include "specmoe/train/train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int rank, size;
+    int active;             /* 1 when sm_dist_init initialised MPI (sm_dist_finalize then finalises it) */
+    double bytes_allreduce; /* bytes this rank sent to allreduces so far (the benchmark's count) */
+    double bytes_alltoall;  /* bytes this rank sent to other ranks in all-to-alls so far */
+} sm_dist;
+
+/* 1 when the library was built with MPI */
+int sm_dist_built(void);
+/* The rank count a launcher asked for (OMPI_COMM_WORLD_SIZE of OpenMPI's mpirun, PMI_SIZE of
+ * Hydra), 0 when not started by one. */
+int sm_dist_launched_size(void);
+/* One process (rank 0 of 1) unless started by mpirun, then MPI's world. Built without MPI and started
+ * by mpirun with more ranks: SM_ERR_ARG saying how to rebuild. */
+sm_status sm_dist_init(sm_dist *d, int *argc, char ***argv, sm_error *err);
+void sm_dist_finalize(sm_dist *d);
+
+/* Sums x (n doubles) over the ranks in place. */
+sm_status sm_dist_sum(sm_dist *d, double *x, int n, sm_error *err);
+/* The largest of x over the ranks, in place. */
+sm_status sm_dist_max(sm_dist *d, double *x, int n, sm_error *err);
+/* Root's n bytes to every rank. */
+sm_status sm_dist_bcast(sm_dist *d, void *buf, size_t n, int root, sm_error *err);
+/* Sums the gradient block ps->grad (ps->total values, one allreduce) over the ranks in place and
+ * divides it by the rank count. */
+sm_status sm_dist_grad_mean(sm_dist *d, sm_params *ps, sm_error *err);
+/* FNV-1a hash of the parameter values (bytes of ps->data). */
+uint64_t sm_params_hash(const sm_params *ps);
+/* SM_OK when every rank's parameters hash the same; otherwise SM_ERR_NUMERIC naming the step and the
+ * first rank that differs from rank 0. */
+sm_status sm_dist_check_same(sm_dist *d, const sm_params *ps, long step, sm_error *err);
+/* Fills td (rank, size and the sums for sm_train's data-parallel mode; check_every 0, fault_rank -1,
+ * current_step NULL: set them after) and hook (sm_dist_grad_mean between backward and optimiser). */
+void sm_dist_train_bind(sm_dist *d, sm_train_dist *td, sm_step_hook *hook);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,216 @@
+/* Helper of tests/mpi_tests.sh.
+ *   mpi_check diff A.safetensors B.safetensors TOL
+ *       the largest |a - b| over the model tensors both files hold (optimiser moments optim.* are
+ *       skipped); prints it with the tensor and the largest |a|, exits 0 when it is <= TOL, 1 if not.
+ *   mpirun -np 2 mpi_check ep
+ *       the expert-parallel MoE layer (include/specmoe/dist/ep.h) against the single-process sm_moe on
+ *       the same parameters and the concatenation of the ranks' tokens: outputs, input gradients,
+ *       expert gradients, the router's summed gradient, the reduced per-expert load and the gathered
+ *       checkpoint, without and with a capacity limit. Exit 0 when all agree.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "specmoe.h"
+#include "specmoe/dist/ep.h"
+
+static int cmd_diff(const char *pa, const char *pb, double tol) {
+    sm_safetensors a, b;
+    sm_error err;
+    if (sm_safetensors_load(&a, pa, &err) != SM_OK || sm_safetensors_load(&b, pb, &err) != SM_OK) {
+        fprintf(stderr, "mpi_check: %s\n", err.msg);
+        return 2;
+    }
+    double worst = 0, amax = 0;
+    const char *where = "(none)";
+    int compared = 0;
+    for (int i = 0; i < a.n_tensors; i++) {
+        const sm_st_tensor *ta = &a.tensors[i], *tb = sm_safetensors_find(&b, ta->name);
+        if (!strncmp(ta->name, "optim.", 6) || ta->dtype != SM_DT_F32) continue;
+        if (!tb || tb->numel != ta->numel) {
+            fprintf(stderr, "mpi_check: %s: tensor %s missing or of another size in %s\n", pa, ta->name, pb);
+            return 1;
+        }
+        float *x = malloc(sizeof(float) * ta->numel), *y = malloc(sizeof(float) * ta->numel);
+        if (!x || !y || sm_st_tensor_to_f32(ta, x, ta->numel, &err) != SM_OK ||
+            sm_st_tensor_to_f32(tb, y, tb->numel, &err) != SM_OK) {
+            fprintf(stderr, "mpi_check: cannot read %s\n", ta->name);
+            return 2;
+        }
+        for (size_t j = 0; j < ta->numel; j++) {
+            double d = fabs((double)x[j] - y[j]);
+            if (!(d <= worst)) worst = d, where = ta->name;
+            if (fabs(x[j]) > amax) amax = fabs(x[j]);
+        }
+        free(x);
+        free(y);
+        compared++;
+    }
+    printf("max |a-b| = %.3g (tensor %s) over %d tensors, max |a| = %.3g, tolerance %.3g\n", worst, where, compared, amax,
+           tol);
+    sm_safetensors_free(&a);
+    sm_safetensors_free(&b);
+    return compared > 0 && worst <= tol ? 0 : 1;
+}
+
+static double maxdiff(const sm_real *a, const sm_real *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= m)) m = d;
+    }
+    return m;
+}
+
+/* One comparison of the expert-parallel layer with the single-process one; returns the worst
+ * difference over everything compared on this rank (printed by rank 0), or -1 on an error. */
+static double ep_case(sm_dist *dist, double capacity, int verbose) {
+    const int P = dist->size, Tl = 24, T = Tl * P, d = 12, H = 10, E = 4 * P;
+    sm_error err;
+    sm_moe_config cfg;
+    sm_moe_config_default(&cfg);
+    cfg.H = H;
+    cfg.router.E = E;
+    cfg.router.k = 2;
+    cfg.router.capacity = capacity;
+    cfg.router.balance_coef = 0; /* each rank's balance loss is its own (ep.h) */
+    /* the single-process layer's capacity groups are the ranks' token sets */
+    sm_group_opts(&cfg.router)->group = Tl;
+    /* the reference: every expert, every token, on every rank */
+    sm_moe *ref = sm_moe_create(&cfg, d, &err);
+    sm_params ps;
+    sm_params_init_table(&ps);
+    sm_rng rng;
+    if (!ref || sm_moe_declare(ref, &ps, "moe", &err) != SM_OK || sm_params_alloc(&ps, &err) != SM_OK) goto fail;
+    sm_rng_seed(&rng, 7);
+    sm_params_initialize(&ps, &rng);
+    sm_moe_bind(ref, &ps);
+    if (sm_moe_reserve(ref, T, &err) != SM_OK) goto fail;
+    sm_rng_seed(&rng, 7);
+    sm_ep_moe *ep = sm_ep_moe_create(dist, &cfg, d, Tl, "moe", &rng, &err);
+    if (!ep) goto fail;
+    const int O = ep->O;
+    sm_real *x = malloc(sizeof(sm_real) * (size_t)T * d), *dout = malloc(sizeof(sm_real) * (size_t)T * O);
+    sm_real *out = malloc(sizeof(sm_real) * (size_t)T * O), *dx = calloc((size_t)T * d, sizeof(sm_real));
+    sm_real *eout = malloc(sizeof(sm_real) * (size_t)Tl * O), *edx = calloc((size_t)Tl * d, sizeof(sm_real));
+    sm_rng_seed(&rng, 11);
+    for (int i = 0; i < T * d; i++) x[i] = (sm_real)sm_rng_normal(&rng);
+    for (int i = 0; i < T * O; i++) dout[i] = (sm_real)sm_rng_normal(&rng);
+    sm_params_zero_grad(&ps);
+    sm_moe_forward(ref, out, x, T, NULL, 1);
+    sm_moe_backward(ref, dx, dout, x, T);
+    const int r0 = dist->rank * Tl;
+    sm_params_zero_grad(&ep->params);
+    if (sm_ep_moe_forward(ep, eout, x + (size_t)r0 * d, Tl, NULL, 1, &err) != SM_OK ||
+        sm_ep_moe_backward(ep, edx, dout + (size_t)r0 * O, x + (size_t)r0 * d, Tl, &err) != SM_OK ||
+        sm_ep_moe_router_grad_sum(ep, &err) != SM_OK)
+        goto fail;
+    double worst = 0, w;
+    char what[128] = "";
+#define TRACK(name, val)                                        \
+    do {                                                        \
+        w = (val);                                              \
+        if (verbose) printf("  %-28s max |diff| %.3g\n", name, w); \
+        if (!(w <= worst)) worst = w, snprintf(what, sizeof what, "%s", name); \
+    } while (0)
+    TRACK("outputs", maxdiff(eout, out + (size_t)r0 * O, (size_t)Tl * O));
+    TRACK("input gradients", maxdiff(edx, dx + (size_t)r0 * d, (size_t)Tl * d));
+    for (int i = 0; i < ep->params.n; i++) {
+        const sm_param *p = &ep->params.p[i];
+        int j = sm_params_find(&ps, p->name);
+        if (j < 0) {
+            fprintf(stderr, "mpi_check: no tensor %s in the reference\n", p->name);
+            return -1;
+        }
+        size_t skip = strstr(p->name, ".experts.") ? (size_t)ep->e0 * (p->numel / (size_t)ep->El) : 0;
+        char name[128];
+        snprintf(name, sizeof name, "value %s", p->name);
+        TRACK(name, maxdiff(sm_params_data(&ep->params, i), sm_params_data(&ps, j) + skip, p->numel));
+        snprintf(name, sizeof name, "grad %s", p->name);
+        TRACK(name, maxdiff(sm_params_grad(&ep->params, i), sm_params_grad(&ps, j) + skip, p->numel));
+    }
+    long load[256];
+    if (sm_ep_moe_load(ep, load, &err) != SM_OK) goto fail;
+    long dl = 0;
+    for (int e = 0; e < E; e++) dl += labs(load[e] - ref->route.load[e]);
+    TRACK("reduced load per expert", (double)dl);
+    /* the gathered checkpoint holds the reference's tensors */
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/specmoe-ep-%d.safetensors", (int)getppid());
+    if (sm_ep_moe_save(ep, path, &err) != SM_OK) goto fail;
+    if (dist->rank == 0) {
+        sm_safetensors f;
+        if (sm_safetensors_load(&f, path, &err) != SM_OK) goto fail;
+        double fw = f.n_tensors == ps.n ? 0 : 1e9;
+        for (int i = 0; i < ps.n; i++) {
+            const sm_st_tensor *t = sm_safetensors_find(&f, ps.p[i].name);
+            float *v = t && t->numel == ps.p[i].numel ? malloc(sizeof(float) * t->numel) : NULL;
+            if (!v || sm_st_tensor_to_f32(t, v, t->numel, &err) != SM_OK) {
+                fw = 1e9;
+                free(v);
+                continue;
+            }
+            for (size_t k = 0; k < t->numel; k++) {
+                double dd = fabs((double)v[k] - sm_params_data(&ps, i)[k]);
+                if (!(dd <= fw)) fw = dd;
+            }
+            free(v);
+        }
+        sm_safetensors_free(&f);
+        remove(path);
+        TRACK("gathered checkpoint", fw);
+    }
+    if (verbose) printf("  worst: %s; assignments dropped by the capacity limit: %ld\n", what[0] ? what : "none", ref->route.dropped);
+    sm_ep_moe_free(ep);
+    sm_moe_free(ref);
+    sm_params_free(&ps);
+    free(x), free(dout), free(out), free(dx), free(eout), free(edx);
+    return worst;
+fail:
+    fprintf(stderr, "mpi_check: rank %d: %s\n", dist->rank, err.msg);
+    return -1;
+}
+
+static int cmd_ep(int argc, char **argv) {
+    sm_dist dist;
+    sm_error err;
+    if (sm_dist_init(&dist, &argc, &argv, &err) != SM_OK) {
+        fprintf(stderr, "mpi_check: %s\n", err.msg);
+        return 2;
+    }
+    if (dist.size < 2) {
+        fprintf(stderr, "mpi_check ep: run it under mpirun with 2 or more ranks\n");
+        sm_dist_finalize(&dist);
+        return 2;
+    }
+    /* the bound: expert rows arrive in the single-process order, so outputs, input and expert
+     * gradients are the same sums in the same order; the router's gradient is a sum over tokens
+     * split at the rank boundary (one reassociation): 1e-5 on values of order 1 */
+    const double tol = 1e-5;
+    double res[2];
+    int bad = 0;
+    for (int c = 0; c < 2; c++) {
+        if (dist.rank == 0) printf("capacity factor %s:\n", c ? "1.0" : "off");
+        fflush(stdout);
+        res[c] = ep_case(&dist, c ? 1.0 : 0.0, dist.rank == 0);
+        double r = res[c] < 0 ? 1e9 : res[c];
+        if (sm_dist_max(&dist, &r, 1, &err) != SM_OK) r = 1e9;
+        res[c] = r;
+        bad |= !(r <= tol);
+    }
+    if (dist.rank == 0)
+        printf("expert parallel layer over %d ranks equals the single-process layer: worst |diff| %.3g (no capacity), "
+               "%.3g (capacity 1.0), tolerance %.0e\n", dist.size, res[0], res[1], tol);
+    sm_dist_finalize(&dist);
+    return bad;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 5 && !strcmp(argv[1], "diff")) return cmd_diff(argv[2], argv[3], atof(argv[4]));
+    if (argc == 2 && !strcmp(argv[1], "ep")) return cmd_ep(argc, argv);
+    fprintf(stderr, "usage: mpi_check diff A B TOL | mpirun -np 2 mpi_check ep\n");
+    return 2;
+}

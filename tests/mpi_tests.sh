@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Multi-process checks (issue 17), each a 2-rank mpirun of build/specmoe or tests/mpi_check:
+#   - data parallel: `-np 2` at global batch B equals one process at batch B within float
+#     reassociation (parameters after 16 SGD steps; bound below), and a negative control (one process
+#     at batch B/2 is far outside it); the parameter hash check runs at every step
+#   - resume across process counts: 8 steps on 2 ranks, then the rest on 1, equals 16 steps on 1
+#   - faults: a NaN on rank 1 and a rank killed by SIGKILL stop every rank with a message naming
+#     the rank and the step, and the last checkpoint (step 4) stays intact and loads
+#   - expert parallel: the MoE layer with its experts split over 2 ranks gives the single-process
+#     layer's outputs and gradients (tests/mpi_check ep)
+# Usage: tests/mpi_tests.sh path/to/specmoe path/to/mpi_check MPI(0|1). Last line: "mpi: N passed, M failed";
+# without an MPI build or without mpirun it prints one "SKIP" line with the reason and "mpi: 0 passed, 0 failed".
+#
+# The bound: one process sums a weight's gradient over B rows in one GEMM, two ranks sum B/2 rows each and
+# the allreduce adds the two halves, so the two gradients differ by reassociation only: |dg| <= 2 (B/2 + 1) u
+# sum_t |g_t| per entry (u = 2^-24), about 4e-6 of the gradient's magnitude for B = 64. After K = 16 SGD
+# steps at lr 0.1 on weights of size <= 0.3 the parameters then differ by at most K * lr * 4e-6 * |g|max
+# plus the drift this causes, which stays below 1e-6 here; the test allows 1e-6 (measured: ~3e-8).
+# Under `make debug` (ASan), OpenMPI's own start-up allocations that it never frees would be reported as
+# leaks at exit; tests/lsan_mpi.supp suppresses leaks whose stack is inside OpenMPI's libraries, for these
+# runs only (LSAN_OPTIONS below), so leaks of specmoe's own code are still reported.
+set -u
+bin=${1:?usage: mpi_tests.sh specmoe mpi_check MPI}
+check=${2:?usage: mpi_tests.sh specmoe mpi_check MPI}
+built=${3:-0}
+bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+check=$(cd "$(dirname "$check")" 2>/dev/null && pwd)/$(basename "$check")
+root=$(cd "$(dirname "$0")/.." && pwd)
+if [ "$built" != 1 ]; then
+    echo "SKIP mpi: specmoe was built without MPI (make MPI=0, or mpicc not found: scripts/setup.sh installs libopenmpi-dev)"
+    echo "mpi: 0 passed, 0 failed"; exit 0
+fi
+if ! command -v mpirun >/dev/null 2>&1; then
+    echo "SKIP mpi: mpirun not found (scripts/setup.sh installs openmpi-bin)"
+    echo "mpi: 0 passed, 0 failed"; exit 0
+fi
+tmp=$(mktemp -d /tmp/specmoe-mpi-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+# shared memory between the ranks of one machine; no network probing (faster start)
+export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1
+export LSAN_OPTIONS="suppressions=$root/tests/lsan_mpi.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+# full stack unwinding at malloc (not the frame-pointer walk): OpenMPI's libraries have no frame
+# pointers, so the fast walk stops inside them and the suppressions could not see their names
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+mpi() { mpirun --allow-run-as-root --oversubscribe -np "$@"; }
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && echo "     $2"; }
+small="--per-class 100 --epochs 1 --batch 64 --threads 1 --arch dense:32,moe:16 --experts 4 --topk 2 --balance 0
+       --optim sgd --lr 0.1 --warmup 0 --schedule constant --log-every 4"
+
+# data parallel equality
+"$bin" train $small --out one >one.log 2>&1 || bad "one process trains" "$(tail -n 3 one.log)"
+mpi 2 "$bin" train $small --out two --dist-check 1 >two.log 2>&1 || bad "2 ranks train" "$(tail -n 3 two.log)"
+if out=$("$check" diff one/checkpoint.safetensors two/checkpoint.safetensors 1e-6); then
+    ok "data parallel: -np 2 at batch 64 equals one process at batch 64 ($out)"
+else bad "data parallel: -np 2 at batch 64 equals one process at batch 64" "$out"; fi
+grep -q '"kind":"test"' two/metrics.jsonl && [ "$(grep -c . two/metrics.jsonl)" = "$(grep -c . one/metrics.jsonl)" ] \
+    && ok "data parallel: rank 0 alone writes metrics.jsonl (as many records as one process)" \
+    || bad "data parallel: rank 0 alone writes metrics.jsonl" "$(wc -l one/metrics.jsonl two/metrics.jsonl)"
+acc1=$(sed -nE 's/^final test accuracy: ([0-9.]+).*/\1/p' one.log); acc2=$(sed -nE 's/^final test accuracy: ([0-9.]+).*/\1/p' two.log)
+[ -n "$acc1" ] && [ "$acc1" = "$acc2" ] && ok "data parallel: the reduced test accuracy equals one process's ($acc1)" \
+    || bad "data parallel: the reduced test accuracy equals one process's" "$acc1 vs $acc2"
+"$bin" train ${small/--batch 64/--batch 32} --out half >half.log 2>&1
+out=$("$check" diff half/checkpoint.safetensors two/checkpoint.safetensors 1e-6); rc=$?
+if [ $rc -eq 1 ]; then ok "negative control: one process at batch 32 is outside the tolerance ($out)"
+else bad "negative control: batch 32 differs from 2 x 32 beyond the tolerance" "exit $rc: $out"; fi
+
+# resume across process counts: 8 steps on 2 ranks, the rest on one process
+mpi 2 "$bin" train $small --out re --stop-after 8 >re1.log 2>&1 || bad "2 ranks stop after 8 steps" "$(tail -n 3 re1.log)"
+"$bin" train --resume re/checkpoint.safetensors >re2.log 2>&1 || bad "one process resumes" "$(tail -n 3 re2.log)"
+if out=$("$check" diff one/checkpoint.safetensors re/checkpoint.safetensors 1e-6); then
+    ok "resume across process counts: 2 ranks then 1 equals one process ($out)"
+else bad "resume across process counts: 2 ranks then 1 equals one process" "$out"; fi
+
+# faults: a NaN on rank 1 at step 5, then rank 1 killed at step 5; checkpoints every 2 steps
+out=$(mpi 2 "$bin" train $small --out nan --ckpt-every 2 --fault-nan-step 5 --fault-rank 1 2>&1); rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q "step 5: rank 1: gradient of tensor .* is not finite; training stopped; last good checkpoint: nan/checkpoint.safetensors (step 4)"; then
+    ok "NaN on rank 1 stops every rank naming rank and step (exit $rc)"
+else bad "NaN on rank 1 stops every rank naming rank and step" "exit $rc: $(echo "$out" | grep specmoe: | head -n 3)"; fi
+out=$(mpi 2 "$bin" train $small --out kill --ckpt-every 2 --fault-kill-step 5 --fault-rank 1 2>&1); rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q "rank 1 .*exited on signal 9" && echo "$out" | grep -q "specmoe: rank 0: stopped by SIGTERM in step 5"; then
+    ok "a killed rank stops the job: mpirun names rank 1, rank 0 names step 5 (exit $rc)"
+else bad "a killed rank stops the job naming rank and step" "exit $rc: $(echo "$out" | grep -E 'specmoe|rank' | head -n 4)"; fi
+for d in nan kill; do
+    info=$("$bin" info $d/checkpoint.safetensors 2>&1)
+    if echo "$info" | grep -q '"step":4,' && "$bin" eval $d/checkpoint.safetensors >/dev/null 2>&1 && [ ! -e $d/checkpoint.safetensors.tmp ]; then
+        ok "after the $d fault the last checkpoint (step 4) is intact and evaluates"
+    else bad "after the $d fault the last checkpoint (step 4) is intact" "$(echo "$info" | head -n 4)"; fi
+done
+
+# expert parallel layer equality
+if out=$(mpi 2 "$check" ep 2>&1); then ok "expert parallel: $(echo "$out" | tail -n 1)"
+else bad "expert parallel: outputs and gradients equal the single-process layer" "$(echo "$out" | tail -n 5)"; fi
+
+echo "mpi: $pass passed, $fail failed"
+[ $fail -eq 0 ]
