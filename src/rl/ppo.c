@@ -20,6 +20,7 @@
 
 #include "specmoe/core/optim.h"
 #include "specmoe/io/checkpoint.h"
+#include "specmoe/methods/sphere/sphere.h"
 #include "specmoe/rl/rl_log.h"
 
 /* ---- settings -------------------------------------------------------------------------------- */
@@ -47,6 +48,11 @@ static const sm_opt kOpts[] = {
     SM_OPT_STR_ROW(sm_ppo_config, "act", act, "tanh", "activation of the hidden layers"),
     ROW("total_timesteps", SM_OPT_U64, total_timesteps, "0", "horizon of the learning-rate anneal (0: the frame budget)"),
     ROW("checkpoint_every", SM_OPT_INT, checkpoint_every, "0", "updates between checkpoints (0: at the end only)"),
+    ROW("sphere_rho", SM_OPT_NUM, sphere_rho, "0", "SPHERE on the actor's expert features: the ratio rho (0: off; paper 0.001 grad, 0.05 loss)"),
+    SM_OPT_STR_ROW(sm_ppo_config, "sphere_mode", sphere_mode, "grad", "SPHERE coefficient: grad (s = rho |g_base| / |grad L|) or loss (rho |L_base| / L)"),
+    ROW("sphere_all_layers", SM_OPT_BOOL, sphere_all_layers, "0", "SPHERE ablation: every hidden expert layer, not only the last"),
+    ROW("sphere_per_expert", SM_OPT_BOOL, sphere_per_expert, "0", "SPHERE ablation: a sum of per-expert penalties (no cross-expert terms)"),
+    ROW("sphere_unweighted", SM_OPT_BOOL, sphere_unweighted, "0", "SPHERE ablation: features h_e without the routing weight p_e"),
 };
 #undef ROW
 
@@ -121,11 +127,21 @@ static sm_status ppo_check(const void *vcfg, const sm_env_spec *env, sm_error *e
     if (!(c->max_grad_norm >= 0)) return sm_fail(err, SM_ERR_ARG, "ppo: max_grad_norm must be >= 0 (got %g)", c->max_grad_norm);
     if (!(c->target_kl >= 0)) return sm_fail(err, SM_ERR_ARG, "ppo: target_kl must be >= 0 (got %g)", c->target_kl);
     if (c->checkpoint_every < 0) return sm_fail(err, SM_ERR_ARG, "ppo: checkpoint_every must be >= 0 (got %d)", c->checkpoint_every);
+    sm_sphere_mode mode;
+    if (!(c->sphere_rho >= 0)) return sm_fail(err, SM_ERR_ARG, "ppo: sphere_rho must be >= 0 (got %g)", c->sphere_rho);
+    if (sm_sphere_mode_parse(c->sphere_mode, &mode))
+        return sm_fail(err, SM_ERR_ARG, "ppo: sphere_mode must be grad or loss (got '%s')", c->sphere_mode);
     if (env) {
         const char *why = ppo_compatible(env);
         if (why) return sm_fail(err, SM_ERR_ARG, "%s", why);
         sm_model_config mc;
-        return actor_config(&mc, c, NULL, env, err);
+        sm_status st = actor_config(&mc, c, NULL, env, err);
+        if (st != SM_OK) return st;
+        int n_moe = 0;
+        for (int i = 0; i < mc.n_layers; i++) n_moe += mc.layers[i].kind == SM_LAYER_MOE;
+        if (c->sphere_rho > 0 && n_moe == 0)
+            return sm_fail(err, SM_ERR_ARG, "ppo: sphere_rho %g needs an MoE actor (SPHERE regularises the experts' features); "
+                           "the actor '%s' has no moe layer", c->sphere_rho, c->arch);
     }
     return SM_OK;
 }
@@ -322,6 +338,9 @@ typedef struct {
     sm_model *actor, *critic;
     sm_params ls;                 /* log_std (A), box actions only (an empty table otherwise) */
     sm_optim opt[3];              /* actor, critic, log_std */
+    sm_sphere_reg *sphere;        /* SPHERE on the actor, or NULL */
+    double sph_pen, sph_coef;     /* their sums over the update's minibatches */
+    long sph_n;
     int n_sets;
     sm_rng rng;
     sm_vecenv v;
@@ -362,6 +381,7 @@ typedef struct {
 static void ppo_free(ppo *p) {
     sm_model_free(p->actor);
     sm_model_free(p->critic);
+    sm_sphere_reg_free(p->sphere);
     for (int k = 0; k < 3; k++) sm_optim_free(&p->opt[k]);
     sm_params_free(&p->ls);
     sm_vecenv_free(&p->v);
@@ -420,6 +440,14 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
     if (!(p->critic = sm_model_create(&cc, maxT, &p->rng, err))) return err ? err->code : SM_ERR_ARG;
     if ((st = init_orthogonal(p->actor, 0.01, &p->rng, err)) != SM_OK) return st;
     if ((st = init_orthogonal(p->critic, 1.0, &p->rng, err)) != SM_OK) return st;
+    if (c->sphere_rho > 0) {
+        sm_sphere_config sc = {.rho = c->sphere_rho, .all_layers = c->sphere_all_layers, .per_expert = c->sphere_per_expert,
+                               .unweighted = c->sphere_unweighted};
+        sm_sphere_mode_parse(c->sphere_mode, &sc.mode); /* checked by ppo_check */
+        sm_error e;
+        if (!(p->sphere = sm_sphere_reg_create(&sc, p->actor, &e)))
+            return sm_fail(err, e.code, "ppo: sphere_rho %g: %s", c->sphere_rho, e.msg);
+    }
     /* the log-std parameter: zeros at the start (CleanRL's actor_logstd) */
     sm_params_init_table(&p->ls);
     int64_t sh[1] = {p->A};
@@ -801,6 +829,16 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
             double lv = sm_ppo_value_loss(p->critic->dlogits, &st, v, p->m_val, p->m_ret, B, p->c.clip_coef, p->c.clip_vloss,
                                           p->c.vf_coef);
             sm_model_backward_into(p->critic, &p->critic->params, B);
+            if (p->sphere) { /* App. A.3: g_actor += coef * grad L, coef from this minibatch's norms or losses */
+                sm_params *others[2] = {&p->critic->params, &p->ls};
+                sm_sphere_stats ss;
+                sm_sphere_step(p->sphere, others, p->n_sets - 1, lp + lv, B, &ss);
+                if (!isfinite(ss.penalty) || !isfinite(ss.coef))
+                    return sm_fail(err, SM_ERR_NUMERIC, "ppo: update %ld (global step %ld): the SPHERE %s is %g", p->updates + 1,
+                                   p->global_step, isfinite(ss.penalty) ? "coefficient" : "penalty",
+                                   isfinite(ss.penalty) ? ss.coef : ss.penalty);
+                p->sph_pen += ss.penalty, p->sph_coef += ss.coef, p->sph_n++;
+            }
             double gn = sm_clip_grad_norm_sets(sets, p->n_sets, p->c.max_grad_norm);
             if (!isfinite(lp) || !isfinite(lv) || !isfinite(gn))
                 return sm_fail(err, SM_ERR_NUMERIC, "ppo: update %ld (global step %ld): %s is %g", p->updates + 1,
@@ -859,7 +897,8 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
     double t0 = sm_time_now();
     static const char *const kKeys[] = {"charts/learning_rate", "losses/value_loss", "losses/policy_loss",
                                         "losses/entropy",       "losses/old_approx_kl", "losses/approx_kl",
-                                        "losses/clipfrac",      "losses/explained_variance", "SPS"};
+                                        "losses/clipfrac",      "losses/explained_variance", "SPS",
+                                        "sphere/penalty",       "sphere/coef"};
     while (st == SM_OK && p.updates < end) {
         double frac = 1.0 - (double)p.updates / (double)p.num_updates;
         double lr = c->anneal_lr ? frac * c->learning_rate : c->learning_rate;
@@ -881,8 +920,11 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
         }
         p.updates++;
         double vals[] = {lr, s.v_loss, s.pg_loss, s.entropy, s.old_approx_kl, s.approx_kl, clipfrac,
-                         explained_variance(p.b_val, p.b_ret, p.Bt), sm_rl_log_sps(&log, p.global_step)};
-        if ((st = sm_rl_log_record(&log, p.global_step, kKeys, vals, (int)SM_LEN(vals), err)) != SM_OK) break;
+                         explained_variance(p.b_val, p.b_ret, p.Bt), sm_rl_log_sps(&log, p.global_step),
+                         p.sph_n ? p.sph_pen / p.sph_n : 0, p.sph_n ? p.sph_coef / p.sph_n : 0};
+        /* the SPHERE means over this update's minibatches, when it is on */
+        if ((st = sm_rl_log_record(&log, p.global_step, kKeys, vals, (int)SM_LEN(vals) - (p.sphere ? 0 : 2), err)) != SM_OK) break;
+        p.sph_pen = p.sph_coef = 0, p.sph_n = 0;
         char extra[96];
         snprintf(extra, sizeof extra, "update %ld/%ld  approx_kl %.4f", p.updates, p.num_updates, s.approx_kl);
         sm_rl_log_progress(&log, p.global_step, end * batch, ret_n ? ret_sum / ret_n : NAN, extra);

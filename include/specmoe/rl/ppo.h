@@ -46,6 +46,10 @@ typedef struct {
     char act[16];                /* its activation */
     uint64_t total_timesteps;    /* horizon of the learning-rate anneal; 0: the run's frame budget */
     int checkpoint_every;        /* updates between checkpoints (0: only at the end / on stop) */
+    /* SPHERE on the actor (include/specmoe/methods/sphere/sphere.h, App. A.3): rho 0 is off */
+    double sphere_rho;
+    char sphere_mode[8];         /* grad | loss */
+    int sphere_all_layers, sphere_per_expert, sphere_unweighted; /* Table 1's ablations */
 } sm_ppo_config;
 
 /* Statistics of one minibatch's loss (CleanRL's names). */
