@@ -21,6 +21,7 @@
 #include "specmoe/core/optim.h"
 #include "specmoe/io/checkpoint.h"
 #include "specmoe/methods/sphere/sphere.h"
+#include "specmoe/nn/routers.h"
 #include "specmoe/rl/rl_log.h"
 
 /* ---- settings -------------------------------------------------------------------------------- */
@@ -46,6 +47,9 @@ static const sm_opt kOpts[] = {
     ROW("norm_reward", SM_OPT_BOOL, norm_reward, "0", "scale rewards by the std of the discounted return (clipped at 10)"),
     SM_OPT_STR_ROW(sm_ppo_config, "arch", arch, "dense:64,dense:64", "hidden layers of actor and critic"),
     SM_OPT_STR_ROW(sm_ppo_config, "act", act, "tanh", "activation of the hidden layers"),
+    SM_OPT_STR_ROW(sm_ppo_config, "actor", actor, "mlp",
+                   "actor: mlp (arch), mlp10x (arch widened to 10x the parameters), moe / dense-moe / ds-moe (experts "
+                   "that are each the arch MLP, a gate MLP of the same shape; SPHERE Sec. 5.1)"),
     ROW("total_timesteps", SM_OPT_U64, total_timesteps, "0", "horizon of the learning-rate anneal (0: the frame budget)"),
     ROW("checkpoint_every", SM_OPT_INT, checkpoint_every, "0", "updates between checkpoints (0: at the end only)"),
     ROW("sphere_rho", SM_OPT_NUM, sphere_rho, "0", "SPHERE on the actor's expert features: the ratio rho (0: off; paper 0.001 grad, 0.05 loss)"),
@@ -88,11 +92,64 @@ static void ppo_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(con
     }
 }
 
-/* The actor's network: the template net (the CLI's model config: MoE and router settings; NULL for
- * the defaults) with the hidden stack cfg->arch and activation cfg->act, as the DQN family does;
- * input and output widths come from the environment. */
+/* Parameters of a dense stack D -> W (L layers) -> A with biases. */
+static double mlp_params(double D, double W, int L, double A) { return D * W + W + (L - 1) * (W * W + W) + W * A + A; }
+
+/* The actor kinds of SPHERE's baselines (Sec. 5.1, App. A.4), built from the hidden stack arch = L dense
+ * layers of width W (the paper: 3 x 256):
+ *   mlp10x     the stack widened to W' with about ten times the parameters (the positive root of
+ *              mlp_params(W') = 10 mlp_params(W))
+ *   moe        moehead:W:L:W - E experts, each the full MLP obs -> W (L layers) -> action mean, and a gate
+ *              MLP of the same shape in front of the router (its top-k, temperature, renorm are the
+ *              router flags: --experts --topk --temperature --renorm)
+ *   dense-moe  the same with every expert weighted (k = E)
+ * The critic always keeps arch. */
+static sm_status actor_kind(sm_model_config *mc, const sm_ppo_config *c, sm_error *err) {
+    if (!strcmp(c->actor, "mlp")) return SM_OK;
+    const int L = mc->n_layers, W = mc->layers[0].width;
+    for (int i = 0; i < L; i++)
+        if (mc->layers[i].kind != SM_LAYER_DENSE || mc->layers[i].width != W)
+            return sm_fail(err, SM_ERR_ARG, "ppo: actor %s builds its networks from arch, which must then be dense:W repeated "
+                           "(got '%s')", c->actor, c->arch);
+    if (!strcmp(c->actor, "mlp10x")) {
+        const double D = mc->in_dim, A = mc->n_classes, a = L - 1, b = D + 1 + (L - 1) + A, cc = A - 10 * mlp_params(D, W, L, A);
+        const double w = a > 0 ? (-b + sqrt(b * b - 4 * a * cc)) / (2 * a) : -cc / b;
+        for (int i = 0; i < L; i++) mc->layers[i].width = (int)lround(w);
+        return SM_OK;
+    }
+    const int ds = !strcmp(c->actor, "ds-moe");
+    if (strcmp(c->actor, "moe") && strcmp(c->actor, "dense-moe") && !ds)
+        return sm_fail(err, SM_ERR_ARG, "ppo: unknown actor '%s' (mlp, mlp10x, moe, dense-moe, ds-moe)", c->actor);
+    if (L > 8) return sm_fail(err, SM_ERR_ARG, "ppo: actor %s: at most 8 hidden layers (arch '%s')", c->actor, c->arch);
+    mc->n_layers = 1;
+    mc->layers[0] = (sm_layer_spec){.kind = SM_LAYER_MOEHEAD, .width = W, .k = L, .s = W};
+    mc->moe.depth = L;
+    if (!strcmp(c->actor, "dense-moe")) mc->moe.router.k = mc->moe.router.E;
+    if (ds) {
+        /* DeepSeekMoE's fine-grained split (Dai et al. 2024) at factor 2: each of the E experts becomes two
+         * of width W/2 (2E in all); the two halves of one are shared (every state, weight 1) and the 2k - 2
+         * others a state uses are routed among the remaining 2E - 2 by the ds router - the same active
+         * width as top-k of E */
+        sm_router_config *rc = &mc->moe.router;
+        const int E = rc->E, k = rc->k;
+        if (k < 2 || W < 2)
+            return sm_fail(err, SM_ERR_ARG, "ppo: actor ds-moe splits each expert in two and shares two halves: it needs "
+                           "topk >= 2 and a width >= 2 (got topk %d, arch '%s')", k, c->arch);
+        sm_status st = sm_router_config_set(rc, "ds", err);
+        if (st != SM_OK) return st;
+        rc->E = 2 * E, rc->k = 2 * k - 2;
+        sm_ds_opts(rc)->ds_shared = 2;
+        mc->layers[0].width = W / 2;
+    }
+    return SM_OK;
+}
+
+/* The actor's network (as_actor; else the critic's, before its width is set to 1): the template net
+ * (the CLI's model config: MoE and router settings; NULL for the defaults) with the hidden stack
+ * cfg->arch and activation cfg->act, as the DQN family does, then the actor kind; input and output
+ * widths come from the environment. */
 static sm_status actor_config(sm_model_config *mc, const sm_ppo_config *c, const sm_model_config *net,
-                              const sm_env_spec *env, sm_error *err) {
+                              const sm_env_spec *env, int as_actor, sm_error *err) {
     if (net) *mc = *net;
     else sm_model_config_default(mc);
     if (sm_act_parse(c->act, &mc->act)) return sm_fail(err, SM_ERR_ARG, "ppo: unknown activation '%s' (act)", c->act);
@@ -103,7 +160,7 @@ static sm_status actor_config(sm_model_config *mc, const sm_ppo_config *c, const
     mc->in_h = env->obs_h;
     mc->in_w = env->obs_w;
     mc->n_classes = env->act_n;
-    return SM_OK;
+    return as_actor ? actor_kind(mc, c, err) : SM_OK;
 }
 
 static sm_status ppo_check(const void *vcfg, const sm_env_spec *env, sm_error *err) {
@@ -135,10 +192,10 @@ static sm_status ppo_check(const void *vcfg, const sm_env_spec *env, sm_error *e
         const char *why = ppo_compatible(env);
         if (why) return sm_fail(err, SM_ERR_ARG, "%s", why);
         sm_model_config mc;
-        sm_status st = actor_config(&mc, c, NULL, env, err);
+        sm_status st = actor_config(&mc, c, NULL, env, 1, err);
         if (st != SM_OK) return st;
         int n_moe = 0;
-        for (int i = 0; i < mc.n_layers; i++) n_moe += mc.layers[i].kind == SM_LAYER_MOE;
+        for (int i = 0; i < mc.n_layers; i++) n_moe += mc.layers[i].kind == SM_LAYER_MOE || mc.layers[i].kind == SM_LAYER_MOEHEAD;
         if (c->sphere_rho > 0 && n_moe == 0)
             return sm_fail(err, SM_ERR_ARG, "ppo: sphere_rho %g needs an MoE actor (SPHERE regularises the experts' features); "
                            "the actor '%s' has no moe layer", c->sphere_rho, c->arch);
@@ -430,16 +487,28 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
     if ((st = ppo_check(c, p->env, err)) != SM_OK) return st;
     p->N = c->num_envs, p->T = c->num_steps, p->D = sm_env_obs_numel(p->env), p->A = p->env->act_n;
     p->Bt = p->N * p->T, p->B = p->Bt / c->num_minibatches, p->box = p->env->act_kind == SM_SPACE_BOX;
-    if ((st = actor_config(&p->actor_cfg, c, net, p->env, err)) != SM_OK) return st;
+    if ((st = actor_config(&p->actor_cfg, c, net, p->env, 1, err)) != SM_OK) return st;
     sm_rng_seed(&p->rng, run->seed);
     p->seed = run->seed;
     int maxT = p->B > p->N ? p->B : p->N;
-    sm_model_config cc = p->actor_cfg;
+    sm_model_config cc;
+    if ((st = actor_config(&cc, c, net, p->env, 0, err)) != SM_OK) return st;
     cc.n_classes = 1;
     if (!(p->actor = sm_model_create(&p->actor_cfg, maxT, &p->rng, err))) return err ? err->code : SM_ERR_ARG;
     if (!(p->critic = sm_model_create(&cc, maxT, &p->rng, err))) return err ? err->code : SM_ERR_ARG;
     if ((st = init_orthogonal(p->actor, 0.01, &p->rng, err)) != SM_OK) return st;
     if ((st = init_orthogonal(p->critic, 1.0, &p->rng, err)) != SM_OK) return st;
+    if (p->actor_cfg.layers[p->actor_cfg.n_layers - 1].kind == SM_LAYER_MOEHEAD) {
+        /* the experts' output layers give the action means: scaled to 0.01 of their init, as the
+         * policy head's gain 0.01 above, so the first policy is near the zero mean */
+        sm_params *ps = &p->actor->params;
+        for (int i = 0; i < ps->n; i++) {
+            const char *nm = ps->p[i].name;
+            size_t n = strlen(nm);
+            if (n > 11 && (!strcmp(nm + n - 11, ".experts.w2") || !strcmp(nm + n - 11, ".experts.b2")))
+                for (size_t j = 0; j < ps->p[i].numel; j++) sm_params_data(ps, i)[j] *= (sm_real)0.01;
+        }
+    }
     if (c->sphere_rho > 0) {
         sm_sphere_config sc = {.rho = c->sphere_rho, .all_layers = c->sphere_all_layers, .per_expert = c->sphere_per_expert,
                                .unweighted = c->sphere_unweighted};
@@ -649,6 +718,19 @@ static sm_status ppo_save(ppo *p, const char *path, const sm_rl_run *run, sm_err
     return st;
 }
 
+/* A checkpoint's agent settings as this build writes them: options added since it was written (the
+ * actor kind, SPHERE's) take their defaults, which are the behaviour it was trained with. NULL if
+ * they do not parse. */
+static char *canonical_settings(const char *s) {
+    sm_ppo_config c;
+    sm_opt_defaults(kOpts, (int)SM_LEN(kOpts), &c);
+    cJSON *o = s ? cJSON_Parse(s) : NULL;
+    sm_error e;
+    sm_status st = o ? sm_agent_config_from_json(&sm_agent_ppo, &c, o, "agent_settings", &e) : SM_ERR_FORMAT;
+    cJSON_Delete(o);
+    return st == SM_OK ? settings_json(&c) : NULL;
+}
+
 /* Checks the agent, env, settings and network metadata of a PPO checkpoint against what is asked. */
 static sm_status check_meta(const sm_safetensors *st, const char *path, const char *env, const char *settings,
                             const char *network, sm_error *err) {
@@ -657,8 +739,13 @@ static sm_status check_meta(const sm_safetensors *st, const char *path, const ch
     if (!a || strcmp(a, "ppo")) return sm_fail(err, SM_ERR_MISMATCH, "%s: not a ppo checkpoint (agent '%s')", path, a ? a : "none");
     if (env && (!e || strcmp(e, env)))
         return sm_fail(err, SM_ERR_MISMATCH, "%s: trained on env %s, not %s", path, e ? e : "(none)", env);
-    if (settings && (!s || strcmp(s, settings)))
-        return sm_fail(err, SM_ERR_MISMATCH, "%s: its agent settings %s differ from this run's %s", path, s ? s : "(none)", settings);
+    if (settings) {
+        char *cs = canonical_settings(s);
+        const int differ = !cs || strcmp(cs, settings);
+        free(cs);
+        if (differ)
+            return sm_fail(err, SM_ERR_MISMATCH, "%s: its agent settings %s differ from this run's %s", path, s ? s : "(none)", settings);
+    }
     if (network && (!n || strcmp(n, network)))
         return sm_fail(err, SM_ERR_MISMATCH, "%s: its network %s differs from this run's %s", path, n ? n : "(none)", network);
     return SM_OK;

@@ -43,6 +43,7 @@ typedef struct {
     double target_kl;            /* 0: no early stop */
     int norm_obs, norm_reward;
     char arch[256];              /* hidden stack of actor and critic */
+    char actor[16];              /* mlp | mlp10x | moe | dense-moe | ds-moe: the actor built from arch (SPHERE Sec. 5.1) */
     char act[16];                /* its activation */
     uint64_t total_timesteps;    /* horizon of the learning-rate anneal; 0: the run's frame budget */
     int checkpoint_every;        /* updates between checkpoints (0: only at the end / on stop) */
