@@ -144,6 +144,16 @@ expect 0 "rl train: SPHERE (loss mode, per-expert ablation) on an MoE actor" "^r
     --num-minibatches 2 --update-epochs 1 --frames 256 --sphere-rho 0.05 --sphere-mode loss --sphere-per-expert 1 --out "$tmp/rl_sphere"
 expect 0 "rl train: SPHERE's penalty and coefficient are in metrics.jsonl" '"sphere/penalty": [0-9.e+-]+, "sphere/coef": [0-9.e+-]+' -- \
     cat "$tmp/rl_sphere/metrics.jsonl"
+expect 2 "rl train: --diag-states above the minibatch is refused" "diag_states must be in \[1, the minibatch 64\] \(got 65\)" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --num-envs 2 --num-steps 64 --num-minibatches 2 --diag-states 65 --frames 256
+expect 2 "rl train: --diag-every < 0 is refused" "diag_every must be >= 0" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --diag-every -1 --frames 256
+expect 0 "rl train --diag-every: diagnostics on a held-out batch" "^rl-train env=mujoco/reach-0 agent=ppo frames=256 " -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:8,dense:8 --experts 3 --topk 2 --num-envs 2 \
+    --num-steps 64 --num-minibatches 2 --update-epochs 1 --frames 256 --diag-every 1 --diag-states 16 --out "$tmp/rl_diag"
+expect 0 "rl train --diag-every: eNTK and feature ranks, dormant ratio, norms in metrics.jsonl" \
+    '"diag/entk_srank": [0-9.e+-]+, "diag/dormant": [0-9.e+-]+, "diag/grad_norm": [0-9.e+-]+, "diag/feature_srank": [0-9.e+-]+' -- \
+    cat "$tmp/rl_diag/metrics.jsonl"
 # SPHERE's actor kinds (--actor): refusals, and each kind trains, checkpoints and evaluates
 expect 2 "rl train: an unknown --actor names the kinds" "unknown actor 'bogus' \(mlp, mlp10x, moe, dense-moe, ds-moe\)" -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --actor bogus --frames 256

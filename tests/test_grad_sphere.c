@@ -11,6 +11,7 @@
 
 #include "gradcheck.h"
 #include "moe_fixture.h"
+#include "specmoe/core/spectral.h"
 #include "specmoe/methods/sphere/sphere.h"
 
 typedef struct {
@@ -219,6 +220,12 @@ static sm_model *reg_model(uint64_t seed) {
     return moe_fixture(3, 2, deep_tanh_experts, 8, &r);
 }
 
+/* n states of 4 inputs, N(0, scale^2), from seed (the tests' RNG r is seeded from seed too) */
+static void draw_states(float *x, int n, double scale, sm_rng *r, uint64_t seed) {
+    sm_rng_seed(r, seed);
+    for (int i = 0; i < n * 4; i++) x[i] = (float)(scale * sm_rng_normal(r));
+}
+
 typedef struct {
     sm_model *m;
     sm_sphere_reg *reg;
@@ -239,10 +246,9 @@ static void check_reg(sm_sphere_config sc, const char *what, uint64_t seed) {
     sm_model *m = reg_model(seed);
     sm_error err = {0};
     sm_rng r;
-    sm_rng_seed(&r, seed + 100);
     enum { T = 6 };
     float x[T * 4];
-    for (int i = 0; i < T * 4; i++) x[i] = (float)(1.5 * sm_rng_normal(&r));
+    draw_states(x, T, 1.5, &r, seed + 100);
     reg_ctx c = {m, sm_sphere_reg_create(&sc, m, &err), x, T, calloc(m->params.total, sizeof(sm_real))};
     cr_assert(c.reg, "%s", err.msg);
     /* as in training: a base backward first (its dweight must not leak into grad L) */
@@ -283,10 +289,9 @@ static void check_step(sm_sphere_mode mode) {
     sm_model *m = reg_model(31);
     sm_error err = {0};
     sm_rng r;
-    sm_rng_seed(&r, 32);
     enum { T = 6 };
     float x[T * 4];
-    for (int i = 0; i < T * 4; i++) x[i] = (float)(1.5 * sm_rng_normal(&r));
+    draw_states(x, T, 1.5, &r, 32);
     sm_sphere_config sc = {.rho = 0.3, .mode = mode};
     reg_ctx c = {m, sm_sphere_reg_create(&sc, m, &err), x, T, calloc(m->params.total, sizeof(sm_real))};
     cr_assert(c.reg, "%s", err.msg);
@@ -390,5 +395,43 @@ Test(grad_sphere, coefficient_and_refusals) {
     sc.rho = 0;
     cr_expect_null(sm_sphere_reg_create(&sc, m, &err));
     cr_expect(strstr(err.msg, "rho"), "%s", err.msg);
+    sm_model_free(m);
+}
+
+/* The diagnostics: the eNTK rank is sm_entk_rank_exact's; the feature rank is the effective rank of
+ * A's eigenvalues, here from phi's singular values (s^2 / N, by gesdd: another route than dsyev on the
+ * Gram); the norm is the mean row norm of phi and the penalty Eq. 26 on it. */
+Test(grad_sphere, diagnostics_on_a_held_out_batch) {
+    enum { N = 7 };
+    const sm_real u[3] = {0.6, 0, -0.8};
+    float x[N * 4];
+    sm_rng r;
+    draw_states(x, N, 1, &r, 52);
+    sm_model *m = reg_model(51);
+    sm_error err = {0};
+    sm_sphere_diag dg;
+    cr_assert_eq(sm_sphere_diagnose(m, x, N, u, &dg, &err), SM_OK, "%s", err.msg);
+    double rank;
+    cr_assert_eq(sm_entk_rank_exact(m, x, N, u, &rank, NULL, &err), SM_OK);
+    cr_expect(fabs(dg.entk_srank - rank) < 1e-12, "%g vs %g", dg.entk_srank, rank);
+    cr_assert(dg.have_features);
+    sm_moe *moe = sm_model_moe(m, 0);
+    const int D = moe->E * moe->H;
+    sm_model_forward(m, x, N, NULL, 0);
+    sm_real *phi = calloc((size_t)N * D, sizeof(sm_real)), *work = calloc(sm_sphere_work_values(N, D), sizeof(sm_real));
+    cr_assert_eq(sm_sphere_features(moe, phi, &err), SM_OK);
+    double sv[N], norm = 0;
+    cr_assert_eq(sm_singular_values(phi, N, D, sv, &err), SM_OK);
+    for (int i = 0; i < N; i++) sv[i] = sv[i] * sv[i] / N;
+    for (int t = 0; t < N; t++) {
+        double s = 0;
+        for (int j = 0; j < D; j++) s += (double)phi[t * D + j] * phi[t * D + j];
+        norm += sqrt(s) / N;
+    }
+    cr_expect(fabs(dg.feature_srank - sm_effective_rank(sv, N)) < 1e-9, "%g vs %g", dg.feature_srank, sm_effective_rank(sv, N));
+    cr_expect(fabs(dg.feature_norm - norm) < 1e-9 * (norm + 1), "%g vs %g", dg.feature_norm, norm);
+    cr_expect(fabs(dg.penalty - sm_sphere_penalty(phi, N, D, NULL, 1, work)) < 1e-12);
+    cr_expect(dg.feature_srank > 1 && dg.feature_srank <= N);
+    free(phi), free(work);
     sm_model_free(m);
 }

@@ -57,6 +57,9 @@ static const sm_opt kOpts[] = {
     ROW("sphere_all_layers", SM_OPT_BOOL, sphere_all_layers, "0", "SPHERE ablation: every hidden expert layer, not only the last"),
     ROW("sphere_per_expert", SM_OPT_BOOL, sphere_per_expert, "0", "SPHERE ablation: a sum of per-expert penalties (no cross-expert terms)"),
     ROW("sphere_unweighted", SM_OPT_BOOL, sphere_unweighted, "0", "SPHERE ablation: features h_e without the routing weight p_e"),
+    ROW("diag_every", SM_OPT_INT, diag_every, "0",
+        "updates between diagnostics on a held-out batch (diag/: eNTK and feature effective ranks, feature norm, dormant ratio; 0: off)"),
+    ROW("diag_states", SM_OPT_INT, diag_states, "32", "states in the held-out batch of the diagnostics (at most the minibatch)"),
 };
 #undef ROW
 
@@ -185,6 +188,10 @@ static sm_status ppo_check(const void *vcfg, const sm_env_spec *env, sm_error *e
     if (!(c->target_kl >= 0)) return sm_fail(err, SM_ERR_ARG, "ppo: target_kl must be >= 0 (got %g)", c->target_kl);
     if (c->checkpoint_every < 0) return sm_fail(err, SM_ERR_ARG, "ppo: checkpoint_every must be >= 0 (got %d)", c->checkpoint_every);
     sm_sphere_mode mode;
+    if (c->diag_every < 0) return sm_fail(err, SM_ERR_ARG, "ppo: diag_every must be >= 0 (got %d)", c->diag_every);
+    if (c->diag_states < 1 || c->diag_states > batch / c->num_minibatches)
+        return sm_fail(err, SM_ERR_ARG, "ppo: diag_states must be in [1, the minibatch %ld] (got %d)", batch / c->num_minibatches,
+                       c->diag_states);
     if (!(c->sphere_rho >= 0)) return sm_fail(err, SM_ERR_ARG, "ppo: sphere_rho must be >= 0 (got %g)", c->sphere_rho);
     if (sm_sphere_mode_parse(c->sphere_mode, &mode))
         return sm_fail(err, SM_ERR_ARG, "ppo: sphere_mode must be grad or loss (got '%s')", c->sphere_mode);
@@ -396,8 +403,14 @@ typedef struct {
     sm_params ls;                 /* log_std (A), box actions only (an empty table otherwise) */
     sm_optim opt[3];              /* actor, critic, log_std */
     sm_sphere_reg *sphere;        /* SPHERE on the actor, or NULL */
-    double sph_pen, sph_coef;     /* their sums over the update's minibatches */
+    double sph_pen, sph_coef, sph_gb, sph_gp; /* their sums over the update's minibatches */
     long sph_n;
+    double gn_sum;                /* global gradient norms (before clipping) over the update's minibatches */
+    long gn_n;
+    /* diagnostics (diag_every): a held-out batch drawn from the session's first rollout */
+    float *diag_x;                /* (diag_states, D) normalised observations */
+    int diag_n;                   /* 0 until drawn */
+    sm_real *diag_u;              /* (A) the unit direction of the eNTK's scalar output */
     int n_sets;
     sm_rng rng;
     sm_vecenv v;
@@ -445,7 +458,7 @@ static void ppo_free(ppo *p) {
     void *blocks[] = {p->obs_raw, p->final_obs, p->x, p->act, p->act_box, p->rew, p->term, p->trunc, p->rows,
                       p->b_obs, p->b_act, p->b_box, p->b_logp, p->b_val, p->b_rew, p->b_boot, p->b_adv, p->b_ret,
                       p->b_done, p->next_value, p->perm, p->m_obs, p->m_act, p->m_box, p->m_logp, p->m_adv,
-                      p->m_val, p->m_ret, p->ret_acc, p->rms_block};
+                      p->m_val, p->m_ret, p->ret_acc, p->rms_block, p->diag_x, p->diag_u};
     for (size_t i = 0; i < SM_LEN(blocks); i++) free(blocks[i]);
 }
 
@@ -558,6 +571,8 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
     for (size_t i = 0; i < SM_LEN(mreals); i++) *mreals[i] = alloc0(B, sizeof(sm_real), &bad);
     p->ret_acc = alloc0(N, sizeof(double), &bad);
     p->rms_block = alloc0(2 * D + 2, sizeof(double), &bad);
+    p->diag_x = alloc0((size_t)c->diag_states * D, sizeof(float), &bad);
+    p->diag_u = alloc0(A, sizeof(sm_real), &bad);
     if (bad) return sm_fail(err, SM_ERR_NOMEM, "ppo: out of memory for %d x %d rollouts of %s", p->N, p->T, run->env);
     p->obs_rms = (rms){0, p->rms_block, p->rms_block + D, p->D};
     p->ret_rms = (rms){0, p->rms_block + 2 * D, p->rms_block + 2 * D + 1, 1};
@@ -925,6 +940,7 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
                                    p->global_step, isfinite(ss.penalty) ? "coefficient" : "penalty",
                                    isfinite(ss.penalty) ? ss.coef : ss.penalty);
                 p->sph_pen += ss.penalty, p->sph_coef += ss.coef, p->sph_n++;
+                p->sph_gb += ss.gnorm_base, p->sph_gp += ss.gnorm_pen;
             }
             double gn = sm_clip_grad_norm_sets(sets, p->n_sets, p->c.max_grad_norm);
             if (!isfinite(lp) || !isfinite(lv) || !isfinite(gn))
@@ -932,6 +948,7 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
                                p->global_step, !isfinite(lp) ? "the policy loss" : !isfinite(lv) ? "the value loss" : "the gradient norm",
                                !isfinite(lp) ? lp : !isfinite(lv) ? lv : gn);
             for (int s = 0; s < p->n_sets; s++) sm_optim_step(&p->opt[s], sets[s], lr);
+            p->gn_sum += gn, p->gn_n++;
             cf += st.clipfrac, n_mb++;
             *last = st;
         }
@@ -950,6 +967,40 @@ static double explained_variance(const sm_real *pred, const sm_real *y, int n) {
         vy += a * a, vd += d * d;
     }
     return vy == 0 ? NAN : 1 - vd / vy;
+}
+
+/* The diagnostics of SPHERE's Sec. 5 / App. A.5 on the held-out batch (drawn from the first rollout
+ * of the session, rows spread evenly over it, with a fixed unit direction u of the action means for
+ * the eNTK's scalar output, from the run's seed): the eNTK effective rank, the effective rank and
+ * mean norm of the routing-weighted features and L on it (MoE actors), the dormant ratio of the
+ * actor's last layer (tau 0.1), and the mean global gradient norm of the update's minibatches. None
+ * of it changes the training. */
+static sm_status diagnose(ppo *p, sm_rl_log *log, sm_error *err) {
+    const int Nd = p->c.diag_states, D = p->D, A = p->A;
+    if (!p->diag_n) {
+        for (int i = 0; i < Nd; i++)
+            memcpy(p->diag_x + (size_t)i * D, p->b_obs + (size_t)((long)i * p->Bt / Nd) * D, sizeof(float) * D);
+        sm_rng r;
+        sm_rng_seed(&r, p->seed ^ 0x5350484552ULL); /* its own stream: the training's RNG is untouched */
+        double n2 = 0;
+        for (int j = 0; j < A; j++) p->diag_u[j] = (sm_real)sm_rng_normal(&r), n2 += (double)p->diag_u[j] * p->diag_u[j];
+        for (int j = 0; j < A; j++) p->diag_u[j] = (sm_real)(p->diag_u[j] / sqrt(n2));
+        p->diag_n = Nd;
+    }
+    sm_sphere_diag dg;
+    sm_status st = sm_sphere_diagnose(p->actor, p->diag_x, Nd, p->diag_u, &dg, err);
+    if (st != SM_OK) return st;
+    sm_model_forward(p->actor, p->diag_x, Nd, NULL, 0);
+    enum { MAX_ENTRIES = 1024 };
+    static sm_dormant_entry e[MAX_ENTRIES];
+    int k = sm_model_dormant(p->actor, Nd, 0.1, e, MAX_ENTRIES);
+    double dormant = NAN;
+    for (int i = 0; i < k; i++)
+        if (e[i].expert < 0) dormant = e[i].fraction; /* the last layer's */
+    static const char *const kDiag[] = {"diag/entk_srank", "diag/dormant", "diag/grad_norm", "diag/feature_srank",
+                                        "diag/feature_norm", "diag/penalty"};
+    double vals[] = {dg.entk_srank, dormant, p->gn_n ? p->gn_sum / p->gn_n : NAN, dg.feature_srank, dg.feature_norm, dg.penalty};
+    return sm_rl_log_record(log, p->global_step, kDiag, vals, dg.have_features ? 6 : 3, err);
 }
 
 static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const sm_rl_run *run, sm_rl_result *res,
@@ -985,7 +1036,8 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
     static const char *const kKeys[] = {"charts/learning_rate", "losses/value_loss", "losses/policy_loss",
                                         "losses/entropy",       "losses/old_approx_kl", "losses/approx_kl",
                                         "losses/clipfrac",      "losses/explained_variance", "SPS",
-                                        "sphere/penalty",       "sphere/coef"};
+                                        "sphere/penalty",       "sphere/coef",          "sphere/grad_norm_base",
+                                        "sphere/grad_norm_penalty"};
     while (st == SM_OK && p.updates < end) {
         double frac = 1.0 - (double)p.updates / (double)p.num_updates;
         double lr = c->anneal_lr ? frac * c->learning_rate : c->learning_rate;
@@ -1008,10 +1060,13 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
         p.updates++;
         double vals[] = {lr, s.v_loss, s.pg_loss, s.entropy, s.old_approx_kl, s.approx_kl, clipfrac,
                          explained_variance(p.b_val, p.b_ret, p.Bt), sm_rl_log_sps(&log, p.global_step),
-                         p.sph_n ? p.sph_pen / p.sph_n : 0, p.sph_n ? p.sph_coef / p.sph_n : 0};
+                         p.sph_n ? p.sph_pen / p.sph_n : 0, p.sph_n ? p.sph_coef / p.sph_n : 0,
+                         p.sph_n ? p.sph_gb / p.sph_n : 0, p.sph_n ? p.sph_gp / p.sph_n : 0};
         /* the SPHERE means over this update's minibatches, when it is on */
-        if ((st = sm_rl_log_record(&log, p.global_step, kKeys, vals, (int)SM_LEN(vals) - (p.sphere ? 0 : 2), err)) != SM_OK) break;
-        p.sph_pen = p.sph_coef = 0, p.sph_n = 0;
+        if ((st = sm_rl_log_record(&log, p.global_step, kKeys, vals, (int)SM_LEN(vals) - (p.sphere ? 0 : 4), err)) != SM_OK) break;
+        if (c->diag_every > 0 && p.updates % c->diag_every == 0 && (st = diagnose(&p, &log, err)) != SM_OK) break;
+        p.sph_pen = p.sph_coef = p.sph_gb = p.sph_gp = 0, p.sph_n = 0;
+        p.gn_sum = 0, p.gn_n = 0;
         char extra[96];
         snprintf(extra, sizeof extra, "update %ld/%ld  approx_kl %.4f", p.updates, p.num_updates, s.approx_kl);
         sm_rl_log_progress(&log, p.global_step, end * batch, ret_n ? ret_sum / ret_n : NAN, extra);

@@ -51,6 +51,8 @@ typedef struct {
     double sphere_rho;
     char sphere_mode[8];         /* grad | loss */
     int sphere_all_layers, sphere_per_expert, sphere_unweighted; /* Table 1's ablations */
+    int diag_every;              /* updates between diagnostics on a held-out batch (0: off) */
+    int diag_states;             /* its size */
 } sm_ppo_config;
 
 /* Statistics of one minibatch's loss (CleanRL's names). */
