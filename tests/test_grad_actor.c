@@ -8,10 +8,17 @@
  * router); and the layer's arch string round-trips through the JSON. */
 #include <string.h>
 
+#include <omp.h>
+
 #include "gradcheck.h"
 #include "specmoe/methods/sphere/sphere.h"
 #include "specmoe/nn/routers.h"
 #include "specmoe/rl/ppo.h"
+
+/* These problems are tiny: OpenMP's threads only spin against each other, which on a loaded machine
+ * costs seconds per test (each test runs in its own process) */
+static void one_thread(void) { omp_set_num_threads(1); }
+TestSuite(grad_actor, .init = one_thread);
 
 enum { B = 10, D = 4, A = 3 };
 

@@ -1,6 +1,7 @@
 /* Finite-difference gradient checks (double precision) of the whole MoE layer in every routing
  * mode, and of a whole model (dense + MoE + ffn layers, residuals, cross-entropy head). */
 #include <criterion/criterion.h>
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -204,7 +205,8 @@ Test(grad_moe, switch_balance_and_zloss) {
 
 /* DeepSeekMoE routing: 2 shared experts (weight 1) plus top-2 of the 4 routed ones, with the aux
  * losses over the routed experts and, second, capacity drops among them and 3-hidden-layer experts */
-Test(grad_moe, ds_shared_plus_routed) {
+static void one_thread(void) { omp_set_num_threads(1); } /* a tiny problem: threads would only spin */
+Test(grad_moe, ds_shared_plus_routed, .init = one_thread) {
     sm_moe_config c = base_router("ds", 6, 2, 5);
     sm_ds_opts(&c.router)->ds_shared = 2;
     c.router.balance_coef = 0.2;

@@ -4,6 +4,7 @@
  * a Parseval frame (orthogonal columns of equal norm), and D times the variance of the eigenvalues
  * computed another way (from the Gram's own entries for D = 2). */
 #include <criterion/criterion.h>
+#include <omp.h>
 #include <lapacke.h>
 #include <math.h>
 #include <stdlib.h>
@@ -13,6 +14,11 @@
 #include "moe_fixture.h"
 #include "specmoe/core/spectral.h"
 #include "specmoe/methods/sphere/sphere.h"
+
+/* These problems are tiny: OpenMP's threads only spin against each other, which on a loaded machine
+ * costs seconds per test (each test runs in its own process) */
+static void one_thread(void) { omp_set_num_threads(1); }
+TestSuite(grad_sphere, .init = one_thread);
 
 typedef struct {
     sm_real *phi, *work;
