@@ -6,9 +6,8 @@
  * actor parameter and the log-std is checked against central differences, for top-2 of 4 and for
  * every expert weighted (Dense-MoE) and for 2 shared plus top-2 of 4 routed experts (DS-MoE, the ds
  * router); and the layer's arch string round-trips through the JSON. */
-#include <string.h>
-
 #include <omp.h>
+#include <string.h>
 
 #include "gradcheck.h"
 #include "specmoe/methods/sphere/sphere.h"
