@@ -132,6 +132,42 @@ expect 2 "rl train: a flag of another router is refused, naming it" "--kr is an 
     "$bin" rl train --env classic/cartpole --agent dqn --kr 4 --frames 10
 expect 2 "rl train --resume refuses another router" "--router topk conflicts with the checkpoint's soft" -- \
     "$bin" rl train --resume "$tmp/rl_soft/checkpoint.safetensors" --router topk
+# SPHERE on a PPO actor (App. A.3): bad values refused before any work, a short run logs the penalty
+expect 2 "rl train: --sphere-rho < 0 is refused" "sphere_rho must be >= 0 \(got -1\)" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --sphere-rho -1 --frames 256
+expect 2 "rl train: an unknown --sphere-mode names the two" "sphere_mode must be grad or loss \(got 'foo'\)" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --sphere-mode foo --frames 256
+expect 2 "rl train: --sphere-rho on an actor with no MoE layer is refused" "needs an MoE actor" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --sphere-rho 0.01 --frames 256
+expect 0 "rl train: SPHERE (loss mode, per-expert ablation) on an MoE actor" "^rl-train env=mujoco/reach-0 agent=ppo frames=256 " -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --arch dense:16,moe:16 --experts 4 --topk 2 --num-envs 2 --num-steps 64 \
+    --num-minibatches 2 --update-epochs 1 --frames 256 --sphere-rho 0.05 --sphere-mode loss --sphere-per-expert 1 --out "$tmp/rl_sphere"
+expect 0 "rl train: SPHERE's penalty and coefficient are in metrics.jsonl" '"sphere/penalty": [0-9.e+-]+, "sphere/coef": [0-9.e+-]+' -- \
+    cat "$tmp/rl_sphere/metrics.jsonl"
+expect 2 "rl train: --diag-states above the minibatch is refused" "diag_states must be in \[1, the minibatch 64\] \(got 65\)" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --num-envs 2 --num-steps 64 --num-minibatches 2 --diag-states 65 --frames 256
+expect 2 "rl train: --diag-every < 0 is refused" "diag_every must be >= 0" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --diag-every -1 --frames 256
+expect 0 "rl train --diag-every: diagnostics on a held-out batch" "^rl-train env=mujoco/reach-0 agent=ppo frames=256 " -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:8,dense:8 --experts 3 --topk 2 --num-envs 2 \
+    --num-steps 64 --num-minibatches 2 --update-epochs 1 --frames 256 --diag-every 1 --diag-states 16 --out "$tmp/rl_diag"
+expect 0 "rl train --diag-every: eNTK and feature ranks, dormant ratio, norms in metrics.jsonl" \
+    '"diag/entk_srank": [0-9.e+-]+, "diag/dormant": [0-9.e+-]+, "diag/grad_norm": [0-9.e+-]+, "diag/feature_srank": [0-9.e+-]+' -- \
+    cat "$tmp/rl_diag/metrics.jsonl"
+# SPHERE's actor kinds (--actor): refusals, and each kind trains, checkpoints and evaluates
+expect 2 "rl train: an unknown --actor names the kinds" "unknown actor 'bogus' \(mlp, mlp10x, moe, dense-moe, ds-moe\)" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --actor bogus --frames 256
+expect 2 "rl train: --actor moe needs arch = dense:W repeated" "must then be dense:W repeated \(got 'dense:16,dense:8'\)" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:16,dense:8 --frames 256
+expect 2 "rl train: --actor ds-moe needs topk >= 2" "ds-moe splits each expert in two .*topk >= 2" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --actor ds-moe --topk 1 --frames 256
+for kind in moe dense-moe ds-moe mlp10x; do
+    expect 0 "rl train --actor $kind: a short run" "^rl-train env=mujoco/reach-0 agent=ppo frames=256 " -- \
+        "$bin" rl train --env mujoco/reach-0 --agent ppo --actor $kind --arch dense:8,dense:8 --experts 3 --topk 2 \
+        --num-envs 2 --num-steps 64 --num-minibatches 2 --update-epochs 1 --frames 256 --out "$tmp/rl_actor_$kind"
+    expect 0 "rl eval: the --actor $kind checkpoint" "^rl-eval env=mujoco/reach-0 " -- \
+        "$bin" rl eval "$tmp/rl_actor_$kind/checkpoint.safetensors" --episodes 1
+done
 # resets / shrink-and-perturb of the experts (SoftMoE-in-RL Sec. 6) keep exact resume: a run split
 # across a reset ends in the same checkpoint bytes as the run straight through
 rs_flags="--env classic/cartpole --agent dqn --arch dense:16,moe:8 --experts 2 --frames 1500 --learning-starts 200 --reset-every 500 --reset-experts 1 --reset-shrink 0.5 --reset-perturb 0.5"

@@ -1,6 +1,7 @@
 /* Finite-difference gradient checks (double precision) of the whole MoE layer in every routing
  * mode, and of a whole model (dense + MoE + ffn layers, residuals, cross-entropy head). */
 #include <criterion/criterion.h>
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -200,6 +201,24 @@ Test(grad_moe, switch_balance_and_zloss) {
     c.router.zloss_coef = 0.1;
     c.router.capacity = 1.0;
     moe_check("topk.aux.capacity", &c, 12, 5, 22, NULL);
+}
+
+/* DeepSeekMoE routing: 2 shared experts (weight 1) plus top-2 of the 4 routed ones, with the aux
+ * losses over the routed experts and, second, capacity drops among them and 3-hidden-layer experts */
+static void one_thread(void) { omp_set_num_threads(1); } /* a tiny problem: threads would only spin */
+Test(grad_moe, ds_shared_plus_routed, .init = one_thread) {
+    sm_moe_config c = base_router("ds", 6, 2, 5);
+    sm_ds_opts(&c.router)->ds_shared = 2;
+    c.router.balance_coef = 0.2;
+    c.router.zloss_coef = 0.05;
+    c.router.temperature = 0.8;
+    moe_check("ds.2+2", &c, 12, 5, 23, NULL);
+    c.router.capacity = 0.75;
+    c.depth = 3;
+    c.act = SM_ACT_TANH;
+    long dropped = 0;
+    moe_check("ds.capacity.deep", &c, 16, 5, 24, &dropped);
+    cr_expect(dropped > 0, "the capacity case must drop routed assignments (dropped %ld)", dropped);
 }
 
 Test(grad_moe, expert_choice) {

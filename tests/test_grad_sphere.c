@@ -4,13 +4,21 @@
  * a Parseval frame (orthogonal columns of equal norm), and D times the variance of the eigenvalues
  * computed another way (from the Gram's own entries for D = 2). */
 #include <criterion/criterion.h>
+#include <omp.h>
 #include <lapacke.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gradcheck.h"
+#include "moe_fixture.h"
+#include "specmoe/core/spectral.h"
 #include "specmoe/methods/sphere/sphere.h"
+
+/* These problems are tiny: OpenMP's threads only spin against each other, which on a loaded machine
+ * costs seconds per test (each test runs in its own process) */
+static void one_thread(void) { omp_set_num_threads(1); }
+TestSuite(grad_sphere, .init = one_thread);
 
 typedef struct {
     sm_real *phi, *work;
@@ -82,21 +90,17 @@ Test(grad_sphere, values) {
  * sm_entk_rank_exact equal those of J_fd J_fd^T, J_fd the central-difference Jacobian of u^T f(x_i)
  * over every parameter; and the rank of N identical states is 1. */
 
+/* smooth (no kinks for the finite differences), with a balance loss */
+static void tanh_balance(sm_model_config *cfg) {
+    cfg->act = SM_ACT_TANH;
+    cfg->moe.router.balance_coef = 0.5;
+}
+
 Test(grad_sphere, entk_exact_against_finite_differences) {
-    sm_model_config cfg;
-    sm_model_config_default(&cfg);
     sm_error err = {0};
-    cr_assert_eq(sm_model_parse_arch(&cfg, "dense:6,moe:5", &err), SM_OK);
-    cfg.in_dim = 4;
-    cfg.n_classes = 3;
-    cfg.act = SM_ACT_TANH; /* smooth: no kinks for the finite differences */
-    cfg.moe.router.E = 3;
-    cfg.moe.router.k = 2;
-    cfg.moe.router.balance_coef = 0.5;
     sm_rng r;
     sm_rng_seed(&r, 9);
-    sm_model *m = sm_model_create(&cfg, 8, &r, &err);
-    cr_assert(m, "%s", err.msg);
+    sm_model *m = moe_fixture(3, 2, tanh_balance, 8, &r);
     enum { N = 5 };
     float x[N * 4];
     for (int i = 0; i < N * 4; i++) x[i] = (float)sm_rng_normal(&r);
@@ -204,4 +208,236 @@ Test(grad_sphere, through_an_moe_layer) {
     sm_moe_free(c.m);
     sm_params_free(&c.ps);
     free(c.x), free(c.dx), free(c.G), free(c.out), free(c.phi), free(c.dphi), free(c.work);
+}
+
+/* ---- SPHERE in training: the regulariser on a model and the App. A.3 combination ---------------- */
+
+/* A small MoE model: dense:6 -> moe:5 with 2-hidden-layer experts (top-2 of 3, a balance loss whose
+ * gradient must stay out of grad L), tanh so finite differences see no kinks. */
+static void deep_tanh_experts(sm_model_config *cfg) {
+    tanh_balance(cfg);
+    cfg->moe.act = SM_ACT_TANH;
+    cfg->moe.depth = 2;
+}
+
+static sm_model *reg_model(uint64_t seed) {
+    sm_rng r;
+    sm_rng_seed(&r, seed);
+    return moe_fixture(3, 2, deep_tanh_experts, 8, &r);
+}
+
+/* n states of 4 inputs, N(0, scale^2), from seed (the tests' RNG r is seeded from seed too) */
+static void draw_states(float *x, int n, double scale, sm_rng *r, uint64_t seed) {
+    sm_rng_seed(r, seed);
+    for (int i = 0; i < n * 4; i++) x[i] = (float)(scale * sm_rng_normal(r));
+}
+
+typedef struct {
+    sm_model *m;
+    sm_sphere_reg *reg;
+    const float *x;
+    int T;
+    sm_real *scratch; /* (P) the gradient the value-only calls write and ignore */
+} reg_ctx;
+
+/* L of the regulariser at the model's current parameters */
+static double reg_loss(void *p) {
+    reg_ctx *c = p;
+    sm_model_forward(c->m, c->x, c->T, NULL, 1);
+    sm_params v = sm_params_view(&c->m->params, c->scratch);
+    return sm_sphere_reg_grad(c->reg, &v, c->T);
+}
+
+static void check_reg(sm_sphere_config sc, const char *what, uint64_t seed) {
+    sm_model *m = reg_model(seed);
+    sm_error err = {0};
+    sm_rng r;
+    enum { T = 6 };
+    float x[T * 4];
+    draw_states(x, T, 1.5, &r, seed + 100);
+    reg_ctx c = {m, sm_sphere_reg_create(&sc, m, &err), x, T, calloc(m->params.total, sizeof(sm_real))};
+    cr_assert(c.reg, "%s", err.msg);
+    /* as in training: a base backward first (its dweight must not leak into grad L) */
+    sm_model_forward(m, x, T, NULL, 1);
+    gc_fill_normal(m->dlogits, (size_t)T * 3, 1, &r);
+    sm_params_zero_grad(&m->params);
+    sm_model_backward(m, T);
+    sm_real *g = calloc(m->params.total, sizeof(sm_real));
+    sm_params v = sm_params_view(&m->params, g);
+    double L = sm_sphere_reg_grad(c.reg, &v, T);
+    cr_expect(L > 0, "%s: L = %g", what, L);
+    for (int i = 0; i < m->params.n; i++) {
+        char name[160];
+        snprintf(name, sizeof name, "%s:%s", what, m->params.p[i].name);
+        gc_check(name, sm_params_data(&m->params, i), g + m->params.p[i].offset, m->params.p[i].numel, reg_loss, &c, &r, 20);
+    }
+    sm_sphere_reg_free(c.reg);
+    free(c.scratch), free(g);
+    sm_model_free(m);
+}
+
+Test(grad_sphere, regulariser_over_the_parameters) {
+    sm_sphere_config sc = {.rho = 1, .mode = SM_SPHERE_GRAD};
+    check_reg(sc, "sphere.last", 21);
+    sc.all_layers = 1;
+    check_reg(sc, "sphere.all_layers", 22);
+    sc.all_layers = 0, sc.per_expert = 1;
+    check_reg(sc, "sphere.per_expert", 23);
+    sc.per_expert = 0, sc.unweighted = 1;
+    check_reg(sc, "sphere.unweighted", 24);
+}
+
+/* The App. A.3 combination: after sm_sphere_step the gradients equal g_base + c grad L with grad L
+ * from central differences of L alone and c from the formula over the global norms (a second
+ * parameter set stands in for the critic) or the losses - never the gradient of L_base + c(theta) L,
+ * which would carry L grad c (checked to differ, so the comparison can tell). */
+static void check_step(sm_sphere_mode mode) {
+    sm_model *m = reg_model(31);
+    sm_error err = {0};
+    sm_rng r;
+    enum { T = 6 };
+    float x[T * 4];
+    draw_states(x, T, 1.5, &r, 32);
+    sm_sphere_config sc = {.rho = 0.3, .mode = mode};
+    reg_ctx c = {m, sm_sphere_reg_create(&sc, m, &err), x, T, calloc(m->params.total, sizeof(sm_real))};
+    cr_assert(c.reg, "%s", err.msg);
+    const size_t P = m->params.total;
+    /* the base: <G, logits> + the router's balance loss, and a critic-like set with its own gradient */
+    sm_real G[T * 3];
+    gc_fill_normal(G, T * 3, 1, &r);
+    const sm_real *lg = sm_model_forward(m, x, T, NULL, 1);
+    double L_base = m->aux_loss;
+    for (int i = 0; i < T * 3; i++) L_base += (double)lg[i] * G[i];
+    memcpy(m->dlogits, G, sizeof G);
+    sm_params_zero_grad(&m->params);
+    sm_model_backward(m, T);
+    sm_params other;
+    sm_params_init_table(&other);
+    int64_t sh[1] = {5};
+    cr_assert_geq(sm_params_add(&other, "critic", 1, sh, SM_INIT_ZERO, 0, 0, 0, &err), 0);
+    cr_assert_eq(sm_params_alloc(&other, &err), SM_OK);
+    gc_fill_normal(other.grad, 5, 2, &r);
+    sm_real *gbase = malloc(sizeof(sm_real) * P);
+    memcpy(gbase, m->params.grad, sizeof(sm_real) * P);
+    sm_params *others[1] = {&other};
+    sm_sphere_stats st;
+    sm_sphere_step(c.reg, others, 1, L_base, T, &st);
+    /* grad L by central differences */
+    double *gfd = calloc(P, sizeof(double)), nb = 0, np = 0;
+    for (size_t j = 0; j < P; j++) {
+        sm_real *th = &m->params.data[j], t0 = *th;
+        *th = t0 + 1e-6;
+        double lp = reg_loss(&c);
+        *th = t0 - 1e-6;
+        double lm = reg_loss(&c);
+        *th = t0;
+        gfd[j] = (lp - lm) / 2e-6;
+        nb += (double)gbase[j] * gbase[j], np += gfd[j] * gfd[j];
+    }
+    for (int i = 0; i < 5; i++) nb += (double)other.grad[i] * other.grad[i];
+    double L = reg_loss(&c);
+    double coef = mode == SM_SPHERE_GRAD ? 0.3 * sqrt(nb) / (sqrt(np) + 1e-8) : 0.3 * fabs(L_base) / (L + 1e-8);
+    cr_expect(fabs(st.coef - coef) <= 1e-6 * coef, "coefficient %.10g, formula %.10g", st.coef, coef);
+    cr_expect(fabs(st.penalty - L) <= 1e-9 * (L + 1), "penalty %.10g vs %.10g", st.penalty, L);
+    double worst = 0;
+    for (size_t j = 0; j < P; j++) {
+        double want = gbase[j] + coef * gfd[j], d = fabs(m->params.grad[j] - want) / (1e-6 * fabs(want) + 1e-8);
+        worst = d > worst ? d : worst;
+    }
+    cr_expect(worst <= 1, "combined gradient off the formula by %.3g times the tolerance", worst);
+    /* the alternative with gradient through the coefficient, by finite differences of the
+     * coefficient itself along the parameters (loss mode: lambda(theta) = rho |L_base(theta)| / L(theta)) */
+    if (mode == SM_SPHERE_LOSS) {
+        double diff = 0, scale = 0;
+        for (size_t j = 0; j < P && j < 40; j++) {
+            sm_real *th = &m->params.data[j], t0 = *th;
+            double lam[2];
+            for (int s = 0; s < 2; s++) {
+                *th = t0 + (s ? -1e-6 : 1e-6);
+                const sm_real *l2 = sm_model_forward(m, x, T, NULL, 1);
+                double lb = m->aux_loss;
+                for (int i = 0; i < T * 3; i++) lb += (double)l2[i] * G[i];
+                sm_params v = sm_params_view(&m->params, c.scratch);
+                double Lp = sm_sphere_reg_grad(c.reg, &v, T);
+                lam[s] = 0.3 * fabs(lb) / (Lp + 1e-8);
+            }
+            *th = t0;
+            const double wrong = L * (lam[0] - lam[1]) / 2e-6; /* the term a gradient through lambda would add */
+            diff += fabs(wrong), scale += fabs(gbase[j] + coef * gfd[j]);
+        }
+        cr_expect(diff > 1e-3 * scale, "the check cannot tell a gradient through lambda (%.3g vs %.3g)", diff, scale);
+    }
+    sm_sphere_reg_free(c.reg);
+    sm_params_free(&other);
+    free(c.scratch), free(gbase), free(gfd);
+    sm_model_free(m);
+}
+
+Test(grad_sphere, combination_grad_mode) { check_step(SM_SPHERE_GRAD); }
+Test(grad_sphere, combination_loss_mode) { check_step(SM_SPHERE_LOSS); }
+
+Test(grad_sphere, coefficient_and_refusals) {
+    sm_sphere_config sc = {.rho = 0.5, .mode = SM_SPHERE_GRAD};
+    cr_expect(fabs(sm_sphere_coef(&sc, 4, 2, 10, 3) - 0.5 * 4 / (2 + 1e-8)) < 1e-12);
+    sc.mode = SM_SPHERE_LOSS;
+    cr_expect(fabs(sm_sphere_coef(&sc, 4, 2, -10, 3) - 0.5 * 10 / (3 + 1e-8)) < 1e-12);
+    sm_sphere_mode md;
+    cr_expect_eq(sm_sphere_mode_parse("loss", &md), 0);
+    cr_expect_eq(md, SM_SPHERE_LOSS);
+    cr_expect_eq(sm_sphere_mode_parse("Grad", &md), -1);
+    /* a network with no MoE layer, and rho <= 0 */
+    sm_model_config cfg;
+    sm_model_config_default(&cfg);
+    sm_error err = {0};
+    cr_assert_eq(sm_model_parse_arch(&cfg, "dense:4", &err), SM_OK);
+    cfg.in_dim = 3;
+    sm_model *m = sm_model_create(&cfg, 4, NULL, &err);
+    cr_assert(m);
+    sc.rho = 1;
+    cr_expect_null(sm_sphere_reg_create(&sc, m, &err));
+    cr_expect(strstr(err.msg, "no MoE layer"), "%s", err.msg);
+    sm_model_free(m);
+    m = reg_model(5);
+    sc.rho = 0;
+    cr_expect_null(sm_sphere_reg_create(&sc, m, &err));
+    cr_expect(strstr(err.msg, "rho"), "%s", err.msg);
+    sm_model_free(m);
+}
+
+/* The diagnostics: the eNTK rank is sm_entk_rank_exact's; the feature rank is the effective rank of
+ * A's eigenvalues, here from phi's singular values (s^2 / N, by gesdd: another route than dsyev on the
+ * Gram); the norm is the mean row norm of phi and the penalty Eq. 26 on it. */
+Test(grad_sphere, diagnostics_on_a_held_out_batch) {
+    enum { N = 7 };
+    const sm_real u[3] = {0.6, 0, -0.8};
+    float x[N * 4];
+    sm_rng r;
+    draw_states(x, N, 1, &r, 52);
+    sm_model *m = reg_model(51);
+    sm_error err = {0};
+    sm_sphere_diag dg;
+    cr_assert_eq(sm_sphere_diagnose(m, x, N, u, &dg, &err), SM_OK, "%s", err.msg);
+    double rank;
+    cr_assert_eq(sm_entk_rank_exact(m, x, N, u, &rank, NULL, &err), SM_OK);
+    cr_expect(fabs(dg.entk_srank - rank) < 1e-12, "%g vs %g", dg.entk_srank, rank);
+    cr_assert(dg.have_features);
+    sm_moe *moe = sm_model_moe(m, 0);
+    const int D = moe->E * moe->H;
+    sm_model_forward(m, x, N, NULL, 0);
+    sm_real *phi = calloc((size_t)N * D, sizeof(sm_real)), *work = calloc(sm_sphere_work_values(N, D), sizeof(sm_real));
+    cr_assert_eq(sm_sphere_features(moe, phi, &err), SM_OK);
+    double sv[N], norm = 0;
+    cr_assert_eq(sm_singular_values(phi, N, D, sv, &err), SM_OK);
+    for (int i = 0; i < N; i++) sv[i] = sv[i] * sv[i] / N;
+    for (int t = 0; t < N; t++) {
+        double s = 0;
+        for (int j = 0; j < D; j++) s += (double)phi[t * D + j] * phi[t * D + j];
+        norm += sqrt(s) / N;
+    }
+    cr_expect(fabs(dg.feature_srank - sm_effective_rank(sv, N)) < 1e-9, "%g vs %g", dg.feature_srank, sm_effective_rank(sv, N));
+    cr_expect(fabs(dg.feature_norm - norm) < 1e-9 * (norm + 1), "%g vs %g", dg.feature_norm, norm);
+    cr_expect(fabs(dg.penalty - sm_sphere_penalty(phi, N, D, NULL, 1, work)) < 1e-12);
+    cr_expect(dg.feature_srank > 1 && dg.feature_srank <= N);
+    free(phi), free(work);
+    sm_model_free(m);
 }

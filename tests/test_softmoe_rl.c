@@ -4,21 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "moe_fixture.h"
 #include "specmoe.h"
 
-static sm_model *small_moe(sm_rng *r) {
-    sm_model_config cfg;
-    sm_model_config_default(&cfg);
-    sm_error err = {0};
-    cr_assert_eq(sm_model_parse_arch(&cfg, "dense:6,moe:5", &err), SM_OK);
-    cfg.in_dim = 4;
-    cfg.n_classes = 3;
-    cfg.moe.router.E = 3;
-    cfg.moe.router.k = 3; /* every expert sees every token */
-    sm_model *m = sm_model_create(&cfg, 16, r, &err);
-    cr_assert(m, "%s", err.msg);
-    return m;
-}
+/* every expert sees every token */
+static sm_model *small_moe(sm_rng *r) { return moe_fixture(3, 3, NULL, 16, r); }
 
 /* theta_e <- 0.5 theta_e + 0.5 phi_e for expert 1 only, phi the initialiser's next draw; the
  * optimiser's moments of those values cleared, the rest untouched. */

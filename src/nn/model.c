@@ -23,12 +23,13 @@ void sm_model_config_default(sm_model_config *c) {
     sm_model_parse_arch(c, "dense:256,moe:256", &e);
 }
 
-static const char *const kKindNames[] = {"dense", "ffn", "moe", "ln", "conv", "maxpool", "avgpool", "gap",
-                                         "tokens", "perfeat", "shuffle", "flatten", "tokmean", "toksum", "res", "act"};
-/* numbers after the kind: dense/ffn/moe W; conv OC:K:S:P; pools K:S; shuffle SEED; res C; the rest none */
-static const int kKindArgs[] = {1, 1, 1, 0, 4, 2, 2, 0, 0, 0, 1, 0, 0, 0, 1, 0};
-_Static_assert(sizeof kKindNames / sizeof kKindNames[0] == SM_LAYER_ACT + 1, "a name per layer kind");
-_Static_assert(sizeof kKindArgs / sizeof kKindArgs[0] == SM_LAYER_ACT + 1, "an argument count per layer kind");
+static const char *const kKindNames[] = {"dense", "ffn",     "moe",     "ln",     "conv", "maxpool", "avgpool", "gap", "tokens",
+                                         "perfeat", "shuffle", "flatten", "tokmean", "toksum", "res", "act",   "moehead"};
+/* numbers after the kind: dense/ffn/moe W; conv OC:K:S:P; pools K:S; shuffle SEED; res C; moehead H (or
+ * H:G:GW, below); the rest none */
+static const int kKindArgs[] = {1, 1, 1, 0, 4, 2, 2, 0, 0, 0, 1, 0, 0, 0, 1, 0, 1};
+_Static_assert(sizeof kKindNames / sizeof kKindNames[0] == SM_LAYER_MOEHEAD + 1, "a name per layer kind");
+_Static_assert(sizeof kKindArgs / sizeof kKindArgs[0] == SM_LAYER_MOEHEAD + 1, "an argument count per layer kind");
 
 sm_status sm_model_parse_arch(sm_model_config *c, const char *arch, sm_error *err) {
     char buf[512];
@@ -58,8 +59,9 @@ sm_status sm_model_parse_arch(sm_model_config *c, const char *arch, sm_error *er
             if (*end || v[got] < 0 || v[got] > 1 << 20) return sm_fail(err, SM_ERR_ARG, "--arch: bad number '%s' in layer %d (%s)", num, n, kind);
             got++;
         }
-        if (got != kKindArgs[K])
-            return sm_fail(err, SM_ERR_ARG, "--arch: layer %d (%s) takes %d number(s), got %d", n, kind, kKindArgs[K], got);
+        if (got != kKindArgs[K] && !(K == SM_LAYER_MOEHEAD && got == 3))
+            return sm_fail(err, SM_ERR_ARG, "--arch: layer %d (%s) takes %d number(s)%s, got %d", n, kind, kKindArgs[K],
+                           K == SM_LAYER_MOEHEAD ? " or 3 (H:G:GW)" : "", got);
         sm_layer_spec *s = &c->layers[n];
         memset(s, 0, sizeof *s);
         s->kind = (sm_layer_kind)K;
@@ -73,14 +75,20 @@ sm_status sm_model_parse_arch(sm_model_config *c, const char *arch, sm_error *er
             s->s = (int)v[1];
         } else if (kKindArgs[K] == 1) {
             s->width = (int)v[0];
+            if (K == SM_LAYER_MOEHEAD) s->k = (int)v[1], s->s = (int)v[2]; /* the gate MLP (0, 0: none) */
         }
         if ((kKindArgs[K] == 1 || K == SM_LAYER_CONV) && s->width < 1 && K != SM_LAYER_SHUFFLE)
             return sm_fail(err, SM_ERR_ARG, "--arch: layer %d (%s) needs a width >= 1", n, kind);
         if ((K == SM_LAYER_CONV || K == SM_LAYER_MAXPOOL || K == SM_LAYER_AVGPOOL) && (s->k < 1 || s->s < 1))
             return sm_fail(err, SM_ERR_ARG, "--arch: layer %d (%s) needs kernel and stride >= 1", n, kind);
+        if (K == SM_LAYER_MOEHEAD && got == 3 && (s->k < 1 || s->k > 8 || s->s < 1))
+            return sm_fail(err, SM_ERR_ARG, "--arch: layer %d (moehead:H:G:GW) needs 1 <= G <= 8 gate layers of width GW >= 1", n);
         n++;
     }
     if (n == 0) return sm_fail(err, SM_ERR_ARG, "--arch: no layers");
+    for (int i = 0; i < n - 1; i++)
+        if (c->layers[i].kind == SM_LAYER_MOEHEAD)
+            return sm_fail(err, SM_ERR_ARG, "--arch: moehead (layer %d) ends the network: it must be the last layer", i);
     c->n_layers = n;
     return SM_OK;
 }
@@ -113,6 +121,10 @@ void sm_model_format_arch(const sm_model_config *c, char *buf, size_t n) {
         case SM_LAYER_MAXPOOL:
         case SM_LAYER_AVGPOOL:
             used += (size_t)snprintf(buf + used, n - used, "%s%s:%d:%d", sep, kKindNames[l->kind], l->k, l->s);
+            break;
+        case SM_LAYER_MOEHEAD:
+            if (l->k > 0) used += (size_t)snprintf(buf + used, n - used, "%smoehead:%d:%d:%d", sep, l->width, l->k, l->s);
+            else used += (size_t)snprintf(buf + used, n - used, "%smoehead:%d", sep, l->width);
             break;
         default: /* no number (ln, gap, the token layers) or one (dense, ffn, moe widths; the shuffle seed) */
             if (kKindArgs[l->kind] == 0) used += (size_t)snprintf(buf + used, n - used, "%s%s", sep, kKindNames[l->kind]);
@@ -203,6 +215,26 @@ static sm_module *res_block(const char *name, int C, sm_act act, sm_error *err) 
     return m;
 }
 
+/* SPHERE's MoE actor as a layer (model.h, moehead): experts F -> H (moe.depth hidden layers) -> V, and a
+ * gate MLP of sp->k dense layers of width sp->s with the activation (parameters <name>.gate.<i>.*) that
+ * the router reads; none when sp->k = 0. */
+static sm_module *moehead_module(const sm_model_config *c, const sm_layer_spec *sp, const char *name, sm_error *err) {
+    sm_moe_config mc = c->moe;
+    mc.H = sp->width;
+    mc.out_dim = c->n_classes;
+    sm_module *gate = NULL;
+    if (sp->k > 0) {
+        sm_module *g[8] = {NULL};
+        for (int i = 0; i < sp->k; i++)
+            if (!(g[i] = sm_dense_module("", sp->s, c->act, err))) {
+                for (int j = 0; j < i; j++) sm_module_free(g[j]);
+                return NULL;
+            }
+        if (!(gate = sm_seq_module("", g, sp->k, err))) return NULL;
+    }
+    return sm_moe_module_gated(name, &mc, gate, err);
+}
+
 /* The module of layer i (named layers.<i>, the names every checkpoint uses). */
 static sm_module *layer_module(const sm_model_config *c, int i, sm_error *err) {
     const sm_layer_spec *sp = &c->layers[i];
@@ -231,6 +263,7 @@ static sm_module *layer_module(const sm_model_config *c, int i, sm_error *err) {
     case SM_LAYER_TOKSUM: mod = sm_tokpool_module(name, 0, err); break;
     case SM_LAYER_RES: return res_block(name, sp->width, c->act, err);
     case SM_LAYER_ACT: mod = sm_act_module(name, c->act, err); break;
+    case SM_LAYER_MOEHEAD: return moehead_module(c, sp, name, err);
     }
     if (mod) mod->residual = c->residual && (sp->kind == SM_LAYER_FFN || sp->kind == SM_LAYER_MOE);
     return mod;
@@ -256,7 +289,10 @@ static sm_status build_net(const sm_model_config *cfg, sm_params *ps, sm_module 
     if ((*body)->out.rows != 1)
         return sm_fail(err, SM_ERR_ARG, "--arch: the layers end with %d tokens per example; end them with flatten, "
                        "tokmean or toksum before the head", (*body)->out.rows);
-    if (!(*head = sm_dense_module("head", cfg->n_classes, SM_ACT_NONE, err))) return SM_ERR_ARG;
+    /* a moehead layer already gives the classes: the head is then the identity (no parameters) */
+    const int moehead = cfg->layers[cfg->n_layers - 1].kind == SM_LAYER_MOEHEAD;
+    if (!(*head = moehead ? sm_act_module("head", SM_ACT_NONE, err) : sm_dense_module("head", cfg->n_classes, SM_ACT_NONE, err)))
+        return SM_ERR_ARG;
     return sm_module_declare(*head, ps, (*body)->out, err) != SM_OK ? SM_ERR_ARG : SM_OK;
 }
 
@@ -333,7 +369,7 @@ sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm
         L->mod = sm_seq_child(m->body, i);
         L->in = sm_shape_width(L->mod->in);
         L->out = sm_shape_width(L->mod->out);
-        L->hidden = (L->kind == SM_LAYER_FFN || L->kind == SM_LAYER_MOE) ? cfg->layers[i].width : 0;
+        L->hidden = (L->kind == SM_LAYER_FFN || L->kind == SM_LAYER_MOE || L->kind == SM_LAYER_MOEHEAD) ? cfg->layers[i].width : 0;
         L->moe = sm_moe_of(L->mod);
     }
     if (sm_params_alloc(ps, err) != SM_OK) goto fail;
@@ -467,7 +503,7 @@ int sm_model_dormant(sm_model *m, int T, double tau, sm_dormant_entry *out, int 
                            ? conv_dormant(h, T, mod->out.c, mod->out.h * mod->out.w, tau)
                            : sm_dormant_fraction(h, T * mod->out.rows, sm_shape_width(mod->out), tau, NULL);
             out[n++] = (sm_dormant_entry){i, -1, f};
-        } else if (L->kind == SM_LAYER_MOE && L->moe) {
+        } else if (L->moe) { /* moe and moehead layers */
             sm_moe *moe = L->moe;
             const sm_real *h = sm_moe_features(moe, NULL);
             if (!h) continue;
@@ -494,13 +530,13 @@ int sm_model_dormant(sm_model *m, int T, double tau, sm_dormant_entry *out, int 
 
 int sm_model_n_moe(const sm_model *m) {
     int n = 0;
-    for (int i = 0; i < m->n_layers; i++) n += m->layers[i].kind == SM_LAYER_MOE;
+    for (int i = 0; i < m->n_layers; i++) n += m->layers[i].moe != NULL; /* moe and moehead layers */
     return n;
 }
 
 sm_moe *sm_model_moe(const sm_model *m, int idx) {
     for (int i = 0; i < m->n_layers; i++)
-        if (m->layers[i].kind == SM_LAYER_MOE && idx-- == 0) return m->layers[i].moe;
+        if (m->layers[i].moe && idx-- == 0) return m->layers[i].moe;
     return NULL;
 }
 

@@ -186,7 +186,7 @@ static void act_sizes(const sm_moe *m, int max_T, int max_A, size_t sizes[MOE_N_
     if (m->experts) H = 0; /* factory experts keep their own activations (in the module's arena) */
     const size_t slot_t = m->router->ops->kind == SM_ROUTE_SOFT ? A * (d > O ? d : O) : 0;
     size_t s[MOE_N_ACT] = {A * d, L * A * H, L * A * H, A * O, A * O, A * d, dh_rows * H, S * T * H, S * T * H, T * O,
-                           L > 1 ? A * H : 0, A * H, slot_t};
+                           L > 1 ? A * H : 0, L * A * H, slot_t};
     memcpy(sizes, s, sizeof s);
 }
 
@@ -272,9 +272,10 @@ static void mlp_expert_backward(sm_moe *m, int e, int a0, int n) {
     sm_gemm(0, 0, n, H, O, 1, dy, O, W2, H, 0, dh, H);
     sm_linear_backward(NULL, m->dw2 + (size_t)e * O * H, m->db2 ? m->db2 + (size_t)e * O : NULL, dy, hl, W2, n, H, O);
     expert_tap(m, 2, e, a0, hl, dy, n, H, O);
-    if (m->dfeat_used)
-        for (size_t i = 0; i < (size_t)n * H; i++) dh[i] += m->dfeat[row + i];
     for (int j = L - 1; j >= 0; j--) {
+        /* extra gradients on hidden layer j's activations (sm_moe_features_at), before its activation's backward */
+        if (m->dfeat_used)
+            for (size_t i = 0; i < (size_t)n * H; i++) dh[i] += m->dfeat[j * stride + row + i];
         sm_act_backward_inplace(dh, m->hpre + j * stride + row, (size_t)n * H, m->cfg.act);
         if (j == 0) {
             sm_linear_backward(m->dxg + (size_t)a0 * d, m->dw1 + (size_t)e * H * d, m->db1 ? m->db1 + (size_t)e * H : NULL,
@@ -336,17 +337,20 @@ static void expert_backward(sm_moe *m, int e, int a0, int n) {
 /* a stochastic factory expert would draw from the call's RNG: then experts run in a fixed order */
 static int experts_in_parallel(const sm_moe *m) { return !m->experts || !(m->ctx->train && m->ctx->rng); }
 
-const sm_real *sm_moe_features(sm_moe *m, sm_real **dfeat) {
-    if (m->experts) {
+const sm_real *sm_moe_features_at(sm_moe *m, int j, sm_real **dfeat) {
+    if (m->experts || j < 0 || j >= m->L) {
         if (dfeat) *dfeat = NULL;
         return NULL;
     }
+    const size_t off = (size_t)j * m->max_A * m->H;
     if (dfeat) {
-        *dfeat = m->dfeat;
+        *dfeat = m->dfeat + off;
         m->dfeat_used = 1; /* the backward now adds it in */
     }
-    return m->h + (size_t)(m->L - 1) * m->max_A * m->H;
+    return m->h + off;
 }
+
+const sm_real *sm_moe_features(sm_moe *m, sm_real **dfeat) { return sm_moe_features_at(m, m->L - 1, dfeat); }
 
 /* SOFT routes. Group g holds tokens t0 .. t0 + mg - 1 and S = E p slots; slot s = e p + j of group g
  * is row (e G + g) p + j of the experts' inputs xg and outputs y (each expert's rows contiguous, so
@@ -418,7 +422,7 @@ void sm_moe_forward_gated(sm_moe *m, sm_real *out, const sm_real *x, const sm_re
     sm_route *r = &m->route;
     m->router->ops->forward(m->router, r, gx, T, rng, train);
     memset(r->dprobs, 0, sizeof(sm_real) * (size_t)T * E);
-    if (m->dfeat_used) memset(m->dfeat, 0, sizeof(sm_real) * (size_t)m->max_A * H);
+    if (m->dfeat_used) memset(m->dfeat, 0, sizeof(sm_real) * (size_t)m->L * m->max_A * H);
     const int A = r->n_assign;
     /* penalties may add to the combine weights' gradient before the backward adds the output's */
     if (r->kind == SM_ROUTE_SPARSE) memset(r->dweight, 0, sizeof(sm_real) * (size_t)A);

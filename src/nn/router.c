@@ -14,12 +14,12 @@
 /* Each router file exports its ops table; adding a router = one line here. */
 extern const sm_router_ops sm_router_topk_ops, sm_router_switch_ops, sm_router_expert_choice_ops,
     sm_router_hash_ops, sm_router_random_ops, sm_router_soft_ops, sm_router_vmf_ops, sm_router_grassmann_ops,
-    sm_router_prototype_ops, sm_router_ev_ops;
+    sm_router_prototype_ops, sm_router_ev_ops, sm_router_ds_ops;
 
 static const sm_router_ops *const kRouters[] = {
     &sm_router_topk_ops, &sm_router_switch_ops, &sm_router_expert_choice_ops, &sm_router_hash_ops,
     &sm_router_random_ops, &sm_router_soft_ops, &sm_router_vmf_ops, &sm_router_grassmann_ops,
-    &sm_router_prototype_ops, &sm_router_ev_ops,
+    &sm_router_prototype_ops, &sm_router_ev_ops, &sm_router_ds_ops,
 };
 #define N_ROUTERS (sizeof kRouters / sizeof kRouters[0])
 
@@ -277,4 +277,11 @@ sm_status sm_router_config_from_json(sm_router_config *c, const cJSON *o, const 
     if (x.st == SM_OK) (void)sm_router_config_set(c, c->name, NULL);
     if (x.st == SM_OK) for_each_key(c, opt_from_json, &x);
     return x.st;
+}
+
+int sm_router_declare_linear(sm_params *ps, const char *prefix, int rows, int d, sm_error *err) {
+    char name[SM_NAME_MAX];
+    int64_t shape[2] = {rows, d};
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    return sm_params_add(ps, name, 2, shape, SM_INIT_UNIFORM_FANIN, d, 0, 0, err);
 }

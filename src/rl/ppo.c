@@ -20,6 +20,8 @@
 
 #include "specmoe/core/optim.h"
 #include "specmoe/io/checkpoint.h"
+#include "specmoe/methods/sphere/sphere.h"
+#include "specmoe/nn/routers.h"
 #include "specmoe/rl/rl_log.h"
 
 /* ---- settings -------------------------------------------------------------------------------- */
@@ -45,8 +47,19 @@ static const sm_opt kOpts[] = {
     ROW("norm_reward", SM_OPT_BOOL, norm_reward, "0", "scale rewards by the std of the discounted return (clipped at 10)"),
     SM_OPT_STR_ROW(sm_ppo_config, "arch", arch, "dense:64,dense:64", "hidden layers of actor and critic"),
     SM_OPT_STR_ROW(sm_ppo_config, "act", act, "tanh", "activation of the hidden layers"),
+    SM_OPT_STR_ROW(sm_ppo_config, "actor", actor, "mlp",
+                   "actor: mlp (arch), mlp10x (arch widened to 10x the parameters), moe / dense-moe / ds-moe (experts "
+                   "that are each the arch MLP, a gate MLP of the same shape; SPHERE Sec. 5.1)"),
     ROW("total_timesteps", SM_OPT_U64, total_timesteps, "0", "horizon of the learning-rate anneal (0: the frame budget)"),
     ROW("checkpoint_every", SM_OPT_INT, checkpoint_every, "0", "updates between checkpoints (0: at the end only)"),
+    ROW("sphere_rho", SM_OPT_NUM, sphere_rho, "0", "SPHERE on the actor's expert features: the ratio rho (0: off; paper 0.001 grad, 0.05 loss)"),
+    SM_OPT_STR_ROW(sm_ppo_config, "sphere_mode", sphere_mode, "grad", "SPHERE coefficient: grad (s = rho |g_base| / |grad L|) or loss (rho |L_base| / L)"),
+    ROW("sphere_all_layers", SM_OPT_BOOL, sphere_all_layers, "0", "SPHERE ablation: every hidden expert layer, not only the last"),
+    ROW("sphere_per_expert", SM_OPT_BOOL, sphere_per_expert, "0", "SPHERE ablation: a sum of per-expert penalties (no cross-expert terms)"),
+    ROW("sphere_unweighted", SM_OPT_BOOL, sphere_unweighted, "0", "SPHERE ablation: features h_e without the routing weight p_e"),
+    ROW("diag_every", SM_OPT_INT, diag_every, "0",
+        "updates between diagnostics on a held-out batch (diag/: eNTK and feature effective ranks, feature norm, dormant ratio; 0: off)"),
+    ROW("diag_states", SM_OPT_INT, diag_states, "32", "states in the held-out batch of the diagnostics (at most the minibatch)"),
 };
 #undef ROW
 
@@ -82,11 +95,64 @@ static void ppo_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(con
     }
 }
 
-/* The actor's network: the template net (the CLI's model config: MoE and router settings; NULL for
- * the defaults) with the hidden stack cfg->arch and activation cfg->act, as the DQN family does;
- * input and output widths come from the environment. */
+/* Parameters of a dense stack D -> W (L layers) -> A with biases. */
+static double mlp_params(double D, double W, int L, double A) { return D * W + W + (L - 1) * (W * W + W) + W * A + A; }
+
+/* The actor kinds of SPHERE's baselines (Sec. 5.1, App. A.4), built from the hidden stack arch = L dense
+ * layers of width W (the paper: 3 x 256):
+ *   mlp10x     the stack widened to W' with about ten times the parameters (the positive root of
+ *              mlp_params(W') = 10 mlp_params(W))
+ *   moe        moehead:W:L:W - E experts, each the full MLP obs -> W (L layers) -> action mean, and a gate
+ *              MLP of the same shape in front of the router (its top-k, temperature, renorm are the
+ *              router flags: --experts --topk --temperature --renorm)
+ *   dense-moe  the same with every expert weighted (k = E)
+ * The critic always keeps arch. */
+static sm_status actor_kind(sm_model_config *mc, const sm_ppo_config *c, sm_error *err) {
+    if (!strcmp(c->actor, "mlp")) return SM_OK;
+    const int L = mc->n_layers, W = mc->layers[0].width;
+    for (int i = 0; i < L; i++)
+        if (mc->layers[i].kind != SM_LAYER_DENSE || mc->layers[i].width != W)
+            return sm_fail(err, SM_ERR_ARG, "ppo: actor %s builds its networks from arch, which must then be dense:W repeated "
+                           "(got '%s')", c->actor, c->arch);
+    if (!strcmp(c->actor, "mlp10x")) {
+        const double D = mc->in_dim, A = mc->n_classes, a = L - 1, b = D + 1 + (L - 1) + A, cc = A - 10 * mlp_params(D, W, L, A);
+        const double w = a > 0 ? (-b + sqrt(b * b - 4 * a * cc)) / (2 * a) : -cc / b;
+        for (int i = 0; i < L; i++) mc->layers[i].width = (int)lround(w);
+        return SM_OK;
+    }
+    const int ds = !strcmp(c->actor, "ds-moe");
+    if (strcmp(c->actor, "moe") && strcmp(c->actor, "dense-moe") && !ds)
+        return sm_fail(err, SM_ERR_ARG, "ppo: unknown actor '%s' (mlp, mlp10x, moe, dense-moe, ds-moe)", c->actor);
+    if (L > 8) return sm_fail(err, SM_ERR_ARG, "ppo: actor %s: at most 8 hidden layers (arch '%s')", c->actor, c->arch);
+    mc->n_layers = 1;
+    mc->layers[0] = (sm_layer_spec){.kind = SM_LAYER_MOEHEAD, .width = W, .k = L, .s = W};
+    mc->moe.depth = L;
+    if (!strcmp(c->actor, "dense-moe")) mc->moe.router.k = mc->moe.router.E;
+    if (ds) {
+        /* DeepSeekMoE's fine-grained split (Dai et al. 2024) at factor 2: each of the E experts becomes two
+         * of width W/2 (2E in all); the two halves of one are shared (every state, weight 1) and the 2k - 2
+         * others a state uses are routed among the remaining 2E - 2 by the ds router - the same active
+         * width as top-k of E */
+        sm_router_config *rc = &mc->moe.router;
+        const int E = rc->E, k = rc->k;
+        if (k < 2 || W < 2)
+            return sm_fail(err, SM_ERR_ARG, "ppo: actor ds-moe splits each expert in two and shares two halves: it needs "
+                           "topk >= 2 and a width >= 2 (got topk %d, arch '%s')", k, c->arch);
+        sm_status st = sm_router_config_set(rc, "ds", err);
+        if (st != SM_OK) return st;
+        rc->E = 2 * E, rc->k = 2 * k - 2;
+        sm_ds_opts(rc)->ds_shared = 2;
+        mc->layers[0].width = W / 2;
+    }
+    return SM_OK;
+}
+
+/* The actor's network (as_actor; else the critic's, before its width is set to 1): the template net
+ * (the CLI's model config: MoE and router settings; NULL for the defaults) with the hidden stack
+ * cfg->arch and activation cfg->act, as the DQN family does, then the actor kind; input and output
+ * widths come from the environment. */
 static sm_status actor_config(sm_model_config *mc, const sm_ppo_config *c, const sm_model_config *net,
-                              const sm_env_spec *env, sm_error *err) {
+                              const sm_env_spec *env, int as_actor, sm_error *err) {
     if (net) *mc = *net;
     else sm_model_config_default(mc);
     if (sm_act_parse(c->act, &mc->act)) return sm_fail(err, SM_ERR_ARG, "ppo: unknown activation '%s' (act)", c->act);
@@ -97,7 +163,7 @@ static sm_status actor_config(sm_model_config *mc, const sm_ppo_config *c, const
     mc->in_h = env->obs_h;
     mc->in_w = env->obs_w;
     mc->n_classes = env->act_n;
-    return SM_OK;
+    return as_actor ? actor_kind(mc, c, err) : SM_OK;
 }
 
 static sm_status ppo_check(const void *vcfg, const sm_env_spec *env, sm_error *err) {
@@ -121,11 +187,25 @@ static sm_status ppo_check(const void *vcfg, const sm_env_spec *env, sm_error *e
     if (!(c->max_grad_norm >= 0)) return sm_fail(err, SM_ERR_ARG, "ppo: max_grad_norm must be >= 0 (got %g)", c->max_grad_norm);
     if (!(c->target_kl >= 0)) return sm_fail(err, SM_ERR_ARG, "ppo: target_kl must be >= 0 (got %g)", c->target_kl);
     if (c->checkpoint_every < 0) return sm_fail(err, SM_ERR_ARG, "ppo: checkpoint_every must be >= 0 (got %d)", c->checkpoint_every);
+    sm_sphere_mode mode;
+    if (c->diag_every < 0) return sm_fail(err, SM_ERR_ARG, "ppo: diag_every must be >= 0 (got %d)", c->diag_every);
+    if (c->diag_states < 1 || c->diag_states > batch / c->num_minibatches)
+        return sm_fail(err, SM_ERR_ARG, "ppo: diag_states must be in [1, the minibatch %ld] (got %d)", batch / c->num_minibatches,
+                       c->diag_states);
+    if (!(c->sphere_rho >= 0)) return sm_fail(err, SM_ERR_ARG, "ppo: sphere_rho must be >= 0 (got %g)", c->sphere_rho);
+    if (sm_sphere_mode_parse(c->sphere_mode, &mode))
+        return sm_fail(err, SM_ERR_ARG, "ppo: sphere_mode must be grad or loss (got '%s')", c->sphere_mode);
     if (env) {
         const char *why = ppo_compatible(env);
         if (why) return sm_fail(err, SM_ERR_ARG, "%s", why);
         sm_model_config mc;
-        return actor_config(&mc, c, NULL, env, err);
+        sm_status st = actor_config(&mc, c, NULL, env, 1, err);
+        if (st != SM_OK) return st;
+        int n_moe = 0;
+        for (int i = 0; i < mc.n_layers; i++) n_moe += mc.layers[i].kind == SM_LAYER_MOE || mc.layers[i].kind == SM_LAYER_MOEHEAD;
+        if (c->sphere_rho > 0 && n_moe == 0)
+            return sm_fail(err, SM_ERR_ARG, "ppo: sphere_rho %g needs an MoE actor (SPHERE regularises the experts' features); "
+                           "the actor '%s' has no moe layer", c->sphere_rho, c->arch);
     }
     return SM_OK;
 }
@@ -322,6 +402,15 @@ typedef struct {
     sm_model *actor, *critic;
     sm_params ls;                 /* log_std (A), box actions only (an empty table otherwise) */
     sm_optim opt[3];              /* actor, critic, log_std */
+    sm_sphere_reg *sphere;        /* SPHERE on the actor, or NULL */
+    double sph_pen, sph_coef, sph_gb, sph_gp; /* their sums over the update's minibatches */
+    long sph_n;
+    double gn_sum;                /* global gradient norms (before clipping) over the update's minibatches */
+    long gn_n;
+    /* diagnostics (diag_every): a held-out batch drawn from the session's first rollout */
+    float *diag_x;                /* (diag_states, D) normalised observations */
+    int diag_n;                   /* 0 until drawn */
+    sm_real *diag_u;              /* (A) the unit direction of the eNTK's scalar output */
     int n_sets;
     sm_rng rng;
     sm_vecenv v;
@@ -362,13 +451,14 @@ typedef struct {
 static void ppo_free(ppo *p) {
     sm_model_free(p->actor);
     sm_model_free(p->critic);
+    sm_sphere_reg_free(p->sphere);
     for (int k = 0; k < 3; k++) sm_optim_free(&p->opt[k]);
     sm_params_free(&p->ls);
     sm_vecenv_free(&p->v);
     void *blocks[] = {p->obs_raw, p->final_obs, p->x, p->act, p->act_box, p->rew, p->term, p->trunc, p->rows,
                       p->b_obs, p->b_act, p->b_box, p->b_logp, p->b_val, p->b_rew, p->b_boot, p->b_adv, p->b_ret,
                       p->b_done, p->next_value, p->perm, p->m_obs, p->m_act, p->m_box, p->m_logp, p->m_adv,
-                      p->m_val, p->m_ret, p->ret_acc, p->rms_block};
+                      p->m_val, p->m_ret, p->ret_acc, p->rms_block, p->diag_x, p->diag_u};
     for (size_t i = 0; i < SM_LEN(blocks); i++) free(blocks[i]);
 }
 
@@ -410,16 +500,36 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
     if ((st = ppo_check(c, p->env, err)) != SM_OK) return st;
     p->N = c->num_envs, p->T = c->num_steps, p->D = sm_env_obs_numel(p->env), p->A = p->env->act_n;
     p->Bt = p->N * p->T, p->B = p->Bt / c->num_minibatches, p->box = p->env->act_kind == SM_SPACE_BOX;
-    if ((st = actor_config(&p->actor_cfg, c, net, p->env, err)) != SM_OK) return st;
+    if ((st = actor_config(&p->actor_cfg, c, net, p->env, 1, err)) != SM_OK) return st;
     sm_rng_seed(&p->rng, run->seed);
     p->seed = run->seed;
     int maxT = p->B > p->N ? p->B : p->N;
-    sm_model_config cc = p->actor_cfg;
+    sm_model_config cc;
+    if ((st = actor_config(&cc, c, net, p->env, 0, err)) != SM_OK) return st;
     cc.n_classes = 1;
     if (!(p->actor = sm_model_create(&p->actor_cfg, maxT, &p->rng, err))) return err ? err->code : SM_ERR_ARG;
     if (!(p->critic = sm_model_create(&cc, maxT, &p->rng, err))) return err ? err->code : SM_ERR_ARG;
     if ((st = init_orthogonal(p->actor, 0.01, &p->rng, err)) != SM_OK) return st;
     if ((st = init_orthogonal(p->critic, 1.0, &p->rng, err)) != SM_OK) return st;
+    if (p->actor_cfg.layers[p->actor_cfg.n_layers - 1].kind == SM_LAYER_MOEHEAD) {
+        /* the experts' output layers give the action means: scaled to 0.01 of their init, as the
+         * policy head's gain 0.01 above, so the first policy is near the zero mean */
+        sm_params *ps = &p->actor->params;
+        for (int i = 0; i < ps->n; i++) {
+            const char *nm = ps->p[i].name;
+            size_t n = strlen(nm);
+            if (n > 11 && (!strcmp(nm + n - 11, ".experts.w2") || !strcmp(nm + n - 11, ".experts.b2")))
+                for (size_t j = 0; j < ps->p[i].numel; j++) sm_params_data(ps, i)[j] *= (sm_real)0.01;
+        }
+    }
+    if (c->sphere_rho > 0) {
+        sm_sphere_config sc = {.rho = c->sphere_rho, .all_layers = c->sphere_all_layers, .per_expert = c->sphere_per_expert,
+                               .unweighted = c->sphere_unweighted};
+        sm_sphere_mode_parse(c->sphere_mode, &sc.mode); /* checked by ppo_check */
+        sm_error e;
+        if (!(p->sphere = sm_sphere_reg_create(&sc, p->actor, &e)))
+            return sm_fail(err, e.code, "ppo: sphere_rho %g: %s", c->sphere_rho, e.msg);
+    }
     /* the log-std parameter: zeros at the start (CleanRL's actor_logstd) */
     sm_params_init_table(&p->ls);
     int64_t sh[1] = {p->A};
@@ -461,6 +571,8 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
     for (size_t i = 0; i < SM_LEN(mreals); i++) *mreals[i] = alloc0(B, sizeof(sm_real), &bad);
     p->ret_acc = alloc0(N, sizeof(double), &bad);
     p->rms_block = alloc0(2 * D + 2, sizeof(double), &bad);
+    p->diag_x = alloc0((size_t)c->diag_states * D, sizeof(float), &bad);
+    p->diag_u = alloc0(A, sizeof(sm_real), &bad);
     if (bad) return sm_fail(err, SM_ERR_NOMEM, "ppo: out of memory for %d x %d rollouts of %s", p->N, p->T, run->env);
     p->obs_rms = (rms){0, p->rms_block, p->rms_block + D, p->D};
     p->ret_rms = (rms){0, p->rms_block + 2 * D, p->rms_block + 2 * D + 1, 1};
@@ -621,6 +733,19 @@ static sm_status ppo_save(ppo *p, const char *path, const sm_rl_run *run, sm_err
     return st;
 }
 
+/* A checkpoint's agent settings as this build writes them: options added since it was written (the
+ * actor kind, SPHERE's) take their defaults, which are the behaviour it was trained with. NULL if
+ * they do not parse. */
+static char *canonical_settings(const char *s) {
+    sm_ppo_config c;
+    sm_opt_defaults(kOpts, (int)SM_LEN(kOpts), &c);
+    cJSON *o = s ? cJSON_Parse(s) : NULL;
+    sm_error e;
+    sm_status st = o ? sm_agent_config_from_json(&sm_agent_ppo, &c, o, "agent_settings", &e) : SM_ERR_FORMAT;
+    cJSON_Delete(o);
+    return st == SM_OK ? settings_json(&c) : NULL;
+}
+
 /* Checks the agent, env, settings and network metadata of a PPO checkpoint against what is asked. */
 static sm_status check_meta(const sm_safetensors *st, const char *path, const char *env, const char *settings,
                             const char *network, sm_error *err) {
@@ -629,8 +754,13 @@ static sm_status check_meta(const sm_safetensors *st, const char *path, const ch
     if (!a || strcmp(a, "ppo")) return sm_fail(err, SM_ERR_MISMATCH, "%s: not a ppo checkpoint (agent '%s')", path, a ? a : "none");
     if (env && (!e || strcmp(e, env)))
         return sm_fail(err, SM_ERR_MISMATCH, "%s: trained on env %s, not %s", path, e ? e : "(none)", env);
-    if (settings && (!s || strcmp(s, settings)))
-        return sm_fail(err, SM_ERR_MISMATCH, "%s: its agent settings %s differ from this run's %s", path, s ? s : "(none)", settings);
+    if (settings) {
+        char *cs = canonical_settings(s);
+        const int differ = !cs || strcmp(cs, settings);
+        free(cs);
+        if (differ)
+            return sm_fail(err, SM_ERR_MISMATCH, "%s: its agent settings %s differ from this run's %s", path, s ? s : "(none)", settings);
+    }
     if (network && (!n || strcmp(n, network)))
         return sm_fail(err, SM_ERR_MISMATCH, "%s: its network %s differs from this run's %s", path, n ? n : "(none)", network);
     return SM_OK;
@@ -801,12 +931,24 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
             double lv = sm_ppo_value_loss(p->critic->dlogits, &st, v, p->m_val, p->m_ret, B, p->c.clip_coef, p->c.clip_vloss,
                                           p->c.vf_coef);
             sm_model_backward_into(p->critic, &p->critic->params, B);
+            if (p->sphere) { /* App. A.3: g_actor += coef * grad L, coef from this minibatch's norms or losses */
+                sm_params *others[2] = {&p->critic->params, &p->ls};
+                sm_sphere_stats ss;
+                sm_sphere_step(p->sphere, others, p->n_sets - 1, lp + lv, B, &ss);
+                if (!isfinite(ss.penalty) || !isfinite(ss.coef))
+                    return sm_fail(err, SM_ERR_NUMERIC, "ppo: update %ld (global step %ld): the SPHERE %s is %g", p->updates + 1,
+                                   p->global_step, isfinite(ss.penalty) ? "coefficient" : "penalty",
+                                   isfinite(ss.penalty) ? ss.coef : ss.penalty);
+                p->sph_pen += ss.penalty, p->sph_coef += ss.coef, p->sph_n++;
+                p->sph_gb += ss.gnorm_base, p->sph_gp += ss.gnorm_pen;
+            }
             double gn = sm_clip_grad_norm_sets(sets, p->n_sets, p->c.max_grad_norm);
             if (!isfinite(lp) || !isfinite(lv) || !isfinite(gn))
                 return sm_fail(err, SM_ERR_NUMERIC, "ppo: update %ld (global step %ld): %s is %g", p->updates + 1,
                                p->global_step, !isfinite(lp) ? "the policy loss" : !isfinite(lv) ? "the value loss" : "the gradient norm",
                                !isfinite(lp) ? lp : !isfinite(lv) ? lv : gn);
             for (int s = 0; s < p->n_sets; s++) sm_optim_step(&p->opt[s], sets[s], lr);
+            p->gn_sum += gn, p->gn_n++;
             cf += st.clipfrac, n_mb++;
             *last = st;
         }
@@ -825,6 +967,40 @@ static double explained_variance(const sm_real *pred, const sm_real *y, int n) {
         vy += a * a, vd += d * d;
     }
     return vy == 0 ? NAN : 1 - vd / vy;
+}
+
+/* The diagnostics of SPHERE's Sec. 5 / App. A.5 on the held-out batch (drawn from the first rollout
+ * of the session, rows spread evenly over it, with a fixed unit direction u of the action means for
+ * the eNTK's scalar output, from the run's seed): the eNTK effective rank, the effective rank and
+ * mean norm of the routing-weighted features and L on it (MoE actors), the dormant ratio of the
+ * actor's last layer (tau 0.1), and the mean global gradient norm of the update's minibatches. None
+ * of it changes the training. */
+static sm_status diagnose(ppo *p, sm_rl_log *log, sm_error *err) {
+    const int Nd = p->c.diag_states, D = p->D, A = p->A;
+    if (!p->diag_n) {
+        for (int i = 0; i < Nd; i++)
+            memcpy(p->diag_x + (size_t)i * D, p->b_obs + (size_t)((long)i * p->Bt / Nd) * D, sizeof(float) * D);
+        sm_rng r;
+        sm_rng_seed(&r, p->seed ^ 0x5350484552ULL); /* its own stream: the training's RNG is untouched */
+        double n2 = 0;
+        for (int j = 0; j < A; j++) p->diag_u[j] = (sm_real)sm_rng_normal(&r), n2 += (double)p->diag_u[j] * p->diag_u[j];
+        for (int j = 0; j < A; j++) p->diag_u[j] = (sm_real)(p->diag_u[j] / sqrt(n2));
+        p->diag_n = Nd;
+    }
+    sm_sphere_diag dg;
+    sm_status st = sm_sphere_diagnose(p->actor, p->diag_x, Nd, p->diag_u, &dg, err);
+    if (st != SM_OK) return st;
+    sm_model_forward(p->actor, p->diag_x, Nd, NULL, 0);
+    enum { MAX_ENTRIES = 1024 };
+    static sm_dormant_entry e[MAX_ENTRIES];
+    int k = sm_model_dormant(p->actor, Nd, 0.1, e, MAX_ENTRIES);
+    double dormant = NAN;
+    for (int i = 0; i < k; i++)
+        if (e[i].expert < 0) dormant = e[i].fraction; /* the last layer's */
+    static const char *const kDiag[] = {"diag/entk_srank", "diag/dormant", "diag/grad_norm", "diag/feature_srank",
+                                        "diag/feature_norm", "diag/penalty"};
+    double vals[] = {dg.entk_srank, dormant, p->gn_n ? p->gn_sum / p->gn_n : NAN, dg.feature_srank, dg.feature_norm, dg.penalty};
+    return sm_rl_log_record(log, p->global_step, kDiag, vals, dg.have_features ? 6 : 3, err);
 }
 
 static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const sm_rl_run *run, sm_rl_result *res,
@@ -859,7 +1035,9 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
     double t0 = sm_time_now();
     static const char *const kKeys[] = {"charts/learning_rate", "losses/value_loss", "losses/policy_loss",
                                         "losses/entropy",       "losses/old_approx_kl", "losses/approx_kl",
-                                        "losses/clipfrac",      "losses/explained_variance", "SPS"};
+                                        "losses/clipfrac",      "losses/explained_variance", "SPS",
+                                        "sphere/penalty",       "sphere/coef",          "sphere/grad_norm_base",
+                                        "sphere/grad_norm_penalty"};
     while (st == SM_OK && p.updates < end) {
         double frac = 1.0 - (double)p.updates / (double)p.num_updates;
         double lr = c->anneal_lr ? frac * c->learning_rate : c->learning_rate;
@@ -881,8 +1059,14 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
         }
         p.updates++;
         double vals[] = {lr, s.v_loss, s.pg_loss, s.entropy, s.old_approx_kl, s.approx_kl, clipfrac,
-                         explained_variance(p.b_val, p.b_ret, p.Bt), sm_rl_log_sps(&log, p.global_step)};
-        if ((st = sm_rl_log_record(&log, p.global_step, kKeys, vals, (int)SM_LEN(vals), err)) != SM_OK) break;
+                         explained_variance(p.b_val, p.b_ret, p.Bt), sm_rl_log_sps(&log, p.global_step),
+                         p.sph_n ? p.sph_pen / p.sph_n : 0, p.sph_n ? p.sph_coef / p.sph_n : 0,
+                         p.sph_n ? p.sph_gb / p.sph_n : 0, p.sph_n ? p.sph_gp / p.sph_n : 0};
+        /* the SPHERE means over this update's minibatches, when it is on */
+        if ((st = sm_rl_log_record(&log, p.global_step, kKeys, vals, (int)SM_LEN(vals) - (p.sphere ? 0 : 4), err)) != SM_OK) break;
+        if (c->diag_every > 0 && p.updates % c->diag_every == 0 && (st = diagnose(&p, &log, err)) != SM_OK) break;
+        p.sph_pen = p.sph_coef = p.sph_gb = p.sph_gp = 0, p.sph_n = 0;
+        p.gn_sum = 0, p.gn_n = 0;
         char extra[96];
         snprintf(extra, sizeof extra, "update %ld/%ld  approx_kl %.4f", p.updates, p.num_updates, s.approx_kl);
         sm_rl_log_progress(&log, p.global_step, end * batch, ret_n ? ret_sum / ret_n : NAN, extra);

@@ -42,13 +42,17 @@ typedef enum {
     SM_LAYER_TOKSUM,    /* toksum           their sum */
     /* encoders (README, "Encoders"): the Impala ResNet's residual block, and the activation alone */
     SM_LAYER_RES,       /* res:C            x + conv3x3(act(conv3x3(act(x)))), C channels in and out (Impala) */
-    SM_LAYER_ACT        /* act              the activation (--act) alone */
+    SM_LAYER_ACT,       /* act              the activation (--act) alone */
+    /* an MoE layer that ends the network (SPHERE's MoE actor): experts are full MLPs F -> H (moe.depth
+     * hidden layers) -> V, the classes (action means, logits); optionally a gate MLP of G hidden layers
+     * of width GW (each with the activation) in front of the router; no linear head after it */
+    SM_LAYER_MOEHEAD    /* moehead:H or moehead:H:G:GW; the last layer */
 } sm_layer_kind;
 
 typedef struct {
     sm_layer_kind kind;
     int width;   /* dense: output width; ffn / moe: hidden width of the MLP / of each expert; conv: OC */
-    int k, s, p; /* conv / pool: kernel, stride, padding */
+    int k, s, p; /* conv / pool: kernel, stride, padding; moehead: gate layers (k) and width (s) */
 } sm_layer_spec;
 
 typedef struct {
@@ -100,7 +104,7 @@ typedef struct {
     int n_layers;
     sm_layer layers[SM_MAX_LAYERS];
     sm_module *body;        /* seq "layers" */
-    sm_module *head;        /* dense "head", no activation */
+    sm_module *head;        /* dense "head", no activation (after a moehead layer: the identity) */
     sm_real *arena;         /* the buffers below, one allocation */
     sm_real *input;         /* (T,D) */
     sm_real *logits;        /* (T,V) */

@@ -71,7 +71,7 @@ typedef struct {
     sm_real *sh;   /* (S,T,H) */
     sm_real *sy;   /* (T,O) shared expert output scratch */
     sm_real *dh2;  /* (A,H) second backward scratch of deeper experts */
-    sm_real *dfeat;/* (A,H) extra gradient on the last hidden features (sm_moe_features) */
+    sm_real *dfeat;/* (L,A,H) extra gradients on the hidden features (sm_moe_features_at), stride max_A*H */
     int dfeat_used;
     struct sm_taps *taps;  /* set by the module for one backward: expert linear maps are reported */
     const sm_params *tap_ps; /* whose tensor names the taps report */
@@ -103,6 +103,10 @@ void sm_moe_backward(sm_moe *m, sm_real *dx, const sm_real *dout, const sm_real 
  * route.n_assign. dfeat (A,H), zeroed by every forward, takes an extra gradient on them (e.g. a
  * penalty on routing-weighted expert features, SPHERE); the backward adds it in. */
 const sm_real *sm_moe_features(sm_moe *m, sm_real **dfeat);
+/* The same for hidden layer j (0 <= j < L; L-1 is sm_moe_features), after its activation: (A,H)
+ * rows in the same order, with its own extra-gradient buffer dfeat (A,H), zeroed by every forward
+ * and added in before layer j's activation backward. NULL for factory experts or j out of range. */
+const sm_real *sm_moe_features_at(sm_moe *m, int j, sm_real **dfeat);
 /* A router reading gate input g (T,dg) instead of x: the layer is built with sm_moe_create_gated,
  * and forward/backward take g and its gradient dg (T,dg) += ... (dg may alias dx when g is x). */
 sm_moe *sm_moe_create_gated(const sm_moe_config *cfg, int d, int dg, sm_error *err);

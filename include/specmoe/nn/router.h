@@ -200,6 +200,9 @@ static inline int sm_router_opt_set(const sm_router_opt *o, sm_router_config *c,
 }
 
 /* Allocates a route for up to max_T tokens; SOFT routes also get their (max_T, E*slots) matrices. */
+/* Declares a router's linear gate, <prefix>.weight of (rows, d) with fan-in uniform init; returns its
+ * parameter index or -1 (err set). */
+int sm_router_declare_linear(sm_params *ps, const char *prefix, int rows, int d, sm_error *err);
 sm_status sm_route_alloc(sm_route *route, sm_route_kind kind, int max_T, int E, int max_assign, int slots,
                          sm_error *err);
 void sm_route_free(sm_route *route);

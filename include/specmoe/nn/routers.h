@@ -45,6 +45,13 @@ typedef struct {
 /* sm_random_opts(cfg): the accessor (cfg must name this router) */
 SM_ROUTER_OWN_ACCESSOR(sm_random_router_opts, sm_random_opts)
 
+/* ds (DeepSeekMoE's shared-expert routing, src/nn/router_shared.c) */
+typedef struct {
+    int ds_shared; /* the first ds_shared experts take every token with weight 1 */
+} sm_ds_router_opts;
+/* sm_ds_opts(cfg): the accessor (cfg must name this router) */
+SM_ROUTER_OWN_ACCESSOR(sm_ds_router_opts, sm_ds_opts)
+
 #ifdef __cplusplus
 }
 #endif

@@ -43,9 +43,16 @@ typedef struct {
     double target_kl;            /* 0: no early stop */
     int norm_obs, norm_reward;
     char arch[256];              /* hidden stack of actor and critic */
+    char actor[16];              /* mlp | mlp10x | moe | dense-moe | ds-moe: the actor built from arch (SPHERE Sec. 5.1) */
     char act[16];                /* its activation */
     uint64_t total_timesteps;    /* horizon of the learning-rate anneal; 0: the run's frame budget */
     int checkpoint_every;        /* updates between checkpoints (0: only at the end / on stop) */
+    /* SPHERE on the actor (include/specmoe/methods/sphere/sphere.h, App. A.3): rho 0 is off */
+    double sphere_rho;
+    char sphere_mode[8];         /* grad | loss */
+    int sphere_all_layers, sphere_per_expert, sphere_unweighted; /* Table 1's ablations */
+    int diag_every;              /* updates between diagnostics on a held-out batch (0: off) */
+    int diag_states;             /* its size */
 } sm_ppo_config;
 
 /* Statistics of one minibatch's loss (CleanRL's names). */

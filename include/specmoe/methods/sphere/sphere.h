@@ -49,6 +49,63 @@ sm_status sm_sphere_features(sm_moe *m, sm_real *phi, sm_error *err);
  * backward consumes). */
 void sm_sphere_features_backward(sm_moe *m, const sm_real *dphi);
 
+/* The same at hidden layer j of the experts (0 <= j < L; L-1 gives sm_sphere_features), with
+ * weighted = 0 for the "unweighted features" ablation (Table 1): row t = concat_e [e selected] h_e,
+ * whose backward leaves the combine weights alone. */
+sm_status sm_sphere_features_at(sm_moe *m, int j, int weighted, sm_real *phi, sm_error *err);
+void sm_sphere_features_at_backward(sm_moe *m, int j, int weighted, const sm_real *dphi);
+
+/* ---- SPHERE in training (App. A.3) ------------------------------------------------------------
+ * The penalty's gradient is kept apart from the base loss's and combined per minibatch:
+ *   "grad": g = g_base + s grad L,       s      = rho ||g_base|| / (||grad L|| + 1e-8)
+ *   "loss": g = g_base + lambda grad L,  lambda = rho |L_base| / (L + 1e-8)
+ * with s and lambda constants (no gradient flows through them) and the norms global over every
+ * parameter the step updates (grad L is zero outside the regularised network). */
+typedef enum { SM_SPHERE_GRAD = 0, SM_SPHERE_LOSS } sm_sphere_mode;
+
+typedef struct {
+    double rho;          /* the ratio; 0 turns SPHERE off */
+    sm_sphere_mode mode;
+    int all_layers;      /* ablation: every hidden expert layer, not only the last (Table 1) */
+    int per_expert;      /* ablation: sum over experts of each expert's own Eq. 26 (no cross-expert terms) */
+    int unweighted;      /* ablation: h_e in place of p_e h_e */
+} sm_sphere_config;
+
+/* "grad" or "loss" into *mode; -1 for anything else */
+int sm_sphere_mode_parse(const char *s, sm_sphere_mode *mode);
+/* The coefficient of grad L above: s from the two global gradient norms (mode grad) or lambda
+ * from the two losses (mode loss). */
+double sm_sphere_coef(const sm_sphere_config *c, double gnorm_base, double gnorm_pen, double loss_base,
+                      double loss_pen);
+
+/* The penalty on a model: its sites are the last hidden layer of the experts of the model's last
+ * MoE layer (all_layers: every hidden layer of every MoE layer). Each needs built-in MLP experts and
+ * a sparse (top-k) router; the model must carry no penalties of its own (SR-MoE's would enter the
+ * penalty's backward). NULL with the reason in err otherwise. */
+typedef struct sm_sphere_reg sm_sphere_reg;
+sm_sphere_reg *sm_sphere_reg_create(const sm_sphere_config *c, sm_model *m, sm_error *err);
+void sm_sphere_reg_free(sm_sphere_reg *r);
+/* After m's forward of T rows (T <= m->max_T) and after the base loss's backward: returns L (summed
+ * over sites; per_expert: over experts too) and ADDS its gradient over m's parameters into pv->grad
+ * (pv a view of m->params: sm_params_view), by one more backward of m with a zero output gradient,
+ * the routers' auxiliary-loss weights (balance, z-loss) set to 0 for that pass, and the penalty's
+ * gradient on the features and combine weights as the only source. Overwrites m->dlogits. */
+double sm_sphere_reg_grad(sm_sphere_reg *r, const sm_params *pv, int T);
+
+/* One minibatch of App. A.3, after the base backward: the regularised model's parameter gradients
+ * (m->params.grad) and those of the other parameter sets the step updates (others, e.g. a critic
+ * and a log-std; n_others may be 0) hold g_base, loss_base is the base loss. Computes grad L
+ * (sm_sphere_reg_grad, into a buffer of its own), the coefficient from the global norms (over m
+ * and others) or the losses, and adds coef * grad L into m->params.grad. */
+typedef struct {
+    double penalty;    /* L */
+    double coef;       /* s (grad mode) or lambda (loss mode) */
+    double gnorm_base; /* ||g_base|| over every set */
+    double gnorm_pen;  /* ||grad L|| */
+} sm_sphere_stats;
+void sm_sphere_step(sm_sphere_reg *r, sm_params *const *others, int n_others, double loss_base, int T,
+                    sm_sphere_stats *out);
+
 /* The eNTK effective rank of SPHERE Eq. 7, exactly, for a few hundred states: f_i = u^T logits(x_i)
  * (u (V): the scalar projection of the output; SPHERE's actor mean projected on a fixed direction),
  * J (N, P) its per-sample gradients over every parameter of m, K = J J^T (N, N), and
@@ -60,6 +117,19 @@ void sm_sphere_features_backward(sm_moe *m, const sm_real *dphi);
  * descending order. The parameter gradients of m are left zeroed. */
 sm_status sm_entk_rank_exact(sm_model *m, const float *x, int N, const sm_real *u, double *rank, double *eig,
                              sm_error *err);
+
+/* SPHERE's diagnostics on a fixed held-out batch x (N inputs, N <= m->max_T): the exact eNTK effective
+ * rank of u^T f (sm_entk_rank_exact), and, when m has an MoE layer with built-in experts and a sparse
+ * router (its last one), the routing-weighted features phi (N, D) of Eq. 26 there: the effective rank
+ * of A = phi phi^T / N (its eigenvalues by LAPACKE dsyev; the spectral-entropy rank of Fig. 7), the
+ * mean feature norm ||phi_t|| and L itself. The forward is in evaluation mode; m's gradients are
+ * left zeroed. */
+typedef struct {
+    double entk_srank;
+    int have_features;   /* the rest is set only when 1 */
+    double feature_srank, feature_norm, penalty;
+} sm_sphere_diag;
+sm_status sm_sphere_diagnose(sm_model *m, const float *x, int N, const sm_real *u, sm_sphere_diag *out, sm_error *err);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,171 @@
+/* SPHERE in training (App. A.2-A.3; include/specmoe/methods/sphere/sphere.h): the penalty of
+ * Eq. 26 on a model's expert features, its gradient over the parameters kept apart from the base
+ * loss's, and the adaptive coefficient that combines the two. */
+#include "specmoe/methods/sphere/sphere.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "specmoe/nn/router.h"
+
+#define MAX_SITES 64
+
+struct sm_sphere_reg {
+    sm_sphere_config c;
+    sm_model *m;
+    int n_sites;
+    sm_moe *moe[MAX_SITES]; /* site i: hidden layer layer[i] of moe[i]'s experts */
+    int layer[MAX_SITES];
+    sm_real *block;         /* one allocation for the buffers below */
+    sm_real *phi, *dphi;    /* (max_T, E H) of the widest site */
+    sm_real *slice, *dslice;/* (max_T, H) one expert's columns (per_expert) */
+    sm_real *work;          /* sm_sphere_work_values of the largest penalty */
+    sm_real *gpen;          /* (P) grad L over the model's parameters (sm_sphere_step) */
+};
+
+int sm_sphere_mode_parse(const char *s, sm_sphere_mode *mode) {
+    if (!strcmp(s, "grad")) *mode = SM_SPHERE_GRAD;
+    else if (!strcmp(s, "loss")) *mode = SM_SPHERE_LOSS;
+    else return -1;
+    return 0;
+}
+
+double sm_sphere_coef(const sm_sphere_config *c, double gnorm_base, double gnorm_pen, double loss_base, double loss_pen) {
+    /* App. A.3: both are plain numbers, computed from this minibatch and then held fixed */
+    if (c->mode == SM_SPHERE_LOSS) return c->rho * fabs(loss_base) / (loss_pen + 1e-8);
+    return c->rho * gnorm_base / (gnorm_pen + 1e-8);
+}
+
+sm_sphere_reg *sm_sphere_reg_create(const sm_sphere_config *c, sm_model *m, sm_error *err) {
+    if (!(c->rho > 0)) {
+        sm_fail(err, SM_ERR_ARG, "sphere: rho must be > 0 (got %g)", c->rho);
+        return NULL;
+    }
+    if (m->n_penalties > 0) {
+        sm_fail(err, SM_ERR_ARG, "sphere: the model carries penalties of its own (SR-MoE), which would enter SPHERE's backward");
+        return NULL;
+    }
+    const int n_moe = sm_model_n_moe(m);
+    if (n_moe == 0) {
+        sm_fail(err, SM_ERR_ARG, "sphere: the network has no MoE layer (SPHERE regularises the experts' features)");
+        return NULL;
+    }
+    sm_sphere_reg *r = calloc(1, sizeof *r);
+    if (!r) {
+        sm_fail(err, SM_ERR_NOMEM, "sphere: out of memory");
+        return NULL;
+    }
+    r->c = *c;
+    r->m = m;
+    size_t wide = 0, H_max = 0, work = 0;
+    for (int i = c->all_layers ? 0 : n_moe - 1; i < n_moe; i++) {
+        sm_moe *moe = sm_model_moe(m, i);
+        if (moe->experts || moe->router->ops->kind != SM_ROUTE_SPARSE) {
+            sm_fail(err, SM_ERR_ARG, "sphere: MoE layer %d needs built-in MLP experts and a top-k (sparse) router (router %s)", i,
+                    moe->router->cfg.name);
+            sm_sphere_reg_free(r);
+            return NULL;
+        }
+        for (int j = c->all_layers ? 0 : moe->L - 1; j < moe->L; j++) {
+            if (r->n_sites == MAX_SITES) {
+                sm_fail(err, SM_ERR_ARG, "sphere: more than %d hidden expert layers", MAX_SITES);
+                sm_sphere_reg_free(r);
+                return NULL;
+            }
+            r->moe[r->n_sites] = moe, r->layer[r->n_sites++] = j;
+        }
+        size_t D = (size_t)moe->E * moe->H, w = sm_sphere_work_values(m->max_T, c->per_expert ? moe->H : (int)D);
+        wide = D > wide ? D : wide;
+        H_max = (size_t)moe->H > H_max ? (size_t)moe->H : H_max;
+        work = w > work ? w : work;
+    }
+    const size_t T = (size_t)m->max_T;
+    r->block = malloc(sizeof(sm_real) * (2 * T * wide + 2 * T * H_max + work + m->params.total));
+    if (!r->block) {
+        sm_fail(err, SM_ERR_NOMEM, "sphere: out of memory for the features of %zu rows x %zu", T, wide);
+        sm_sphere_reg_free(r);
+        return NULL;
+    }
+    r->phi = r->block, r->dphi = r->phi + T * wide;
+    r->slice = r->dphi + T * wide, r->dslice = r->slice + T * H_max, r->work = r->dslice + T * H_max;
+    r->gpen = r->work + work;
+    return r;
+}
+
+void sm_sphere_reg_free(sm_sphere_reg *r) {
+    if (!r) return;
+    free(r->block);
+    free(r);
+}
+
+/* Eq. 26 on phi (T, E H) - or, per_expert, the sum over e of Eq. 26 on expert e's H columns -
+ * with its gradient written into dphi. */
+static double site_penalty(sm_sphere_reg *r, int T, int E, int H) {
+    const int D = E * H;
+    memset(r->dphi, 0, sizeof(sm_real) * (size_t)T * D);
+    if (!r->c.per_expert) return sm_sphere_penalty(r->phi, T, D, r->dphi, 1, r->work);
+    double L = 0;
+    for (int e = 0; e < E; e++) {
+        for (int t = 0; t < T; t++) memcpy(r->slice + (size_t)t * H, r->phi + (size_t)t * D + (size_t)e * H, sizeof(sm_real) * H);
+        memset(r->dslice, 0, sizeof(sm_real) * (size_t)T * H);
+        L += sm_sphere_penalty(r->slice, T, H, r->dslice, 1, r->work);
+        for (int t = 0; t < T; t++) memcpy(r->dphi + (size_t)t * D + (size_t)e * H, r->dslice + (size_t)t * H, sizeof(sm_real) * H);
+    }
+    return L;
+}
+
+double sm_sphere_reg_grad(sm_sphere_reg *r, const sm_params *pv, int T) {
+    sm_model *m = r->m;
+    const int n_moe = sm_model_n_moe(m);
+    /* the base backward has added the output's gradient to the combine weights: start over */
+    for (int i = 0; i < n_moe; i++) {
+        sm_moe *moe = sm_model_moe(m, i);
+        if (moe->route.kind == SM_ROUTE_SPARSE) memset(moe->route.dweight, 0, sizeof(sm_real) * (size_t)moe->route.n_assign);
+    }
+    double L = 0;
+    for (int s = 0; s < r->n_sites; s++) {
+        sm_moe *moe = r->moe[s];
+        const int j = r->layer[s], w = !r->c.unweighted;
+        /* the features were checked at create: this cannot fail */
+        (void)sm_sphere_features_at(moe, j, w, r->phi, NULL);
+        L += site_penalty(r, T, moe->E, moe->H);
+        sm_sphere_features_at_backward(moe, j, w, r->dphi);
+    }
+    /* the penalty is the only source of this backward: no output gradient, no auxiliary losses */
+    memset(m->dlogits, 0, sizeof(sm_real) * (size_t)T * m->cfg.n_classes);
+    double aux[MAX_SITES][2];
+    for (int i = 0; i < n_moe && i < MAX_SITES; i++) {
+        sm_router_config *rc = &sm_model_moe(m, i)->router->cfg;
+        aux[i][0] = rc->balance_coef, aux[i][1] = rc->zloss_coef;
+        rc->balance_coef = rc->zloss_coef = 0;
+    }
+    sm_model_backward_into(m, pv, T);
+    for (int i = 0; i < n_moe && i < MAX_SITES; i++) {
+        sm_router_config *rc = &sm_model_moe(m, i)->router->cfg;
+        rc->balance_coef = aux[i][0], rc->zloss_coef = aux[i][1];
+    }
+    return L;
+}
+
+static double sq_norm(const sm_real *g, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+    return s;
+}
+
+void sm_sphere_step(sm_sphere_reg *r, sm_params *const *others, int n_others, double loss_base, int T, sm_sphere_stats *out) {
+    sm_params *ps = &r->m->params;
+    const size_t P = ps->total;
+    double nb = sq_norm(ps->grad, P);
+    for (int i = 0; i < n_others; i++) nb += sq_norm(others[i]->grad, others[i]->total);
+    memset(r->gpen, 0, sizeof(sm_real) * P);
+    sm_params view = sm_params_view(ps, r->gpen);
+    sm_sphere_stats s = {0};
+    s.penalty = sm_sphere_reg_grad(r, &view, T);
+    s.gnorm_base = sqrt(nb);
+    s.gnorm_pen = sqrt(sq_norm(r->gpen, P));
+    s.coef = sm_sphere_coef(&r->c, s.gnorm_base, s.gnorm_pen, loss_base, s.penalty);
+    for (size_t i = 0; i < P; i++) ps->grad[i] += (sm_real)(s.coef * r->gpen[i]);
+    if (out) *out = s;
+}
