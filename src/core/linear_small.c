@@ -1,0 +1,225 @@
+/* The three products of a linear layer at reinforcement-learning sizes (T = 2-256 rows, widths
+ * 64-1024), packed the BLIS way onto sm_gemm_tiny's 6 x 16 AVX2 register tile (gemm_tiny.c):
+ *
+ *   forward  out (T,OC) = inp (T,C) @ weight (OC,C)^T + bias
+ *   dinp     dinp (T,C) += dout (T,OC) @ weight (OC,C)
+ *   dweight  dweight (OC,C) += dout (T,OC)^T @ inp (T,C)
+ *
+ * Why not OpenBLAS: an sgemm call at 32 rows repacks the whole weight (512 KB for the MinAtar DQN's
+ * 1024 -> 128 layer) on every call, though each packed weight then meets only 32 rows, plus argument
+ * checks and a zeroing pass for beta = 0 (BENCHMARKS.md, "DQN on MinAtar"). Why not the unpacked
+ * kernel alone: sm_gemm_tiny reads B's rows where they lie, and rows 4 KB apart (a 1024-wide matrix)
+ * fall in one L1 set, so a tile's 32-128 rows of B evict each other and the rate collapses (an earlier
+ * unpacked attempt ran dinp at 0.40x and dweight at 0.22x OpenBLAS's rate).
+ *
+ * So B, the operand read as vectors, is always packed into panels of 16 columns, [k][16], contiguous
+ * (L1-resident: 16 * K floats), and A, the operand broadcast one value at a time, is read where it
+ * lies (6 rows at a time, each walked in order, so only 6 lines are live):
+ *
+ *   forward  computed transposed, out^T (OC,T) = weight (OC,C) @ inp^T (C,T): A = the weight as
+ *            stored (never packed), B = inp^T packed per 16 rows of inp (a transpose of T x C
+ *            floats, ws), the result transposed back into out with the bias added;
+ *   dinp     A = dout as stored, B = 16 columns of the weight at a time, packed just before use
+ *            (16 * OC floats, ws), the T / 6 tiles of that panel run over it;
+ *   dweight  A = dout^T (read with ars = 1, acs = OC), B = 16 columns of inp at a time (16 * T).
+ *
+ * Sums run over k in order in every tile, so a result does not depend on the call's history: same
+ * inputs, same bits. They differ from OpenBLAS's (another summation order, FMA) in the last bits.
+ * Where the CPU lacks AVX2 + FMA, and in the double build, sm_gemm_tiny's plain loops run the same
+ * packed products. sm_linear_small_use is the rule that picks this path over OpenBLAS by shape
+ * (measured: BENCHMARKS.md, "DQN on MinAtar", "The packed small GEMM"). */
+#include <string.h>
+
+#include "specmoe/core/ops.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(SPECMOE_DOUBLE)
+#define SM_LS_X86 1
+#include <immintrin.h>
+#endif
+
+#define NR 16 /* the tile's columns: one packed panel's width */
+#define MR 6  /* the tile's rows */
+
+static int round16(int n) { return (n + NR - 1) / NR * NR; }
+
+#ifdef SM_LS_X86
+#define SM_TARGET __attribute__((target("avx2,fma")))
+#define SM_INLINE static inline __attribute__((always_inline))
+
+/* C (mr x 16, first n columns) = [C +] sum_k a(r, k) Bp[k][:], a(r, k) = A[r * ars + k * acs], Bp a
+ * packed panel [K][16]. mr and full (n == 16) are constants in every caller, so the 12 accumulators,
+ * the two B vectors and the broadcast live in 15 of the 16 registers. pf (A read along rows,
+ * acs = 1, from L2 or beyond): each row's line 4 ahead is prefetched every 16 k, since rows 4 KB
+ * apart cross a page per row and the hardware prefetcher restarts at every page. */
+SM_TARGET SM_INLINE void tile(int mr, int full, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,
+                              const float *restrict Bp, float *C, ptrdiff_t ldc, int n, int acc, int pf) {
+    __m256 c0[MR], c1[MR];
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < mr; r++) c0[r] = c1[r] = _mm256_setzero_ps();
+    const float *a = A;
+    for (int k0 = 0; k0 < K; k0 += NR) {
+        if (pf)
+            _Pragma("GCC unroll 8")
+            for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(a + r * ars + 4 * NR), _MM_HINT_T0);
+        const int k1 = K - k0 < NR ? K - k0 : NR;
+        for (int k = 0; k < k1; k++, a += acs, Bp += NR) {
+            __m256 b0 = _mm256_loadu_ps(Bp), b1 = _mm256_loadu_ps(Bp + 8);
+            /* keep both in registers: GCC otherwise folds b1's load into every FMA (13 loads per 12 FMAs) */
+            __asm__("" : "+x"(b0), "+x"(b1));
+            _Pragma("GCC unroll 8")
+            for (int r = 0; r < mr; r++) {
+                const __m256 av = _mm256_broadcast_ss(a + r * ars);
+                c0[r] = _mm256_fmadd_ps(av, b0, c0[r]);
+                c1[r] = _mm256_fmadd_ps(av, b1, c1[r]);
+            }
+        }
+    }
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx),
+                  m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), idx);
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < mr; r++) {
+        float *c = C + r * ldc;
+        if (full) {
+            if (acc) c0[r] = _mm256_add_ps(_mm256_loadu_ps(c), c0[r]), c1[r] = _mm256_add_ps(_mm256_loadu_ps(c + 8), c1[r]);
+            _mm256_storeu_ps(c, c0[r]);
+            _mm256_storeu_ps(c + 8, c1[r]);
+        } else {
+            if (acc)
+                c0[r] = _mm256_add_ps(_mm256_maskload_ps(c, m0), c0[r]),
+                c1[r] = _mm256_add_ps(_mm256_maskload_ps(c + 8, m1), c1[r]);
+            _mm256_maskstore_ps(c, m0, c0[r]);
+            _mm256_maskstore_ps(c + 8, m1, c1[r]);
+        }
+    }
+}
+
+#define TILE_FN(R)                                                                                                \
+    SM_TARGET __attribute__((noinline)) static void tile_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, \
+                                                             const float *Bp, float *C, ptrdiff_t ldc, int n,     \
+                                                             int acc, int pf) {                                   \
+        if (n == NR) tile(R, 1, K, A, ars, acs, Bp, C, ldc, n, acc, pf);                                         \
+        else tile(R, 0, K, A, ars, acs, Bp, C, ldc, n, acc, pf);                                                 \
+    }
+TILE_FN(1)
+TILE_FN(2)
+TILE_FN(3)
+TILE_FN(4)
+TILE_FN(5)
+TILE_FN(6)
+typedef void (*tile_fn)(int, const float *, ptrdiff_t, ptrdiff_t, const float *, float *, ptrdiff_t, int, int, int);
+static const tile_fn k_tile[MR + 1] = {0, tile_1, tile_2, tile_3, tile_4, tile_5, tile_6};
+#endif
+
+/* C (mr rows, n columns, ldc apart) = [C +] op(A) (mr,K) @ Bp (K,16), one register tile; simd: the
+ * AVX2 tile above, else sm_gemm_tiny (its portable loops when the CPU or the build has no AVX2). */
+static void run_tile(int simd, int mr, int K, const sm_real *A, ptrdiff_t ars, ptrdiff_t acs, const sm_real *Bp,
+                     sm_real *C, ptrdiff_t ldc, int n, int acc, int pf) {
+#ifdef SM_LS_X86
+    if (simd && K > 0) {
+        k_tile[mr](K, A, ars, acs, Bp, C, ldc, n, acc, pf);
+        return;
+    }
+#endif
+    (void)simd, (void)pf;
+    sm_gemm_tiny(mr, n, K, 1, A, ars, acs, Bp, NR, acc ? 1 : 0, C, ldc);
+}
+
+size_t sm_linear_small_ws(int T, int C, int OC) {
+    const size_t Tp = (size_t)round16(T), Cp = (size_t)round16(C);
+    const size_t fwd = Tp * (size_t)C + (size_t)OC * Tp;      /* inp^T panels, out^T */
+    const size_t bwd = (size_t)NR * (size_t)OC + (size_t)T * Cp; /* one weight panel, inp's panels */
+    return fwd > bwd ? fwd : bwd;
+}
+
+int sm_linear_small_use(int T, int C, int OC) {
+    /* measured with `specmoe bench gemm` (rows 2-256, widths 6-1024): the packed kernel beats
+     * OpenBLAS at every such shape with T <= 256 on one core; above, OpenBLAS's cache blocking (and
+     * its threads) win. One row is gemv's (sm_linear_forward_row). */
+    return sm_gemm_tiny_simd() && T >= 2 && T <= 256 && C >= 1 && OC >= 1 && C <= 4096 && OC <= 4096;
+}
+
+/* dst [k][16] (K rows) = src's first n (<= 16) columns of K rows ld apart, zero padded so the
+ * tile's vector loads read defined values. next (or NULL): the following panel's rows, prefetched
+ * one per row copied, so that panel's lines (one 4 KB page per row: no hardware prefetch) arrive
+ * while this one is multiplied. */
+static void pack_cols(sm_real *restrict dst, const sm_real *restrict src, ptrdiff_t ld, int K, int n,
+                      const sm_real *next) {
+    for (int k = 0; k < K; k++) {
+        sm_real *d = dst + (size_t)k * NR;
+        const sm_real *s = src + k * ld;
+#ifdef SM_LS_X86
+        if (next) _mm_prefetch((const char *)(next + k * ld), _MM_HINT_T0);
+#endif
+        if (n == NR) memcpy(d, s, sizeof(sm_real) * NR);
+        else
+            for (int c = 0; c < NR; c++) d[c] = c < n ? s[c] : 0;
+    }
+    (void)next;
+}
+
+/* dst [k][16] (K columns of src) = rows [0, n) of src transposed (rows ld apart), zero padded.
+ * Blocked over k so the 64 destination lines of a block stay in L1 while the 16 rows fill them. */
+static void pack_rows_t(sm_real *restrict dst, const sm_real *restrict src, ptrdiff_t ld, int K, int n) {
+    enum { KB = 64 };
+    for (int k0 = 0; k0 < K; k0 += KB) {
+        const int k1 = k0 + KB < K ? k0 + KB : K;
+        for (int c = 0; c < NR; c++) {
+            if (c < n) {
+                const sm_real *s = src + c * ld;
+                for (int k = k0; k < k1; k++) dst[(size_t)k * NR + c] = s[k];
+            } else
+                for (int k = k0; k < k1; k++) dst[(size_t)k * NR + c] = 0;
+        }
+    }
+}
+
+void sm_linear_forward_small(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int T, int C,
+                             int OC, sm_real *ws) {
+    if (T <= 0 || OC <= 0) return;
+    const int simd = sm_gemm_tiny_simd(), Tp = round16(T);
+    sm_real *xp = ws;                          /* (Tp/16, C, 16) inp^T in panels */
+    sm_real *yt = ws + (size_t)Tp * (size_t)C; /* (OC, Tp) out^T */
+    for (int p = 0; p < Tp; p += NR) pack_rows_t(xp + (size_t)p * C, inp + (size_t)p * C, C, C, T - p < NR ? T - p : NR);
+    /* out^T (OC,Tp) = weight (OC,C) @ inp^T (C,Tp): 6 weight rows at a time against every panel, so
+     * the rows are read from memory once and from L1 for the other panels */
+    for (int o = 0; o < OC; o += MR) {
+        const int mr = OC - o < MR ? OC - o : MR;
+        for (int p = 0; p < Tp; p += NR)
+            run_tile(simd, mr, C, weight + (size_t)o * C, C, 1, xp + (size_t)p * C, yt + (size_t)o * Tp + p, Tp, NR, 0,
+                     p == 0);
+    }
+    /* out (T,OC) = out^T^T + bias, in 16-row strips so the strip's out lines stay in L1 */
+    for (int t0 = 0; t0 < T; t0 += NR) {
+        const int t1 = t0 + NR < T ? t0 + NR : T;
+        for (int o = 0; o < OC; o++) {
+            const sm_real b = bias ? bias[o] : 0, *y = yt + (size_t)o * Tp;
+            for (int t = t0; t < t1; t++) out[(size_t)t * OC + o] = y[t] + b;
+        }
+    }
+}
+
+void sm_linear_backward_small(sm_real *dinp, sm_real *dweight, const sm_real *dout, const sm_real *inp,
+                              const sm_real *weight, int T, int C, int OC, sm_real *ws) {
+    if (T <= 0 || OC <= 0) return;
+    const int simd = sm_gemm_tiny_simd();
+    if (dinp) /* dinp[:, j:j+16] (T,16) += dout (T,OC) @ weight[:, j:j+16] (OC,16), one packed panel at a time */
+        for (int j = 0; j < C; j += NR) {
+            const int n = C - j < NR ? C - j : NR;
+            pack_cols(ws, weight + j, C, OC, n, j + NR < C ? weight + j + NR : NULL);
+            for (int i = 0; i < T; i += MR)
+                run_tile(simd, T - i < MR ? T - i : MR, OC, dout + (size_t)i * OC, OC, 1, ws, dinp + (size_t)i * C + j,
+                         C, n, 1, 0);
+        }
+    if (dweight) { /* dweight (OC,C) += dout^T (OC,T) @ inp (T,C): inp packed whole, then dweight walked
+                    * 6 rows at a time from left to right (6 streams the hardware prefetcher follows) */
+        sm_real *xp = ws + (size_t)NR * OC; /* (Cp/16, T, 16) */
+        for (int j = 0; j < C; j += NR) pack_cols(xp + (size_t)j * T, inp + j, C, T, C - j < NR ? C - j : NR, NULL);
+        for (int o = 0; o < OC; o += MR) {
+            const int mr = OC - o < MR ? OC - o : MR;
+            for (int j = 0; j < C; j += NR)
+                run_tile(simd, mr, T, dout + o, 1, OC, xp + (size_t)j * T, dweight + (size_t)o * C + j, C,
+                         C - j < NR ? C - j : NR, 1, 0);
+        }
+    }
+}
