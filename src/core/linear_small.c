@@ -128,7 +128,7 @@ static void run_tile(int simd, int mr, int K, const sm_real *A, ptrdiff_t ars, p
 size_t sm_linear_small_ws(int T, int C, int OC) {
     const size_t Tp = (size_t)round16(T), Cp = (size_t)round16(C);
     const size_t fwd = Tp * (size_t)C + (size_t)OC * Tp;      /* inp^T panels, out^T */
-    const size_t bwd = (size_t)NR * (size_t)OC + (size_t)T * Cp; /* one weight panel, inp's panels */
+    const size_t bwd = (size_t)OC * Cp + (size_t)T * Cp; /* the weight's panels, inp's panels */
     return fwd > bwd ? fwd : bwd;
 }
 
@@ -140,29 +140,65 @@ int sm_linear_small_use(int T, int C, int OC) {
 }
 
 /* dst [k][16] (K rows) = src's first n (<= 16) columns of K rows ld apart, zero padded so the
- * tile's vector loads read defined values. next (or NULL): the following panel's rows, prefetched
- * one per row copied, so that panel's lines (one 4 KB page per row: no hardware prefetch) arrive
- * while this one is multiplied. */
-static void pack_cols(sm_real *restrict dst, const sm_real *restrict src, ptrdiff_t ld, int K, int n,
-                      const sm_real *next) {
+ * tile's vector loads read defined values. */
+static void pack_cols(sm_real *restrict dst, const sm_real *restrict src, ptrdiff_t ld, int K, int n) {
     for (int k = 0; k < K; k++) {
         sm_real *d = dst + (size_t)k * NR;
         const sm_real *s = src + k * ld;
-#ifdef SM_LS_X86
-        if (next) _mm_prefetch((const char *)(next + k * ld), _MM_HINT_T0);
-#endif
         if (n == NR) memcpy(d, s, sizeof(sm_real) * NR);
         else
             for (int c = 0; c < NR; c++) d[c] = c < n ? s[c] : 0;
     }
-    (void)next;
 }
 
+/* dst (Cp/16, K, 16) = every 16-column panel of src (K rows of C, ld apart), zero padded. Eight rows
+ * at a time, panel by panel: the eight rows are read front to back (eight streams the hardware
+ * prefetcher follows; one panel at a time would jump a page per row, and its 4 KB-apart lines all
+ * fall in one L1 set) and each panel gets 512 contiguous bytes. */
+static void pack_panels(sm_real *restrict dst, const sm_real *restrict src, ptrdiff_t ld, int K, int C) {
+    enum { RB = 8 };
+    for (int k0 = 0; k0 < K; k0 += RB) {
+        const int kb = K - k0 < RB ? K - k0 : RB;
+        for (int j = 0; j < C; j += NR)
+            pack_cols(dst + (size_t)j * K + (size_t)k0 * NR, src + k0 * ld + j, ld, kb, C - j < NR ? C - j : NR);
+    }
+}
+
+#ifdef SM_LS_X86
+/* dst[k][0:8] for k in [0, 8): the 8 x 8 block of 8 rows of src (ld apart) at columns 0-7, transposed
+ * in registers (unpack pairs, then quads, then the 128-bit halves) */
+SM_TARGET static void transpose8(float *restrict dst, const float *restrict src, ptrdiff_t ld) {
+    __m256 r[8], t[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * ld);
+    for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44), r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44), r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps(dst + i * NR, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+        _mm256_storeu_ps(dst + (i + 4) * NR, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+    }
+}
+#endif
+
 /* dst [k][16] (K columns of src) = rows [0, n) of src transposed (rows ld apart), zero padded.
- * Blocked over k so the 64 destination lines of a block stay in L1 while the 16 rows fill them. */
-static void pack_rows_t(sm_real *restrict dst, const sm_real *restrict src, ptrdiff_t ld, int K, int n) {
+ * Blocked over k so the 64 destination lines of a block stay in L1 while the 16 rows fill them;
+ * with AVX2, full 8 x 8 blocks are transposed in registers. */
+static void pack_rows_t(sm_real *restrict dst, const sm_real *restrict src, ptrdiff_t ld, int K, int n, int simd) {
     enum { KB = 64 };
-    for (int k0 = 0; k0 < K; k0 += KB) {
+    int k8 = 0; /* columns [0, k8) done by the 8 x 8 blocks */
+#ifdef SM_LS_X86
+    if (simd && n == NR) {
+        k8 = K / 8 * 8;
+        for (int k = 0; k < k8; k += 8) {
+            transpose8(dst + (size_t)k * NR, src + k, ld);
+            transpose8(dst + (size_t)k * NR + 8, src + 8 * ld + k, ld);
+        }
+    }
+#endif
+    (void)simd;
+    for (int k0 = k8; k0 < K; k0 += KB) {
         const int k1 = k0 + KB < K ? k0 + KB : K;
         for (int c = 0; c < NR; c++) {
             if (c < n) {
@@ -180,7 +216,7 @@ void sm_linear_forward_small(sm_real *out, const sm_real *inp, const sm_real *we
     const int simd = sm_gemm_tiny_simd(), Tp = round16(T);
     sm_real *xp = ws;                          /* (Tp/16, C, 16) inp^T in panels */
     sm_real *yt = ws + (size_t)Tp * (size_t)C; /* (OC, Tp) out^T */
-    for (int p = 0; p < Tp; p += NR) pack_rows_t(xp + (size_t)p * C, inp + (size_t)p * C, C, C, T - p < NR ? T - p : NR);
+    for (int p = 0; p < Tp; p += NR) pack_rows_t(xp + (size_t)p * C, inp + (size_t)p * C, C, C, T - p < NR ? T - p : NR, simd);
     /* out^T (OC,Tp) = weight (OC,C) @ inp^T (C,Tp): 6 weight rows at a time against every panel, so
      * the rows are read from memory once and from L1 for the other panels */
     for (int o = 0; o < OC; o += MR) {
@@ -203,18 +239,18 @@ void sm_linear_backward_small(sm_real *dinp, sm_real *dweight, const sm_real *do
                               const sm_real *weight, int T, int C, int OC, sm_real *ws) {
     if (T <= 0 || OC <= 0) return;
     const int simd = sm_gemm_tiny_simd();
-    if (dinp) /* dinp[:, j:j+16] (T,16) += dout (T,OC) @ weight[:, j:j+16] (OC,16), one packed panel at a time */
-        for (int j = 0; j < C; j += NR) {
-            const int n = C - j < NR ? C - j : NR;
-            pack_cols(ws, weight + j, C, OC, n, j + NR < C ? weight + j + NR : NULL);
+    const size_t Cp = (size_t)round16(C);
+    if (dinp) { /* dinp[:, j:j+16] (T,16) += dout (T,OC) @ weight[:, j:j+16] (OC,16), panel by panel */
+        pack_panels(ws, weight, C, OC, C);
+        for (int j = 0; j < C; j += NR)
             for (int i = 0; i < T; i += MR)
-                run_tile(simd, T - i < MR ? T - i : MR, OC, dout + (size_t)i * OC, OC, 1, ws, dinp + (size_t)i * C + j,
-                         C, n, 1, 0);
-        }
+                run_tile(simd, T - i < MR ? T - i : MR, OC, dout + (size_t)i * OC, OC, 1, ws + (size_t)j * OC,
+                         dinp + (size_t)i * C + j, C, C - j < NR ? C - j : NR, 1, 0);
+    }
     if (dweight) { /* dweight (OC,C) += dout^T (OC,T) @ inp (T,C): inp packed whole, then dweight walked
                     * 6 rows at a time from left to right (6 streams the hardware prefetcher follows) */
-        sm_real *xp = ws + (size_t)NR * OC; /* (Cp/16, T, 16) */
-        for (int j = 0; j < C; j += NR) pack_cols(xp + (size_t)j * T, inp + j, C, T, C - j < NR ? C - j : NR, NULL);
+        sm_real *xp = ws + (size_t)OC * Cp; /* (Cp/16, T, 16) */
+        pack_panels(xp, inp, C, T, C);
         for (int o = 0; o < OC; o += MR) {
             const int mr = OC - o < MR ? OC - o : MR;
             for (int j = 0; j < C; j += NR)
