@@ -56,6 +56,12 @@ SM_TARGET SM_INLINE void tile(int mr, int full, int K, const float *A, ptrdiff_t
     __m256 c0[MR], c1[MR];
     _Pragma("GCC unroll 8")
     for (int r = 0; r < mr; r++) c0[r] = c1[r] = _mm256_setzero_ps();
+    if (acc) /* C is read after the k loop: ask for its lines now, so they arrive during the loop */
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < mr; r++) {
+            _mm_prefetch((const char *)(C + r * ldc), _MM_HINT_T0);
+            _mm_prefetch((const char *)(C + r * ldc + NR - 1), _MM_HINT_T0);
+        }
     const float *a = A;
     for (int k0 = 0; k0 < K; k0 += NR) {
         if (pf)
@@ -133,10 +139,22 @@ size_t sm_linear_small_ws(int T, int C, int OC) {
 }
 
 int sm_linear_small_use(int T, int C, int OC) {
-    /* measured with `specmoe bench gemm` (rows 2-256, widths 6-1024): the packed kernel beats
-     * OpenBLAS at every such shape with T <= 256 on one core; above, OpenBLAS's cache blocking (and
-     * its threads) win. One row is gemv's (sm_linear_forward_row). */
-    return sm_gemm_tiny_simd() && T >= 2 && T <= 256 && C >= 1 && OC >= 1 && C <= 4096 && OC <= 4096;
+    /* Measured (BENCHMARKS.md, "The packed small GEMM": the fastest of 100 alternated batches of
+     * each, rows 2-256, widths 64-512 square, 1024 -> 128 and 128 -> 6, one Zen 3 core):
+     *   forward  wins at 16-48 rows (1.0-1.27x; 32 x 1024 -> 128: 1.23x) and, for narrow outputs
+     *            (OC <= 16: a Q head), at every count from 16 rows (1.8-2.0x); it loses at 64+ rows
+     *            of square layers (0.66-0.98x: the inp panels outgrow L1) and at 2 rows (gemv's
+     *            territory anyway);
+     *   dinp     at par or ahead up to 32 rows (0.99-1.7x), at par to 0.77x above;
+     *   dweight  ahead or at par at 8-32 rows (0.89-1.5x), and for narrow outputs at any count
+     *            from 8 (1.4-1.8x); behind at 64+ rows of square layers and at 2 rows.
+     * The bounds on C and OC keep the workspace of a call within 16 M reals. */
+    if (!sm_gemm_tiny_simd() || T < 2 || T > 256 || C < 1 || OC < 1 || C > 4096 || OC > 4096) return 0;
+    int use = 0;
+    if (T >= 16 && (T <= 48 || OC <= 16)) use |= SM_LINEAR_SMALL_FWD;
+    if (T <= 32) use |= SM_LINEAR_SMALL_DINP;
+    if (T >= 8 && (T <= 32 || OC <= 16)) use |= SM_LINEAR_SMALL_DWEIGHT;
+    return use;
 }
 
 /* dst [k][16] (K rows) = src's first n (<= 16) columns of K rows ld apart, zero padded so the

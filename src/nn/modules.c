@@ -27,7 +27,8 @@ typedef struct {
     sm_real *scratch;     /* (N, F) input-gradient scratch when the caller needs none */
     sm_real *col, *dcol;  /* conv im2col columns of the batch (CKK, N*P), kept for the backward; one image's */
     sm_real *tmp;         /* (W, N*P) conv GEMM output / transposed output gradient */
-    sm_real *ws;          /* dense: the packed small GEMM's workspace (sm_linear_small_ws) */
+    sm_real *ws;          /* dense: the packed small GEMM's workspace (sm_linear_small_ws) for up to */
+    int ws_rows;          /* this many rows */
     int *idx;             /* (N, W) max-pool argmax */
 } leaf;
 
@@ -86,9 +87,12 @@ static void dense_reserve(sm_module *m, int B, sm_arena *a) {
     size_t n = l->act == SM_ACT_NONE ? 0 : (size_t)rows(m, B) * l->width;
     l->pre = sm_arena_take(a, n);
     l->dpre = sm_arena_take(a, n);
-    /* the packed small GEMM (src/core/linear_small.c) where its rule picks it: up to 256 rows */
-    const int T = rows(m, B) < 256 ? rows(m, B) : 256;
-    l->ws = sm_linear_small_use(T, fin(m), l->width) ? sm_arena_take(a, sm_linear_small_ws(T, fin(m), l->width)) : NULL;
+    /* the packed small GEMM (src/core/linear_small.c): a workspace for the most rows at which its
+     * rule picks it for some product (the workspace grows with the rows) */
+    int T = rows(m, B) < 256 ? rows(m, B) : 256;
+    while (T >= 2 && !sm_linear_small_use(T, fin(m), l->width)) T--;
+    l->ws_rows = T;
+    l->ws = T >= 2 ? sm_arena_take(a, sm_linear_small_ws(T, fin(m), l->width)) : NULL;
 }
 static void dense_forward(sm_module *m, sm_real *out, const sm_real *in, int B, const sm_ctx *ctx) {
     leaf *l = (leaf *)m;
@@ -99,7 +103,7 @@ static void dense_forward(sm_module *m, sm_real *out, const sm_real *in, int B, 
         sm_linear_forward_row(pre, in, sm_ctx_data(ctx, l->ip[0]), sm_ctx_data(ctx, l->ip[1]), fin(m), l->width);
     else
         sm_linear_forward_ws(pre, in, sm_ctx_data(ctx, l->ip[0]), sm_ctx_data(ctx, l->ip[1]), N, fin(m), l->width,
-                             N <= 256 ? l->ws : NULL);
+                             N <= l->ws_rows ? l->ws : NULL);
     if (l->act != SM_ACT_NONE) sm_act_forward(out, l->pre, (size_t)N * l->width, l->act);
 }
 static void dense_backward(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx) {
@@ -112,7 +116,7 @@ static void dense_backward(sm_module *m, sm_real *din, const sm_real *dout, cons
         dpre = l->dpre;
     }
     sm_linear_backward_ws(din, sm_ctx_grad(ctx, l->ip[0]), sm_ctx_grad(ctx, l->ip[1]), dpre, in,
-                          sm_ctx_data(ctx, l->ip[0]), N, fin(m), l->width, N <= 256 ? l->ws : NULL);
+                          sm_ctx_data(ctx, l->ip[0]), N, fin(m), l->width, N <= l->ws_rows ? l->ws : NULL);
     tap_linear(ctx, ctx->pv, l->ip[0], in, dpre, N, fin(m), l->width);
 }
 static void dense_json(const sm_module *m, cJSON *o) {

@@ -40,15 +40,19 @@ void sm_linear_forward(sm_real *out, const sm_real *inp, const sm_real *weight, 
 void sm_linear_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, const sm_real *dout,
                         const sm_real *inp, const sm_real *weight, int T, int C, int OC);
 
-/* The same two with a workspace of sm_linear_small_ws(T, C, OC) reals: where sm_linear_small_use
- * says so, the packed small-matrix products of src/core/linear_small.c run instead of OpenBLAS
- * (rows 2-256 on an AVX2 CPU: no weight repacking per call). ws = NULL: OpenBLAS always. */
+/* The same two with a workspace of sm_linear_small_ws(T, C, OC) reals: for each of the three
+ * products that sm_linear_small_use picks, the packed small-matrix kernel of
+ * src/core/linear_small.c runs instead of OpenBLAS (an AVX2 CPU, a few dozen rows: no weight
+ * repacking per call, no BLAS call overhead). ws = NULL: OpenBLAS always. */
 void sm_linear_forward_ws(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int T, int C,
                           int OC, sm_real *ws);
 void sm_linear_backward_ws(sm_real *dinp, sm_real *dweight, sm_real *dbias, const sm_real *dout, const sm_real *inp,
                            const sm_real *weight, int T, int C, int OC, sm_real *ws);
 size_t sm_linear_small_ws(int T, int C, int OC);
-int sm_linear_small_use(int T, int C, int OC); /* the shape rule (measured; linear_small.c) */
+enum { SM_LINEAR_SMALL_FWD = 1, SM_LINEAR_SMALL_DINP = 2, SM_LINEAR_SMALL_DWEIGHT = 4 };
+/* the shape rule (measured; linear_small.c): which products (SM_LINEAR_SMALL_* bits) take the packed
+ * kernel at T rows of C -> OC; 0 without AVX2 (and in the double build) */
+int sm_linear_small_use(int T, int C, int OC);
 /* The packed products themselves, whatever the rule says (the tests call them on every shape):
  * out = inp @ weight^T + bias (bias may be NULL); dinp += dout @ weight, dweight += dout^T @ inp
  * (either may be NULL). ws: sm_linear_small_ws(T, C, OC) reals. */
