@@ -1,5 +1,6 @@
 /* The three products of a linear layer at reinforcement-learning sizes (T = 2-256 rows, widths
- * 64-1024), packed the BLIS way onto sm_gemm_tiny's 6 x 16 AVX2 register tile (gemm_tiny.c):
+ * 64-1024), packed the BLIS way onto a 6 x 16 AVX2 register tile (the tile of gemm_tiny.c, written
+ * here for a packed B):
  *
  *   forward  out (T,OC) = inp (T,C) @ weight (OC,C)^T + bias
  *   dinp     dinp (T,C) += dout (T,OC) @ weight (OC,C)
@@ -12,22 +13,25 @@
  * fall in one L1 set, so a tile's 32-128 rows of B evict each other and the rate collapses (an earlier
  * unpacked attempt ran dinp at 0.40x and dweight at 0.22x OpenBLAS's rate).
  *
- * So B, the operand read as vectors, is always packed into panels of 16 columns, [k][16], contiguous
- * (L1-resident: 16 * K floats), and A, the operand broadcast one value at a time, is read where it
- * lies (6 rows at a time, each walked in order, so only 6 lines are live):
+ * So B, the operand read as vectors, is always packed into panels of 16 columns, [k][16], contiguous,
+ * and A, the operand broadcast one value at a time, is read where it lies (6 rows at a time, each
+ * walked in order, so only 6 lines are live):
  *
  *   forward  computed transposed, out^T (OC,T) = weight (OC,C) @ inp^T (C,T): A = the weight as
- *            stored (never packed), B = inp^T packed per 16 rows of inp (a transpose of T x C
- *            floats, ws), the result transposed back into out with the bias added;
- *   dinp     A = dout as stored, B = 16 columns of the weight at a time, packed just before use
- *            (16 * OC floats, ws), the T / 6 tiles of that panel run over it;
- *   dweight  A = dout^T (read with ars = 1, acs = OC), B = 16 columns of inp at a time (16 * T).
+ *            stored (never packed: this is where OpenBLAS loses its time), B = inp^T in panels of 16
+ *            rows of inp (8 x 8 register transposes), the result transposed back into out with the
+ *            bias added; 6 weight rows meet every panel before the next 6 are read;
+ *   dinp     A = dout as stored, B = the weight in 16-column panels (one pass over it, eight rows at
+ *            a time), each panel's T / 6 tiles run while it is in L1;
+ *   dweight  A = dout^T (ars = 1, acs = OC), B = inp in 16-column panels; dweight is walked 6 rows
+ *            at a time from left to right.
+ * The tile prefetches the weight rows it streams (forward) and the C it will accumulate into.
  *
  * Sums run over k in order in every tile, so a result does not depend on the call's history: same
  * inputs, same bits. They differ from OpenBLAS's (another summation order, FMA) in the last bits.
  * Where the CPU lacks AVX2 + FMA, and in the double build, sm_gemm_tiny's plain loops run the same
- * packed products. sm_linear_small_use is the rule that picks this path over OpenBLAS by shape
- * (measured: BENCHMARKS.md, "DQN on MinAtar", "The packed small GEMM"). */
+ * packed products. sm_linear_small_use is the rule that picks this path over OpenBLAS by shape and
+ * product (measured: BENCHMARKS.md, "DQN on MinAtar", "The packed small GEMM"). */
 #include <string.h>
 
 #include "specmoe/core/ops.h"
