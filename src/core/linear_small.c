@@ -143,21 +143,26 @@ size_t sm_linear_small_ws(int T, int C, int OC) {
 }
 
 int sm_linear_small_use(int T, int C, int OC) {
-    /* Measured (BENCHMARKS.md, "The packed small GEMM": the fastest of 100 alternated batches of
-     * each, rows 2-256, widths 64-512 square, 1024 -> 128 and 128 -> 6, one Zen 3 core):
-     *   forward  wins at 16-48 rows (1.0-1.27x; 32 x 1024 -> 128: 1.23x) and, for narrow outputs
-     *            (OC <= 16: a Q head), at every count from 16 rows (1.8-2.0x); it loses at 64+ rows
-     *            of square layers (0.66-0.98x: the inp panels outgrow L1) and at 2 rows (gemv's
-     *            territory anyway);
-     *   dinp     at par or ahead up to 32 rows (0.99-1.7x), at par to 0.77x above;
-     *   dweight  ahead or at par at 8-32 rows (0.89-1.5x), and for narrow outputs at any count
-     *            from 8 (1.4-1.8x); behind at 64+ rows of square layers and at 2 rows.
-     * The bounds on C and OC keep the workspace of a call within 16 M reals. */
+    /* Measured (BENCHMARKS.md, "The packed small GEMM": `specmoe bench gemm`, the fastest of
+     * alternated batches of each, rows 2-256, widths 64-512 square, 1024 -> 128 and 128 -> 6, one
+     * Zen 3 core under load), as the ratio OpenBLAS time / packed time:
+     *   forward  1.0-1.27x at 16-48 rows (32 x 1024 -> 128: 1.24x) - the weight is never packed;
+     *            1.7-2.1x for narrow outputs (OC <= 16, a Q head) from 16 rows; 0.66-0.98x at 64+
+     *            rows of square layers (the input panels outgrow L1) and at 2-8 rows;
+     *   dinp     1.4-1.7x at 2 rows; 0.95-1.06x at 8-32 rows (a few % behind once the weight
+     *            exceeds 256 KB: the packed kernel copies it into panels too, as OpenBLAS does);
+     *            0.75-1.2x above;
+     *   dweight  1.0-1.1x at 8-32 rows of layers up to 128 x 128 and 1.3-1.8x for narrow outputs,
+     *            0.88-0.99x for larger layers at 32 rows, 0.7-0.8x at 2 rows and at 64+ rows.
+     * So: the forward from 16 to 48 rows or with OC <= 16; dinp at up to 4 rows, or up to 32 rows
+     * of at most 64k weights; dweight from 8 rows, up to 32 rows of at most 64k weights or with
+     * OC <= 16. The bounds on C and OC keep a call's workspace within 16 M reals. */
     if (!sm_gemm_tiny_simd() || T < 2 || T > 256 || C < 1 || OC < 1 || C > 4096 || OC > 4096) return 0;
+    const int small_w = (long)C * OC <= 65536;
     int use = 0;
     if (T >= 16 && (T <= 48 || OC <= 16)) use |= SM_LINEAR_SMALL_FWD;
-    if (T <= 32) use |= SM_LINEAR_SMALL_DINP;
-    if (T >= 8 && (T <= 32 || OC <= 16)) use |= SM_LINEAR_SMALL_DWEIGHT;
+    if (T <= 4 || (T <= 32 && small_w)) use |= SM_LINEAR_SMALL_DINP;
+    if (T >= 8 && ((T <= 32 && small_w) || OC <= 16)) use |= SM_LINEAR_SMALL_DWEIGHT;
     return use;
 }
 
