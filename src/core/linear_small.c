@@ -135,11 +135,21 @@ static void run_tile(int simd, int mr, int K, const sm_real *A, ptrdiff_t ars, p
     sm_gemm_tiny(mr, n, K, 1, A, ars, acs, Bp, NR, acc ? 1 : 0, C, ldc);
 }
 
-size_t sm_linear_small_ws(int T, int C, int OC) {
-    const size_t Tp = (size_t)round16(T), Cp = (size_t)round16(C);
-    const size_t fwd = Tp * (size_t)C + (size_t)OC * Tp;      /* inp^T panels, out^T */
-    const size_t bwd = (size_t)OC * Cp + (size_t)T * Cp; /* the weight's panels, inp's panels */
+/* the backward packs its operands one window of CW columns at a time, so its workspace does not
+ * grow with the layer's width (a window's rows are still read in long contiguous runs) */
+#define CW 256
+
+size_t sm_linear_small_ws_for(int T, int C, int OC, int use) {
+    const size_t Tp = (size_t)round16(T), Cw = (size_t)(round16(C) < CW ? round16(C) : CW);
+    const size_t fwd = use & SM_LINEAR_SMALL_FWD ? Tp * (size_t)C + (size_t)OC * Tp : 0; /* inp^T panels, out^T */
+    const size_t dinp = use & SM_LINEAR_SMALL_DINP ? (size_t)OC * Cw : 0; /* a window of weight panels */
+    const size_t dw = use & SM_LINEAR_SMALL_DWEIGHT ? (size_t)T * Cw : 0;  /* a window of inp panels */
+    const size_t bwd = dinp > dw ? dinp : dw; /* one after the other in the same space */
     return fwd > bwd ? fwd : bwd;
+}
+
+size_t sm_linear_small_ws(int T, int C, int OC) {
+    return sm_linear_small_ws_for(T, C, OC, SM_LINEAR_SMALL_FWD | SM_LINEAR_SMALL_DINP | SM_LINEAR_SMALL_DWEIGHT);
 }
 
 int sm_linear_small_use(int T, int C, int OC) {
@@ -266,23 +276,26 @@ void sm_linear_backward_small(sm_real *dinp, sm_real *dweight, const sm_real *do
                               const sm_real *weight, int T, int C, int OC, sm_real *ws) {
     if (T <= 0 || OC <= 0) return;
     const int simd = sm_gemm_tiny_simd();
-    const size_t Cp = (size_t)round16(C);
-    if (dinp) { /* dinp[:, j:j+16] (T,16) += dout (T,OC) @ weight[:, j:j+16] (OC,16), panel by panel */
-        pack_panels(ws, weight, C, OC, C);
-        for (int j = 0; j < C; j += NR)
-            for (int i = 0; i < T; i += MR)
-                run_tile(simd, T - i < MR ? T - i : MR, OC, dout + (size_t)i * OC, OC, 1, ws + (size_t)j * OC,
-                         dinp + (size_t)i * C + j, C, C - j < NR ? C - j : NR, 1, 0);
-    }
-    if (dweight) { /* dweight (OC,C) += dout^T (OC,T) @ inp (T,C): inp packed whole, then dweight walked
-                    * 6 rows at a time from left to right (6 streams the hardware prefetcher follows) */
-        sm_real *xp = ws + (size_t)OC * Cp; /* (Cp/16, T, 16) */
-        pack_panels(xp, inp, C, T, C);
-        for (int o = 0; o < OC; o += MR) {
-            const int mr = OC - o < MR ? OC - o : MR;
-            for (int j = 0; j < C; j += NR)
-                run_tile(simd, mr, T, dout + o, 1, OC, xp + (size_t)j * T, dweight + (size_t)o * C + j, C,
-                         C - j < NR ? C - j : NR, 1, 0);
+    if (dinp) /* dinp[:, j:j+16] (T,16) += dout (T,OC) @ weight[:, j:j+16] (OC,16): a window of panels
+               * packed, then each panel's T / 6 tiles while it is in L1 */
+        for (int j0 = 0; j0 < C; j0 += CW) {
+            const int cw = C - j0 < CW ? C - j0 : CW;
+            pack_panels(ws, weight + j0, C, OC, cw);
+            for (int j = 0; j < cw; j += NR)
+                for (int i = 0; i < T; i += MR)
+                    run_tile(simd, T - i < MR ? T - i : MR, OC, dout + (size_t)i * OC, OC, 1, ws + (size_t)j * OC,
+                             dinp + (size_t)i * C + j0 + j, C, cw - j < NR ? cw - j : NR, 1, 0);
         }
-    }
+    if (dweight) /* dweight (OC,C) += dout^T (OC,T) @ inp (T,C): a window of inp packed, then dweight's
+                  * window walked 6 rows at a time from left to right */
+        for (int j0 = 0; j0 < C; j0 += CW) {
+            const int cw = C - j0 < CW ? C - j0 : CW;
+            pack_panels(ws, inp + j0, C, T, cw);
+            for (int o = 0; o < OC; o += MR) {
+                const int mr = OC - o < MR ? OC - o : MR;
+                for (int j = 0; j < cw; j += NR)
+                    run_tile(simd, mr, T, dout + o, 1, OC, ws + (size_t)j * T, dweight + (size_t)o * C + j0 + j, C,
+                             cw - j < NR ? cw - j : NR, 1, 0);
+            }
+        }
 }

@@ -48,7 +48,8 @@ void sm_linear_forward_ws(sm_real *out, const sm_real *inp, const sm_real *weigh
                           int OC, sm_real *ws);
 void sm_linear_backward_ws(sm_real *dinp, sm_real *dweight, sm_real *dbias, const sm_real *dout, const sm_real *inp,
                            const sm_real *weight, int T, int C, int OC, sm_real *ws);
-size_t sm_linear_small_ws(int T, int C, int OC);
+size_t sm_linear_small_ws(int T, int C, int OC); /* for all three products */
+size_t sm_linear_small_ws_for(int T, int C, int OC, int use); /* for those in use (SM_LINEAR_SMALL_* bits) */
 enum { SM_LINEAR_SMALL_FWD = 1, SM_LINEAR_SMALL_DINP = 2, SM_LINEAR_SMALL_DWEIGHT = 4 };
 /* the shape rule (measured; linear_small.c): which products (SM_LINEAR_SMALL_* bits) take the packed
  * kernel at T rows of C -> OC; 0 without AVX2 (and in the double build) */
