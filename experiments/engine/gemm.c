@@ -3,15 +3,91 @@
  * (argument checks, packing the weight matrix into OpenBLAS's panels on every call) weighs against
  * few FLOPs, so the rate falls far below the peak; this measures by how much, shape by shape:
  *   bench-gemm M=.. K=.. N=.. us_per_call=.. gflops=.. peak_fraction=..
- * The layer is out (M, N) = x (M, K) @ W (N, K)^T, as a dense layer's forward. */
+ * The layer is out (M, N) = x (M, K) @ W (N, K)^T, as a dense layer's forward.
+ *
+ * Then, from 2 rows, the three products of that layer (forward, dinp += dout W, dweight += dout^T x)
+ * through OpenBLAS and through the packed small GEMM (src/core/linear_small.c), alternated in
+ * batches of 4 calls; each side's figure is its fastest batch (a neighbour's load only slows a
+ * batch down, so the fastest is the one closest to an idle core), over --seconds per shape:
+ *   bench-gemm-packed M=.. K=.. N=.. product=fwd|dinp|dweight openblas_us=.. packed_us=..
+ *                     openblas_gflops=.. packed_gflops=.. openblas_peak_fraction=.. packed_peak_fraction=..
+ *                     ratio=.. rule=0|1
+ * (rates and fractions per CPU second, against the peak per CPU second).
+ * ratio is OpenBLAS's time over the packed kernel's; rule says whether sm_linear_small_use picks
+ * the packed kernel for that product at that shape (0 everywhere without AVX2). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/common.h"
 #include "cli/flags.h"
 #include "experiments/engine/peak.h"
 #include "experiments/experiments.h"
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* product p (0 forward, 1 dinp, 2 dweight) of a T x C -> OC layer, packed or through OpenBLAS */
+static void run_product(int p, int packed, int T, int C, int OC, const sm_real *x, const sm_real *w, const sm_real *b,
+                        const sm_real *dy, sm_real *y, sm_real *dx, sm_real *dw, sm_real *ws) {
+    if (p == 0) {
+        if (packed) sm_linear_forward_small(y, x, w, b, T, C, OC, ws);
+        else sm_linear_forward(y, x, w, b, T, C, OC);
+    } else if (packed) {
+        sm_linear_backward_small(p == 1 ? dx : NULL, p == 2 ? dw : NULL, dy, x, w, T, C, OC, ws);
+    } else {
+        sm_linear_backward(p == 1 ? dx : NULL, p == 2 ? dw : NULL, NULL, dy, x, w, T, C, OC);
+    }
+}
+
+static int bench_packed(double seconds, double peak) {
+    static const int Ms[] = {2, 8, 32, 64, 128, 256};
+    static const int Ks[] = {64, 128, 256, 512, 1024, 128}, Ns[] = {64, 128, 256, 512, 128, 6};
+    static const char *names[] = {"fwd", "dinp", "dweight"};
+    static const int bits[] = {SM_LINEAR_SMALL_FWD, SM_LINEAR_SMALL_DINP, SM_LINEAR_SMALL_DWEIGHT};
+    const int maxm = 256, maxw = 1024;
+    sm_real *x = malloc(sizeof(sm_real) * maxm * maxw), *w = malloc(sizeof(sm_real) * maxw * maxw),
+            *y = malloc(sizeof(sm_real) * maxm * maxw), *dy = malloc(sizeof(sm_real) * maxm * maxw),
+            *dx = calloc((size_t)maxm * maxw, sizeof(sm_real)), *dw = calloc((size_t)maxw * maxw, sizeof(sm_real)),
+            *b = calloc(maxw, sizeof(sm_real)), *ws = malloc(sizeof(sm_real) * sm_linear_small_ws(maxm, maxw, maxw));
+    if (!x || !w || !y || !dy || !dx || !dw || !b || !ws) {
+        free(x), free(w), free(y), free(dy), free(dx), free(dw), free(b), free(ws);
+        fprintf(stderr, "specmoe bench gemm: out of memory\n");
+        return CLI_EXIT_RUNTIME;
+    }
+    sm_rng rng;
+    sm_rng_seed(&rng, 2);
+    for (int i = 0; i < maxm * maxw; i++) x[i] = (sm_real)sm_rng_normal(&rng), dy[i] = (sm_real)sm_rng_normal(&rng);
+    for (int i = 0; i < maxw * maxw; i++) w[i] = (sm_real)(0.03 * sm_rng_normal(&rng));
+    for (size_t a = 0; a < sizeof Ms / sizeof Ms[0]; a++)
+        for (size_t s = 0; s < sizeof Ks / sizeof Ks[0]; s++)
+            for (int p = 0; p < 3; p++) {
+                const int T = Ms[a], C = Ks[s], OC = Ns[s];
+                double best[2] = {1e30, 1e30};
+                const double t_end = cpu_now() + seconds;
+                do
+                    for (int packed = 0; packed < 2; packed++) {
+                        const double t0 = cpu_now();
+                        for (int r = 0; r < 4; r++) run_product(p, packed, T, C, OC, x, w, b, dy, y, dx, dw, ws);
+                        const double t = (cpu_now() - t0) / 4;
+                        best[packed] = t < best[packed] ? t : best[packed];
+                    }
+                while (cpu_now() < t_end);
+                const double fl = 2.0 * T * C * OC;
+                printf("bench-gemm-packed M=%d K=%d N=%d product=%s openblas_us=%.2f packed_us=%.2f openblas_gflops=%.1f "
+                       "packed_gflops=%.1f openblas_peak_fraction=%.3f packed_peak_fraction=%.3f ratio=%.2f rule=%d\n",
+                       T, C, OC, names[p], best[0] * 1e6, best[1] * 1e6, fl / best[0] / 1e9, fl / best[1] / 1e9,
+                       fl / best[0] / 1e9 / peak, fl / best[1] / 1e9 / peak, best[0] / best[1],
+                       (sm_linear_small_use(T, C, OC) & bits[p]) != 0);
+                fflush(stdout);
+            }
+    free(x), free(w), free(y), free(dy), free(dx), free(dw), free(b), free(ws);
+    return 0;
+}
 
 int exp_engine_gemm(int argc, char **argv) {
     double seconds;
@@ -29,8 +105,15 @@ int exp_engine_gemm(int argc, char **argv) {
     cli_set_threads(1);
     double one = 0, all = 0;
     const char *isa = "";
+    const double pc0 = cpu_now();
     const double peak = exp_fma_peak(1, &one, &all, &isa);
-    printf("bench-gemm-peak threads=1 isa=%s gflops=%.1f\n", isa, peak);
+    /* the same kernel's rate per CPU second (as tools/peers/dqn_update.c): exp_fma_peak times 5 + 5
+     * runs of 4e6 x 12 vector multiply-adds on one thread; a loaded machine lowers the wall-clock
+     * peak with this process's share of the core, not this one. The packed lines below are timed
+     * in CPU seconds and divided by it. */
+    const int lanes = !strcmp(isa, "avx512") ? 16 : !strcmp(isa, "avx2-fma") ? 8 : 4;
+    const double peak_cpu = 10.0 * 4e6 * 12 * lanes * 2 / (cpu_now() - pc0) / 1e9;
+    printf("bench-gemm-peak threads=1 isa=%s gflops=%.1f gflops_per_cpu_s=%.1f\n", isa, peak, peak_cpu);
     static const int Ms[] = {1, 32, 64, 128, 256}, Ws[] = {64, 128, 256, 512, 1024};
     const int maxw = 1024, maxm = 256;
     sm_real *x = malloc(sizeof(sm_real) * maxm * maxw), *w = malloc(sizeof(sm_real) * maxw * maxw),
@@ -61,5 +144,5 @@ int exp_engine_gemm(int argc, char **argv) {
     free(x);
     free(w);
     free(y);
-    return 0;
+    return bench_packed(seconds, peak_cpu);
 }

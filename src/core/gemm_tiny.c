@@ -133,6 +133,8 @@ static void gemm_rows(int M, int N, int K, float alpha, const float *A, ptrdiff_
 }
 
 
+static atomic_int g_allow_simd = 1; /* sm_gemm_tiny_set_simd: the tests' switch to the loops */
+
 int sm_gemm_tiny_simd(void) {
     static atomic_int have = -1;
     int h = atomic_load(&have);
@@ -141,10 +143,13 @@ int sm_gemm_tiny_simd(void) {
         h = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
         atomic_store(&have, h);
     }
-    return h;
+    return h && atomic_load(&g_allow_simd);
 }
+
+void sm_gemm_tiny_set_simd(int simd) { atomic_store(&g_allow_simd, simd ? 1 : 0); }
 #else
 int sm_gemm_tiny_simd(void) { return 0; }
+void sm_gemm_tiny_set_simd(int simd) { (void)simd; }
 #endif
 
 void sm_gemm_tiny(int M, int N, int K, sm_real alpha, const sm_real *A, ptrdiff_t ars, ptrdiff_t acs, const sm_real *B,

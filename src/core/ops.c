@@ -22,6 +22,15 @@ void sm_gemm(int transA, int transB, int M, int N, int K, sm_real alpha, const s
 
 void sm_linear_forward(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias,
                        int T, int C, int OC) {
+    sm_linear_forward_ws(out, inp, weight, bias, T, C, OC, NULL);
+}
+
+void sm_linear_forward_ws(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int T, int C,
+                          int OC, sm_real *ws) {
+    if (ws && (sm_linear_small_use(T, C, OC) & SM_LINEAR_SMALL_FWD)) {
+        sm_linear_forward_small(out, inp, weight, bias, T, C, OC, ws);
+        return;
+    }
     if (bias) {
         for (int t = 0; t < T; t++) memcpy(out + (size_t)t * OC, bias, sizeof(sm_real) * OC);
     }
@@ -42,10 +51,18 @@ void sm_linear_forward_row(sm_real *out, const sm_real *inp, const sm_real *weig
 
 void sm_linear_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, const sm_real *dout,
                         const sm_real *inp, const sm_real *weight, int T, int C, int OC) {
+    sm_linear_backward_ws(dinp, dweight, dbias, dout, inp, weight, T, C, OC, NULL);
+}
+
+void sm_linear_backward_ws(sm_real *dinp, sm_real *dweight, sm_real *dbias, const sm_real *dout, const sm_real *inp,
+                           const sm_real *weight, int T, int C, int OC, sm_real *ws) {
+    const int use = ws ? sm_linear_small_use(T, C, OC) : 0;
+    sm_real *di = use & SM_LINEAR_SMALL_DINP ? dinp : NULL, *dw = use & SM_LINEAR_SMALL_DWEIGHT ? dweight : NULL;
+    if (di || dw) sm_linear_backward_small(di, dw, dout, inp, weight, T, C, OC, ws);
     /* dinp (T,C) += dout (T,OC) @ weight (OC,C) */
-    if (dinp) sm_gemm(0, 0, T, C, OC, 1, dout, OC, weight, C, 1, dinp, C);
+    if (dinp && !di) sm_gemm(0, 0, T, C, OC, 1, dout, OC, weight, C, 1, dinp, C);
     /* dweight (OC,C) += dout^T (OC,T) @ inp (T,C) */
-    if (dweight) sm_gemm(1, 0, OC, C, T, 1, dout, OC, inp, C, 1, dweight, C);
+    if (dweight && !dw) sm_gemm(1, 0, OC, C, T, 1, dout, OC, inp, C, 1, dweight, C);
     if (dbias) {
         for (int t = 0; t < T; t++) {
             const sm_real *d = dout + (size_t)t * OC;

@@ -27,6 +27,8 @@ typedef struct {
     sm_real *scratch;     /* (N, F) input-gradient scratch when the caller needs none */
     sm_real *col, *dcol;  /* conv im2col columns of the batch (CKK, N*P), kept for the backward; one image's */
     sm_real *tmp;         /* (W, N*P) conv GEMM output / transposed output gradient */
+    sm_real *ws;          /* dense: the packed small GEMM's workspace (sm_linear_small_ws) for up to */
+    int ws_rows;          /* this many rows */
     int *idx;             /* (N, W) max-pool argmax */
 } leaf;
 
@@ -85,6 +87,18 @@ static void dense_reserve(sm_module *m, int B, sm_arena *a) {
     size_t n = l->act == SM_ACT_NONE ? 0 : (size_t)rows(m, B) * l->width;
     l->pre = sm_arena_take(a, n);
     l->dpre = sm_arena_take(a, n);
+    /* the packed small GEMM (src/core/linear_small.c): a workspace for the products its rule picks
+     * at any row count up to the batch's (at most 256), and the most rows at which it picks one */
+    const int maxT = rows(m, B) < 256 ? rows(m, B) : 256;
+    size_t nws = 0;
+    l->ws_rows = 0;
+    for (int T = 2; T <= maxT; T++) {
+        const int use = sm_linear_small_use(T, fin(m), l->width);
+        const size_t n = sm_linear_small_ws_for(T, fin(m), l->width, use);
+        if (use) l->ws_rows = T;
+        nws = n > nws ? n : nws;
+    }
+    l->ws = l->ws_rows ? sm_arena_take(a, nws) : NULL;
 }
 static void dense_forward(sm_module *m, sm_real *out, const sm_real *in, int B, const sm_ctx *ctx) {
     leaf *l = (leaf *)m;
@@ -94,7 +108,8 @@ static void dense_forward(sm_module *m, sm_real *out, const sm_real *in, int B, 
     if (N == 1) /* one row: gemv (an RL agent acting on one observation) */
         sm_linear_forward_row(pre, in, sm_ctx_data(ctx, l->ip[0]), sm_ctx_data(ctx, l->ip[1]), fin(m), l->width);
     else
-        sm_linear_forward(pre, in, sm_ctx_data(ctx, l->ip[0]), sm_ctx_data(ctx, l->ip[1]), N, fin(m), l->width);
+        sm_linear_forward_ws(pre, in, sm_ctx_data(ctx, l->ip[0]), sm_ctx_data(ctx, l->ip[1]), N, fin(m), l->width,
+                             N <= l->ws_rows ? l->ws : NULL);
     if (l->act != SM_ACT_NONE) sm_act_forward(out, l->pre, (size_t)N * l->width, l->act);
 }
 static void dense_backward(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx) {
@@ -106,8 +121,8 @@ static void dense_backward(sm_module *m, sm_real *din, const sm_real *dout, cons
         sm_act_backward_inplace(l->dpre, l->pre, (size_t)N * l->width, l->act);
         dpre = l->dpre;
     }
-    sm_linear_backward(din, sm_ctx_grad(ctx, l->ip[0]), sm_ctx_grad(ctx, l->ip[1]), dpre, in,
-                       sm_ctx_data(ctx, l->ip[0]), N, fin(m), l->width);
+    sm_linear_backward_ws(din, sm_ctx_grad(ctx, l->ip[0]), sm_ctx_grad(ctx, l->ip[1]), dpre, in,
+                          sm_ctx_data(ctx, l->ip[0]), N, fin(m), l->width, N <= l->ws_rows ? l->ws : NULL);
     tap_linear(ctx, ctx->pv, l->ip[0], in, dpre, N, fin(m), l->width);
 }
 static void dense_json(const sm_module *m, cJSON *o) {

@@ -68,7 +68,7 @@ if [ "$useconds" != 0 ]; then
         blas=(-lopenblas)
         [ -d "$blasdir" ] && blas=(-L"$blasdir" -Wl,-rpath,"$blasdir" -lopenblas)
         ${CC:-cc} -O3 -march=x86-64-v2 -mtune=native -std=c11 -Wall -Wextra -Werror -fopenmp -D_DEFAULT_SOURCE \
-            -Iinclude -I. "$here/dqn_update.c" experiments/engine/peak.c "$lib" "${blas[@]}" -llapacke -lcjson -lz -lm \
+            -Iinclude -I. "$here/dqn_update.c" experiments/engine/peak.c "$lib" "${blas[@]}" -llapacke -lcjson -lmujoco -lz -lm \
             -o "$ubin" || die "building $ubin failed"
     fi
 fi

@@ -26,6 +26,9 @@ void sm_gemm(int transA, int transB, int M, int N, int K, sm_real alpha, const s
 void sm_gemm_tiny(int M, int N, int K, sm_real alpha, const sm_real *A, ptrdiff_t ars, ptrdiff_t acs, const sm_real *B,
                   ptrdiff_t ldb, sm_real beta, sm_real *C, ptrdiff_t ldc);
 int sm_gemm_tiny_simd(void); /* 1 if sm_gemm_tiny runs its AVX2 kernels on this CPU */
+/* Tests only: simd = 0 makes sm_gemm_tiny (and so the sm_linear_*_small products) run the portable
+ * loops on this CPU too; simd = 1 restores the CPU's choice. Not for use while other threads run. */
+void sm_gemm_tiny_set_simd(int simd);
 
 /* One row: out (OC) = weight (OC,C) @ inp (C) + bias, through gemv (an agent acting on one
  * observation); the rounding may differ from sm_linear_forward's in the last bit. */
@@ -36,6 +39,28 @@ void sm_linear_forward(sm_real *out, const sm_real *inp, const sm_real *weight, 
 /* dinp (T,C), dweight (OC,C), dbias (OC) += ...; any of dinp/dbias may be NULL. */
 void sm_linear_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, const sm_real *dout,
                         const sm_real *inp, const sm_real *weight, int T, int C, int OC);
+
+/* The same two with a workspace of sm_linear_small_ws(T, C, OC) reals: for each of the three
+ * products that sm_linear_small_use picks, the packed small-matrix kernel of
+ * src/core/linear_small.c runs instead of OpenBLAS (an AVX2 CPU, a few dozen rows: no weight
+ * repacking per call, no BLAS call overhead). ws = NULL: OpenBLAS always. */
+void sm_linear_forward_ws(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int T, int C,
+                          int OC, sm_real *ws);
+void sm_linear_backward_ws(sm_real *dinp, sm_real *dweight, sm_real *dbias, const sm_real *dout, const sm_real *inp,
+                           const sm_real *weight, int T, int C, int OC, sm_real *ws);
+size_t sm_linear_small_ws(int T, int C, int OC); /* for all three products */
+size_t sm_linear_small_ws_for(int T, int C, int OC, int use); /* for those in use (SM_LINEAR_SMALL_* bits) */
+enum { SM_LINEAR_SMALL_FWD = 1, SM_LINEAR_SMALL_DINP = 2, SM_LINEAR_SMALL_DWEIGHT = 4 };
+/* the shape rule (measured; linear_small.c): which products (SM_LINEAR_SMALL_* bits) take the packed
+ * kernel at T rows of C -> OC; 0 without AVX2 (and in the double build) */
+int sm_linear_small_use(int T, int C, int OC);
+/* The packed products themselves, whatever the rule says (the tests call them on every shape):
+ * out = inp @ weight^T + bias (bias may be NULL); dinp += dout @ weight, dweight += dout^T @ inp
+ * (either may be NULL). ws: sm_linear_small_ws(T, C, OC) reals. */
+void sm_linear_forward_small(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int T, int C,
+                             int OC, sm_real *ws);
+void sm_linear_backward_small(sm_real *dinp, sm_real *dweight, const sm_real *dout, const sm_real *inp,
+                              const sm_real *weight, int T, int C, int OC, sm_real *ws);
 
 typedef enum { SM_ACT_NONE = 0, SM_ACT_RELU, SM_ACT_GELU, SM_ACT_TANH, SM_ACT_SILU } sm_act;
 const char *sm_act_name(sm_act a);

@@ -1,0 +1,301 @@
+/* The three products of a linear layer at reinforcement-learning sizes (T = 2-256 rows, widths
+ * 64-1024), packed the BLIS way onto a 6 x 16 AVX2 register tile (the tile of gemm_tiny.c, written
+ * here for a packed B):
+ *
+ *   forward  out (T,OC) = inp (T,C) @ weight (OC,C)^T + bias
+ *   dinp     dinp (T,C) += dout (T,OC) @ weight (OC,C)
+ *   dweight  dweight (OC,C) += dout (T,OC)^T @ inp (T,C)
+ *
+ * Why not OpenBLAS: an sgemm call at 32 rows repacks the whole weight (512 KB for the MinAtar DQN's
+ * 1024 -> 128 layer) on every call, though each packed weight then meets only 32 rows, plus argument
+ * checks and a zeroing pass for beta = 0 (BENCHMARKS.md, "DQN on MinAtar"). Why not the unpacked
+ * kernel alone: sm_gemm_tiny reads B's rows where they lie, and rows 4 KB apart (a 1024-wide matrix)
+ * fall in one L1 set, so a tile's 32-128 rows of B evict each other and the rate collapses (an earlier
+ * unpacked attempt ran dinp at 0.40x and dweight at 0.22x OpenBLAS's rate).
+ *
+ * So B, the operand read as vectors, is always packed into panels of 16 columns, [k][16], contiguous,
+ * and A, the operand broadcast one value at a time, is read where it lies (6 rows at a time, each
+ * walked in order, so only 6 lines are live):
+ *
+ *   forward  computed transposed, out^T (OC,T) = weight (OC,C) @ inp^T (C,T): A = the weight as
+ *            stored (never packed: this is where OpenBLAS loses its time), B = inp^T in panels of 16
+ *            rows of inp (8 x 8 register transposes), the result transposed back into out with the
+ *            bias added; 6 weight rows meet every panel before the next 6 are read;
+ *   dinp     A = dout as stored, B = the weight in 16-column panels (one pass over it, eight rows at
+ *            a time), each panel's T / 6 tiles run while it is in L1;
+ *   dweight  A = dout^T (ars = 1, acs = OC), B = inp in 16-column panels; dweight is walked 6 rows
+ *            at a time from left to right.
+ * The tile prefetches the weight rows it streams (forward) and the C it will accumulate into.
+ *
+ * Sums run over k in order in every tile, so a result does not depend on the call's history: same
+ * inputs, same bits. They differ from OpenBLAS's (another summation order, FMA) in the last bits.
+ * Where the CPU lacks AVX2 + FMA, and in the double build, sm_gemm_tiny's plain loops run the same
+ * packed products. sm_linear_small_use is the rule that picks this path over OpenBLAS by shape and
+ * product (measured: BENCHMARKS.md, "DQN on MinAtar", "The packed small GEMM"). */
+#include <string.h>
+
+#include "specmoe/core/ops.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(SPECMOE_DOUBLE)
+#define SM_LS_X86 1
+#include <immintrin.h>
+#endif
+
+#define NR 16 /* the tile's columns: one packed panel's width */
+#define MR 6  /* the tile's rows */
+
+static int round16(int n) { return (n + NR - 1) / NR * NR; }
+
+#ifdef SM_LS_X86
+#define SM_TARGET __attribute__((target("avx2,fma")))
+#define SM_INLINE static inline __attribute__((always_inline))
+
+/* C (mr x 16, first n columns) = [C +] sum_k a(r, k) Bp[k][:], a(r, k) = A[r * ars + k * acs], Bp a
+ * packed panel [K][16]. mr and full (n == 16) are constants in every caller, so the 12 accumulators,
+ * the two B vectors and the broadcast live in 15 of the 16 registers. pf (A read along rows,
+ * acs = 1, from L2 or beyond): each row's line 4 ahead is prefetched every 16 k, since rows 4 KB
+ * apart cross a page per row and the hardware prefetcher restarts at every page. */
+SM_TARGET SM_INLINE void tile(int mr, int full, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,
+                              const float *restrict Bp, float *C, ptrdiff_t ldc, int n, int acc, int pf) {
+    __m256 c0[MR], c1[MR];
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < mr; r++) c0[r] = c1[r] = _mm256_setzero_ps();
+    if (acc) /* C is read after the k loop: ask for its lines now, so they arrive during the loop */
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < mr; r++) {
+            _mm_prefetch((const char *)(C + r * ldc), _MM_HINT_T0);
+            _mm_prefetch((const char *)(C + r * ldc + NR - 1), _MM_HINT_T0);
+        }
+    const float *a = A;
+    for (int k0 = 0; k0 < K; k0 += NR) {
+        if (pf)
+            _Pragma("GCC unroll 8")
+            for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(a + r * ars + 4 * NR), _MM_HINT_T0);
+        const int k1 = K - k0 < NR ? K - k0 : NR;
+        for (int k = 0; k < k1; k++, a += acs, Bp += NR) {
+            __m256 b0 = _mm256_loadu_ps(Bp), b1 = _mm256_loadu_ps(Bp + 8);
+            /* keep both in registers: GCC otherwise folds b1's load into every FMA (13 loads per 12 FMAs) */
+            __asm__("" : "+x"(b0), "+x"(b1));
+            _Pragma("GCC unroll 8")
+            for (int r = 0; r < mr; r++) {
+                const __m256 av = _mm256_broadcast_ss(a + r * ars);
+                c0[r] = _mm256_fmadd_ps(av, b0, c0[r]);
+                c1[r] = _mm256_fmadd_ps(av, b1, c1[r]);
+            }
+        }
+    }
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx),
+                  m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), idx);
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < mr; r++) {
+        float *c = C + r * ldc;
+        if (full) {
+            if (acc) c0[r] = _mm256_add_ps(_mm256_loadu_ps(c), c0[r]), c1[r] = _mm256_add_ps(_mm256_loadu_ps(c + 8), c1[r]);
+            _mm256_storeu_ps(c, c0[r]);
+            _mm256_storeu_ps(c + 8, c1[r]);
+        } else {
+            if (acc)
+                c0[r] = _mm256_add_ps(_mm256_maskload_ps(c, m0), c0[r]),
+                c1[r] = _mm256_add_ps(_mm256_maskload_ps(c + 8, m1), c1[r]);
+            _mm256_maskstore_ps(c, m0, c0[r]);
+            _mm256_maskstore_ps(c + 8, m1, c1[r]);
+        }
+    }
+}
+
+#define TILE_FN(R)                                                                                                \
+    SM_TARGET __attribute__((noinline)) static void tile_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, \
+                                                             const float *Bp, float *C, ptrdiff_t ldc, int n,     \
+                                                             int acc, int pf) {                                   \
+        if (n == NR) tile(R, 1, K, A, ars, acs, Bp, C, ldc, n, acc, pf);                                         \
+        else tile(R, 0, K, A, ars, acs, Bp, C, ldc, n, acc, pf);                                                 \
+    }
+TILE_FN(1)
+TILE_FN(2)
+TILE_FN(3)
+TILE_FN(4)
+TILE_FN(5)
+TILE_FN(6)
+typedef void (*tile_fn)(int, const float *, ptrdiff_t, ptrdiff_t, const float *, float *, ptrdiff_t, int, int, int);
+static const tile_fn k_tile[MR + 1] = {0, tile_1, tile_2, tile_3, tile_4, tile_5, tile_6};
+#endif
+
+/* C (mr rows, n columns, ldc apart) = [C +] op(A) (mr,K) @ Bp (K,16), one register tile; simd: the
+ * AVX2 tile above, else sm_gemm_tiny (its portable loops when the CPU or the build has no AVX2). */
+static void run_tile(int simd, int mr, int K, const sm_real *A, ptrdiff_t ars, ptrdiff_t acs, const sm_real *Bp,
+                     sm_real *C, ptrdiff_t ldc, int n, int acc, int pf) {
+#ifdef SM_LS_X86
+    if (simd && K > 0) {
+        k_tile[mr](K, A, ars, acs, Bp, C, ldc, n, acc, pf);
+        return;
+    }
+#endif
+    (void)simd, (void)pf;
+    sm_gemm_tiny(mr, n, K, 1, A, ars, acs, Bp, NR, acc ? 1 : 0, C, ldc);
+}
+
+/* the backward packs its operands one window of CW columns at a time, so its workspace does not
+ * grow with the layer's width (a window's rows are still read in long contiguous runs) */
+#define CW 256
+
+size_t sm_linear_small_ws_for(int T, int C, int OC, int use) {
+    const size_t Tp = (size_t)round16(T), Cw = (size_t)(round16(C) < CW ? round16(C) : CW);
+    const size_t fwd = use & SM_LINEAR_SMALL_FWD ? Tp * (size_t)C + (size_t)OC * Tp : 0; /* inp^T panels, out^T */
+    const size_t dinp = use & SM_LINEAR_SMALL_DINP ? (size_t)OC * Cw : 0; /* a window of weight panels */
+    const size_t dw = use & SM_LINEAR_SMALL_DWEIGHT ? (size_t)T * Cw : 0;  /* a window of inp panels */
+    const size_t bwd = dinp > dw ? dinp : dw; /* one after the other in the same space */
+    return fwd > bwd ? fwd : bwd;
+}
+
+size_t sm_linear_small_ws(int T, int C, int OC) {
+    return sm_linear_small_ws_for(T, C, OC, SM_LINEAR_SMALL_FWD | SM_LINEAR_SMALL_DINP | SM_LINEAR_SMALL_DWEIGHT);
+}
+
+int sm_linear_small_use(int T, int C, int OC) {
+    /* Measured (BENCHMARKS.md, "The packed small GEMM": `specmoe bench gemm`, the fastest of
+     * alternated batches of each, rows 2-256, widths 64-512 square, 1024 -> 128 and 128 -> 6, one
+     * Zen 3 core under load), as the ratio OpenBLAS time / packed time:
+     *   forward  1.0-1.27x at 16-48 rows (32 x 1024 -> 128: 1.24x) - the weight is never packed;
+     *            1.7-2.1x for narrow outputs (OC <= 16, a Q head) from 16 rows; 0.66-0.98x at 64+
+     *            rows of square layers (the input panels outgrow L1) and at 2-8 rows;
+     *   dinp     1.4-1.7x at 2 rows; 0.95-1.06x at 8-32 rows (a few % behind once the weight
+     *            exceeds 256 KB: the packed kernel copies it into panels too, as OpenBLAS does);
+     *            0.75-1.2x above;
+     *   dweight  1.0-1.1x at 8-32 rows of layers up to 128 x 128 and 1.3-1.8x for narrow outputs,
+     *            0.88-0.99x for larger layers at 32 rows, 0.7-0.8x at 2 rows and at 64+ rows.
+     * So: the forward from 16 to 48 rows or with OC <= 16; dinp at up to 4 rows, or up to 32 rows
+     * of at most 64k weights; dweight from 8 rows, up to 32 rows of at most 64k weights or with
+     * OC <= 16. The bounds on C and OC keep a call's workspace within 16 M reals. */
+    if (!sm_gemm_tiny_simd() || T < 2 || T > 256 || C < 1 || OC < 1 || C > 4096 || OC > 4096) return 0;
+    const int small_w = (long)C * OC <= 65536;
+    int use = 0;
+    if (T >= 16 && (T <= 48 || OC <= 16)) use |= SM_LINEAR_SMALL_FWD;
+    if (T <= 4 || (T <= 32 && small_w)) use |= SM_LINEAR_SMALL_DINP;
+    if (T >= 8 && ((T <= 32 && small_w) || OC <= 16)) use |= SM_LINEAR_SMALL_DWEIGHT;
+    return use;
+}
+
+/* dst [k][16] (K rows) = src's first n (<= 16) columns of K rows ld apart, zero padded so the
+ * tile's vector loads read defined values. */
+static void pack_cols(sm_real *restrict dst, const sm_real *restrict src, ptrdiff_t ld, int K, int n) {
+    for (int k = 0; k < K; k++) {
+        sm_real *d = dst + (size_t)k * NR;
+        const sm_real *s = src + k * ld;
+        if (n == NR) memcpy(d, s, sizeof(sm_real) * NR);
+        else
+            for (int c = 0; c < NR; c++) d[c] = c < n ? s[c] : 0;
+    }
+}
+
+/* dst (Cp/16, K, 16) = every 16-column panel of src (K rows of C, ld apart), zero padded. Eight rows
+ * at a time, panel by panel: the eight rows are read front to back (eight streams the hardware
+ * prefetcher follows; one panel at a time would jump a page per row, and its 4 KB-apart lines all
+ * fall in one L1 set) and each panel gets 512 contiguous bytes. */
+static void pack_panels(sm_real *restrict dst, const sm_real *restrict src, ptrdiff_t ld, int K, int C) {
+    enum { RB = 8 };
+    for (int k0 = 0; k0 < K; k0 += RB) {
+        const int kb = K - k0 < RB ? K - k0 : RB;
+        for (int j = 0; j < C; j += NR)
+            pack_cols(dst + (size_t)j * K + (size_t)k0 * NR, src + k0 * ld + j, ld, kb, C - j < NR ? C - j : NR);
+    }
+}
+
+#ifdef SM_LS_X86
+/* dst[k][0:8] for k in [0, 8): the 8 x 8 block of 8 rows of src (ld apart) at columns 0-7, transposed
+ * in registers (unpack pairs, then quads, then the 128-bit halves) */
+SM_TARGET static void transpose8(float *restrict dst, const float *restrict src, ptrdiff_t ld) {
+    __m256 r[8], t[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * ld);
+    for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44), r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44), r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps(dst + i * NR, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+        _mm256_storeu_ps(dst + (i + 4) * NR, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+    }
+}
+#endif
+
+/* dst [k][16] (K columns of src) = rows [0, n) of src transposed (rows ld apart), zero padded.
+ * Blocked over k so the 64 destination lines of a block stay in L1 while the 16 rows fill them;
+ * with AVX2, full 8 x 8 blocks are transposed in registers. */
+static void pack_rows_t(sm_real *restrict dst, const sm_real *restrict src, ptrdiff_t ld, int K, int n, int simd) {
+    enum { KB = 64 };
+    int k8 = 0; /* columns [0, k8) done by the 8 x 8 blocks */
+#ifdef SM_LS_X86
+    if (simd && n == NR) {
+        k8 = K / 8 * 8;
+        for (int k = 0; k < k8; k += 8) {
+            transpose8(dst + (size_t)k * NR, src + k, ld);
+            transpose8(dst + (size_t)k * NR + 8, src + 8 * ld + k, ld);
+        }
+    }
+#endif
+    (void)simd;
+    for (int k0 = k8; k0 < K; k0 += KB) {
+        const int k1 = k0 + KB < K ? k0 + KB : K;
+        for (int c = 0; c < NR; c++) {
+            if (c < n) {
+                const sm_real *s = src + c * ld;
+                for (int k = k0; k < k1; k++) dst[(size_t)k * NR + c] = s[k];
+            } else
+                for (int k = k0; k < k1; k++) dst[(size_t)k * NR + c] = 0;
+        }
+    }
+}
+
+void sm_linear_forward_small(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int T, int C,
+                             int OC, sm_real *ws) {
+    if (T <= 0 || OC <= 0) return;
+    const int simd = sm_gemm_tiny_simd(), Tp = round16(T);
+    sm_real *xp = ws;                          /* (Tp/16, C, 16) inp^T in panels */
+    sm_real *yt = ws + (size_t)Tp * (size_t)C; /* (OC, Tp) out^T */
+    for (int p = 0; p < Tp; p += NR) pack_rows_t(xp + (size_t)p * C, inp + (size_t)p * C, C, C, T - p < NR ? T - p : NR, simd);
+    /* out^T (OC,Tp) = weight (OC,C) @ inp^T (C,Tp): 6 weight rows at a time against every panel, so
+     * the rows are read from memory once and from L1 for the other panels */
+    for (int o = 0; o < OC; o += MR) {
+        const int mr = OC - o < MR ? OC - o : MR;
+        for (int p = 0; p < Tp; p += NR)
+            run_tile(simd, mr, C, weight + (size_t)o * C, C, 1, xp + (size_t)p * C, yt + (size_t)o * Tp + p, Tp, NR, 0,
+                     p == 0);
+    }
+    /* out (T,OC) = out^T^T + bias, in 16-row strips so the strip's out lines stay in L1 */
+    for (int t0 = 0; t0 < T; t0 += NR) {
+        const int t1 = t0 + NR < T ? t0 + NR : T;
+        for (int o = 0; o < OC; o++) {
+            const sm_real b = bias ? bias[o] : 0, *y = yt + (size_t)o * Tp;
+            for (int t = t0; t < t1; t++) out[(size_t)t * OC + o] = y[t] + b;
+        }
+    }
+}
+
+void sm_linear_backward_small(sm_real *dinp, sm_real *dweight, const sm_real *dout, const sm_real *inp,
+                              const sm_real *weight, int T, int C, int OC, sm_real *ws) {
+    if (T <= 0 || OC <= 0) return;
+    const int simd = sm_gemm_tiny_simd();
+    if (dinp) /* dinp[:, j:j+16] (T,16) += dout (T,OC) @ weight[:, j:j+16] (OC,16): a window of panels
+               * packed, then each panel's T / 6 tiles while it is in L1 */
+        for (int j0 = 0; j0 < C; j0 += CW) {
+            const int cw = C - j0 < CW ? C - j0 : CW;
+            pack_panels(ws, weight + j0, C, OC, cw);
+            for (int j = 0; j < cw; j += NR)
+                for (int i = 0; i < T; i += MR)
+                    run_tile(simd, T - i < MR ? T - i : MR, OC, dout + (size_t)i * OC, OC, 1, ws + (size_t)j * OC,
+                             dinp + (size_t)i * C + j0 + j, C, cw - j < NR ? cw - j : NR, 1, 0);
+        }
+    if (dweight) /* dweight (OC,C) += dout^T (OC,T) @ inp (T,C): a window of inp packed, then dweight's
+                  * window walked 6 rows at a time from left to right */
+        for (int j0 = 0; j0 < C; j0 += CW) {
+            const int cw = C - j0 < CW ? C - j0 : CW;
+            pack_panels(ws, inp + j0, C, T, cw);
+            for (int o = 0; o < OC; o += MR) {
+                const int mr = OC - o < MR ? OC - o : MR;
+                for (int j = 0; j < cw; j += NR)
+                    run_tile(simd, mr, T, dout + o, 1, OC, ws + (size_t)j * T, dweight + (size_t)o * C + j0 + j, C,
+                             cw - j < NR ? cw - j : NR, 1, 0);
+            }
+        }
+}

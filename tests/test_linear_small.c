@@ -1,0 +1,122 @@
+/* The packed small-matrix products of a linear layer (src/core/linear_small.c) against a
+ * double-precision reference, on the AVX2 tile and on the portable loops (sm_gemm_tiny_set_simd(0)):
+ *   forward  out = inp @ weight^T + bias (with and without bias; out fully overwritten)
+ *   dinp     dinp += dout @ weight        (accumulates into what is there)
+ *   dweight  dweight += dout^T @ inp
+ * over shapes that are and are not multiples of the 6 x 16 tile in every dimension, T = 1, C = 1,
+ * OC = 1, and the DQN's 32 x 1024 -> 128 and 32 x 128 -> 6. The workspace is surrounded by canaries
+ * (nothing written past sm_linear_small_ws), and the results are the same bits when run twice. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "specmoe.h"
+
+/* |got - ref| <= tol * sum |terms|: float sums of K products, reassociated (FMA, another order) */
+static void expect_close(const char *what, int T, int C, int OC, int i, double got, double ref, double mag, int K) {
+    const double tol = 4e-7 * (K + 4);
+    cr_assert(fabs(got - ref) <= tol * mag + 1e-30, "%s T=%d C=%d OC=%d: [%d] = %.9g, reference %.9g", what, T, C, OC,
+              i, got, ref);
+}
+
+static float *randv(size_t n, sm_rng *g) {
+    float *v = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) v[i] = (float)sm_rng_normal(g);
+    return v;
+}
+
+static void check_shape(int T, int C, int OC, sm_rng *g) {
+    float *x = randv((size_t)T * C, g), *w = randv((size_t)OC * C, g), *b = randv((size_t)OC, g);
+    float *dy = randv((size_t)T * OC, g), *dx0 = randv((size_t)T * C, g), *dw0 = randv((size_t)OC * C, g);
+    float *y = malloc(sizeof(float) * T * OC), *y2 = malloc(sizeof(float) * T * OC);
+    float *dx = malloc(sizeof(float) * T * C), *dw = malloc(sizeof(float) * OC * C);
+    float *dx2 = malloc(sizeof(float) * T * C), *dw2 = malloc(sizeof(float) * OC * C);
+    const size_t nws = sm_linear_small_ws(T, C, OC), pad = 64;
+    float *wsb = malloc(sizeof(float) * (nws + 2 * pad)), *ws = wsb + pad;
+    for (size_t i = 0; i < nws + 2 * pad; i++) wsb[i] = 12345.f;
+    for (int withb = 0; withb < 2; withb++) {
+        for (int i = 0; i < T * OC; i++) y[i] = NAN; /* the forward writes every entry */
+        sm_linear_forward_small(y, x, w, withb ? b : NULL, T, C, OC, ws);
+        for (int t = 0; t < T; t++)
+            for (int o = 0; o < OC; o++) {
+                double ref = withb ? b[o] : 0, mag = fabs(ref);
+                for (int c = 0; c < C; c++) ref += (double)x[t * C + c] * w[o * C + c], mag += fabs((double)x[t * C + c] * w[o * C + c]);
+                expect_close("forward", T, C, OC, t * OC + o, y[t * OC + o], ref, mag, C);
+            }
+    }
+    memcpy(dx, dx0, sizeof(float) * T * C);
+    memcpy(dw, dw0, sizeof(float) * OC * C);
+    sm_linear_backward_small(dx, dw, dy, x, w, T, C, OC, ws);
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) {
+            double ref = dx0[t * C + c], mag = fabs(ref);
+            for (int o = 0; o < OC; o++) ref += (double)dy[t * OC + o] * w[o * C + c], mag += fabs((double)dy[t * OC + o] * w[o * C + c]);
+            expect_close("dinp (+=)", T, C, OC, t * C + c, dx[t * C + c], ref, mag, OC);
+        }
+    for (int o = 0; o < OC; o++)
+        for (int c = 0; c < C; c++) {
+            double ref = dw0[o * C + c], mag = fabs(ref);
+            for (int t = 0; t < T; t++) ref += (double)dy[t * OC + o] * x[t * C + c], mag += fabs((double)dy[t * OC + o] * x[t * C + c]);
+            expect_close("dweight (+=)", T, C, OC, o * C + c, dw[o * C + c], ref, mag, T);
+        }
+    for (size_t i = 0; i < pad; i++)
+        cr_assert(wsb[i] == 12345.f && wsb[pad + nws + i] == 12345.f, "T=%d C=%d OC=%d: written outside the workspace", T,
+                  C, OC);
+    /* one product at a time (the other NULL), and the same bits on a second run */
+    memcpy(dx2, dx0, sizeof(float) * T * C);
+    memcpy(dw2, dw0, sizeof(float) * OC * C);
+    sm_linear_backward_small(dx2, NULL, dy, x, w, T, C, OC, ws);
+    sm_linear_backward_small(NULL, dw2, dy, x, w, T, C, OC, ws);
+    sm_linear_forward_small(y2, x, w, b, T, C, OC, ws);
+    cr_assert(!memcmp(dx, dx2, sizeof(float) * T * C) && !memcmp(dw, dw2, sizeof(float) * OC * C) &&
+                  !memcmp(y, y2, sizeof(float) * T * OC),
+              "T=%d C=%d OC=%d: not the same bits on a second run", T, C, OC);
+    free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(y), free(y2), free(dx), free(dw), free(dx2),
+        free(dw2), free(wsb);
+}
+
+static void sweep(unsigned seed) {
+    sm_rng g;
+    sm_rng_seed(&g, seed);
+    static const int Ts[] = {1, 2, 5, 6, 7, 12, 15, 16, 17, 31, 32, 33}, Cs[] = {1, 3, 15, 16, 17, 33, 64},
+                     OCs[] = {1, 5, 6, 7, 13, 18};
+    for (size_t a = 0; a < sizeof Ts / sizeof Ts[0]; a++)
+        for (size_t b = 0; b < sizeof Cs / sizeof Cs[0]; b++)
+            for (size_t c = 0; c < sizeof OCs / sizeof OCs[0]; c++) check_shape(Ts[a], Cs[b], OCs[c], &g);
+    check_shape(32, 1024, 128, &g); /* the MinAtar DQN's dense layer */
+    check_shape(32, 128, 6, &g);    /* and its head */
+    check_shape(70, 200, 37, &g);
+}
+
+Test(linear_small, avx2_tile_against_a_double_reference) {
+    fprintf(stderr, "linear_small: %s\n", sm_gemm_tiny_simd() ? "AVX2 tile" : "no AVX2 here: portable loops");
+    sweep(11);
+}
+
+Test(linear_small, portable_loops_against_a_double_reference) {
+    sm_gemm_tiny_set_simd(0);
+    cr_assert(!sm_gemm_tiny_simd());
+    sweep(12);
+    sm_gemm_tiny_set_simd(1);
+}
+
+/* the dense module takes this path when the rule says so; its result is OpenBLAS's within rounding */
+Test(linear_small, rule_and_openblas_agree) {
+    sm_rng g;
+    sm_rng_seed(&g, 13);
+    const int T = 32, C = 1024, OC = 128;
+    const int all = SM_LINEAR_SMALL_FWD | SM_LINEAR_SMALL_DINP | SM_LINEAR_SMALL_DWEIGHT;
+    /* the DQN's dense layer: the forward only (its backward is at par with OpenBLAS's); its head: all */
+    cr_assert(sm_linear_small_use(T, C, OC) == (sm_gemm_tiny_simd() ? SM_LINEAR_SMALL_FWD : 0));
+    cr_assert(sm_linear_small_use(T, 128, 6) == (sm_gemm_tiny_simd() ? all : 0));
+    cr_assert(!sm_linear_small_use(1, C, OC) && !sm_linear_small_use(512, C, OC));
+    float *x = randv((size_t)T * C, &g), *w = randv((size_t)OC * C, &g), *b = randv(OC, &g);
+    float *y1 = malloc(sizeof(float) * T * OC), *y2 = malloc(sizeof(float) * T * OC);
+    float *ws = malloc(sizeof(float) * sm_linear_small_ws(T, C, OC));
+    sm_linear_forward(y1, x, w, b, T, C, OC);
+    sm_linear_forward_ws(y2, x, w, b, T, C, OC, ws);
+    for (int i = 0; i < T * OC; i++) cr_assert(fabs(y1[i] - y2[i]) <= 1e-4 * (1 + fabs(y1[i])), "[%d] %g vs %g", i, y1[i], y2[i]);
+    free(x), free(w), free(b), free(y1), free(y2), free(ws);
+}
