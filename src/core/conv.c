@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "specmoe/core/ops.h"
+#include "tile.h"
 
 
 sm_status sm_conv2d_shape(int H, int W, int KH, int KW, int stride, int pad, int *OH, int *OW, sm_error *err) {
@@ -148,6 +149,169 @@ static void col2im_add(sm_real *img, const sm_real *col, int C, int H, int W, in
     }
 }
 
+/* The sum of d[0:n] in eight interleaved partial sums (lane t % 8 takes d[t]), added pairwise at the
+ * end: one vector of adds per 8 values. A single running sum is a chain of dependent adds, and for
+ * the bias gradient of the MinAtar DQN's conv (32 x 16 rows of 64) it took a tenth of the update's
+ * backward. */
+static sm_real sum8(const sm_real *restrict d, int n) {
+    sm_real acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int t = 0;
+    for (; t + 8 <= n; t += 8)
+        for (int l = 0; l < 8; l++) acc[l] += d[t + l];
+    for (int l = 0; t < n; t++, l++) acc[l] += d[t];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* The packed path: im2col straight into 16-pixel panels, the GEMMs on the register tile of
+ * linear_small.c (src/core/tile.h).
+ *
+ * Why: at RL sizes the convolution's GEMMs are short and wide - the MinAtar DQN's is
+ * (16 x 36) @ (36 x 2048) - and OpenBLAS spent its time on packing col, zeroing tmp (beta = 0) and
+ * its edge cases: 13% of a DQN update for the two forwards and 9% for the backward, about 30
+ * GFLOP/s where the tile runs at 80-90 (BENCHMARKS.md, "DQN on MinAtar"). Here:
+ *   colp  (B*P/16, CKK, 16): panel t holds the im2col columns of pixels n = 16t .. 16t+15 (n = b*P +
+ *         i*OW + j), each of the CKK rows 16 floats, so a panel is the tile's packed B as written;
+ *   forward  out[b, o, p0:p0+16] = weight (OC, CKK) @ colp[t] (CKK, 16), 6 weight rows per tile, the
+ *         result written straight into out (P % 16 == 0: a panel never straddles two images), plus
+ *         the bias: no tmp, no transpose pass;
+ *   dweight  dweight^T (CKK, OC) += col (CKK, B*P) @ dout^T (B*P, OC): A = colp read by rows in
+ *         chunks of 16 pixels (akc = CKK*16), B = dout^T packed into [n][16] panels of 16 channels in
+ *         tmp by 8 x 8 register transposes; each 6 x 16 tile is added transposed into dweight.
+ * Every output is one FMA chain over k in order, on one thread, so results do not depend on the
+ * thread count; they differ from OpenBLAS's in the last bits (another order). The input gradient
+ * does not read col and keeps its per-image GEMM. Taken when sm_conv2d_packed says so: an AVX2 + FMA
+ * CPU, the float build, P and OC multiples of 16 (the MinAtar, Nature-CNN and Impala shapes at
+ * 10 x 10 except the last 1 x 1 / 2 x 2 maps); otherwise the OpenBLAS path above. */
+int sm_conv2d_packed(int OC, int OH, int OW) {
+#ifdef SM_TILE_AVX2
+    return sm_gemm_tiny_simd() && OC > 0 && OC % 16 == 0 && OH > 0 && OW > 0 && (OH * OW) % 16 == 0;
+#else
+    (void)OC, (void)OH, (void)OW;
+    return 0;
+#endif
+}
+
+#ifdef SM_TILE_AVX2
+/* colp (B*P/16, CKK, 16) as above: entry (r, n) at colp[(n/16)*CKK*16 + r*16 + n%16], r = (c, p, q),
+ * n = b*P + i*OW + j, holding inp[b, c, i*stride - pad + p, j*stride - pad + q] (0 in the padding).
+ *
+ * When 16 % OW == 0 a panel holds R = 16 / OW whole output rows (P % 16 == 0: every image starts a
+ * panel). Then panels are filled one at a time, front to back (each image in the parallel loop: the
+ * writes are disjoint), every r's 16 values in turn: R rows of OW from the input, one copy where
+ * the rows miss the padding (MinAtar: two rows of 8, unrolled). Each r's padding bounds are worked
+ * out once per call into `rows` (walking pixels with those bounds recomputed per row took 3.5x
+ * im2col's time; filling r by r, panels 9 KB apart for MinAtar, 1.7x). Otherwise (rows straddle
+ * panels) pixel by pixel. */
+typedef struct {
+    int lo, hi, ilo, ihi; /* output columns / rows whose input lies inside the image */
+    ptrdiff_t src;        /* offset of (c, -pad + p, -pad + q) in an image: "input" of output pixel (0, 0) */
+} col_row;
+
+enum { COL_ROWS = 256 }; /* rows of colp described at once (6 KB of stack) */
+
+/* rows [0, nr) of one panel (dst at its row r0) from image x: R output rows from i0 */
+static void fill_panel(sm_real *restrict dst, const sm_real *restrict x, const col_row *rw, int nr, int i0, int R, int W,
+                       int OW, int stride) {
+    for (int r = 0; r < nr; r++, dst += 16) {
+        const col_row *m = &rw[r];
+        const ptrdiff_t at = m->src + (ptrdiff_t)i0 * stride * W;
+        if (stride == 1 && m->lo == 0 && m->hi == OW && i0 >= m->ilo && i0 + R <= m->ihi) {
+            if (OW == 8) copy_rows(dst, x + at, 2, W, 8);
+            else copy_rows(dst, x + at, R, W, OW);
+            continue;
+        }
+        for (int i = 0; i < R; i++)
+            for (int j = 0; j < OW; j++)
+                dst[i * OW + j] = i0 + i >= m->ilo && i0 + i < m->ihi && j >= m->lo && j < m->hi
+                                      ? x[at + (ptrdiff_t)i * stride * W + (ptrdiff_t)j * stride]
+                                      : 0;
+    }
+}
+
+static void im2col_panels(sm_real *restrict colp, const sm_real *restrict inp, int B, int C, int H, int W, int KH,
+                          int KW, int stride, int pad, int OH, int OW) {
+    const size_t P = (size_t)OH * OW, img = (size_t)C * H * W;
+    const int CKK = C * KH * KW, R = 16 % OW == 0 ? 16 / OW : 0;
+    const size_t pstride = (size_t)CKK * 16;
+    col_row rw[COL_ROWS];
+    for (int r0 = 0; r0 < CKK; r0 += COL_ROWS) {
+        const int nr = CKK - r0 < COL_ROWS ? CKK - r0 : COL_ROWS;
+        for (int k = 0; k < nr; k++) {
+            const int r = r0 + k, c = r / (KH * KW), p = (r / KW) % KH, q = r % KW;
+            col_row *m = &rw[k];
+            valid_range(&m->lo, &m->hi, OW, W, stride, pad, q);
+            m->ilo = 0, m->ihi = OH;
+            while (m->ilo < OH && m->ilo * stride - pad + p < 0) m->ilo++;
+            while (m->ihi > m->ilo && (m->ihi - 1) * stride - pad + p >= H) m->ihi--;
+            m->src = (ptrdiff_t)c * H * W + (ptrdiff_t)(p - pad) * W + (q - pad);
+        }
+#pragma omp parallel for if (B > 1 && (size_t)nr * B * P > SM_PAR_MIN) schedule(static)
+        for (int b = 0; b < B; b++) {
+            const sm_real *restrict x = inp + (size_t)b * img;
+            sm_real *restrict base = colp + (size_t)b * (P / 16) * pstride + (size_t)r0 * 16;
+            if (R) {
+                for (int i0 = 0; i0 < OH; i0 += R) fill_panel(base + (size_t)(i0 / R) * pstride, x, rw, nr, i0, R, W, OW, stride);
+                continue;
+            }
+            for (int k = 0; k < nr; k++) { /* rows straddle panels: pixel by pixel */
+                const col_row *m = &rw[k];
+                for (int i = 0; i < OH; i++)
+                    for (int j = 0; j < OW; j++) {
+                        const size_t n = (size_t)i * OW + (size_t)j;
+                        base[(n / 16) * pstride + (size_t)k * 16 + n % 16] =
+                            i >= m->ilo && i < m->ihi && j >= m->lo && j < m->hi
+                                ? x[m->src + (ptrdiff_t)i * stride * W + (ptrdiff_t)j * stride]
+                                : 0;
+                    }
+            }
+        }
+    }
+}
+
+static void conv_forward_packed(sm_real *out, sm_real *colp, const sm_real *inp, const sm_real *weight,
+                                const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW, int stride,
+                                int pad, int OH, int OW) {
+    im2col_panels(colp, inp, B, C, H, W, KH, KW, stride, pad, OH, OW);
+    const int P = OH * OW, CKK = C * KH * KW;
+    const long NP = (long)B * P / 16;
+#pragma omp parallel for if ((size_t)NP * 16 * CKK * OC > SM_PAR_MIN) schedule(static)
+    for (long t = 0; t < NP; t++) {
+        const long n0 = t * 16, b = n0 / P, p0 = n0 % P;
+        sm_real *y = out + (size_t)b * OC * P + p0; /* (OC, 16), rows P apart */
+        const sm_real *Bp = colp + (size_t)t * CKK * 16;
+        for (int o = 0; o < OC; o += 6)
+            sm_tile6x16(OC - o < 6 ? OC - o : 6, CKK, weight + (size_t)o * CKK, CKK, 1, 16, Bp, bias ? bias + o : NULL,
+                        y + (size_t)o * P, P, 16, 0);
+    }
+}
+
+/* dweight (OC, CKK) += dout (OC, B*P) @ col^T, col as panels; dtp (OC/16, B*P, 16) scratch */
+static void conv_dweight_packed(sm_real *dweight, sm_real *dtp, const sm_real *dout, const sm_real *colp, int B, int OC,
+                                int CKK, int P) {
+    const size_t BP = (size_t)B * P;
+    const int npan = OC / 16;
+    /* dtp[j][n][0:16] = dout[b, 16j : 16j+16, p], n = b*P + p: 8 x 8 blocks transposed */
+#pragma omp parallel for if ((size_t)OC * BP > SM_PAR_MIN) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < npan; j++)
+            for (int p0 = 0; p0 < P; p0 += 8)
+                for (int c8 = 0; c8 < 16; c8 += 8)
+                    sm_transpose8x8(dtp + ((size_t)j * BP + (size_t)b * P + p0) * 16 + c8,
+                                    dout + ((size_t)b * OC + (size_t)j * 16 + c8) * P + p0, P);
+    const int nr = (CKK + 5) / 6;
+#pragma omp parallel for if ((size_t)OC * BP * CKK > SM_PAR_MIN) schedule(static)
+    for (int w = 0; w < npan * nr; w++) {
+        const int j = w / nr, r0 = w % nr * 6, mr = CKK - r0 < 6 ? CKK - r0 : 6;
+        sm_real acc[6 * 16]; /* dweight^T rows r0 .. r0+mr, columns 16j .. 16j+15 */
+        sm_tile6x16(mr, (int)BP, colp + (size_t)r0 * 16, 16, 1, (ptrdiff_t)CKK * 16, dtp + (size_t)j * BP * 16, NULL, acc,
+                    16, 16, 0);
+        for (int r = 0; r < mr; r++)
+            for (int c = 0; c < 16; c++) dweight[(size_t)(j * 16 + c) * CKK + r0 + r] += acc[r * 16 + c];
+    }
+}
+#endif
+
 /* ---------------------------------------------------------------------------------------------- */
 /* conv2d */
 
@@ -156,6 +320,13 @@ void sm_conv2d_forward(sm_real *out, sm_real *col, sm_real *tmp, const sm_real *
                        int pad) {
     const int OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
     const int P = OH * OW, CKK = C * KH * KW, BP = B * P;
+#ifdef SM_TILE_AVX2
+    if (sm_conv2d_packed(OC, OH, OW)) {
+        (void)tmp;
+        conv_forward_packed(out, col, inp, weight, bias, B, C, H, W, OC, KH, KW, stride, pad, OH, OW);
+        return;
+    }
+#endif
     im2col(col, inp, B, C, H, W, KH, KW, stride, pad, OH, OW);
     /* tmp (OC, B*P) = weight (OC, CKK) @ col (CKK, B*P): one GEMM for the batch. Each output is the
      * same sum over CKK as a GEMM per image gives; the bias is added after it, as beta = 1 did. */
@@ -181,6 +352,12 @@ void sm_conv2d_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, sm_real
                         int W, int OC, int KH, int KW, int stride, int pad) {
     const int OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
     const int P = OH * OW, CKK = C * KH * KW, BP = B * P;
+#ifdef SM_TILE_AVX2
+    if (dweight && sm_conv2d_packed(OC, OH, OW)) {
+        conv_dweight_packed(dweight, tmp, dout, col, B, OC, CKK, P);
+        dweight = NULL; /* done */
+    }
+#endif
     if (dweight) {
         /* tmp (OC, B, P) <- dout (B, OC, P), then one GEMM over the whole batch:
          * dweight (OC, CKK) += tmp (OC, B*P) @ col^T (B*P, CKK), col being the forward's columns */
@@ -197,12 +374,7 @@ void sm_conv2d_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, sm_real
     for (int b = 0; b < B; b++) {
         const sm_real *dy = dout + (size_t)b * OC * P; /* (OC, P) */
         if (dbias) {
-            for (int o = 0; o < OC; o++) {
-                const sm_real *d = dy + (size_t)o * P;
-                sm_real s = 0;
-                for (int t = 0; t < P; t++) s += d[t];
-                dbias[o] += s;
-            }
+            for (int o = 0; o < OC; o++) dbias[o] += sum8(dy + (size_t)o * P, P);
         }
         if (dinp) {
             /* dcol (CKK,P) = weight^T (CKK,OC) @ dy (OC,P), then scattered back onto the image */

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "specmoe/core/ops.h"
+#include "tile.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(SPECMOE_DOUBLE)
 #define SM_LS_X86 1
@@ -50,13 +51,16 @@ static int round16(int n) { return (n + NR - 1) / NR * NR; }
 #define SM_TARGET __attribute__((target("avx2,fma")))
 #define SM_INLINE static inline __attribute__((always_inline))
 
-/* C (mr x 16, first n columns) = [C +] sum_k a(r, k) Bp[k][:], a(r, k) = A[r * ars + k * acs], Bp a
- * packed panel [K][16]. mr and full (n == 16) are constants in every caller, so the 12 accumulators,
+/* C (mr x 16, first n columns) = [C +] sum_k a(r, k) Bp[k][:], Bp a packed panel [K][16], and
+ * a(r, k) = A[(k / 16) * akc + r * ars + (k % 16) * acs]: A is walked in chunks of 16 k, akc apart
+ * (akc = 16 acs for a plain strided A; the convolution's im2col panels put each chunk of 16 pixels
+ * CKK x 16 apart, src/core/conv.c). mr and full (n == 16) are constants in every caller, so the 12 accumulators,
  * the two B vectors and the broadcast live in 15 of the 16 registers. pf (A read along rows,
  * acs = 1, from L2 or beyond): each row's line 4 ahead is prefetched every 16 k, since rows 4 KB
  * apart cross a page per row and the hardware prefetcher restarts at every page. */
-SM_TARGET SM_INLINE void tile(int mr, int full, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,
-                              const float *restrict Bp, float *C, ptrdiff_t ldc, int n, int acc, int pf) {
+SM_TARGET SM_INLINE void tile(int mr, int full, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc,
+                              const float *restrict Bp, const float *radd, float *C, ptrdiff_t ldc, int n, int acc,
+                              int pf) {
     __m256 c0[MR], c1[MR];
     _Pragma("GCC unroll 8")
     for (int r = 0; r < mr; r++) c0[r] = c1[r] = _mm256_setzero_ps();
@@ -66,8 +70,8 @@ SM_TARGET SM_INLINE void tile(int mr, int full, int K, const float *A, ptrdiff_t
             _mm_prefetch((const char *)(C + r * ldc), _MM_HINT_T0);
             _mm_prefetch((const char *)(C + r * ldc + NR - 1), _MM_HINT_T0);
         }
-    const float *a = A;
     for (int k0 = 0; k0 < K; k0 += NR) {
+        const float *a = A + (k0 / NR) * akc;
         if (pf)
             _Pragma("GCC unroll 8")
             for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(a + r * ars + 4 * NR), _MM_HINT_T0);
@@ -87,6 +91,12 @@ SM_TARGET SM_INLINE void tile(int mr, int full, int K, const float *A, ptrdiff_t
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx),
                   m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), idx);
+    if (radd) /* + radd[r] after the whole sum: the bits of (sum) + radd[r] */
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < mr; r++) {
+            const __m256 v = _mm256_broadcast_ss(radd + r);
+            c0[r] = _mm256_add_ps(c0[r], v), c1[r] = _mm256_add_ps(c1[r], v);
+        }
     _Pragma("GCC unroll 8")
     for (int r = 0; r < mr; r++) {
         float *c = C + r * ldc;
@@ -106,10 +116,10 @@ SM_TARGET SM_INLINE void tile(int mr, int full, int K, const float *A, ptrdiff_t
 
 #define TILE_FN(R)                                                                                                \
     SM_TARGET __attribute__((noinline)) static void tile_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, \
-                                                             const float *Bp, float *C, ptrdiff_t ldc, int n,     \
-                                                             int acc, int pf) {                                   \
-        if (n == NR) tile(R, 1, K, A, ars, acs, Bp, C, ldc, n, acc, pf);                                         \
-        else tile(R, 0, K, A, ars, acs, Bp, C, ldc, n, acc, pf);                                                 \
+                                                             ptrdiff_t akc, const float *Bp, const float *radd,   \
+                                                             float *C, ptrdiff_t ldc, int n, int acc, int pf) {   \
+        if (n == NR) tile(R, 1, K, A, ars, acs, akc, Bp, radd, C, ldc, n, acc, pf);                              \
+        else tile(R, 0, K, A, ars, acs, akc, Bp, radd, C, ldc, n, acc, pf);                                      \
     }
 TILE_FN(1)
 TILE_FN(2)
@@ -117,8 +127,14 @@ TILE_FN(3)
 TILE_FN(4)
 TILE_FN(5)
 TILE_FN(6)
-typedef void (*tile_fn)(int, const float *, ptrdiff_t, ptrdiff_t, const float *, float *, ptrdiff_t, int, int, int);
+typedef void (*tile_fn)(int, const float *, ptrdiff_t, ptrdiff_t, ptrdiff_t, const float *, const float *, float *,
+                        ptrdiff_t, int, int, int);
 static const tile_fn k_tile[MR + 1] = {0, tile_1, tile_2, tile_3, tile_4, tile_5, tile_6};
+
+void sm_tile6x16(int mr, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc, const float *Bp,
+                 const float *radd, float *C, ptrdiff_t ldc, int n, int acc) {
+    if (K > 0) k_tile[mr](K, A, ars, acs, akc, Bp, radd, C, ldc, n, acc, 0);
+}
 #endif
 
 /* C (mr rows, n columns, ldc apart) = [C +] op(A) (mr,K) @ Bp (K,16), one register tile; simd: the
@@ -127,7 +143,7 @@ static void run_tile(int simd, int mr, int K, const sm_real *A, ptrdiff_t ars, p
                      sm_real *C, ptrdiff_t ldc, int n, int acc, int pf) {
 #ifdef SM_LS_X86
     if (simd && K > 0) {
-        k_tile[mr](K, A, ars, acs, Bp, C, ldc, n, acc, pf);
+        k_tile[mr](K, A, ars, acs, NR * acs, Bp, NULL, C, ldc, n, acc, pf);
         return;
     }
 #endif
@@ -204,7 +220,7 @@ static void pack_panels(sm_real *restrict dst, const sm_real *restrict src, ptrd
 #ifdef SM_LS_X86
 /* dst[k][0:8] for k in [0, 8): the 8 x 8 block of 8 rows of src (ld apart) at columns 0-7, transposed
  * in registers (unpack pairs, then quads, then the 128-bit halves) */
-SM_TARGET static void transpose8(float *restrict dst, const float *restrict src, ptrdiff_t ld) {
+SM_TARGET void sm_transpose8x8(float *restrict dst, const float *restrict src, ptrdiff_t ld) {
     __m256 r[8], t[8];
     for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * ld);
     for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
@@ -229,8 +245,8 @@ static void pack_rows_t(sm_real *restrict dst, const sm_real *restrict src, ptrd
     if (simd && n == NR) {
         k8 = K / 8 * 8;
         for (int k = 0; k < k8; k += 8) {
-            transpose8(dst + (size_t)k * NR, src + k, ld);
-            transpose8(dst + (size_t)k * NR + 8, src + 8 * ld + k, ld);
+            sm_transpose8x8(dst + (size_t)k * NR, src + k, ld);
+            sm_transpose8x8(dst + (size_t)k * NR + 8, src + 8 * ld + k, ld);
         }
     }
 #endif

@@ -66,13 +66,22 @@ size_t sm_conv2d_col_size(int C, int H, int W, int KH, int KW, int stride, int p
  * its first two axes swapped, plus the bias. The GEMM is threaded by OpenBLAS.
  *   out    (B, OC, OH, OW)    written (not accumulated)
  *   col    (C*KH*KW, B*OH*OW) written: B * sm_conv2d_col_size(...) values, read again by the backward
- *   tmp    (OC, B*OH*OW)      scratch, as many values as out
+ *                             (in the packed path the same values in 16-pixel panels: treat col as
+ *                             private to this forward/backward pair)
+ *   tmp    (OC, B*OH*OW)      scratch, as many values as out (unused by the packed path)
+ * Where sm_conv2d_packed(OC, OH, OW) says so, the GEMMs run on the AVX2 register tile of the packed
+ * small GEMM (src/core/conv.c, "The packed path") instead of OpenBLAS: the same products, summed in
+ * another order, so the last bits differ.
  *   inp    (B, C, H, W)
  *   weight (OC, C, KH, KW)
  *   bias   (OC) or NULL */
 void sm_conv2d_forward(sm_real *out, sm_real *col, sm_real *tmp, const sm_real *inp, const sm_real *weight,
                        const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW, int stride,
                        int pad);
+
+/* 1 when sm_conv2d_forward / sm_conv2d_backward take the packed path for these sizes: an AVX2 + FMA
+ * CPU (sm_gemm_tiny_simd), the float build, OC and OH*OW multiples of 16. */
+int sm_conv2d_packed(int OC, int OH, int OW);
 
 /* Backward of sm_conv2d_forward for loss L with dout = dL/dout:
  *   dweight (OC, C*KH*KW) += dout (OC, B*OH*OW) @ col^T    (one GEMM over the batch; dout's first
@@ -86,7 +95,8 @@ void sm_conv2d_forward(sm_real *out, sm_real *col, sm_real *tmp, const sm_real *
  *   dweight (OC, C, KH, KW)   may be NULL (a frozen stem)
  *   dbias   (OC)              may be NULL (no bias)
  *   dcol    (C*KH*KW, OH*OW)  scratch, sm_conv2d_col_size(...) values (unused when dinp is NULL)
- *   tmp     (OC, B*OH*OW)     scratch, as in the forward (unused when dweight is NULL)
+ *   tmp     (OC, B*OH*OW)     scratch, as in the forward (unused when dweight is NULL); the packed
+ *                             path's dout^T panels
  *   dout    (B, OC, OH, OW)
  *   col     (C*KH*KW, B*OH*OW) the columns the forward wrote for this batch (unused when dweight is NULL)
  *   weight  (OC, C, KH, KW) */

@@ -1,0 +1,147 @@
+/* The convolution's packed path (src/core/conv.c, "The packed path": im2col into 16-pixel panels, the
+ * GEMMs on the AVX2 register tile) against a double-precision reference, next to the OpenBLAS path
+ * (sm_gemm_tiny_set_simd(0) turns the packed path off):
+ *   forward  out = conv(inp, weight) + bias   (every entry overwritten)
+ *   backward dweight += ..., dbias += ..., dinp += ... (accumulating into what is there)
+ * over shapes that take the packed path (OC and OH*OW multiples of 16: MinAtar's 10 x 10 x 4 -> 16,
+ * padding, stride 2, rows of 10 and 16 pixels that do and do not tile a panel, C*K*K not a multiple
+ * of the tile's 6 rows) and one that does not (P = 49). Both paths must match the reference, and
+ * the packed one must give the same bits when run twice. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "specmoe.h"
+#include "specmoe/core/conv.h"
+
+typedef struct {
+    int B, C, H, W, OC, K, S, P;
+} shape;
+
+static float *randv(size_t n, sm_rng *g) {
+    float *v = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) v[i] = (float)sm_rng_normal(g);
+    return v;
+}
+
+/* |got - ref| <= tol * (sum of |terms|): float sums reassociated */
+static void close_to(const char *what, const shape *s, size_t i, double got, double ref, double mag, int terms) {
+    const double tol = 4e-7 * (terms + 4);
+    cr_assert(fabs(got - ref) <= tol * mag + 1e-30, "%s (B=%d C=%d %dx%d OC=%d K=%d S=%d P=%d, packed %d): [%zu] = %.9g, reference %.9g",
+              what, s->B, s->C, s->H, s->W, s->OC, s->K, s->S, s->P, sm_gemm_tiny_simd(), i, got, ref);
+}
+
+/* runs forward + backward; out, dx, dw, db hold the results (dx, dw, db start from dx0, dw0, db0) */
+static void run(const shape *s, const float *x, const float *w, const float *b, const float *dy, const float *dx0,
+                const float *dw0, const float *db0, float *out, float *dx, float *dw, float *db) {
+    int OH, OW;
+    cr_assert(sm_conv2d_shape(s->H, s->W, s->K, s->K, s->S, s->P, &OH, &OW, NULL) == SM_OK);
+    const size_t ncol = sm_conv2d_col_size(s->C, s->H, s->W, s->K, s->K, s->S, s->P);
+    const size_t nout = (size_t)s->B * s->OC * OH * OW, nin = (size_t)s->B * s->C * s->H * s->W;
+    const size_t nw = (size_t)s->OC * s->C * s->K * s->K;
+    float *col = malloc(sizeof(float) * s->B * ncol), *dcol = malloc(sizeof(float) * ncol), *tmp = malloc(sizeof(float) * nout);
+    for (size_t i = 0; i < nout; i++) out[i] = NAN;
+    sm_conv2d_forward(out, col, tmp, x, w, b, s->B, s->C, s->H, s->W, s->OC, s->K, s->K, s->S, s->P);
+    memcpy(dx, dx0, sizeof(float) * nin);
+    memcpy(dw, dw0, sizeof(float) * nw);
+    memcpy(db, db0, sizeof(float) * s->OC);
+    sm_conv2d_backward(dx, dw, db, dcol, tmp, dy, col, w, s->B, s->C, s->H, s->W, s->OC, s->K, s->K, s->S, s->P);
+    free(col);
+    free(dcol);
+    free(tmp);
+}
+
+static void check(const shape *s, int want_packed) {
+    sm_rng g;
+    sm_rng_seed(&g, 7);
+    int OH, OW;
+    cr_assert(sm_conv2d_shape(s->H, s->W, s->K, s->K, s->S, s->P, &OH, &OW, NULL) == SM_OK);
+    cr_assert_eq(sm_conv2d_packed(s->OC, OH, OW), want_packed && sm_gemm_tiny_simd(), "sm_conv2d_packed(%d, %d, %d)", s->OC, OH, OW);
+    const int KK = s->K * s->K, CKK = s->C * KK, Pn = OH * OW;
+    const size_t nout = (size_t)s->B * s->OC * Pn, nin = (size_t)s->B * s->C * s->H * s->W, nw = (size_t)s->OC * CKK;
+    float *x = randv(nin, &g), *w = randv(nw, &g), *b = randv(s->OC, &g), *dy = randv(nout, &g);
+    float *dx0 = randv(nin, &g), *dw0 = randv(nw, &g), *db0 = randv(s->OC, &g);
+    float *out = malloc(sizeof(float) * nout), *dx = malloc(sizeof(float) * nin), *dw = malloc(sizeof(float) * nw),
+          *db = malloc(sizeof(float) * s->OC);
+    float *out2 = malloc(sizeof(float) * nout), *dx2 = malloc(sizeof(float) * nin), *dw2 = malloc(sizeof(float) * nw),
+          *db2 = malloc(sizeof(float) * s->OC);
+    double *rdx = calloc(nin, sizeof(double)), *mdx = calloc(nin, sizeof(double));
+    run(s, x, w, b, dy, dx0, dw0, db0, out, dx, dw, db);
+    /* the reference, in double: every (b, o, i, j) and every tap (c, p, q) */
+    for (int bb = 0; bb < s->B; bb++)
+        for (int o = 0; o < s->OC; o++)
+            for (int i = 0; i < OH; i++)
+                for (int j = 0; j < OW; j++) {
+                    const size_t at = ((size_t)(bb * s->OC + o) * OH + i) * OW + j;
+                    double ref = b[o], mag = fabs(ref);
+                    for (int c = 0; c < s->C; c++)
+                        for (int p = 0; p < s->K; p++)
+                            for (int q = 0; q < s->K; q++) {
+                                const int ih = i * s->S - s->P + p, iw = j * s->S - s->P + q;
+                                if (ih < 0 || ih >= s->H || iw < 0 || iw >= s->W) continue;
+                                const size_t xi = ((size_t)(bb * s->C + c) * s->H + ih) * s->W + iw;
+                                const double t = (double)w[(size_t)o * CKK + c * KK + p * s->K + q] * x[xi];
+                                ref += t, mag += fabs(t);
+                                rdx[xi] += (double)w[(size_t)o * CKK + c * KK + p * s->K + q] * dy[at];
+                                mdx[xi] += fabs((double)w[(size_t)o * CKK + c * KK + p * s->K + q] * dy[at]);
+                            }
+                    close_to("forward", s, at, out[at], ref, mag, CKK);
+                }
+    for (size_t i = 0; i < nin; i++) close_to("dinp (+=)", s, i, dx[i], dx0[i] + rdx[i], fabs(dx0[i]) + mdx[i], s->OC * KK);
+    for (int o = 0; o < s->OC; o++) {
+        double ref = db0[o], mag = fabs(ref);
+        for (int bb = 0; bb < s->B; bb++)
+            for (int t = 0; t < Pn; t++) ref += dy[(size_t)(bb * s->OC + o) * Pn + t], mag += fabs(dy[(size_t)(bb * s->OC + o) * Pn + t]);
+        close_to("dbias (+=)", s, o, db[o], ref, mag, s->B * Pn);
+        for (int r = 0; r < CKK; r++) {
+            const int c = r / KK, p = r / s->K % s->K, q = r % s->K;
+            double rw = dw0[(size_t)o * CKK + r], mw = fabs(rw);
+            for (int bb = 0; bb < s->B; bb++)
+                for (int i = 0; i < OH; i++)
+                    for (int j = 0; j < OW; j++) {
+                        const int ih = i * s->S - s->P + p, iw = j * s->S - s->P + q;
+                        if (ih < 0 || ih >= s->H || iw < 0 || iw >= s->W) continue;
+                        const double t = (double)dy[((size_t)(bb * s->OC + o) * OH + i) * OW + j] *
+                                         x[((size_t)(bb * s->C + c) * s->H + ih) * s->W + iw];
+                        rw += t, mw += fabs(t);
+                    }
+            close_to("dweight (+=)", s, (size_t)o * CKK + r, dw[(size_t)o * CKK + r], rw, mw, s->B * Pn);
+        }
+    }
+    /* same inputs, same bits */
+    run(s, x, w, b, dy, dx0, dw0, db0, out2, dx2, dw2, db2);
+    cr_assert(!memcmp(out, out2, sizeof(float) * nout) && !memcmp(dx, dx2, sizeof(float) * nin) &&
+                  !memcmp(dw, dw2, sizeof(float) * nw) && !memcmp(db, db2, sizeof(float) * s->OC),
+              "a second run gave other bits");
+    free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0), free(out), free(dx), free(dw), free(db);
+    free(out2), free(dx2), free(dw2), free(db2), free(rdx), free(mdx);
+}
+
+static const shape kPacked[] = {
+    {32, 4, 10, 10, 16, 3, 1, 0}, /* the MinAtar DQN's layer: 8 x 8 outputs, rows of 8 (half a panel) */
+    {3, 2, 8, 8, 32, 3, 1, 1},    /* padding on every side, two channel panels */
+    {2, 3, 9, 9, 16, 2, 1, 0},    /* C*K*K = 12 */
+    {2, 1, 6, 34, 16, 3, 2, 0},   /* stride 2, rows of 16 pixels (one panel each) */
+    {3, 2, 8, 10, 16, 3, 1, 1},   /* rows of 10 pixels that straddle panels (P = 80) */
+    {2, 5, 4, 8, 16, 1, 1, 0},    /* 1 x 1 kernel, C*K*K = 5: a partial tile of rows */
+    {1, 7, 12, 12, 48, 5, 1, 0},  /* C*K*K = 175, three channel panels */
+};
+
+Test(conv_packed, matches_the_reference_on_both_paths) {
+    for (int simd = 1; simd >= 0; simd--) {
+        sm_gemm_tiny_set_simd(simd);
+        for (size_t i = 0; i < sizeof kPacked / sizeof kPacked[0]; i++) check(&kPacked[i], 1);
+        const shape other = {2, 3, 7, 7, 16, 3, 1, 1}; /* P = 49: never packed */
+        check(&other, 0);
+        const shape odd_oc = {2, 3, 10, 10, 24, 3, 1, 0}; /* OC = 24: never packed */
+        check(&odd_oc, 0);
+    }
+    sm_gemm_tiny_set_simd(1);
+}
+
+Test(conv_packed, the_minatar_layer_takes_the_packed_path_on_avx2) {
+    /* the point of the path: on an AVX2 + FMA CPU the DQN's conv must not fall back to OpenBLAS */
+    cr_assert_eq(sm_conv2d_packed(16, 8, 8), sm_gemm_tiny_simd());
+    cr_assert(!sm_conv2d_packed(16, 7, 7) && !sm_conv2d_packed(8, 8, 8));
+}
