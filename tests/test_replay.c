@@ -175,3 +175,51 @@ Test(replay, binary_observations_round_trip_and_columns_stay_apart) {
     cr_assert_gt(hits, B / 2, "a priority of 1000 against ~1 takes most draws (%d of %d)", hits, B);
     sm_replay_free(&r);
 }
+
+/* Binary observations are kept as bits (obs_bytes = ceil(D / 8) per observation): every value of
+ * every sampled observation and next observation comes back, for a D that is not a multiple of 8,
+ * through the uniform sampler; and sm_replay_pack_bytes (old checkpoints' one byte per value) gives
+ * the same bits as adding the observations. */
+Test(replay, binary_observations_are_bits_and_come_back_exactly) {
+    sm_replay r, r2;
+    const int N = 2, D = 13, rows = 40;
+    cr_assert_eq(sm_replay_init(&r, (long)rows * N, N, D, 1, 1, 0.99, 0, 0, NULL), SM_OK);
+    cr_assert_eq(sm_replay_init(&r2, (long)rows * N, N, D, 1, 1, 0.99, 0, 0, NULL), SM_OK);
+    cr_assert_eq(r.obs_bytes, 2);
+    static float all[40][2][13], alln[40][2][13];
+    static uint8_t bytes[40][2][13];
+    sm_rng g;
+    sm_rng_seed(&g, 5);
+    for (int t = 0; t < rows; t++) {
+        float rew[2] = {(float)t, (float)(1000 + t)};
+        int a[2] = {0, 1};
+        uint8_t te[2] = {0}, tr[2] = {0};
+        for (int i = 0; i < N; i++)
+            for (int k = 0; k < D; k++) {
+                all[t][i][k] = sm_rng_uniform(&g) < 0.3 ? 1.0f : 0.0f;
+                alln[t][i][k] = sm_rng_uniform(&g) < 0.3 ? 1.0f : 0.0f;
+                bytes[t][i][k] = (uint8_t)all[t][i][k];
+            }
+        sm_replay_add(&r, &all[t][0][0], a, rew, te, tr, &alln[t][0][0]);
+    }
+    sm_replay_pack_bytes(&r2, r2.obsbits, &bytes[0][0][0], (size_t)rows * N);
+    cr_assert(!memcmp(r.obsbits, r2.obsbits, (size_t)rows * N * r.obs_bytes), "packing bytes gives the stored bits");
+    enum { B = 256 };
+    static float obs[B * 13], next[B * 13];
+    float ret[B], disc[B], w[B];
+    int act[B];
+    long idx[B];
+    sm_replay_batch b = {obs, act, ret, next, disc, idx, w};
+    cr_assert_eq(sm_replay_sample(&r, B, &g, 0, &b), 0);
+    for (int s = 0; s < B; s++) {
+        const int t = (int)(idx[s] / N), i = (int)(idx[s] % N);
+        cr_assert_eq(act[s], i);
+        cr_assert_float_eq(ret[s], (float)(1000 * i + t), 1e-6);
+        for (int k = 0; k < D; k++) {
+            cr_assert_eq(obs[s * D + k], all[t][i][k], "obs value %d of transition (%d, %d)", k, t, i);
+            cr_assert_eq(next[s * D + k], alln[t][i][k], "next value %d of transition (%d, %d)", k, t, i);
+        }
+    }
+    sm_replay_free(&r);
+    sm_replay_free(&r2);
+}

@@ -435,13 +435,16 @@ typedef struct {
 /* The replay's arrays and the vector's state as blobs (exact resume); n_out of at most 9. */
 static int state_blobs(const sm_replay *rb, const sm_vecenv *v, const float *obs, void *venv, const dqn_counters *ct,
                        sm_ckpt_blob *bl) {
-    const size_t T = (size_t)rb->rows * rb->N, OD = T * (size_t)rb->D * (rb->binary ? 1 : sizeof(float));
+    const size_t T = (size_t)rb->rows * rb->N,
+                 OD = T * (rb->binary ? (size_t)rb->obs_bytes : (size_t)rb->D * sizeof(float));
     int n = 0;
     bl[n++] = (sm_ckpt_blob){"state.counters", ct, sizeof *ct};
     bl[n++] = (sm_ckpt_blob){"state.envs", venv, sm_vecenv_state_size(v)};
     bl[n++] = (sm_ckpt_blob){"state.obs", obs, sizeof(float) * (size_t)v->num_envs * sm_env_obs_numel(v->spec)};
-    bl[n++] = (sm_ckpt_blob){"replay.obs", rb->binary ? (const void *)rb->obs8 : (const void *)rb->obsf, OD};
-    bl[n++] = (sm_ckpt_blob){"replay.next", rb->binary ? (const void *)rb->next8 : (const void *)rb->nextf, OD};
+    /* binary observations as bits under their own names (replays of older checkpoints, one byte per
+     * value under replay.obs / replay.next, are read by read_ckpt) */
+    bl[n++] = rb->binary ? (sm_ckpt_blob){"replay.obs_bits", rb->obsbits, OD} : (sm_ckpt_blob){"replay.obs", rb->obsf, OD};
+    bl[n++] = rb->binary ? (sm_ckpt_blob){"replay.next_bits", rb->nextbits, OD} : (sm_ckpt_blob){"replay.next", rb->nextf, OD};
     bl[n++] = (sm_ckpt_blob){"replay.act", rb->act, T * sizeof *rb->act};
     bl[n++] = (sm_ckpt_blob){"replay.rew", rb->rew, T * sizeof *rb->rew};
     bl[n++] = (sm_ckpt_blob){"replay.flags", rb->term, T}; /* term, then end below */
@@ -516,7 +519,21 @@ static sm_status read_ckpt(const char *path, const sm_agent_kind *k, const sm_dq
     void *venv = malloc(sm_vecenv_state_size(v));
     int nb = state_blobs(rb, v, obs, venv, ct, bl);
     if (!venv && s == SM_OK) s = sm_fail(err, SM_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < nb && s == SM_OK; i++) s = sm_checkpoint_read_blob(&st, path, bl[i].name, (void *)bl[i].data, bl[i].bytes, err);
+    for (int i = 0; i < nb && s == SM_OK; i++) {
+        if (rb->binary && !strncmp(bl[i].name, "replay.", 7) && strstr(bl[i].name, "_bits") &&
+            !sm_safetensors_find(&st, bl[i].name)) {
+            /* a checkpoint written before the replay held bits: one byte per value, packed here */
+            const size_t T = (size_t)rb->rows * rb->N;
+            const char *old = !strcmp(bl[i].name, "replay.obs_bits") ? "replay.obs" : "replay.next";
+            uint8_t *bytes = malloc(T * (size_t)rb->D);
+            if (!bytes) s = sm_fail(err, SM_ERR_NOMEM, "out of memory");
+            else if ((s = sm_checkpoint_read_blob(&st, path, old, bytes, T * (size_t)rb->D, err)) == SM_OK)
+                sm_replay_pack_bytes(rb, (uint8_t *)bl[i].data, bytes, T);
+            free(bytes);
+            continue;
+        }
+        s = sm_checkpoint_read_blob(&st, path, bl[i].name, (void *)bl[i].data, bl[i].bytes, err);
+    }
     if (s == SM_OK) {
         sm_vecenv_load(v, venv);
         opt->step = ct->optim_step;

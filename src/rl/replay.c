@@ -4,6 +4,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 sm_status sm_sumtree_init(sm_sumtree *s, long n, sm_error *err) {
     memset(s, 0, sizeof *s);
@@ -62,12 +65,13 @@ sm_status sm_replay_init(sm_replay *r, long capacity, int N, int D, int binary, 
     r->binary = binary;
     r->n_step = n_step;
     r->gamma = gamma;
+    r->obs_bytes = (D + 7) / 8;
     size_t T = (size_t)rows * N, obs = T * (size_t)D;
     /* zeroed: a checkpoint saves the whole buffer, written rows or not, and must not depend on
      * whatever the allocator left there */
     if (binary) {
-        r->obs8 = calloc(obs, 1);
-        r->next8 = calloc(obs, 1);
+        r->obsbits = calloc(T, (size_t)r->obs_bytes);
+        r->nextbits = calloc(T, (size_t)r->obs_bytes);
     } else {
         r->obsf = calloc(obs, sizeof(float));
         r->nextf = calloc(obs, sizeof(float));
@@ -76,10 +80,10 @@ sm_status sm_replay_init(sm_replay *r, long capacity, int N, int D, int binary, 
     r->rew = calloc(T, sizeof *r->rew);
     r->term = calloc(T, 1);
     r->end = calloc(T, 1);
-    if (!(binary ? r->obs8 && r->next8 : r->obsf && r->nextf) || !r->act || !r->rew || !r->term || !r->end) {
+    if (!(binary ? r->obsbits && r->nextbits : r->obsf && r->nextf) || !r->act || !r->rew || !r->term || !r->end) {
         sm_replay_free(r);
         return sm_fail(err, SM_ERR_NOMEM, "replay of %ld transitions x %d values: out of memory (%.1f MiB)", (long)T, D,
-                       (double)obs * (binary ? 2 : 8) / 1048576.0);
+                       (binary ? 2.0 * (double)T * r->obs_bytes : 8.0 * (double)obs) / 1048576.0);
     }
     if (prioritized) {
         sm_status st = sm_sumtree_init(&r->tree, (long)T, err);
@@ -94,8 +98,8 @@ sm_status sm_replay_init(sm_replay *r, long capacity, int N, int D, int binary, 
 }
 
 void sm_replay_free(sm_replay *r) {
-    free(r->obs8);
-    free(r->next8);
+    free(r->obsbits);
+    free(r->nextbits);
     free(r->obsf);
     free(r->nextf);
     free(r->act);
@@ -106,18 +110,44 @@ void sm_replay_free(sm_replay *r) {
     memset(r, 0, sizeof *r);
 }
 
-static void put_obs(const sm_replay *r, uint8_t *d8, float *df, size_t at, const float *src) {
-    if (r->binary)
-        for (int k = 0; k < r->D; k++) d8[at + k] = src[k] > 0.5f;
-    else
-        memcpy(df + at, src, sizeof(float) * (size_t)r->D);
+/* transition t's observation into the buffer: bits (value > 0.5) or floats */
+static void put_obs(const sm_replay *r, uint8_t *bits, float *df, size_t t, const float *src) {
+    if (r->binary) {
+        uint8_t *d = bits + t * (size_t)r->obs_bytes;
+        memset(d, 0, (size_t)r->obs_bytes);
+        for (int k = 0; k < r->D; k++) d[k >> 3] |= (uint8_t)((src[k] > 0.5f) << (k & 7));
+    } else {
+        memcpy(df + t * (size_t)r->D, src, sizeof(float) * (size_t)r->D);
+    }
 }
 
-static void get_obs(const sm_replay *r, const uint8_t *s8, const float *sf, size_t at, float *dst) {
-    if (r->binary)
-        for (int k = 0; k < r->D; k++) dst[k] = s8[at + k];
-    else
-        memcpy(dst, sf + at, sizeof(float) * (size_t)r->D);
+static void get_obs(const sm_replay *r, const uint8_t *bits, const float *sf, size_t t, float *dst) {
+    if (r->binary) {
+        const uint8_t *s = bits + t * (size_t)r->obs_bytes;
+        int k = 0;
+#ifdef __SSE2__
+        /* a byte to eight floats: the byte in every lane, AND with one bit per lane, compare, AND 1.0f */
+        const __m128i lo = _mm_setr_epi32(1, 2, 4, 8), hi = _mm_setr_epi32(16, 32, 64, 128);
+        const __m128 one = _mm_set1_ps(1.0f);
+        for (; k + 8 <= r->D; k += 8) {
+            const __m128i v = _mm_set1_epi32(s[k >> 3]);
+            _mm_storeu_ps(dst + k, _mm_and_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(_mm_and_si128(v, lo), lo)), one));
+            _mm_storeu_ps(dst + k + 4, _mm_and_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(_mm_and_si128(v, hi), hi)), one));
+        }
+#endif
+        for (; k < r->D; k++) dst[k] = (float)((s[k >> 3] >> (k & 7)) & 1);
+    } else {
+        memcpy(dst, sf + t * (size_t)r->D, sizeof(float) * (size_t)r->D);
+    }
+}
+
+void sm_replay_pack_bytes(const sm_replay *r, uint8_t *dst, const uint8_t *src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint8_t *d = dst + i * (size_t)r->obs_bytes;
+        const uint8_t *s = src + i * (size_t)r->D;
+        memset(d, 0, (size_t)r->obs_bytes);
+        for (int k = 0; k < r->D; k++) d[k >> 3] |= (uint8_t)((s[k] != 0) << (k & 7));
+    }
 }
 
 void sm_replay_add(sm_replay *r, const float *obs, const int *act, const float *rew, const uint8_t *term,
@@ -125,8 +155,8 @@ void sm_replay_add(sm_replay *r, const float *obs, const int *act, const float *
     const int N = r->N, row = r->head;
     for (int i = 0; i < N; i++) {
         size_t j = (size_t)row * N + i;
-        put_obs(r, r->obs8, r->obsf, j * r->D, obs + (size_t)i * r->D);
-        put_obs(r, r->next8, r->nextf, j * r->D, next_obs + (size_t)i * r->D);
+        put_obs(r, r->obsbits, r->obsf, j, obs + (size_t)i * r->D);
+        put_obs(r, r->nextbits, r->nextf, j, next_obs + (size_t)i * r->D);
         r->act[j] = act[i];
         r->rew[j] = rew[i];
         r->term[j] = term[i] != 0;
@@ -152,6 +182,25 @@ long sm_replay_size(const sm_replay *r) {
 }
 
 /* The n-step target of transition (row, col) into batch slot b. */
+/* asks for the lines nstep reads first for transition t (a hint: no effect on results) */
+static void prefetch_transition(const sm_replay *r, size_t t) {
+#if defined(__GNUC__) || defined(__clang__)
+    if (r->binary) {
+        const size_t at = t * (size_t)r->obs_bytes;
+        for (int o = 0; o < r->obs_bytes; o += 64) {
+            __builtin_prefetch(r->obsbits + at + o);
+            __builtin_prefetch(r->nextbits + at + o);
+        }
+        __builtin_prefetch(r->obsbits + at + r->obs_bytes - 1);
+        __builtin_prefetch(r->nextbits + at + r->obs_bytes - 1);
+    }
+    __builtin_prefetch(r->rew + t);
+    __builtin_prefetch(r->end + t);
+#else
+    (void)r, (void)t;
+#endif
+}
+
 static void nstep(const sm_replay *r, int row, int col, sm_replay_batch *out, int b) {
     const int N = r->N;
     double G = 0, g = 1;
@@ -165,8 +214,8 @@ static void nstep(const sm_replay *r, int row, int col, sm_replay_batch *out, in
         if (r->end[t]) break;
     }
     size_t t = (size_t)last * N + col, t0 = (size_t)row * N + col;
-    get_obs(r, r->obs8, r->obsf, t0 * r->D, out->obs + (size_t)b * r->D);
-    get_obs(r, r->next8, r->nextf, t * r->D, out->next + (size_t)b * r->D);
+    get_obs(r, r->obsbits, r->obsf, t0, out->obs + (size_t)b * r->D);
+    get_obs(r, r->nextbits, r->nextf, t, out->next + (size_t)b * r->D);
     out->act[b] = r->act[t0];
     out->ret[b] = (float)G;
     out->disc[b] = r->term[t] ? 0.0f : (float)g;
@@ -179,10 +228,16 @@ int sm_replay_sample(sm_replay *r, int B, sm_rng *rng, double beta, sm_replay_ba
     const int N = r->N;
     if (!r->tree.t) {
         long valid_rows = size / N, first = ((long)r->head - filled_rows(r) + r->rows) % r->rows;
+        /* all draws first (the same draws in the same order as one at a time), each transition's
+         * lines asked for, then the copies: the misses overlap instead of queueing one by one */
         for (int b = 0; b < B; b++) {
             long k = (long)sm_rng_below(rng, (uint32_t)valid_rows);
             int col = (int)sm_rng_below(rng, (uint32_t)N);
-            nstep(r, (int)((first + k) % r->rows), col, out, b);
+            out->idx[b] = ((first + k) % r->rows) * N + col;
+            prefetch_transition(r, (size_t)out->idx[b]);
+        }
+        for (int b = 0; b < B; b++) {
+            nstep(r, (int)(out->idx[b] / N), (int)(out->idx[b] % N), out, b);
             out->weight[b] = 1.0f;
         }
         return 0;
