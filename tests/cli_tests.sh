@@ -215,6 +215,8 @@ expect 2 "bench env: an unknown environment is refused, naming the valid ones" "
 expect 2 "bench env: --steps 0 refused" "must be >= 1" -- "$bin" bench env --steps 0
 expect 0 "bench gemm: a line per RL shape with its fraction of the FMA peak" "^bench-gemm M=32 K=1024 N=128 us_per_call=[0-9.]+ gflops=[0-9.]+ peak_fraction=" -- \
     "$bin" bench gemm --seconds 0.01
+expect 0 "bench gemm: the MinAtar conv's packed and OpenBLAS paths side by side" "^bench-gemm-conv B=32 C=4 H=10 W=10 OC=16 K=3 pad=0 product=bwd openblas_us=[0-9.]+ packed_us=[0-9.]+ .* packed=[01]" -- \
+    "$bin" bench gemm --seconds 0.01
 expect 2 "unknown flag"              "unknown flag '--nope'" -- "$bin" train --nope 1
 expect 2 "bad number"                "--lr: 'abc' is not"    -- "$bin" train --lr abc
 expect 2 "missing value"             "needs a value"         -- "$bin" train --lr

@@ -14,7 +14,8 @@
  *                     ratio=.. rule=0|1
  * (rates and fractions per CPU second, against the peak per CPU second).
  * ratio is OpenBLAS's time over the packed kernel's; rule says whether sm_linear_small_use picks
- * the packed kernel for that product at that shape (0 everywhere without AVX2). */
+ * the packed kernel for that product at that shape (0 everywhere without AVX2). Last, the
+ * convolution's two paths (bench_conv below). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 #include "cli/flags.h"
 #include "experiments/engine/peak.h"
 #include "experiments/experiments.h"
+#include "specmoe/core/conv.h"
 
 static double cpu_now(void) {
     struct timespec ts;
@@ -89,6 +91,71 @@ static int bench_packed(double seconds, double peak) {
     return 0;
 }
 
+/* The convolution at RL shapes, packed path (src/core/conv.c) against the OpenBLAS path
+ * (sm_gemm_tiny_set_simd(0) turns the packed path off), forward and backward (weight and bias
+ * gradients; the first layer's input needs none), alternated in batches of 4 calls, each side's
+ * fastest batch in CPU time:
+ *   bench-gemm-conv B=.. C=.. H=.. W=.. OC=.. K=.. pad=.. product=fwd|bwd openblas_us=.. packed_us=..
+ *                   openblas_gflops=.. packed_gflops=.. packed_peak_fraction=.. ratio=.. packed=0|1 */
+static int bench_conv(double seconds, double peak) {
+    static const int shapes[][7] = {
+        {32, 4, 10, 10, 16, 3, 0},  /* the MinAtar DQN's conv (batch 32) */
+        {256, 4, 10, 10, 16, 3, 0}, /* the same at batch 256 */
+        {32, 16, 8, 8, 32, 3, 1},   /* a second conv layer, padded */
+    };
+    int rc = 0;
+    const int had = sm_gemm_tiny_simd();
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !rc; s++) {
+        const int B = shapes[s][0], C = shapes[s][1], H = shapes[s][2], W = shapes[s][3], OC = shapes[s][4],
+                  K = shapes[s][5], pad = shapes[s][6];
+        int OH, OW;
+        if (sm_conv2d_shape(H, W, K, K, 1, pad, &OH, &OW, NULL) != SM_OK) return CLI_EXIT_RUNTIME;
+        const size_t ncol = sm_conv2d_col_size(C, H, W, K, K, 1, pad), nin = (size_t)B * C * H * W,
+                     nout = (size_t)B * OC * OH * OW, nw = (size_t)OC * C * K * K;
+        sm_real *x = malloc(sizeof(sm_real) * nin), *w = malloc(sizeof(sm_real) * nw), *b = calloc((size_t)OC, sizeof(sm_real)),
+                *out = malloc(sizeof(sm_real) * nout), *dy = malloc(sizeof(sm_real) * nout), *col = malloc(sizeof(sm_real) * B * ncol),
+                *dcol = malloc(sizeof(sm_real) * ncol), *tmp = malloc(sizeof(sm_real) * nout), *dw = calloc(nw, sizeof(sm_real)),
+                *db = calloc((size_t)OC, sizeof(sm_real));
+        if (!x || !w || !b || !out || !dy || !col || !dcol || !tmp || !dw || !db) {
+            fprintf(stderr, "specmoe bench gemm: out of memory\n");
+            rc = CLI_EXIT_RUNTIME;
+        } else {
+            sm_rng rng;
+            sm_rng_seed(&rng, 3);
+            for (size_t i = 0; i < nin; i++) x[i] = (sm_real)(sm_rng_uniform(&rng) < 0.1); /* MinAtar-like frames */
+            for (size_t i = 0; i < nw; i++) w[i] = (sm_real)(0.1 * sm_rng_normal(&rng));
+            for (size_t i = 0; i < nout; i++) dy[i] = (sm_real)sm_rng_normal(&rng);
+            for (int p = 0; p < 2; p++) {
+                double best[2] = {1e30, 1e30};
+                const double t_end = cpu_now() + seconds;
+                do
+                    for (int packed = 0; packed < 2; packed++) {
+                        sm_gemm_tiny_set_simd(packed && had);
+                        /* the backward reads the columns its own path's forward wrote */
+                        if (p == 1) sm_conv2d_forward(out, col, tmp, x, w, b, B, C, H, W, OC, K, K, 1, pad);
+                        const double t0 = cpu_now();
+                        for (int r = 0; r < 4; r++) {
+                            if (p == 0) sm_conv2d_forward(out, col, tmp, x, w, b, B, C, H, W, OC, K, K, 1, pad);
+                            else sm_conv2d_backward(NULL, dw, db, dcol, tmp, dy, col, w, B, C, H, W, OC, K, K, 1, pad);
+                        }
+                        const double t = (cpu_now() - t0) / 4;
+                        best[packed] = t < best[packed] ? t : best[packed];
+                    }
+                while (cpu_now() < t_end);
+                sm_gemm_tiny_set_simd(had);
+                const double fl = 2.0 * B * OH * OW * OC * C * K * K; /* forward, or the weight gradient */
+                printf("bench-gemm-conv B=%d C=%d H=%d W=%d OC=%d K=%d pad=%d product=%s openblas_us=%.2f packed_us=%.2f "
+                       "openblas_gflops=%.1f packed_gflops=%.1f packed_peak_fraction=%.3f ratio=%.2f packed=%d\n",
+                       B, C, H, W, OC, K, pad, p ? "bwd" : "fwd", best[0] * 1e6, best[1] * 1e6, fl / best[0] / 1e9,
+                       fl / best[1] / 1e9, fl / best[1] / 1e9 / peak, best[0] / best[1], sm_conv2d_packed(OC, OH, OW));
+                fflush(stdout);
+            }
+        }
+        free(x), free(w), free(b), free(out), free(dy), free(col), free(dcol), free(tmp), free(dw), free(db);
+    }
+    return rc;
+}
+
 int exp_engine_gemm(int argc, char **argv) {
     double seconds;
     fl_flag fl[] = {
@@ -144,5 +211,6 @@ int exp_engine_gemm(int argc, char **argv) {
     free(x);
     free(w);
     free(y);
-    return bench_packed(seconds, peak_cpu);
+    rc = bench_packed(seconds, peak_cpu);
+    return rc ? rc : bench_conv(seconds, peak_cpu);
 }
