@@ -107,6 +107,7 @@ static int dials_apply(const dial_flags *df, const fl_flag *fl, int nfl, sm_rout
 int cmd_eval(int argc, char **argv) {
     cli_data_opts o;
     const char *split, *router;
+    int spread;
     char router_help[512];
     cli_router_help(router_help, sizeof router_help, "refuse the checkpoint unless its router is this one (",
                     "); 'ev' on a topk checkpoint builds the SSMoE eigenvector router");
@@ -115,6 +116,10 @@ int cmd_eval(int argc, char **argv) {
         CLI_DATA_FLAGS(o),
         {"split", FL_STRING, &split, "test", "which split to evaluate (train|test)", 0},
         {"router", FL_STRING, &router, NULL, router_help, 0},
+        {"spread", FL_BOOL, &spread, "0",
+         "also print, per layer, its output's spread across the examples (mean std of a feature) and its constant features: "
+         "representation collapse",
+         0},
     };
     int nfl = 0;
     while (fl[nfl].name) nfl++;
@@ -205,6 +210,12 @@ int cmd_eval(int argc, char **argv) {
                        ov, mc.moe.router.k);
         }
         printf("%s accuracy: %.4f (loss %.4f, %ld examples)\n", split, ev.acc, ev.loss, ev.n);
+        double sp[SM_MAX_LAYERS];
+        int cst[SM_MAX_LAYERS];
+        if (spread && (st = sm_layer_spread(m, &ds, o.batch, sp, cst, &err)) != SM_OK) code = cli_fail(st, &err);
+        for (int l = 0; spread && st == SM_OK && l < m->n_layers; l++)
+            printf("layer %d (%s, %d features): spread across examples %.4g, constant features %d\n", l,
+                   m->layers[l].mod->ops->kind, m->layers[l].out, sp[l], cst[l]);
     }
     sm_dataset_free(&ds);
     sm_model_free(m);

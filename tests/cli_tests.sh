@@ -379,6 +379,9 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     eval_out=$("$bin" eval "$run/checkpoint.safetensors" --threads 1 2>&1)
     echo "$eval_out" | grep -q "test accuracy: $acc" && ok "eval reproduces the final test accuracy ($acc)" \
         || bad "eval reproduces the final test accuracy" "$acc vs $(echo "$eval_out" | tail -n 1)"
+    expect 0 "eval --spread 1 prints each layer's spread across examples" \
+        "^layer 1 \(moe, [0-9]+ features\): spread across examples [0-9.e+-]+, constant features [0-9]+" -- \
+        "$bin" eval "$run/checkpoint.safetensors" --spread 1 --per-class 20 --threads 1
     # SSMoE: the eigenvector router built from the checkpoint's own experts; alpha 0 is the learned router
     expect 0 "eval --router ev --alpha 0 reproduces the top-k model" "test accuracy: $acc" -- \
         "$bin" eval "$run/checkpoint.safetensors" --router ev --alpha 0 --threads 1

@@ -295,3 +295,60 @@ Test(train, the_best_checkpoint_is_kept_beside_the_last) {
     ds.n = N;
     sm_dataset_free(&ds);
 }
+
+/* sm_layer_spread: each layer's mean over features of the std over the examples, the same for any
+ * batch size and equal to a two-pass computation over the stored outputs; a model whose parameters
+ * are all 0 has every feature constant. */
+Test(train, layer_spread_matches_a_direct_computation) {
+    sm_dataset ds;
+    make_data(&ds, 11);
+    sm_error err;
+    sm_model_config mc; /* make_model's, without capacity: dropped tokens would depend on the batch */
+    sm_model_config_default(&mc);
+    cr_assert_eq(sm_model_parse_arch(&mc, "dense:16,moe:12", &err), SM_OK);
+    mc.in_dim = D;
+    mc.n_classes = K;
+    mc.moe.router.E = 4;
+    mc.moe.router.k = 2;
+    sm_rng r;
+    sm_rng_seed(&r, 3);
+    sm_model *m = sm_model_create(&mc, 32, &r, &err);
+    cr_assert(m, "%s", err.msg);
+    double sp7[SM_MAX_LAYERS], sp32[SM_MAX_LAYERS];
+    int c7[SM_MAX_LAYERS], c32[SM_MAX_LAYERS];
+    cr_assert_eq(sm_layer_spread(m, &ds, 7, sp7, c7, &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(sm_layer_spread(m, &ds, 32, sp32, c32, &err), SM_OK, "%s", err.msg);
+    for (int l = 0; l < m->n_layers; l++) {
+        cr_assert_float_eq(sp7[l], sp32[l], 1e-9 * (1 + sp32[l]), "layer %d: batch 7 %.12g, batch 32 %.12g", l, sp7[l], sp32[l]);
+        cr_assert_eq(c7[l], c32[l]);
+        cr_assert_gt(sp32[l], 0.01, "layer %d of a random model varies with its input", l);
+    }
+    /* two passes over layer 0's outputs, kept batch by batch */
+    const int W = m->layers[0].out;
+    double *o = malloc(sizeof(double) * N * W);
+    for (int i = 0; i < N; i += 32) {
+        const int B = N - i < 32 ? N - i : 32;
+        sm_model_forward(m, ds.x + (size_t)i * D, B, NULL, 0);
+        const sm_real *y = sm_seq_output(m->body, 0);
+        for (int k = 0; k < B * W; k++) o[(size_t)i * W + k] = y[k];
+    }
+    double want = 0;
+    for (int j = 0; j < W; j++) {
+        double mu = 0, v = 0;
+        for (int t = 0; t < N; t++) mu += o[(size_t)t * W + j];
+        mu /= N;
+        for (int t = 0; t < N; t++) v += (o[(size_t)t * W + j] - mu) * (o[(size_t)t * W + j] - mu);
+        want += sqrt(v / N);
+    }
+    want /= W;
+    cr_assert_float_eq(sp32[0], want, 1e-9 * want, "layer 0 spread %.12g, two-pass %.12g", sp32[0], want);
+    free(o);
+    memset(m->params.data, 0, sizeof(sm_real) * m->params.total);
+    cr_assert_eq(sm_layer_spread(m, &ds, 32, sp32, c32, &err), SM_OK, "%s", err.msg);
+    for (int l = 0; l < m->n_layers; l++) {
+        cr_assert_eq(c32[l], m->layers[l].out, "layer %d: %d of %d features constant", l, c32[l], m->layers[l].out);
+        cr_assert_eq(sp32[l], 0.0);
+    }
+    sm_model_free(m);
+    sm_dataset_free(&ds);
+}

@@ -96,6 +96,51 @@ sm_status sm_evaluate(sm_model *m, const sm_dataset *ds, int batch, sm_eval_resu
     return sm_evaluate_dist(m, ds, batch, NULL, out, err);
 }
 
+sm_status sm_layer_spread(sm_model *m, const sm_dataset *ds, int batch, double *spread, int *constant, sm_error *err) {
+    if (ds->dim != m->cfg.in_dim)
+        return sm_fail(err, SM_ERR_MISMATCH, "layer spread: data has %d features, the model expects %d", ds->dim, m->cfg.in_dim);
+    if (batch < 1) return sm_fail(err, SM_ERR_ARG, "layer spread: batch must be >= 1 (got %d)", batch);
+    if (ds->n < 1) return sm_fail(err, SM_ERR_ARG, "layer spread: the data set is empty");
+    if (batch > m->max_T) batch = m->max_T;
+    size_t F = 0; /* all layers' features */
+    for (int l = 0; l < m->n_layers; l++) F += (size_t)m->layers[l].out;
+    double *shift = malloc(sizeof(double) * F), *s1 = calloc(F, sizeof(double)), *s2 = calloc(F, sizeof(double));
+    if (!shift || !s1 || !s2) {
+        free(shift), free(s1), free(s2);
+        return sm_fail(err, SM_ERR_NOMEM, "layer spread: out of memory (%zu features)", F);
+    }
+    for (int i = 0; i < ds->n; i += batch) {
+        const int B = ds->n - i < batch ? ds->n - i : batch;
+        sm_model_forward(m, ds->x + (size_t)i * ds->dim, B, NULL, 0);
+        size_t at = 0;
+        for (int l = 0; l < m->n_layers; at += (size_t)m->layers[l].out, l++) {
+            const int W = m->layers[l].out;
+            const sm_real *o = sm_seq_output(m->body, l); /* (B, W) */
+            if (i == 0)
+                for (int j = 0; j < W; j++) shift[at + j] = o[j];
+            for (int t = 0; t < B; t++)
+                for (int j = 0; j < W; j++) {
+                    const double d = (double)o[(size_t)t * W + j] - shift[at + j];
+                    s1[at + j] += d, s2[at + j] += d * d;
+                }
+        }
+    }
+    size_t at = 0;
+    for (int l = 0; l < m->n_layers; at += (size_t)m->layers[l].out, l++) {
+        double sum = 0;
+        int c = 0;
+        for (int j = 0; j < m->layers[l].out; j++) {
+            const double mu = s1[at + j] / ds->n, var = s2[at + j] / ds->n - mu * mu, sd = var > 0 ? sqrt(var) : 0;
+            sum += sd;
+            c += sd <= 1e-6;
+        }
+        spread[l] = sum / m->layers[l].out;
+        constant[l] = c;
+    }
+    free(shift), free(s1), free(s2);
+    return SM_OK;
+}
+
 sm_status sm_evaluate_dist(sm_model *m, const sm_dataset *ds, int batch, const sm_train_dist *dist, sm_eval_result *out,
                            sm_error *err) {
     memset(out, 0, sizeof *out);

@@ -134,6 +134,15 @@ sm_status sm_evaluate(sm_model *m, const sm_dataset *ds, int batch, sm_eval_resu
 sm_status sm_evaluate_dist(sm_model *m, const sm_dataset *ds, int batch, const sm_train_dist *dist, sm_eval_result *out,
                            sm_error *err);
 
+/* How much each layer's output varies across the examples of ds, a check for representation
+ * collapse (a network whose every input reaches the head as the same vector can only learn the class
+ * prior): for layer l of the body (m->n_layers entries each),
+ *   spread[l]   = the mean over the layer's features of their standard deviation over the examples;
+ *   constant[l] = the features whose standard deviation is at most 1e-6 (a dead ReLU unit, or one
+ *                 that carries only a bias).
+ * Deterministic (no noise); the sums run in double about each feature's value on the first example. */
+sm_status sm_layer_spread(sm_model *m, const sm_dataset *ds, int batch, double *spread, int *constant, sm_error *err);
+
 /* Appends an evaluation (e.g. the final test accuracy) to <out_dir>/metrics.jsonl as a record of
  * this kind ("test"), at the training position step / epoch, with the per-layer routing statistics. */
 sm_status sm_train_log_eval(const char *out_dir, const char *kind, long step, int epoch, const sm_eval_result *ev,
