@@ -118,6 +118,22 @@ void sm_sphere_step(sm_sphere_reg *r, sm_params *const *others, int n_others, do
 sm_status sm_entk_rank_exact(sm_model *m, const float *x, int N, const sm_real *u, double *rank, double *eig,
                              sm_error *err);
 
+/* A symmetric positive semi-definite operator as a matrix-vector product: out (n) = K v (n). */
+typedef void (*sm_matvec_fn)(const double *v, double *out, void *user);
+/* The spectral-entropy effective rank exp(-sum p_i log p_i), p_i = lambda_i / tr(K), of an n x n PSD
+ * operator known only by its products, by stochastic Lanczos quadrature (SPHERE App. A.5, Eqs. 28-29;
+ * src/methods/sphere/slq.c): `probes` Gaussian probes, at most `steps` Lanczos steps each (full
+ * reorthogonalisation; steps >= n recovers the spectrum up to the probes' sampling error). rank_se
+ * (may be NULL) gets the jackknife standard error over the probes. */
+sm_status sm_slq_effective_rank(int n, sm_matvec_fn mv, void *user, int probes, int steps, sm_rng *rng, double *rank,
+                                double *rank_se, sm_error *err);
+/* The eNTK effective rank of sm_entk_rank_exact by SLQ, without the N x P Jacobian: K v = J (J^T v), J^T v
+ * by a batched backward, J w by central differences along w (slq.c says why and what that costs).
+ * Memory O(P + steps N); time per product one backward pair and two forwards of the N states. m's
+ * parameters are restored exactly and its gradients left zeroed. */
+sm_status sm_entk_rank_slq(sm_model *m, const float *x, int N, const sm_real *u, int probes, int steps, sm_rng *rng,
+                           double *rank, double *rank_se, sm_error *err);
+
 /* SPHERE's diagnostics on a fixed held-out batch x (N inputs, N <= m->max_T): the exact eNTK effective
  * rank of u^T f (sm_entk_rank_exact), and, when m has an MoE layer with built-in experts and a sparse
  * router (its last one), the routing-weighted features phi (N, D) of Eq. 26 there: the effective rank
