@@ -511,3 +511,94 @@ Test(grad_sphere, entk_rank_slq_against_exact) {
     free(before);
     sm_model_free(m);
 }
+
+/* App. J.11's specialisation metrics on cases with known answers:
+ *  - a router with zero weights: uniform probabilities, every state picks the same k experts (ties
+ *    go to the lowest index), so entropy 1, kNN Jaccard 1, one top-1 cluster (silhouette NaN), k of E
+ *    experts active and MaxVio E/k - 1;
+ *  - experts that are copies of one: every pair of selected experts has the same features, so
+ *    overlap 1 and orthogonality 0;
+ *  - a random model: the load metrics equal those computed from the route's assignments here. */
+static void set_block_copies(sm_model *m, const char *name, int E) {
+    const int i = sm_params_find(&m->params, name);
+    cr_assert(i >= 0, "%s", name);
+    sm_real *d = m->params.data + m->params.p[i].offset;
+    const size_t blk = m->params.p[i].numel / (size_t)E;
+    for (int e = 1; e < E; e++) memcpy(d + e * blk, d, sizeof(sm_real) * blk);
+}
+
+Test(grad_sphere, specialisation_metrics_known_cases) {
+    sm_error err = {0};
+    sm_rng r;
+    sm_rng_seed(&r, 21);
+    enum { E = 4, K = 2, N = 16 };
+    float x[N * 4];
+    for (int i = 0; i < N * 4; i++) x[i] = (float)sm_rng_normal(&r);
+    sm_sphere_spec s;
+    /* zero router */
+    sm_model *m = moe_fixture(E, K, NULL, N, &r);
+    const int ri = sm_params_find(&m->params, "layers.1.router.weight");
+    cr_assert(ri >= 0);
+    memset(m->params.data + m->params.p[ri].offset, 0, sizeof(sm_real) * m->params.p[ri].numel);
+    cr_assert_eq(sm_sphere_specialisation(m, x, N, 3, &s, &err), SM_OK, "%s", err.msg);
+    cr_expect(fabs(s.entropy - 1) < 1e-9, "entropy %g", s.entropy);
+    cr_expect(fabs(s.knn_jaccard - 1) < 1e-12, "jaccard %g", s.knn_jaccard);
+    cr_expect(isnan(s.silhouette), "silhouette %g", s.silhouette);
+    cr_expect(fabs(s.active_ratio - (double)K / E) < 1e-12 && fabs(s.max_vio - ((double)E / K - 1)) < 1e-12,
+              "active %g, max_vio %g", s.active_ratio, s.max_vio);
+    /* copies of one expert */
+    for (const char *const *n = (const char *const[]){"layers.1.experts.w1", "layers.1.experts.b1", "layers.1.experts.w2",
+                                                      "layers.1.experts.b2", NULL};
+         *n; n++)
+        set_block_copies(m, *n, E);
+    cr_assert_eq(sm_sphere_specialisation(m, x, N, 3, &s, &err), SM_OK, "%s", err.msg);
+    cr_expect(s.pairs > 0 && fabs(s.overlap - 1) < 1e-9 && fabs(s.orthogonality) < 1e-9, "pairs %ld overlap %g orth %g",
+              s.pairs, s.overlap, s.orthogonality);
+    sm_model_free(m);
+    /* a random model: load metrics from the route */
+    m = moe_fixture(E, K, NULL, N, &r);
+    cr_assert_eq(sm_sphere_specialisation(m, x, N, 5, &s, &err), SM_OK, "%s", err.msg);
+    const sm_route *rt = &sm_model_moe(m, 0)->route;
+    int act = 0;
+    double vio = 0, fair = (double)N * K / E;
+    for (int e = 0; e < E; e++) {
+        const int ne = rt->offset[e + 1] - rt->offset[e];
+        act += ne > 0;
+        vio = fmax(vio, fabs(ne - fair) / fair);
+    }
+    cr_expect(fabs(s.active_ratio - (double)act / E) < 1e-12 && fabs(s.max_vio - vio) < 1e-12);
+    cr_expect(s.pairs > 0 && s.pairs <= N && s.overlap >= -1 && s.overlap <= 1 && s.knn_jaccard >= 0 && s.knn_jaccard <= 1);
+    /* the silhouette, written out the textbook way: the layer's input is the gate embedding here */
+    {
+        const sm_real *g = sm_seq_output(m->body, 0);
+        const int dg = m->layers[0].out;
+        int top[N];
+        for (int t = 0; t < N; t++) {
+            top[t] = 0;
+            for (int e = 1; e < E; e++)
+                if (rt->probs[t * E + e] > rt->probs[t * E + top[t]]) top[t] = e;
+        }
+        double sil = 0;
+        for (int t = 0; t < N; t++) {
+            double a = 0, b = INFINITY;
+            int na = 0;
+            for (int e = 0; e < E; e++) {
+                double sum = 0;
+                int n = 0;
+                for (int u = 0; u < N; u++) {
+                    if (u == t || top[u] != e) continue;
+                    double d = 0;
+                    for (int j = 0; j < dg; j++) d += (g[t * dg + j] - g[u * dg + j]) * (g[t * dg + j] - g[u * dg + j]);
+                    sum += sqrt(d), n++;
+                }
+                if (e == top[t]) a = sum, na = n;
+                else if (n) b = fmin(b, sum / n);
+            }
+            if (na) sil += (b - a / na) / fmax(a / na, b);
+        }
+        cr_expect(fabs(s.silhouette - sil / N) < 1e-9, "silhouette %g, by hand %g", s.silhouette, sil / N);
+    }
+    cr_expect_eq(sm_sphere_specialisation(m, x, N, N, &s, &err), SM_ERR_ARG);
+    cr_expect_eq(sm_sphere_specialisation(m, x, 1, 1, &s, &err), SM_ERR_ARG);
+    sm_model_free(m);
+}

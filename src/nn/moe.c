@@ -730,6 +730,13 @@ sm_module *sm_moe_module_experts(const char *name, const sm_moe_config *cfg, sm_
 
 sm_moe *sm_moe_of(const sm_module *m) { return m && m->ops == &kMoeOps ? ((const moe_mod *)m)->moe : NULL; }
 
+const sm_real *sm_moe_gate_out(const sm_module *m, int *dg) {
+    const moe_mod *mm = m && m->ops == &kMoeOps ? (const moe_mod *)m : NULL;
+    if (!mm || !mm->gate) return NULL;
+    if (dg) *dg = mm->moe->dg;
+    return mm->g;
+}
+
 /* factory of sm_moe_from_json: every expert from the one description */
 static sm_module *expert_from_json(void *user, int e, sm_error *err) {
     (void)e;

@@ -144,6 +144,9 @@ sm_module *sm_moe_module_experts(const char *name, const sm_moe_config *cfg, sm_
                                  sm_module *gate, sm_error *err);
 /* the layer inside an MoE module (NULL for any other module, or before declare) */
 sm_moe *sm_moe_of(const sm_module *m);
+/* An MoE module's gate network output of its last forward, (N, dg) (*dg set), or NULL when it has no
+ * gate network (its router then read the layer's input). */
+const sm_real *sm_moe_gate_out(const sm_module *m, int *dg);
 
 #ifdef __cplusplus
 }

@@ -134,6 +134,18 @@ sm_status sm_slq_effective_rank(int n, sm_matvec_fn mv, void *user, int probes, 
 sm_status sm_entk_rank_slq(sm_model *m, const float *x, int N, const sm_real *u, int probes, int steps, sm_rng *rng,
                            double *rank, double *rank_se, sm_error *err);
 
+/* The expert-specialisation metrics of SPHERE App. J.11 at the last MoE layer (built-in MLP experts,
+ * top-k route) on a held-out batch x (2 <= N <= m->max_T), forward in evaluation mode; definitions in
+ * src/methods/sphere/special.c. knn: neighbours per state for the Jaccard similarity (1..N-1). */
+typedef struct {
+    double overlap, orthogonality; /* over `pairs` pairs of a state's selected experts (NaN: none) */
+    long pairs;
+    double silhouette;             /* of gate embeddings by top-1 expert (NaN: one cluster) */
+    double knn_jaccard;            /* of selected-expert sets with the knn nearest states */
+    double max_vio, active_ratio, entropy; /* load imbalance, experts used, routing entropy / log E */
+} sm_sphere_spec;
+sm_status sm_sphere_specialisation(sm_model *m, const float *x, int N, int knn, sm_sphere_spec *out, sm_error *err);
+
 /* SPHERE's diagnostics on a fixed held-out batch x (N inputs, N <= m->max_T): the exact eNTK effective
  * rank of u^T f (sm_entk_rank_exact), and, when m has an MoE layer with built-in experts and a sparse
  * router (its last one), the routing-weighted features phi (N, D) of Eq. 26 there: the effective rank
