@@ -154,6 +154,9 @@ expect 0 "rl train --diag-every: diagnostics on a held-out batch" "^rl-train env
 expect 0 "rl train --diag-every: eNTK and feature ranks, dormant ratio, norms in metrics.jsonl" \
     '"diag/entk_srank": [0-9.e+-]+, "diag/dormant": [0-9.e+-]+, "diag/grad_norm": [0-9.e+-]+, "diag/feature_srank": [0-9.e+-]+' -- \
     cat "$tmp/rl_diag/metrics.jsonl"
+expect 0 "rl train --diag-every: App. J.11's specialisation metrics in metrics.jsonl" \
+    '"diag/overlap": [0-9.e+-]+, "diag/orthogonality": [0-9.e+-]+, "diag/silhouette": ([0-9.e+-]+|null|NaN|nan), "diag/knn_jaccard": [0-9.e+-]+, "diag/max_vio": [0-9.e+-]+, "diag/active_ratio": [0-9.e+-]+, "diag/routing_entropy": [0-9.e+-]+' -- \
+    cat "$tmp/rl_diag/metrics.jsonl"
 # SPHERE's actor kinds (--actor): refusals, and each kind trains, checkpoints and evaluates
 expect 2 "rl train: an unknown --actor names the kinds" "unknown actor 'bogus' \(mlp, mlp10x, moe, dense-moe, ds-moe\)" -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --actor bogus --frames 256

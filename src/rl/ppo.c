@@ -997,10 +997,16 @@ static sm_status diagnose(ppo *p, sm_rl_log *log, sm_error *err) {
     double dormant = NAN;
     for (int i = 0; i < k; i++)
         if (e[i].expert < 0) dormant = e[i].fraction; /* the last layer's */
-    static const char *const kDiag[] = {"diag/entk_srank", "diag/dormant", "diag/grad_norm", "diag/feature_srank",
-                                        "diag/feature_norm", "diag/penalty"};
-    double vals[] = {dg.entk_srank, dormant, p->gn_n ? p->gn_sum / p->gn_n : NAN, dg.feature_srank, dg.feature_norm, dg.penalty};
-    return sm_rl_log_record(log, p->global_step, kDiag, vals, dg.have_features ? 6 : 3, err);
+    /* App. J.11's specialisation metrics (MoE actors) after the feature diagnostics */
+    static const char *const kDiag[] = {"diag/entk_srank",    "diag/dormant",     "diag/grad_norm",       "diag/feature_srank",
+                                        "diag/feature_norm",  "diag/penalty",     "diag/overlap",         "diag/orthogonality",
+                                        "diag/silhouette",    "diag/knn_jaccard", "diag/max_vio",         "diag/active_ratio",
+                                        "diag/routing_entropy"};
+    const sm_sphere_spec *sp = &dg.spec;
+    double vals[] = {dg.entk_srank, dormant,          p->gn_n ? p->gn_sum / p->gn_n : NAN, dg.feature_srank, dg.feature_norm,
+                     dg.penalty,    sp->overlap,      sp->orthogonality, sp->silhouette, sp->knn_jaccard, sp->max_vio,
+                     sp->active_ratio, sp->entropy};
+    return sm_rl_log_record(log, p->global_step, kDiag, vals, dg.have_features ? (int)SM_LEN(vals) : 3, err);
 }
 
 static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const sm_rl_run *run, sm_rl_result *res,

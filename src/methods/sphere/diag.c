@@ -43,6 +43,7 @@ sm_status sm_sphere_diagnose(sm_model *m, const float *x, int N, const sm_real *
     double norm = 0;
     for (int t = 0; t < N; t++) norm += sqrt((double)K[(size_t)t * N + t] * N);
     out->feature_norm = norm / N;
+    if (N >= 2 && (st = sm_sphere_specialisation(m, x, N, N - 1 < 5 ? N - 1 : 5, &out->spec, err)) != SM_OK) goto done;
     out->have_features = 1;
 done:
     free(phi), free(work), free(K), free(Kd), free(w);

@@ -150,12 +150,13 @@ sm_status sm_sphere_specialisation(sm_model *m, const float *x, int N, int knn, 
  * rank of u^T f (sm_entk_rank_exact), and, when m has an MoE layer with built-in experts and a sparse
  * router (its last one), the routing-weighted features phi (N, D) of Eq. 26 there: the effective rank
  * of A = phi phi^T / N (its eigenvalues by LAPACKE dsyev; the spectral-entropy rank of Fig. 7), the
- * mean feature norm ||phi_t|| and L itself. The forward is in evaluation mode; m's gradients are
- * left zeroed. */
+ * mean feature norm ||phi_t|| and L itself, and the specialisation metrics of App. J.11 (spec). The
+ * forward is in evaluation mode; m's gradients are left zeroed. */
 typedef struct {
     double entk_srank;
     int have_features;   /* the rest is set only when 1 */
     double feature_srank, feature_norm, penalty;
+    sm_sphere_spec spec; /* App. J.11's metrics (sm_sphere_specialisation, knn = min(5, N - 1)), N >= 2 */
 } sm_sphere_diag;
 sm_status sm_sphere_diagnose(sm_model *m, const float *x, int N, const sm_real *u, sm_sphere_diag *out, sm_error *err);
 
