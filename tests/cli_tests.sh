@@ -157,6 +157,15 @@ expect 0 "rl train --diag-every: eNTK and feature ranks, dormant ratio, norms in
 expect 0 "rl train --diag-every: App. J.11's specialisation metrics in metrics.jsonl" \
     '"diag/overlap": [0-9.e+-]+, "diag/orthogonality": [0-9.e+-]+, "diag/silhouette": ([0-9.e+-]+|null|NaN|nan), "diag/knn_jaccard": [0-9.e+-]+, "diag/max_vio": [0-9.e+-]+, "diag/active_ratio": [0-9.e+-]+, "diag/routing_entropy": [0-9.e+-]+' -- \
     cat "$tmp/rl_diag/metrics.jsonl"
+expect 0 "rl train --diag-slq runs" "^rl-train env=mujoco/reach-0 agent=ppo frames=128 " -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:8,dense:8 --experts 3 --topk 2 --num-envs 2 \
+    --num-steps 64 --num-minibatches 2 --update-epochs 1 --frames 128 --diag-every 1 --diag-states 16 --diag-slq 20 \
+    --out "$tmp/rl_slq"
+expect 0 "rl train --diag-slq: the eNTK rank by SLQ beside the exact one, with its relative error" \
+    '"diag/entk_srank_slq": [0-9.e+-]+, "diag/entk_slq_se": [0-9.e+-]+, "diag/entk_slq_rel_error": [0-9.e+-]+' -- \
+    cat "$tmp/rl_slq/metrics.jsonl"
+expect 2 "rl train: --diag-slq < 0 is refused" "diag_slq must be >= 0" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --diag-slq -1 --frames 256
 # SPHERE's actor kinds (--actor): refusals, and each kind trains, checkpoints and evaluates
 expect 2 "rl train: an unknown --actor names the kinds" "unknown actor 'bogus' \(mlp, mlp10x, moe, dense-moe, ds-moe\)" -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --actor bogus --frames 256

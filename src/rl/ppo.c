@@ -60,6 +60,9 @@ static const sm_opt kOpts[] = {
     ROW("diag_every", SM_OPT_INT, diag_every, "0",
         "updates between diagnostics on a held-out batch (diag/: eNTK and feature effective ranks, feature norm, dormant ratio; 0: off)"),
     ROW("diag_states", SM_OPT_INT, diag_states, "32", "states in the held-out batch of the diagnostics (at most the minibatch)"),
+    ROW("diag_slq", SM_OPT_INT, diag_slq, "0",
+        "also estimate the eNTK rank by stochastic Lanczos quadrature with this many probes (0: off; Eqs. 28-29), logged "
+        "with its relative error against the exact rank"),
 };
 #undef ROW
 
@@ -189,6 +192,7 @@ static sm_status ppo_check(const void *vcfg, const sm_env_spec *env, sm_error *e
     if (c->checkpoint_every < 0) return sm_fail(err, SM_ERR_ARG, "ppo: checkpoint_every must be >= 0 (got %d)", c->checkpoint_every);
     sm_sphere_mode mode;
     if (c->diag_every < 0) return sm_fail(err, SM_ERR_ARG, "ppo: diag_every must be >= 0 (got %d)", c->diag_every);
+    if (c->diag_slq < 0) return sm_fail(err, SM_ERR_ARG, "ppo: diag_slq must be >= 0 (got %d)", c->diag_slq);
     if (c->diag_states < 1 || c->diag_states > batch / c->num_minibatches)
         return sm_fail(err, SM_ERR_ARG, "ppo: diag_states must be in [1, the minibatch %ld] (got %d)", batch / c->num_minibatches,
                        c->diag_states);
@@ -1003,6 +1007,16 @@ static sm_status diagnose(ppo *p, sm_rl_log *log, sm_error *err) {
                                         "diag/silhouette",    "diag/knn_jaccard", "diag/max_vio",         "diag/active_ratio",
                                         "diag/routing_entropy"};
     const sm_sphere_spec *sp = &dg.spec;
+    if (p->c.diag_slq > 0) { /* SLQ beside the exact rank (at most 30 Lanczos steps), its own RNG stream */
+        sm_rng r;
+        sm_rng_seed(&r, p->seed ^ 0x534c51ULL ^ (uint64_t)p->updates);
+        double slq = NAN, se = NAN;
+        if ((st = sm_entk_rank_slq(p->actor, p->diag_x, Nd, p->diag_u, p->c.diag_slq, Nd < 30 ? Nd : 30, &r, &slq, &se, err)) != SM_OK)
+            return st;
+        static const char *const kSlq[] = {"diag/entk_srank_slq", "diag/entk_slq_se", "diag/entk_slq_rel_error"};
+        const double sv[] = {slq, se, fabs(slq - dg.entk_srank) / dg.entk_srank};
+        if ((st = sm_rl_log_record(log, p->global_step, kSlq, sv, 3, err)) != SM_OK) return st;
+    }
     double vals[] = {dg.entk_srank, dormant,          p->gn_n ? p->gn_sum / p->gn_n : NAN, dg.feature_srank, dg.feature_norm,
                      dg.penalty,    sp->overlap,      sp->orthogonality, sp->silhouette, sp->knn_jaccard, sp->max_vio,
                      sp->active_ratio, sp->entropy};

@@ -53,6 +53,7 @@ typedef struct {
     int sphere_all_layers, sphere_per_expert, sphere_unweighted; /* Table 1's ablations */
     int diag_every;              /* updates between diagnostics on a held-out batch (0: off) */
     int diag_states;             /* its size */
+    int diag_slq;                /* SLQ probes for the eNTK rank beside the exact one (0: off) */
 } sm_ppo_config;
 
 /* Statistics of one minibatch's loss (CleanRL's names). */
