@@ -228,6 +228,34 @@ static int resume_settings(const sm_agent_kind *k, const ckpt_meta *cm, void *cf
     return code;
 }
 
+/* SPHERE Fig. 6 (PPO with --diag-every and an MoE actor writes <dir>/fig6.dat): drawn as fig6.png
+ * with gnuplot when it is installed; a run without it keeps the data and says so. */
+static void draw_fig6(const char *dir) {
+    char dat[4200], png[4200], gp[4300];
+    if (!dir || strpbrk(dir, "'\"\\\n")) return; /* the path goes into a gnuplot script */
+    snprintf(dat, sizeof dat, "%s/fig6.dat", dir);
+    snprintf(png, sizeof png, "%s/fig6.png", dir);
+    snprintf(gp, sizeof gp, "%s/fig6.gp", dir);
+    FILE *f = fopen(dat, "r");
+    if (!f) return;
+    fclose(f);
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+        printf("fig6: %s (gnuplot is not installed: no PNG)\n", dat);
+        return;
+    }
+    if (!(f = fopen(gp, "w"))) return;
+    fprintf(f,
+            "set terminal pngcairo size 800,600\nset output '%s'\nset title 'SPHERE Fig. 6: routing-weighted features, "
+            "held-out states'\nset xlabel 'singular direction 1'\nset ylabel 'singular direction 2'\n"
+            "set cblabel 'dominant direction'\nset palette maxcolors 8\nset cbrange [-0.5:7.5]\n"
+            "plot '%s' using 1:2:3 with points pt 7 ps 1 palette notitle\n",
+            png, dat);
+    fclose(f);
+    char cmd[4400];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>/dev/null", gp);
+    if (system(cmd) == 0) printf("fig6: %s\n", png);
+}
+
 int cmd_rl_train(int argc, char **argv) {
     /* resume: the run's settings come from its checkpoint */
     static ckpt_meta cm;
@@ -453,6 +481,7 @@ settings_done:
     printf("rl-train env=%s agent=%s frames=%ld updates=%ld seconds=%.1f SPS=%.0f episodes=%ld final_return=%.3f\n",
            env->name, k->name, res.frames, res.updates, res.seconds, res.seconds > 0 ? done / res.seconds : 0,
            res.episodes, res.last_return);
+    draw_fig6(run.out_dir);
 out:
     free(cfg);
     if (cm.open) sm_safetensors_free(&cm.st);

@@ -157,6 +157,9 @@ expect 0 "rl train --diag-every: eNTK and feature ranks, dormant ratio, norms in
 expect 0 "rl train --diag-every: App. J.11's specialisation metrics in metrics.jsonl" \
     '"diag/overlap": [0-9.e+-]+, "diag/orthogonality": [0-9.e+-]+, "diag/silhouette": ([0-9.e+-]+|null|NaN|nan), "diag/knn_jaccard": [0-9.e+-]+, "diag/max_vio": [0-9.e+-]+, "diag/active_ratio": [0-9.e+-]+, "diag/routing_entropy": [0-9.e+-]+' -- \
     cat "$tmp/rl_diag/metrics.jsonl"
+[ "$(grep -cE '^-?[0-9.e+-]+ -?[0-9.e+-]+ [0-7]$' "$tmp/rl_diag/fig6.dat" 2>/dev/null)" = 16 ] \
+    && ok "rl train --diag-every with an MoE actor writes fig6.dat (SPHERE Fig. 6), one line per held-out state" \
+    || bad "rl train --diag-every with an MoE actor writes fig6.dat (SPHERE Fig. 6), one line per held-out state"
 expect 0 "rl train --diag-slq runs" "^rl-train env=mujoco/reach-0 agent=ppo frames=128 " -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:8,dense:8 --experts 3 --topk 2 --num-envs 2 \
     --num-steps 64 --num-minibatches 2 --update-epochs 1 --frames 128 --diag-every 1 --diag-states 16 --diag-slq 20 \

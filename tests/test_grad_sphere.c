@@ -602,3 +602,29 @@ Test(grad_sphere, specialisation_metrics_known_cases) {
     cr_expect_eq(sm_sphere_specialisation(m, x, 1, 1, &s, &err), SM_ERR_ARG);
     sm_model_free(m);
 }
+
+/* Fig. 6's projection: states built along three orthogonal directions with weights 3 > 2 > 1 (plus a
+ * little noise) land in the plane of the two leading ones at (+-3, 0) and (0, +-2) and are coloured by
+ * the direction they were built on; the singular values come out descending. */
+Test(grad_sphere, fig6_projection_and_colours) {
+    sm_error err = {0};
+    sm_rng r;
+    sm_rng_seed(&r, 13);
+    enum { N = 30, D = 7 };
+    sm_real phi[N * D];
+    const double w[3] = {3, 2, 1};
+    for (int t = 0; t < N; t++)
+        for (int j = 0; j < D; j++) phi[t * D + j] = (sm_real)((j == t % 3 ? w[t % 3] * (t % 2 ? -1 : 1) : 0) + 1e-4 * sm_rng_normal(&r));
+    double xy[2 * N], sv[D];
+    int col[N];
+    cr_assert_eq(sm_sphere_fig6(phi, N, D, 3, xy, col, sv, &err), SM_OK, "%s", err.msg);
+    for (int j = 0; j + 1 < D; j++) cr_expect(sv[j] >= sv[j + 1]);
+    for (int t = 0; t < N; t++) {
+        cr_expect_eq(col[t], t % 3, "state %d: colour %d", t, col[t]);
+        const double ex = t % 3 == 0 ? 3 : 0, ey = t % 3 == 1 ? 2 : 0;
+        cr_expect(fabs(fabs(xy[2 * t]) - ex) < 1e-3 && fabs(fabs(xy[2 * t + 1]) - ey) < 1e-3, "state %d at (%g, %g)", t, xy[2 * t],
+                  xy[2 * t + 1]);
+    }
+    cr_expect_eq(sm_sphere_fig6(phi, 1, D, 3, xy, col, NULL, &err), SM_ERR_ARG);
+    cr_expect_eq(sm_sphere_fig6(phi, N, D, 0, xy, col, NULL, &err), SM_ERR_ARG);
+}

@@ -13,8 +13,10 @@
 #include "specmoe/rl/ppo.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1023,6 +1025,36 @@ static sm_status diagnose(ppo *p, sm_rl_log *log, sm_error *err) {
     return sm_rl_log_record(log, p->global_step, kDiag, vals, dg.have_features ? (int)SM_LEN(vals) : 3, err);
 }
 
+/* SPHERE Fig. 6's data for the final actor (MoE actors with built-in experts and a sparse route):
+ * <dir>/fig6.dat, one held-out state per line, "x y direction" (sm_sphere_fig6, 8 directions);
+ * `specmoe rl train` draws it as fig6.png. Nothing is written for other actors. */
+static sm_status write_fig6(ppo *p, const char *dir, sm_error *err) {
+    const int n_moe = sm_model_n_moe(p->actor), N = p->diag_n;
+    sm_moe *moe = n_moe ? sm_model_moe(p->actor, n_moe - 1) : NULL;
+    if (!moe || moe->experts || moe->router->ops->kind != SM_ROUTE_SPARSE || N < 2) return SM_OK;
+    sm_model_forward(p->actor, p->diag_x, N, NULL, 0);
+    const int D = moe->E * moe->H;
+    sm_real *phi = malloc(sizeof(sm_real) * (size_t)N * D);
+    double *xy = malloc(sizeof(double) * 2 * (size_t)N);
+    int *col = malloc(sizeof(int) * (size_t)N);
+    sm_status st = !phi || !xy || !col ? sm_fail(err, SM_ERR_NOMEM, "ppo: out of memory for the fig6 features") : SM_OK;
+    if (st == SM_OK) st = sm_sphere_features(moe, phi, err);
+    if (st == SM_OK) st = sm_sphere_fig6(phi, N, D, 8, xy, col, NULL, err);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/fig6.dat", dir);
+    FILE *f = st == SM_OK ? fopen(path, "w") : NULL;
+    if (st == SM_OK && !f) st = sm_fail(err, SM_ERR_IO, "%s: %s", path, strerror(errno));
+    if (f) {
+        fprintf(f, "# SPHERE Fig. 6: held-out states in the plane of the two leading singular directions of the\n"
+                   "# routing-weighted features, and each state's dominant direction (of 8); step %ld\n# x y direction\n",
+                p->global_step);
+        for (int t = 0; t < N; t++) fprintf(f, "%.6g %.6g %d\n", xy[2 * t], xy[2 * t + 1], col[t]);
+        if (fclose(f) != 0) st = sm_fail(err, SM_ERR_IO, "%s: %s", path, strerror(errno));
+    }
+    free(phi), free(xy), free(col);
+    return st;
+}
+
 static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const sm_rl_run *run, sm_rl_result *res,
                            sm_error *err) {
     const sm_ppo_config *c = vcfg;
@@ -1100,6 +1132,7 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
             break;
         }
     }
+    if (st == SM_OK && c->diag_every > 0 && p.diag_n && run->out_dir) st = write_fig6(&p, run->out_dir, err);
     sm_status cs = sm_rl_log_close(&log, err);
     if (st == SM_OK) st = cs;
     res->frames = p.global_step;

@@ -146,6 +146,11 @@ typedef struct {
 } sm_sphere_spec;
 sm_status sm_sphere_specialisation(sm_model *m, const float *x, int N, int knn, sm_sphere_spec *out, sm_error *err);
 
+/* SPHERE Fig. 6's picture of features phi (N, D) (src/methods/sphere/fig6.c): xy (N, 2) the states in the
+ * plane of the two leading singular directions, color (N) each state's dominant direction among the
+ * first r, sv (min(N, D), may be NULL) the singular values, descending. */
+sm_status sm_sphere_fig6(const sm_real *phi, int N, int D, int r, double *xy, int *color, double *sv, sm_error *err);
+
 /* SPHERE's diagnostics on a fixed held-out batch x (N inputs, N <= m->max_T): the exact eNTK effective
  * rank of u^T f (sm_entk_rank_exact), and, when m has an MoE layer with built-in experts and a sparse
  * router (its last one), the routing-weighted features phi (N, D) of Eq. 26 there: the effective rank
