@@ -104,6 +104,19 @@ int cmd_plot(int argc, char **argv) {
             code = CLI_EXIT_RUNTIME;
         }
         for (size_t i = 0; !code && i < runs[r].n; i++) xmax = runs[r].x[i] > xmax ? runs[r].x[i] : xmax;
+        /* one metric against another (SPHERE Fig. 7: diag/feature_srank against diag/entk_srank): their
+         * Pearson correlation over the run's records */
+        if (!code && xk && strcmp(xk, "global_step") && strcmp(xk, "step") && runs[r].n >= 2) {
+            const size_t n = runs[r].n;
+            double mx = 0, my = 0, sxx = 0, syy = 0, sxy = 0;
+            for (size_t i = 0; i < n; i++) mx += runs[r].x[i] / n, my += runs[r].y[i] / n;
+            for (size_t i = 0; i < n; i++) {
+                const double dx = runs[r].x[i] - mx, dy = runs[r].y[i] - my;
+                sxx += dx * dx, syy += dy * dy, sxy += dx * dy;
+            }
+            printf("plot: %s: Pearson r(%s, %s) = %.4f over %zu records\n", pos[r], xk, yk ? yk : "episodic_return",
+                   sxx > 0 && syy > 0 ? sxy / sqrt(sxx * syy) : NAN, n);
+        }
         keys[r] = cli_run_group_key(pos[r], 0);
     }
     /* the output path and title go into a gnuplot script: no quotes, backslashes or newlines */

@@ -160,6 +160,11 @@ expect 0 "rl train --diag-every: App. J.11's specialisation metrics in metrics.j
 [ "$(grep -cE '^-?[0-9.e+-]+ -?[0-9.e+-]+ [0-7]$' "$tmp/rl_diag/fig6.dat" 2>/dev/null)" = 16 ] \
     && ok "rl train --diag-every with an MoE actor writes fig6.dat (SPHERE Fig. 6), one line per held-out state" \
     || bad "rl train --diag-every with an MoE actor writes fig6.dat (SPHERE Fig. 6), one line per held-out state"
+if command -v gnuplot >/dev/null 2>&1; then
+    expect 0 "plot one diagnostic against another prints their Pearson correlation (SPHERE Fig. 7)" \
+        "^plot: .*rl_diag: Pearson r\(diag/feature_srank, diag/entk_srank\) = [-0-9.]+ over 2 records" -- \
+        "$bin" plot "$tmp/rl_diag" --x diag/feature_srank --y diag/entk_srank --out "$tmp/fig7.png"
+fi
 expect 0 "rl train --diag-slq runs" "^rl-train env=mujoco/reach-0 agent=ppo frames=128 " -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:8,dense:8 --experts 3 --topk 2 --num-envs 2 \
     --num-steps 64 --num-minibatches 2 --update-epochs 1 --frames 128 --diag-every 1 --diag-states 16 --diag-slq 20 \
