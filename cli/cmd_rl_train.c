@@ -19,6 +19,7 @@
 #include "flags.h"
 #include <cjson/cJSON.h>
 
+#include "specmoe/dist/dist.h"
 #include "specmoe/io/safetensors.h"
 #include "specmoe/rl/agent.h"
 #include "specmoe/rl/rl_log.h"
@@ -228,7 +229,22 @@ static int resume_settings(const sm_agent_kind *k, const ckpt_meta *cm, void *cf
     return code;
 }
 
+static int rl_train_main(int argc, char **argv, sm_dist *dist);
+
+/* Under mpirun every rank runs the agent on its own environments (synchronous data parallel: see
+ * src/rl/ppo.c and src/rl/dqn.c); rank 0 alone prints, the others' stdout and stderr go to
+ * /dev/null (what they would print is rank 0's; an error stops every rank at the same point). */
 int cmd_rl_train(int argc, char **argv) {
+    sm_dist dist;
+    sm_error err;
+    if (sm_dist_init(&dist, &argc, &argv, &err) != SM_OK) return cli_fail(SM_ERR_ARG, &err);
+    if (dist.rank != 0 && (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))) return CLI_EXIT_RUNTIME;
+    int rc = rl_train_main(argc, argv, &dist);
+    sm_dist_finalize(&dist);
+    return rc;
+}
+
+static int rl_train_main(int argc, char **argv, sm_dist *dist) {
     /* resume: the run's settings come from its checkpoint */
     static ckpt_meta cm;
     const char *resume_arg = find_arg(argc, argv, "resume");
@@ -249,7 +265,7 @@ int cmd_rl_train(int argc, char **argv) {
         long frames;
         int threads;
         double sticky, progress_every;
-        long stop_after;
+        long stop_after, dist_check;
     } o;
     fl_flag fl[RL_MAX_FLAGS + 16] = {
         {"env", FL_STRING, &o.env, NULL, "environment (specmoe rl envs lists them)", 0},
@@ -264,8 +280,9 @@ int cmd_rl_train(int argc, char **argv) {
         {"sticky", FL_DOUBLE, &o.sticky, "-1", "MinAtar sticky-action probability (-1: the environment's 0.1)", 0},
         {"progress-every", FL_DOUBLE, &o.progress_every, "5", "seconds between progress lines", 0},
         {"router", FL_STRING, &o.router, "topk", "router of the network's moe layers (specmoe train --help lists them)", 0},
+        {"dist-check", FL_LONG, &o.dist_check, "0", "under mpirun: compare a hash of the parameters over the ranks every N updates (0 = never)", 0},
     };
-    int nfl = 12;
+    int nfl = 13;
     const char *o_router_typed = NULL; /* --router as typed on resume */
     static opt_flags of;
     memset(&of, 0, sizeof of);
@@ -316,8 +333,8 @@ int cmd_rl_train(int argc, char **argv) {
         fprintf(stderr, "specmoe rl train: --agent %s cannot run on %s: %s\n", k->name, env->name, why);
         return CLI_EXIT_USAGE;
     }
-    if (o.threads < 1 || o.frames < 0 || !(o.progress_every > 0) || o.sticky > 1) {
-        fprintf(stderr, "specmoe rl train: --threads >= 1, --frames >= 0, --progress-every > 0 and --sticky <= 1 are needed\n");
+    if (o.threads < 1 || o.frames < 0 || !(o.progress_every > 0) || o.sticky > 1 || o.dist_check < 0) {
+        fprintf(stderr, "specmoe rl train: --threads >= 1, --frames >= 0, --progress-every > 0, --sticky <= 1 and --dist-check >= 0 are needed\n");
         return CLI_EXIT_USAGE;
     }
     /* settings: defaults -> preset -> environment defaults -> flags; on resume, the checkpoint's */
@@ -406,7 +423,10 @@ settings_done:
     }
     char outbuf[512];
     if (!o.out) {
-        if (fresh_run_dir(outbuf, sizeof outbuf, env->name, k->name)) {
+        /* rank 0 picks the directory (the others would race it) and tells the others */
+        outbuf[0] = 0;
+        if (dist->rank == 0 && fresh_run_dir(outbuf, sizeof outbuf, env->name, k->name)) outbuf[0] = 0;
+        if (sm_dist_bcast(dist, outbuf, sizeof outbuf, 0, &err) != SM_OK || !outbuf[0]) {
             fprintf(stderr, "specmoe rl train: no free run directory under runs/\n");
             code = CLI_EXIT_RUNTIME;
             goto out;
@@ -426,7 +446,12 @@ settings_done:
     run.stop_after = o.stop_after;
     run.progress = stderr;
     run.progress_every = o.progress_every;
+    run.dist = dist;
+    run.dist_check = o.dist_check;
     printf("specmoe rl train: %s on %s, run directory %s\n", k->name, env->name, o.out);
+    if (dist->size > 1)
+        printf("specmoe rl train: data parallel over %d ranks (MPI), each with its own environments; frames count all ranks\n",
+               dist->size);
     fflush(stdout);
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);

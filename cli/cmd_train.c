@@ -405,7 +405,7 @@ static volatile sig_atomic_t g_stop;
 /* Under mpirun (more than one rank): the ranks (g_dist), the step the loop is in (written by sm_train)
  * and the descriptor of the real stderr (ranks other than 0 silence stdout and stderr: they would
  * print what rank 0 prints). */
-static sm_dist g_dist = {0, 1, 0, 0, 0};
+static sm_dist g_dist = {.size = 1};
 static volatile long g_step = -1;
 static int g_err_fd = 2;
 

@@ -94,5 +94,30 @@ done
 if out=$(mpi 2 "$check" ep 2>&1); then ok "expert parallel: $(echo "$out" | tail -n 1)"
 else bad "expert parallel: outputs and gradients equal the single-process layer" "$(echo "$out" | tail -n 5)"; fi
 
+# RL: synchronous data-parallel PPO (src/rl/ppo.c): 2 ranks with 2 CartPole environments each, the
+# observation and reward normalisers and the target-KL stop on; --dist-check 1 compares the parameter
+# hashes of actor and critic over the ranks after every update
+ppo="rl train --env classic/cartpole --agent ppo --frames 4096 --num-envs 2 --num-steps 64 --norm-obs 1 --norm-reward 1
+     --target-kl 0.02 --threads 1 --progress-every 100"
+if out=$(mpi 2 "$bin" $ppo --out ppo2 --dist-check 1 2>&1) && echo "$out" | grep -q "updates=16 " \
+    && tail -n 1 ppo2/metrics.jsonl | grep -q '"losses/approx_kl": [-0-9]' && tail -n 1 ppo2/metrics.jsonl | grep -q '"losses/value_loss": [0-9]'; then
+    eps=$(echo "$out" | sed -nE 's/.* episodes=([0-9]+) .*/\1/p')
+    logged=$(grep -c episodic_return ppo2/metrics.jsonl)
+    if [ "$eps" = "$logged" ] && [ "$eps" -gt 0 ]; then
+        ok "PPO on 2 ranks: identical parameters after every update, finite losses, 16 updates of 256 frames, $logged episodes of both ranks logged"
+    else bad "PPO on 2 ranks logs every rank's episodes" "printed $eps, logged $logged"; fi
+else bad "PPO on 2 ranks: identical parameters, finite losses" "$(echo "$out" | tail -n 3; tail -n 1 ppo2/metrics.jsonl)"; fi
+mpi 2 "$bin" $ppo --out ppo2re --stop-after 2048 >ppore1.log 2>&1
+mpi 2 "$bin" rl train --resume ppo2re/checkpoint.safetensors >ppore2.log 2>&1 || bad "PPO resumes on 2 ranks" "$(tail -n 3 ppore2.log)"
+if out=$("$check" diff ppo2/checkpoint.safetensors ppo2re/checkpoint.safetensors 0); then
+    ok "PPO on 2 ranks: stopped at half and resumed equals the uninterrupted run ($out)"
+else bad "PPO on 2 ranks: stopped and resumed equals the uninterrupted run" "$out"; fi
+out=$("$bin" rl train --resume ppo2re/checkpoint.safetensors 2>&1); rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q "written by a run on 2 rank(s), resumed on 1"; then
+    ok "a 2-rank PPO checkpoint is refused on 1 process naming the rank count"
+else bad "a 2-rank PPO checkpoint is refused on 1 process" "exit $rc: $(echo "$out" | tail -n 1)"; fi
+if out=$(mpi 2 "$check" moments 2>&1); then ok "normalisers: $(echo "$out" | tail -n 1)"
+else bad "normalisers: merged moments equal the union's" "$(echo "$out" | tail -n 3)"; fi
+
 echo "mpi: $pass passed, $fail failed"
 [ $fail -eq 0 ]

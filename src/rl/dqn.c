@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "specmoe/dist/dist.h"
 #include "specmoe/io/checkpoint.h"
 #include "specmoe/methods/softmoe_rl/reset.h"
 #include "specmoe/rl/replay.h"
@@ -727,6 +728,9 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
     fill_auto(&c, env);
     sm_status st = dqn_check(&c, env, err);
     if (st != SM_OK) return st;
+    if (run->dist && run->dist->size > 1)
+        return sm_fail(err, SM_ERR_ARG, "%s: data-parallel training under mpirun is not supported yet (PPO is); run it in one process",
+                       k->name);
     /* the network's OpenMP regions use the run's thread count too (at RL sizes one thread is often
      * fastest: the matrices are small and threads cost more than they save) */
     if (run->threads > 0) omp_set_num_threads(run->threads);
