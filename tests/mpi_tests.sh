@@ -116,6 +116,28 @@ out=$("$bin" rl train --resume ppo2re/checkpoint.safetensors 2>&1); rc=$?
 if [ $rc -ne 0 ] && echo "$out" | grep -q "written by a run on 2 rank(s), resumed on 1"; then
     ok "a 2-rank PPO checkpoint is refused on 1 process naming the rank count"
 else bad "a 2-rank PPO checkpoint is refused on 1 process" "exit $rc: $(echo "$out" | tail -n 1)"; fi
+# RL: the DQN family's data-parallel learner (src/rl/dqn.c): per-rank actors and replays, each rank
+# samples its share of the batch, gradients averaged; --dist-check 1 after every update. Rainbow-lite
+# adds C51 and prioritised replay (importance weights renormalised over the ranks).
+dqn="rl train --env classic/cartpole --agent dqn --frames 3000 --learning-starts 500 --train-freq 2 --batch-size 32
+     --threads 1 --progress-every 100"
+for agent in dqn rainbow; do
+    args=${dqn/--agent dqn/--agent $agent}
+    [ $agent = rainbow ] && args=${args/--frames 3000/--frames 1200}
+    if out=$(mpi 2 "$bin" $args --out $agent-2 --dist-check 1 2>&1) && grep '"losses/td_loss"' $agent-2/metrics.jsonl | tail -n 1 | grep -q '"losses/td_loss": [0-9]' \
+        && [ "$(grep -c episodic_return $agent-2/metrics.jsonl)" -gt 0 ]; then
+        ok "$agent on 2 ranks: identical networks after every update ($(echo "$out" | grep -oE 'updates=[0-9]+') of batch 2 x 16), finite TD loss"
+    else bad "$agent on 2 ranks: identical networks, finite TD loss" "$(echo "$out" | tail -n 3)"; fi
+done
+mpi 2 "$bin" $dqn --out dqn-2re --stop-after 1500 >dqnre1.log 2>&1
+mpi 2 "$bin" rl train --resume dqn-2re/checkpoint.safetensors >dqnre2.log 2>&1 || bad "DQN resumes on 2 ranks" "$(tail -n 3 dqnre2.log)"
+if out=$("$check" diff dqn-2/checkpoint.safetensors dqn-2re/checkpoint.safetensors 0); then
+    ok "DQN on 2 ranks: stopped at half and resumed (each rank its replay) equals the uninterrupted run ($out)"
+else bad "DQN on 2 ranks: stopped and resumed equals the uninterrupted run" "$out"; fi
+out=$("$bin" rl train --resume dqn-2re/checkpoint.safetensors 2>&1); rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q "written by a run on 2 rank(s), resumed on 1"; then
+    ok "a 2-rank DQN checkpoint is refused on 1 process naming the rank count"
+else bad "a 2-rank DQN checkpoint is refused on 1 process" "exit $rc: $(echo "$out" | tail -n 1)"; fi
 if out=$(mpi 2 "$check" moments 2>&1); then ok "normalisers: $(echo "$out" | tail -n 1)"
 else bad "normalisers: merged moments equal the union's" "$(echo "$out" | tail -n 3)"; fi
 
