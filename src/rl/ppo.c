@@ -359,13 +359,9 @@ static void rms_reset(rms *r) {
     for (int j = 0; j < r->n; j++) r->mean[j] = 0, r->var[j] = 1;
 }
 
-/* Adds rows x (m, n) (float or double through a stride-1 reader) by Chan et al.'s parallel update.
- * Under MPI every rank adds its own rows and the batch's moments (mean bm, sum of squared deviations
- * bm2; scratch of 2n doubles) are first merged over the ranks exactly (sm_dist_moments_merge), so
- * every rank's normaliser is the one of the union of all ranks' rows, and the ranks stay identical. */
-static sm_status rms_update(rms *r, const float *xf, const double *xd, int m, sm_dist *dist, double *scratch,
-                            sm_error *err) {
-    double *bm = scratch, *bm2 = scratch + r->n, cnt = m;
+/* The moments of rows x (m, n) (float or double through a stride-1 reader): mean bm (n) and sum of
+ * squared deviations bm2 (n), two passes. */
+static void rms_moments(const rms *r, const float *xf, const double *xd, int m, double *bm, double *bm2) {
     for (int j = 0; j < r->n; j++) {
         double mu = 0, v = 0;
         for (int i = 0; i < m; i++) mu += xf ? xf[(size_t)i * r->n + j] : xd[(size_t)i * r->n + j];
@@ -376,8 +372,10 @@ static sm_status rms_update(rms *r, const float *xf, const double *xd, int m, sm
         }
         bm[j] = mu, bm2[j] = v;
     }
-    sm_status st = sm_dist_moments_merge(dist, &cnt, bm, bm2, r->n, err);
-    if (st != SM_OK) return st;
+}
+
+/* Adds a batch of cnt rows with those moments by Chan et al.'s parallel update. */
+static void rms_apply(rms *r, double cnt, const double *bm, const double *bm2) {
     double tot = r->count + cnt;
     for (int j = 0; j < r->n; j++) {
         double bv = bm2[j] / cnt, delta = bm[j] - r->mean[j];
@@ -386,7 +384,6 @@ static sm_status rms_update(rms *r, const float *xf, const double *xd, int m, sm
         r->var[j] = m2 / tot;
     }
     r->count = tot;
-    return SM_OK;
 }
 
 /* (x - mean) / sqrt(var + 1e-8), clipped at +-10 (NormalizeObservation + the clip of CleanRL). */
@@ -454,7 +451,7 @@ typedef struct {
     rms obs_rms, ret_rms;         /* (D) and (1) */
     double *ret_acc;              /* (N) discounted return per environment (reward scaling) */
     double *rms_block;
-    double *mom;                  /* (2 D + 2) a batch's moments (rms_update's scratch) */
+    double *mom;                  /* (2 D + 2) a step's moments: means of obs (D) and return (1), then their m2 */
     /* the episodes finished in a rollout: 4 values each (global step, position, return, length),
      * this rank's (ep: Bt of them at most) and every rank's (ep_all: P Bt) */
     double *ep, *ep_all;
@@ -503,6 +500,24 @@ static void *alloc0(size_t n, size_t size, int *bad) {
     void *p = calloc(n ? n : 1, size);
     if (!p) *bad = 1;
     return p;
+}
+
+/* The running normalisers of observations (obs) and of the discounted return (ret) take this step's
+ * N rows. Under MPI each rank's moments of both are merged over the ranks in one exact collective
+ * (sm_dist_moments_merge), so every rank's normalisers are those of the union of all ranks' rows and
+ * the ranks stay identical. */
+static sm_status normalisers_update(ppo *p, int obs, int ret, sm_error *err) {
+    if (!obs && !ret) return SM_OK;
+    const int D = p->D;
+    double *mean = p->mom, *m2 = p->mom + D + 1, cnt = p->N;
+    memset(p->mom, 0, sizeof(double) * (2 * (size_t)D + 2));
+    if (obs) rms_moments(&p->obs_rms, p->obs_raw, NULL, p->N, mean, m2);
+    if (ret) rms_moments(&p->ret_rms, NULL, p->ret_acc, p->N, mean + D, m2 + D);
+    sm_status st = sm_dist_moments_merge(p->dist, &cnt, mean, m2, D + 1, err);
+    if (st != SM_OK) return st;
+    if (obs) rms_apply(&p->obs_rms, cnt, mean, m2);
+    if (ret) rms_apply(&p->ret_rms, cnt, mean + D, m2 + D);
+    return SM_OK;
 }
 
 static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_config *net, const sm_rl_run *run,
@@ -614,7 +629,7 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
     /* the networks came from the shared seed and are the same on every rank; from here each rank
      * draws its own actions (rank 0 keeps the one-process stream) */
     if (p->rank > 0) sm_rng_seed(&p->rng, sm_env_seed(run->seed ^ 0x52414E4BULL, p->rank));
-    if (c->norm_obs) return rms_update(&p->obs_rms, p->obs_raw, NULL, p->N, p->dist, p->mom, err);
+    return normalisers_update(p, c->norm_obs, 0, err);
     return SM_OK;
 }
 
@@ -928,12 +943,10 @@ static sm_status rollout(ppo *p, sm_error *err) {
         values(p, p->b_val + (size_t)t * N, p->x, N);
         sm_vecenv_step(&p->v);
         p->global_step += (long)N * p->P; /* frames of every rank */
-        if (p->c.norm_obs && (st = rms_update(&p->obs_rms, p->obs_raw, NULL, N, p->dist, p->mom, err)) != SM_OK) return st;
         /* NormalizeReward: scale by the std of the running discounted return, then clip */
-        if (p->c.norm_reward) {
+        if (p->c.norm_reward)
             for (int i = 0; i < N; i++) p->ret_acc[i] = p->ret_acc[i] * p->c.gamma + p->rew[i];
-            if ((st = rms_update(&p->ret_rms, NULL, p->ret_acc, N, p->dist, p->mom, err)) != SM_OK) return st;
-        }
+        if ((st = normalisers_update(p, p->c.norm_obs, p->c.norm_reward, err)) != SM_OK) return st;
         int n_trunc = 0;
         for (int i = 0; i < N; i++) {
             size_t k = (size_t)t * N + i;
@@ -1018,15 +1031,14 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
                 mean += p->m_adv[b];
             }
             /* advantage normalisation with torch's unbiased std, over the global minibatch (every
-             * rank's B rows: two sums over the ranks, so all ranks scale alike) */
-            const double Bg = (double)B * p->P;
-            if (p->c.norm_adv && Bg > 1) {
-                sm_status ds = sm_dist_sum(p->dist, &mean, 1, err);
-                if (ds != SM_OK) return ds;
-                mean /= Bg;
+             * rank's B rows: their moments merged over the ranks, so all ranks scale alike) */
+            if (p->c.norm_adv && (double)B * p->P > 1) {
+                mean /= B;
                 for (int b = 0; b < B; b++) var += (p->m_adv[b] - mean) * (p->m_adv[b] - mean);
-                if ((ds = sm_dist_sum(p->dist, &var, 1, err)) != SM_OK) return ds;
-                double sd = sqrt(var / (Bg - 1));
+                double cnt = B; /* the ranks' moments merged exactly: one collective */
+                sm_status ds = sm_dist_moments_merge(p->dist, &cnt, &mean, &var, 1, err);
+                if (ds != SM_OK) return ds;
+                double sd = sqrt(var / (cnt - 1));
                 for (int b = 0; b < B; b++) p->m_adv[b] = (sm_real)((p->m_adv[b] - mean) / (sd + 1e-8));
             }
             for (int s = 0; s < p->n_sets; s++) sm_params_zero_grad(sets[s]);
