@@ -7,7 +7,10 @@
 #   - faults: a NaN on rank 1 and a rank killed by SIGKILL stop every rank with a message naming
 #     the rank and the step, and the last checkpoint (step 4) stays intact and loads
 #   - expert parallel: the MoE layer with its experts split over 2 ranks gives the single-process
-#     layer's outputs and gradients (tests/mpi_check ep)
+#     layer's outputs and gradients (tests/mpi_check ep); `train --expert-parallel 1` on 2 ranks
+#     gives one process's parameters and loss curve, and one checkpoint with every expert
+#   - RL: data-parallel PPO, DQN and Rainbow-lite on 2 ranks (identical parameters, finite losses,
+#     exact resume on 2 ranks, refusal on 1), and the normalisers' merged moments
 # Usage: tests/mpi_tests.sh path/to/specmoe path/to/mpi_check MPI(0|1). Last line: "mpi: N passed, M failed";
 # without an MPI build or without mpirun it prints one "SKIP" line with the reason and "mpi: 0 passed, 0 failed".
 #
@@ -93,6 +96,34 @@ done
 # expert parallel layer equality
 if out=$(mpi 2 "$check" ep 2>&1); then ok "expert parallel: $(echo "$out" | tail -n 1)"
 else bad "expert parallel: outputs and gradients equal the single-process layer" "$(echo "$out" | tail -n 5)"; fi
+
+# expert parallelism inside specmoe train: the experts of the moe layer split over 2 ranks (each its
+# 2 of 4), tokens exchanged by all-to-all, on top of the data-parallel shards. A validation set of
+# 129 examples makes the last batch's shards unequal (19 and 20 rows) and the validation shards
+# need one empty forward on rank 0 (the forward is collective). The bound is the data-parallel one
+# (the expert rows reach each expert in the one-process order, so only the router's and the dense
+# layers' gradient sums are reassociated): 1e-6 on the parameters and on every logged loss.
+"$bin" train $small --val-size 129 --out onev >onev.log 2>&1 || bad "one process trains (validation 129)" "$(tail -n 3 onev.log)"
+mpi 2 "$bin" train $small --val-size 129 --out ep2 --expert-parallel 1 --dist-check 1 >ep2.log 2>&1 \
+    || bad "2 ranks train expert parallel" "$(tail -n 3 ep2.log)"
+if out=$("$check" diff onev/checkpoint.safetensors ep2/checkpoint.safetensors 1e-6); then
+    ok "expert parallel train: -np 2 --expert-parallel 1 equals one process ($out)"
+else bad "expert parallel train: -np 2 --expert-parallel 1 equals one process" "$out"; fi
+curve() { sed -nE 's/.*"kind":"(train|val)","step":([0-9]+),.*"loss":([-0-9.e]+),.*/\1 \2 \3/p' "$1"; }
+if worst=$(paste -d' ' <(curve onev/metrics.jsonl) <(curve ep2/metrics.jsonl) | awk 'BEGIN{w=0;n=0} {if ($1!=$4||$2!=$5) {print "misaligned"; exit 1}
+        d=$3-$6; if (d<0) d=-d; if (d>w) w=d; n++} END{if (n<4) {print "only " n " records"; exit 1} printf "%.2g over %d records\n", w, n; exit !(w<=1e-6)}'); then
+    ok "expert parallel train: the loss curve (train and validation) equals one process's: worst |diff| $worst"
+else bad "expert parallel train: the loss curve equals one process's" "$worst"; fi
+info=$("$bin" info ep2/checkpoint.safetensors 2>&1)
+if echo "$info" | grep -qE 'layers\.1\.experts\.w1 +F32 +\[4,16,32\]' && "$bin" eval ep2/checkpoint.safetensors >/dev/null 2>&1; then
+    ok "expert parallel train: rank 0's checkpoint holds all 4 experts ([4,16,32]) and one process evaluates it"
+else bad "expert parallel train: one checkpoint with every expert that one process loads" "$(echo "$info" | grep experts | head -n 2)"; fi
+out=$("$bin" train $small --out epone --expert-parallel 1 2>&1); rc=$?
+if [ $rc -eq 2 ] && echo "$out" | grep -q "needs 2 or more ranks"; then ok "--expert-parallel 1 without mpirun is refused"
+else bad "--expert-parallel 1 without mpirun is refused" "exit $rc: $(echo "$out" | tail -n 1)"; fi
+out=$(mpi 2 "$bin" train ${small/--experts 4/--experts 3} --out ep3 --expert-parallel 1 2>&1); rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q "3 experts cannot be split evenly over 2 ranks"; then ok "3 experts over 2 ranks are refused"
+else bad "3 experts over 2 ranks are refused" "exit $rc: $(echo "$out" | grep specmoe | tail -n 1)"; fi
 
 # RL: synchronous data-parallel PPO (src/rl/ppo.c): 2 ranks with 2 CartPole environments each, the
 # observation and reward normalisers and the target-KL stop on; --dist-check 1 compares the parameter
