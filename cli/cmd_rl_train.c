@@ -265,7 +265,8 @@ static int rl_train_main(int argc, char **argv, sm_dist *dist) {
         long frames;
         int threads;
         double sticky, progress_every;
-        long stop_after, dist_check;
+        long stop_after, dist_check, fault_nan_update, fault_kill_update;
+        int fault_rank;
     } o;
     fl_flag fl[RL_MAX_FLAGS + 16] = {
         {"env", FL_STRING, &o.env, NULL, "environment (specmoe rl envs lists them)", 0},
@@ -281,8 +282,11 @@ static int rl_train_main(int argc, char **argv, sm_dist *dist) {
         {"progress-every", FL_DOUBLE, &o.progress_every, "5", "seconds between progress lines", 0},
         {"router", FL_STRING, &o.router, "topk", "router of the network's moe layers (specmoe train --help lists them)", 0},
         {"dist-check", FL_LONG, &o.dist_check, "0", "under mpirun: compare a hash of the parameters over the ranks every N updates (0 = never)", 0},
+        {"fault-nan-update", FL_LONG, &o.fault_nan_update, "0", "testing aid (ppo): poison the loss at this update (0 = never)", 0},
+        {"fault-kill-update", FL_LONG, &o.fault_kill_update, "0", "testing aid under mpirun (ppo): rank --fault-rank kills itself (SIGKILL) at this update", 0},
+        {"fault-rank", FL_INT, &o.fault_rank, "-1", "testing aid: the rank --fault-nan-update poisons (-1 = every rank) and --fault-kill-update kills (-1 = the last)", 0},
     };
-    int nfl = 13;
+    int nfl = 16;
     const char *o_router_typed = NULL; /* --router as typed on resume */
     static opt_flags of;
     memset(&of, 0, sizeof of);
@@ -448,6 +452,9 @@ settings_done:
     run.progress_every = o.progress_every;
     run.dist = dist;
     run.dist_check = o.dist_check;
+    run.fault_nan_update = o.fault_nan_update;
+    run.fault_kill_update = o.fault_kill_update;
+    run.fault_rank = o.fault_rank;
     printf("specmoe rl train: %s on %s, run directory %s\n", k->name, env->name, o.out);
     if (dist->size > 1)
         printf("specmoe rl train: data parallel over %d ranks (MPI), each with its own environments; frames count all ranks\n",

@@ -147,6 +147,23 @@ out=$("$bin" rl train --resume ppo2re/checkpoint.safetensors 2>&1); rc=$?
 if [ $rc -ne 0 ] && echo "$out" | grep -q "written by a run on 2 rank(s), resumed on 1"; then
     ok "a 2-rank PPO checkpoint is refused on 1 process naming the rank count"
 else bad "a 2-rank PPO checkpoint is refused on 1 process" "exit $rc: $(echo "$out" | tail -n 1)"; fi
+# RL faults (PPO): a NaN on rank 1 at update 3 stops both ranks naming the rank and the update; rank 1
+# killed at update 3 makes mpirun stop the job naming it; checkpoints every update, so the last one
+# (update 2) stays intact and evaluates
+for f in nan kill; do
+    out=$(mpi 2 "$bin" $ppo --out ppo$f --checkpoint-every 1 --fault-$f-update 3 --fault-rank 1 2>&1); rc=$?
+    if [ $f = nan ]; then want="update 3 (global step 768): rank 1: a loss or gradient is not finite; the last good checkpoint is ppo$f/checkpoint.safetensors (update 2)"
+    else want="rank 1 .*exited on signal 9"; fi
+    what="a NaN on rank 1 stops every rank naming the rank and the update"
+    [ $f = kill ] && what="a killed rank 1 stops the job, mpirun naming the rank"
+    if [ $rc -ne 0 ] && echo "$out" | grep -q "$want"; then ok "PPO: $what (exit $rc)"
+    else bad "PPO: $what" "exit $rc: $(echo "$out" | grep -E 'specmoe|rank' | head -n 3)"; fi
+    if head -c 100000 ppo$f/checkpoint.safetensors | grep -aq '"updates":"2"' && [ ! -e ppo$f/checkpoint.safetensors.tmp ] \
+        && "$bin" rl eval ppo$f/checkpoint.safetensors --episodes 2 >/dev/null 2>&1; then
+        ok "PPO: after the $f the last checkpoint (update 2) is intact and evaluates"
+    else bad "PPO: after the $f the last checkpoint (update 2) is intact" "$(ls ppo$f)"; fi
+done
+
 # RL: the DQN family's data-parallel learner (src/rl/dqn.c): per-rank actors and replays, each rank
 # samples its share of the batch, gradients averaged; --dist-check 1 after every update. Rainbow-lite
 # adds C51 and prioritised replay (importance weights renormalised over the ranks).

@@ -456,6 +456,8 @@ typedef struct {
      * this rank's (ep: Bt of them at most) and every rank's (ep_all: P Bt) */
     double *ep, *ep_all;
     int ep_n;
+    double *red;                  /* (8 + P) a minibatch's statistics and every rank's finiteness flag */
+    int poison;                   /* testing aid (sm_rl_run.fault_nan_update): this update's loss is NaN */
     /* counters */
     long global_step, updates, num_updates, episodes;
     long horizon;                 /* frame budget of the run: the learning-rate anneal spans it */
@@ -474,7 +476,7 @@ static void ppo_free(ppo *p) {
     void *blocks[] = {p->obs_raw, p->final_obs, p->x, p->act, p->act_box, p->rew, p->term, p->trunc, p->rows,
                       p->b_obs, p->b_act, p->b_box, p->b_logp, p->b_val, p->b_rew, p->b_boot, p->b_adv, p->b_ret,
                       p->b_done, p->next_value, p->perm, p->m_obs, p->m_act, p->m_box, p->m_logp, p->m_adv,
-                      p->m_val, p->m_ret, p->ret_acc, p->rms_block, p->mom, p->ep, p->ep_all, p->diag_x, p->diag_u};
+                      p->m_val, p->m_ret, p->ret_acc, p->rms_block, p->mom, p->ep, p->ep_all, p->red, p->diag_x, p->diag_u};
     for (size_t i = 0; i < SM_LEN(blocks); i++) free(blocks[i]);
 }
 
@@ -619,6 +621,7 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
     p->mom = alloc0(2 * D + 2, sizeof(double), &bad);
     p->ep = alloc0(4 * Bt, sizeof(double), &bad);
     p->ep_all = alloc0(4 * Bt * p->P, sizeof(double), &bad);
+    p->red = alloc0(8 + (size_t)p->P, sizeof(double), &bad);
     if (bad) return sm_fail(err, SM_ERR_NOMEM, "ppo: out of memory for %d x %d rollouts of %s", p->N, p->T, run->env);
     p->obs_rms = (rms){0, p->rms_block, p->rms_block + D, p->D};
     p->ret_rms = (rms){0, p->rms_block + 2 * D, p->rms_block + 2 * D + 1, 1};
@@ -1009,6 +1012,14 @@ static sm_status episodes_log(ppo *p, sm_rl_log *log, double *ret_sum, long *ret
 
 /* ---- learning -------------------------------------------------------------------------------- */
 
+/* 1 when every gradient of the n tables is finite */
+static int grads_finite(sm_params *const *sets, int n) {
+    for (int s = 0; s < n; s++)
+        for (size_t i = 0; i < sets[s]->total; i++)
+            if (!isfinite(sets[s]->grad[i])) return 0;
+    return 1;
+}
+
 /* update_epochs passes of minibatch Adam steps; fills the CleanRL statistics. */
 static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, sm_error *err) {
     const int B = p->B, D = p->D, A = p->A;
@@ -1053,14 +1064,24 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
             double lv = sm_ppo_value_loss(p->critic->dlogits, &st, v, p->m_val, p->m_ret, B, p->c.clip_coef, p->c.clip_vloss,
                                           p->c.vf_coef);
             sm_model_backward_into(p->critic, &p->critic->params, B);
+            if (p->poison) lp = NAN;
             if (p->P > 1) {
-                /* data parallel: the mean of the ranks' gradients is the gradient of the global
-                 * minibatch's mean loss (every rank has B rows); the losses and statistics too, so
-                 * the NaN guard and the target-KL stop below decide alike on every rank */
-                sm_status ds = sm_dist_grad_mean_sets(p->dist, sets, p->n_sets, err);
-                double r[8] = {lp, lv, st.pg_loss, st.v_loss, st.entropy, st.old_approx_kl, st.approx_kl, st.clipfrac};
-                if (ds == SM_OK) ds = sm_dist_sum(p->dist, r, 8, err);
+                /* data parallel: the losses and statistics are averaged over the ranks, with every
+                 * rank's finiteness flag, before the gradients (the mean of the ranks' gradients is
+                 * the gradient of the global minibatch's mean loss: every rank has B rows); so the
+                 * NaN guard names the rank, and it and the target-KL stop decide alike everywhere */
+                double *r = p->red;
+                const double s8[8] = {lp, lv, st.pg_loss, st.v_loss, st.entropy, st.old_approx_kl, st.approx_kl, st.clipfrac};
+                memcpy(r, s8, sizeof s8);
+                memset(r + 8, 0, sizeof(double) * p->P);
+                r[8 + p->rank] = !isfinite(lp) || !isfinite(lv) || !grads_finite(sets, p->n_sets);
+                sm_status ds = sm_dist_sum(p->dist, r, 8 + p->P, err);
                 if (ds != SM_OK) return ds;
+                for (int q = 0; q < p->P; q++)
+                    if (r[8 + q] > 0)
+                        return sm_fail(err, SM_ERR_NUMERIC, "ppo: update %ld (global step %ld): rank %d: a loss or gradient is "
+                                       "not finite", p->updates + 1, p->global_step, q);
+                if ((ds = sm_dist_grad_mean_sets(p->dist, sets, p->n_sets, err)) != SM_OK) return ds;
                 for (int k = 0; k < 8; k++) r[k] /= p->P;
                 lp = r[0], lv = r[1], st.pg_loss = r[2], st.v_loss = r[3], st.entropy = r[4];
                 st.old_approx_kl = r[5], st.approx_kl = r[6], st.clipfrac = r[7];
@@ -1193,6 +1214,12 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
         sm_ppo_gae(p.b_adv, p.b_ret, p.b_rew, p.b_val, p.next_value, p.b_done, p.b_boot, p.T, p.N, c->gamma, c->gae_lambda);
         sm_ppo_stats s = {0};
         double clipfrac = 0;
+        /* the fault tests' aids: this update's loss is NaN on a rank, or a rank dies */
+        const int fault_me = run->fault_rank < 0 || run->fault_rank == p.rank;
+        p.poison = run->fault_nan_update > 0 && p.updates + 1 == run->fault_nan_update && fault_me;
+        if (run->fault_kill_update > 0 && p.updates + 1 == run->fault_kill_update &&
+            p.rank == (run->fault_rank >= 0 ? run->fault_rank : p.P - 1))
+            raise(SIGKILL);
         if ((st = learn(&p, lr, &s, &clipfrac, err)) != SM_OK) {
             /* the NaN guard names the last good checkpoint */
             if (st == SM_ERR_NUMERIC && err) {
