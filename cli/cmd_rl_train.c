@@ -282,7 +282,7 @@ static int rl_train_main(int argc, char **argv, sm_dist *dist) {
         {"progress-every", FL_DOUBLE, &o.progress_every, "5", "seconds between progress lines", 0},
         {"router", FL_STRING, &o.router, "topk", "router of the network's moe layers (specmoe train --help lists them)", 0},
         {"dist-check", FL_LONG, &o.dist_check, "0", "under mpirun: compare a hash of the parameters over the ranks every N updates (0 = never)", 0},
-        {"fault-nan-update", FL_LONG, &o.fault_nan_update, "0", "testing aid (ppo): poison the loss at this update (0 = never)", 0},
+        {"fault-nan-update", FL_LONG, &o.fault_nan_update, "0", "testing aid: poison the loss at this update (0 = never)", 0},
         {"fault-kill-update", FL_LONG, &o.fault_kill_update, "0", "testing aid under mpirun (ppo): rank --fault-rank kills itself (SIGKILL) at this update", 0},
         {"fault-rank", FL_INT, &o.fault_rank, "-1", "testing aid: the rank --fault-nan-update poisons (-1 = every rank) and --fault-kill-update kills (-1 = the last)", 0},
     };

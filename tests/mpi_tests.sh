@@ -177,6 +177,10 @@ for agent in dqn rainbow; do
         ok "$agent on 2 ranks: identical networks after every update ($(echo "$out" | grep -oE 'updates=[0-9]+') of batch 2 x 16), finite TD loss"
     else bad "$agent on 2 ranks: identical networks, finite TD loss" "$(echo "$out" | tail -n 3)"; fi
 done
+out=$(mpi 2 "$bin" $dqn --out dqnnan --fault-nan-update 100 --fault-rank 1 2>&1); rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q "dqn: rank 1: the loss or a gradient is not finite at frame [0-9]* (update 100)"; then
+    ok "DQN: a NaN on rank 1 stops every rank naming the rank and the update (exit $rc)"
+else bad "DQN: a NaN on rank 1 stops every rank naming the rank and the update" "exit $rc: $(echo "$out" | grep specmoe | head -n 2)"; fi
 mpi 2 "$bin" $dqn --out dqn-2re --stop-after 1500 >dqnre1.log 2>&1
 mpi 2 "$bin" rl train --resume dqn-2re/checkpoint.safetensors >dqnre2.log 2>&1 || bad "DQN resumes on 2 ranks" "$(tail -n 3 dqnre2.log)"
 if out=$("$check" diff dqn-2/checkpoint.safetensors dqn-2re/checkpoint.safetensors 0); then

@@ -278,6 +278,7 @@ typedef struct {
     double dz;
     sm_model *q, *qt;     /* online and target networks */
     sm_real *support;     /* (K) atoms z_j */
+    int poison;           /* testing aid (sm_rl_run.fault_nan_update): this update's loss is NaN */
 } dqn_nets;
 
 static sm_status build_nets(dqn_nets *n, const sm_dqn_config *c, const sm_env_spec *env, const sm_model_config *tmpl,
@@ -612,10 +613,11 @@ typedef struct {
     sm_real *y, *td, *m;    /* (B), (B), (B, K) */
     int *astar;             /* (B) */
     sm_real *tout;          /* (B, A*K) a copy of the target network's outputs */
+    double *red;            /* (2 + P) an update's loss, mean Q and every rank's finiteness flag */
     sm_replay_batch batch;
 } dqn_bufs;
 
-static sm_status bufs_alloc(dqn_bufs *b, int N, int B, const dqn_nets *n, sm_error *err) {
+static sm_status bufs_alloc(dqn_bufs *b, int N, int B, int P, const dqn_nets *n, sm_error *err) {
     memset(b, 0, sizeof *b);
     const size_t D = (size_t)n->D, A = (size_t)n->A, O = (size_t)n->out, M = (size_t)(N > B ? N : B);
     b->obs = calloc((size_t)N * D, sizeof(float));
@@ -636,7 +638,8 @@ static sm_status bufs_alloc(dqn_bufs *b, int N, int B, const dqn_nets *n, sm_err
     b->batch.disc = calloc((size_t)B, sizeof(float));
     b->batch.idx = calloc((size_t)B, sizeof(long));
     b->batch.weight = calloc((size_t)B, sizeof(float));
-    if (!blk || !b->obs || !b->prev || !b->fin || !b->rew || !b->act || !b->term || !b->trunc || !b->astar ||
+    b->red = calloc(2 + (size_t)P, sizeof(double));
+    if (!blk || !b->red || !b->obs || !b->prev || !b->fin || !b->rew || !b->act || !b->term || !b->trunc || !b->astar ||
         !b->batch.obs || !b->batch.next || !b->batch.act || !b->batch.ret || !b->batch.disc || !b->batch.idx ||
         !b->batch.weight)
         return sm_fail(err, SM_ERR_NOMEM, "DQN buffers: out of memory");
@@ -644,6 +647,7 @@ static sm_status bufs_alloc(dqn_bufs *b, int N, int B, const dqn_nets *n, sm_err
 }
 
 static void bufs_free(dqn_bufs *b) {
+    free(b->red);
     free(b->obs);
     free(b->prev);
     free(b->fin);
@@ -758,9 +762,19 @@ static sm_status update(dqn_nets *n, sm_optim *opt, sm_replay *rb, dqn_bufs *b, 
     }
     sm_params_zero_grad(&q->params);
     sm_model_backward(q, B);
-    double lq[2] = {L + q->aux_loss, *mean_q};
+    double *lq = b->red;
+    lq[0] = n->poison ? NAN : L + q->aux_loss, lq[1] = *mean_q;
     if (dist->size > 1) {
-        if ((st = sm_dist_grad_mean(dist, &q->params, err)) != SM_OK || (st = sm_dist_sum(dist, lq, 2, err)) != SM_OK) return st;
+        /* the loss, mean Q and every rank's finiteness flag first, so a NaN stops every rank here,
+         * named, before the gradients are summed */
+        memset(lq + 2, 0, sizeof(double) * dist->size);
+        int finite = isfinite(lq[0]);
+        for (size_t i = 0; finite && i < q->params.total; i++) finite = isfinite(q->params.grad[i]);
+        lq[2 + dist->rank] = !finite;
+        if ((st = sm_dist_sum(dist, lq, 2 + dist->size, err)) != SM_OK) return st;
+        for (int r = 0; r < dist->size; r++)
+            if (lq[2 + r] > 0) return sm_fail(err, SM_ERR_NUMERIC, "rank %d: the loss or a gradient is not finite", r);
+        if ((st = sm_dist_grad_mean(dist, &q->params, err)) != SM_OK) return st;
         lq[0] /= dist->size, lq[1] /= dist->size;
     }
     *loss = lq[0], *mean_q = lq[1];
@@ -859,7 +873,7 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
     if ((st = sm_replay_init(&rb, c.buffer_size / P, N, n.D, env->obs_binary, c.n_step, c.gamma, c.prioritized, c.per_alpha,
                              err)) != SM_OK)
         goto done;
-    if ((st = bufs_alloc(&b, N, B, &n, err)) != SM_OK) goto done;
+    if ((st = bufs_alloc(&b, N, B, P, &n, err)) != SM_OK) goto done;
     sm_rl_run lrun = *run; /* rank 0 alone writes settings.json and metrics.jsonl and prints */
     if (rank != 0) lrun.out_dir = NULL, lrun.progress = NULL;
     if ((st = sm_rl_log_open(&log, &lrun, k, &c, &n.q->cfg, 0, err)) != SM_OK) goto done;
@@ -936,8 +950,18 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
         }
         if (ct.frames >= c.learning_starts && ct.vsteps % c.train_freq == 0 && sm_replay_size(&rb) > 0) {
             double beta = c.per_beta + (1 - c.per_beta) * fmin(1.0, (double)ct.frames / (double)total), mq;
-            double L;
-            if ((st = update(&n, &opt, &rb, &b, &ct.rng, beta, dist, &L, &mq, err)) != SM_OK) goto done;
+            double L = NAN;
+            n.poison = run->fault_nan_update > 0 && ct.updates + 1 == run->fault_nan_update &&
+                       (run->fault_rank < 0 || run->fault_rank == rank);
+            if ((st = update(&n, &opt, &rb, &b, &ct.rng, beta, dist, &L, &mq, err)) != SM_OK) {
+                if (st == SM_ERR_NUMERIC && err) { /* a rank's NaN: where, and the last good checkpoint */
+                    char why[sizeof err->msg];
+                    snprintf(why, sizeof why, "%s", err->msg);
+                    sm_fail(err, st, "%s: %s at frame %ld (update %ld); last good checkpoint: %s%s", k->name, why, ct.frames,
+                            ct.updates + 1, last_ckpt[0] ? last_ckpt : "none", last_ckpt[0] ? "" : " (none written yet)");
+                }
+                goto done;
+            }
             if (!isfinite(L)) {
                 st = sm_fail(err, SM_ERR_NUMERIC, "%s: loss became %g at frame %ld (update %ld); last good checkpoint: %s%s",
                              k->name, L, ct.frames, ct.updates, last_ckpt[0] ? last_ckpt : "none",

@@ -45,8 +45,8 @@ typedef struct {
     struct sm_dist *dist;   /* under mpirun: the ranks, each running this call with its own environments
                              * (synchronous data parallel; see the agent's file); NULL: one process */
     long dist_check;        /* > 0: compare a hash of the parameters over the ranks every this many updates */
-    /* testing aids under mpirun (PPO): at update fault_nan_update (> 0) rank fault_rank (-1: every rank)
-     * poisons its loss; at update fault_kill_update (> 0) rank fault_rank (-1: the last) kills itself */
+    /* testing aids: at update fault_nan_update (> 0) rank fault_rank (-1: every rank) poisons its loss;
+     * under mpirun (PPO) at update fault_kill_update (> 0) rank fault_rank (-1: the last) kills itself */
     long fault_nan_update, fault_kill_update;
     int fault_rank;
 } sm_rl_run;
