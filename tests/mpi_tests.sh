@@ -118,6 +118,11 @@ info=$("$bin" info ep2/checkpoint.safetensors 2>&1)
 if echo "$info" | grep -qE 'layers\.1\.experts\.w1 +F32 +\[4,16,32\]' && "$bin" eval ep2/checkpoint.safetensors >/dev/null 2>&1; then
     ok "expert parallel train: rank 0's checkpoint holds all 4 experts ([4,16,32]) and one process evaluates it"
 else bad "expert parallel train: one checkpoint with every expert that one process loads" "$(echo "$info" | grep experts | head -n 2)"; fi
+mpi 2 "$bin" train $small --val-size 129 --out epre --expert-parallel 1 --stop-after 8 >epre1.log 2>&1 || bad "expert parallel stops after 8 steps" "$(tail -n 3 epre1.log)"
+"$bin" train --resume epre/checkpoint.safetensors >epre2.log 2>&1 || bad "one process resumes the expert-parallel run" "$(tail -n 3 epre2.log)"
+if out=$("$check" diff onev/checkpoint.safetensors epre/checkpoint.safetensors 1e-6); then
+    ok "expert parallel train: 8 steps on 2 ranks, the rest in one process, equals one process ($out)"
+else bad "expert parallel train: 2 ranks then 1 equals one process" "$out"; fi
 out=$("$bin" train $small --out epone --expert-parallel 1 2>&1); rc=$?
 if [ $rc -eq 2 ] && echo "$out" | grep -q "needs 2 or more ranks"; then ok "--expert-parallel 1 without mpirun is refused"
 else bad "--expert-parallel 1 without mpirun is refused" "exit $rc: $(echo "$out" | tail -n 1)"; fi
