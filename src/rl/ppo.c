@@ -9,6 +9,21 @@
  * update_epochs passes over random minibatches, each one Adam step of actor, critic and log-std
  * under a common gradient-norm clip. Runs stop, checkpoint and resume at update boundaries only, so
  * a checkpoint holds no half-filled rollout.
+ *
+ * Under mpirun (run->dist of P > 1 ranks): synchronous data parallel, the simplest design that
+ * scales. Rank r steps environments rN .. rN+N-1 of the seed's vector with its own action stream,
+ * keeps its own T x N rollout and splits it into the same num_minibatches; a global minibatch is
+ * the P ranks' minibatches together. Per minibatch, the losses, statistics and every rank's
+ * finiteness flag are summed first (the NaN guard names the rank; the target-KL stop reads the
+ * mean approx_kl, so every rank leaves the epochs alike), then the gradients of actor, critic and
+ * log-std are averaged with one allreduce (sm_dist_grad_mean_sets) before the clip and the Adam
+ * step. The advantage mean and std are those of the global minibatch, and the observation and
+ * reward normalisers take every rank's rows each step (per-rank moments merged exactly,
+ * sm_dist_moments_merge), so the ranks' parameters and normalisers never diverge. Frames, the
+ * learning-rate anneal and the budget count every rank. Rank 0 logs (every rank's episodes,
+ * allgathered) and writes checkpoints holding every rank's run state (run_state_r<r>), so a run
+ * resumes exactly on as many ranks. SPHERE is refused (its coefficient needs the whole
+ * minibatch's gradient norms).
  */
 #include "specmoe/rl/ppo.h"
 
@@ -633,7 +648,6 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
      * draws its own actions (rank 0 keeps the one-process stream) */
     if (p->rank > 0) sm_rng_seed(&p->rng, sm_env_seed(run->seed ^ 0x52414E4BULL, p->rank));
     return normalisers_update(p, c->norm_obs, 0, err);
-    return SM_OK;
 }
 
 /* ---- checkpoints ------------------------------------------------------------------------------
