@@ -19,6 +19,7 @@
 #include "flags.h"
 #include <cjson/cJSON.h>
 
+#include "specmoe/dist/dist.h"
 #include "specmoe/io/safetensors.h"
 #include "specmoe/rl/agent.h"
 #include "specmoe/rl/rl_log.h"
@@ -256,7 +257,22 @@ static void draw_fig6(const char *dir) {
     if (system(cmd) == 0) printf("fig6: %s\n", png);
 }
 
+static int rl_train_main(int argc, char **argv, sm_dist *dist);
+
+/* Under mpirun every rank runs the agent on its own environments (synchronous data parallel: see
+ * src/rl/ppo.c and src/rl/dqn.c); rank 0 alone prints, the others' stdout and stderr go to
+ * /dev/null (what they would print is rank 0's; an error stops every rank at the same point). */
 int cmd_rl_train(int argc, char **argv) {
+    sm_dist dist;
+    sm_error err;
+    if (sm_dist_init(&dist, &argc, &argv, &err) != SM_OK) return cli_fail(SM_ERR_ARG, &err);
+    if (dist.rank != 0 && (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))) return CLI_EXIT_RUNTIME;
+    int rc = rl_train_main(argc, argv, &dist);
+    sm_dist_finalize(&dist);
+    return rc;
+}
+
+static int rl_train_main(int argc, char **argv, sm_dist *dist) {
     /* resume: the run's settings come from its checkpoint */
     static ckpt_meta cm;
     const char *resume_arg = find_arg(argc, argv, "resume");
@@ -277,7 +293,8 @@ int cmd_rl_train(int argc, char **argv) {
         long frames;
         int threads;
         double sticky, progress_every;
-        long stop_after;
+        long stop_after, dist_check, fault_nan_update, fault_kill_update;
+        int fault_rank;
     } o;
     fl_flag fl[RL_MAX_FLAGS + 16] = {
         {"env", FL_STRING, &o.env, NULL, "environment (specmoe rl envs lists them)", 0},
@@ -292,8 +309,12 @@ int cmd_rl_train(int argc, char **argv) {
         {"sticky", FL_DOUBLE, &o.sticky, "-1", "MinAtar sticky-action probability (-1: the environment's 0.1)", 0},
         {"progress-every", FL_DOUBLE, &o.progress_every, "5", "seconds between progress lines", 0},
         {"router", FL_STRING, &o.router, "topk", "router of the network's moe layers (specmoe train --help lists them)", 0},
+        {"dist-check", FL_LONG, &o.dist_check, "0", "under mpirun: compare a hash of the parameters over the ranks every N updates (0 = never)", 0},
+        {"fault-nan-update", FL_LONG, &o.fault_nan_update, "0", "testing aid: poison the loss at this update (0 = never)", 0},
+        {"fault-kill-update", FL_LONG, &o.fault_kill_update, "0", "testing aid under mpirun (ppo): rank --fault-rank kills itself (SIGKILL) at this update", 0},
+        {"fault-rank", FL_INT, &o.fault_rank, "-1", "testing aid: the rank --fault-nan-update poisons (-1 = every rank) and --fault-kill-update kills (-1 = the last)", 0},
     };
-    int nfl = 12;
+    int nfl = 16;
     const char *o_router_typed = NULL; /* --router as typed on resume */
     static opt_flags of;
     memset(&of, 0, sizeof of);
@@ -344,8 +365,8 @@ int cmd_rl_train(int argc, char **argv) {
         fprintf(stderr, "specmoe rl train: --agent %s cannot run on %s: %s\n", k->name, env->name, why);
         return CLI_EXIT_USAGE;
     }
-    if (o.threads < 1 || o.frames < 0 || !(o.progress_every > 0) || o.sticky > 1) {
-        fprintf(stderr, "specmoe rl train: --threads >= 1, --frames >= 0, --progress-every > 0 and --sticky <= 1 are needed\n");
+    if (o.threads < 1 || o.frames < 0 || !(o.progress_every > 0) || o.sticky > 1 || o.dist_check < 0) {
+        fprintf(stderr, "specmoe rl train: --threads >= 1, --frames >= 0, --progress-every > 0, --sticky <= 1 and --dist-check >= 0 are needed\n");
         return CLI_EXIT_USAGE;
     }
     /* settings: defaults -> preset -> environment defaults -> flags; on resume, the checkpoint's */
@@ -434,7 +455,10 @@ settings_done:
     }
     char outbuf[512];
     if (!o.out) {
-        if (fresh_run_dir(outbuf, sizeof outbuf, env->name, k->name)) {
+        /* rank 0 picks the directory (the others would race it) and tells the others */
+        outbuf[0] = 0;
+        if (dist->rank == 0 && fresh_run_dir(outbuf, sizeof outbuf, env->name, k->name)) outbuf[0] = 0;
+        if (sm_dist_bcast(dist, outbuf, sizeof outbuf, 0, &err) != SM_OK || !outbuf[0]) {
             fprintf(stderr, "specmoe rl train: no free run directory under runs/\n");
             code = CLI_EXIT_RUNTIME;
             goto out;
@@ -454,7 +478,15 @@ settings_done:
     run.stop_after = o.stop_after;
     run.progress = stderr;
     run.progress_every = o.progress_every;
+    run.dist = dist;
+    run.dist_check = o.dist_check;
+    run.fault_nan_update = o.fault_nan_update;
+    run.fault_kill_update = o.fault_kill_update;
+    run.fault_rank = o.fault_rank;
     printf("specmoe rl train: %s on %s, run directory %s\n", k->name, env->name, o.out);
+    if (dist->size > 1)
+        printf("specmoe rl train: data parallel over %d ranks (MPI), each with its own environments; frames count all ranks\n",
+               dist->size);
     fflush(stdout);
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
@@ -481,7 +513,7 @@ settings_done:
     printf("rl-train env=%s agent=%s frames=%ld updates=%ld seconds=%.1f SPS=%.0f episodes=%ld final_return=%.3f\n",
            env->name, k->name, res.frames, res.updates, res.seconds, res.seconds > 0 ? done / res.seconds : 0,
            res.episodes, res.last_return);
-    draw_fig6(run.out_dir);
+    if (!dist || dist->rank == 0) draw_fig6(run.out_dir);
 out:
     free(cfg);
     if (cm.open) sm_safetensors_free(&cm.st);

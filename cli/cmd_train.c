@@ -15,6 +15,7 @@
 #include "common.h"
 #include "flags.h"
 #include "specmoe/dist/dist.h"
+#include "specmoe/dist/ep.h"
 
 /* every train flag but the router options (router_flags below) */
 typedef struct {
@@ -23,7 +24,7 @@ typedef struct {
     int residual, shared, expert_bias, epochs;
     int log_every, val_size;
     long warmup, ckpt_every, stop_after, fault_nan_step, fault_kill_step, dist_check;
-    int fault_rank;
+    int fault_rank, expert_parallel;
     double lr, final_lr, momentum, beta1, beta2, eps, weight_decay, clip;
     int stages, width;
     double spectral_alpha, sigma_t, rho_t, diversity_beta;
@@ -298,7 +299,7 @@ static int build_model_config(opts *o, router_flags *rf, const fl_flag *fl, int 
 static const char *const kResumeMayChange[] = {"epochs", "data", "threads", "log-every", "ckpt-every"};
 /* Never taken from the checkpoint: where to resume from and where to write, and the one-off stops. */
 static const char *const kResumeNotSaved[] = {"resume",         "out",        "stop-after", "fault-nan-step",
-                                               "fault-kill-step", "fault-rank", "dist-check"};
+                                               "fault-kill-step", "fault-rank", "dist-check", "expert-parallel"};
 
 static int name_in(const char *name, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -405,7 +406,7 @@ static volatile sig_atomic_t g_stop;
 /* Under mpirun (more than one rank): the ranks (g_dist), the step the loop is in (written by sm_train)
  * and the descriptor of the real stderr (ranks other than 0 silence stdout and stderr: they would
  * print what rank 0 prints). */
-static sm_dist g_dist = {0, 1, 0, 0, 0};
+static sm_dist g_dist = {.size = 1};
 static volatile long g_step = -1;
 static int g_err_fd = 2;
 
@@ -550,6 +551,7 @@ static int train_main(int argc, char **argv, train_keep *keep) {
         {"fault-rank", FL_INT, &o.fault_rank, "-1", "testing aid under mpirun: the rank --fault-nan-step poisons (-1 = every rank) and --fault-kill-step kills (-1 = the last)", 0},
         {"fault-kill-step", FL_LONG, &o.fault_kill_step, "-1", "testing aid under mpirun: rank --fault-rank kills itself (SIGKILL) at this step", 0},
         {"dist-check", FL_LONG, &o.dist_check, "0", "under mpirun: compare a hash of the parameters over the ranks every N steps (0 = never)", 0},
+        {"expert-parallel", FL_INT, &o.expert_parallel, "0", "under mpirun: 1 splits the experts of every moe layer over the ranks (tokens travel by all-to-all)", 0},
     };
     /* head, the router flags, tail */
     fl_flag fl[SM_LEN(head) + MAX_ROUTER_FLAGS + SM_LEN(tail)];
@@ -725,6 +727,23 @@ static int train_main(int argc, char **argv, train_keep *keep) {
         printf("specmoe train: data parallel over %d ranks (MPI), %d examples per rank per batch of %d\n", g_dist.size,
                o.d.batch / g_dist.size, o.d.batch);
     }
+    /* expert parallel: the experts of every moe layer split over the ranks, on top of the data
+     * parallelism above (include/specmoe/dist/ep.h, sm_ep_model_attach) */
+    sm_ep_model *epm = NULL;
+    if (o.expert_parallel) {
+        if (o.expert_parallel != 1 || g_dist.size < 2 || !(epm = sm_ep_model_attach(&g_dist, m, &err))) {
+            if (o.expert_parallel != 1) fprintf(stderr, "specmoe train: --expert-parallel is 0 or 1 (got %d)\n", o.expert_parallel);
+            else if (g_dist.size < 2) fprintf(stderr, "specmoe train: --expert-parallel 1 needs 2 or more ranks: start it with mpirun -np N\n");
+            else fprintf(stderr, "specmoe train: --expert-parallel 1: %s\n", err.msg);
+            sm_model_free(m);
+            sm_dataset_free(&train);
+            sm_dataset_free(&test);
+            return CLI_EXIT_USAGE;
+        }
+        td.collective_forward = 1;
+        printf("specmoe train: expert parallel: each rank runs %d of the experts of every moe layer\n",
+               mc.moe.router.E / g_dist.size);
+    }
     {
         /* a warm-up longer than the run means the learning rate never reaches --lr */
         long steps = (long)((train.n + tc.batch - 1) / tc.batch) * tc.epochs;
@@ -742,6 +761,8 @@ static int train_main(int argc, char **argv, train_keep *keep) {
     keep->made[0] = 0; /* from here on the directory holds a run */
     st = sm_train(m, &train, val.n ? &val : NULL, &tc, on_log, &lc, &res, &err);
     catch_stop_signals(0);
+    if (st == SM_ERR_NUMERIC && sm_ep_model_error(epm)) /* the NaN came from a failed exchange: say so */
+        st = sm_fail(&err, SM_ERR_IO, "%s", sm_ep_model_error(epm));
     int code = 0;
     if (st == SM_OK && res.interrupted) {
         if (lc.tty) fprintf(stderr, "\n");
@@ -776,6 +797,7 @@ static int train_main(int argc, char **argv, train_keep *keep) {
         }
     }
     printf("peak memory: %.1f MiB\n", (double)sm_peak_rss_bytes() / (1 << 20));
+    sm_ep_model_detach(epm);
     sm_model_free(m);
     if (o.val_size > 0) train.n += o.val_size;
     sm_dataset_free(&train);

@@ -49,6 +49,11 @@ static void *env_state(const sm_vecenv *v, int i) { return v->states + (size_t)i
 
 sm_status sm_vecenv_init(sm_vecenv *v, const char *name, int num_envs, uint64_t seed, const sm_env_opts *opts,
                          sm_error *err) {
+    return sm_vecenv_init_at(v, name, num_envs, seed, 0, opts, err);
+}
+
+sm_status sm_vecenv_init_at(sm_vecenv *v, const char *name, int num_envs, uint64_t seed, int first,
+                            const sm_env_opts *opts, sm_error *err) {
     memset(v, 0, sizeof *v);
     const sm_env_spec *s = sm_env_find(name);
     if (!s) return sm_fail(err, SM_ERR_ARG, "unknown environment '%s' (one of: %s)", name ? name : "", sm_env_names());
@@ -71,7 +76,7 @@ sm_status sm_vecenv_init(sm_vecenv *v, const char *name, int num_envs, uint64_t 
         sm_vecenv_free(v);
         return sm_fail(err, SM_ERR_NOMEM, "out of memory for %d environments '%s'", num_envs, name);
     }
-    for (int i = 0; i < num_envs; i++) s->init(env_state(v, i), sm_env_seed(seed, i), &v->opts);
+    for (int i = 0; i < num_envs; i++) s->init(env_state(v, i), sm_env_seed(seed, first + i), &v->opts);
     return SM_OK;
 }
 

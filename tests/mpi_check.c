@@ -7,6 +7,11 @@
  *       the same parameters and the concatenation of the ranks' tokens: outputs, input gradients,
  *       expert gradients, the router's summed gradient, the reduced per-expert load and the gathered
  *       checkpoint, without and with a capacity limit. Exit 0 when all agree.
+ *   mpirun -np 2 mpi_check moments
+ *       sm_dist_moments_merge (the running observation and reward normalisers of data-parallel RL):
+ *       each rank's rows (a different count per rank, far from zero mean) merged over the ranks equal
+ *       the mean and squared deviations of the union of every rank's rows, computed directly, and
+ *       every rank holds the same bits. Exit 0 when they agree.
  */
 #include <math.h>
 #include <stdio.h>
@@ -174,13 +179,18 @@ fail:
     return -1;
 }
 
+/* MPI's start (one process without mpirun); 0, or 2 after printing why not */
+static int dist_start(sm_dist *dist, int *argc, char ***argv) {
+    sm_error err;
+    if (sm_dist_init(dist, argc, argv, &err) == SM_OK) return 0;
+    fprintf(stderr, "mpi_check: %s\n", err.msg);
+    return 2;
+}
+
 static int cmd_ep(int argc, char **argv) {
     sm_dist dist;
     sm_error err;
-    if (sm_dist_init(&dist, &argc, &argv, &err) != SM_OK) {
-        fprintf(stderr, "mpi_check: %s\n", err.msg);
-        return 2;
-    }
+    if (dist_start(&dist, &argc, &argv)) return 2;
     if (dist.size < 2) {
         fprintf(stderr, "mpi_check ep: run it under mpirun with 2 or more ranks\n");
         sm_dist_finalize(&dist);
@@ -208,9 +218,66 @@ static int cmd_ep(int argc, char **argv) {
     return bad;
 }
 
+/* rank r's rows: 5 + 3 r rows of n values around 1000 + 10 r with per-column scales */
+static int moment_rows(double *x, int r, int n) {
+    sm_rng g;
+    sm_rng_seed(&g, 17 + (uint64_t)r);
+    const int m = 5 + 3 * r;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) x[(size_t)i * n + j] = 1000 + 10 * r + (j + 1) * sm_rng_normal(&g);
+    return m;
+}
+
+static int cmd_moments(int argc, char **argv) {
+    sm_dist dist;
+    sm_error err;
+    if (dist_start(&dist, &argc, &argv)) return 2;
+    enum { NC = 4, MAXM = 64 };
+    double x[MAXM * NC], mean[NC] = {0}, m2[NC] = {0}, count;
+    /* this rank's moments, two passes */
+    int m = moment_rows(x, dist.rank, NC);
+    count = m;
+    for (int j = 0; j < NC; j++) {
+        for (int i = 0; i < m; i++) mean[j] += x[i * NC + j];
+        mean[j] /= m;
+        for (int i = 0; i < m; i++) m2[j] += (x[i * NC + j] - mean[j]) * (x[i * NC + j] - mean[j]);
+    }
+    int bad = sm_dist_moments_merge(&dist, &count, mean, m2, NC, &err) != SM_OK;
+    /* the union, directly: every rank's rows regenerated here */
+    double all[16 * MAXM * NC], rmean[NC] = {0}, rm2[NC] = {0};
+    long total = 0;
+    for (int r = 0; r < dist.size && r < 16; r++) total += moment_rows(all + total * NC, r, NC);
+    double worst = fabs(count - (double)total);
+    for (int j = 0; j < NC; j++) {
+        for (long i = 0; i < total; i++) rmean[j] += all[i * NC + j];
+        rmean[j] /= (double)total;
+        for (long i = 0; i < total; i++) rm2[j] += (all[i * NC + j] - rmean[j]) * (all[i * NC + j] - rmean[j]);
+        double dm = fabs(mean[j] - rmean[j]) / fabs(rmean[j]), dv = fabs(m2[j] - rm2[j]) / rm2[j];
+        worst = dm > worst ? dm : worst;
+        worst = dv > worst ? dv : worst;
+    }
+    /* the same bits on every rank: rank 0's result against each rank's */
+    double r0[2 * NC + 1] = {count};
+    memcpy(r0 + 1, mean, sizeof mean), memcpy(r0 + 1 + NC, m2, sizeof m2);
+    double mine[2 * NC + 1];
+    memcpy(mine, r0, sizeof r0);
+    if (sm_dist_bcast(&dist, r0, sizeof r0, 0, &err) != SM_OK) bad = 1;
+    double differ = memcmp(r0, mine, sizeof r0) != 0, w = worst;
+    if (sm_dist_max(&dist, &differ, 1, &err) != SM_OK || sm_dist_max(&dist, &w, 1, &err) != SM_OK) bad = 1;
+    /* the bound: both are sums of the same rows in another association; relative 1e-12 */
+    const double tol = 1e-12;
+    bad |= differ > 0 || !(w <= tol);
+    if (dist.rank == 0)
+        printf("merged moments over %d ranks equal the union's (%ld rows): worst relative diff %.3g (tolerance %.0e), "
+               "ranks %s\n", dist.size, total, w, tol, differ > 0 ? "DIFFER" : "bit-identical");
+    sm_dist_finalize(&dist);
+    return bad;
+}
+
 int main(int argc, char **argv) {
     if (argc == 5 && !strcmp(argv[1], "diff")) return cmd_diff(argv[2], argv[3], atof(argv[4]));
     if (argc == 2 && !strcmp(argv[1], "ep")) return cmd_ep(argc, argv);
-    fprintf(stderr, "usage: mpi_check diff A B TOL | mpirun -np 2 mpi_check ep\n");
+    if (argc == 2 && !strcmp(argv[1], "moments")) return cmd_moments(argc, argv);
+    fprintf(stderr, "usage: mpi_check diff A B TOL | mpirun -np 2 mpi_check ep | mpirun -np 2 mpi_check moments\n");
     return 2;
 }

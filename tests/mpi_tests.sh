@@ -7,7 +7,10 @@
 #   - faults: a NaN on rank 1 and a rank killed by SIGKILL stop every rank with a message naming
 #     the rank and the step, and the last checkpoint (step 4) stays intact and loads
 #   - expert parallel: the MoE layer with its experts split over 2 ranks gives the single-process
-#     layer's outputs and gradients (tests/mpi_check ep)
+#     layer's outputs and gradients (tests/mpi_check ep); `train --expert-parallel 1` on 2 ranks
+#     gives one process's parameters and loss curve, and one checkpoint with every expert
+#   - RL: data-parallel PPO, DQN and Rainbow-lite on 2 ranks (identical parameters, finite losses,
+#     exact resume on 2 ranks, refusal on 1), and the normalisers' merged moments
 # Usage: tests/mpi_tests.sh path/to/specmoe path/to/mpi_check MPI(0|1). Last line: "mpi: N passed, M failed";
 # without an MPI build or without mpirun it prints one "SKIP" line with the reason and "mpi: 0 passed, 0 failed".
 #
@@ -93,6 +96,107 @@ done
 # expert parallel layer equality
 if out=$(mpi 2 "$check" ep 2>&1); then ok "expert parallel: $(echo "$out" | tail -n 1)"
 else bad "expert parallel: outputs and gradients equal the single-process layer" "$(echo "$out" | tail -n 5)"; fi
+
+# expert parallelism inside specmoe train: the experts of the moe layer split over 2 ranks (each its
+# 2 of 4), tokens exchanged by all-to-all, on top of the data-parallel shards. A validation set of
+# 129 examples makes the last batch's shards unequal (19 and 20 rows) and the validation shards
+# need one empty forward on rank 0 (the forward is collective). The bound is the data-parallel one
+# (the expert rows reach each expert in the one-process order, so only the router's and the dense
+# layers' gradient sums are reassociated): 1e-6 on the parameters and on every logged loss.
+"$bin" train $small --val-size 129 --out onev >onev.log 2>&1 || bad "one process trains (validation 129)" "$(tail -n 3 onev.log)"
+mpi 2 "$bin" train $small --val-size 129 --out ep2 --expert-parallel 1 --dist-check 1 >ep2.log 2>&1 \
+    || bad "2 ranks train expert parallel" "$(tail -n 3 ep2.log)"
+if out=$("$check" diff onev/checkpoint.safetensors ep2/checkpoint.safetensors 1e-6); then
+    ok "expert parallel train: -np 2 --expert-parallel 1 equals one process ($out)"
+else bad "expert parallel train: -np 2 --expert-parallel 1 equals one process" "$out"; fi
+curve() { sed -nE 's/.*"kind":"(train|val)","step":([0-9]+),.*"loss":([-0-9.e]+),.*/\1 \2 \3/p' "$1"; }
+if worst=$(paste -d' ' <(curve onev/metrics.jsonl) <(curve ep2/metrics.jsonl) | awk 'BEGIN{w=0;n=0} {if ($1!=$4||$2!=$5) {print "misaligned"; exit 1}
+        d=$3-$6; if (d<0) d=-d; if (d>w) w=d; n++} END{if (n<4) {print "only " n " records"; exit 1} printf "%.2g over %d records\n", w, n; exit !(w<=1e-6)}'); then
+    ok "expert parallel train: the loss curve (train and validation) equals one process's: worst |diff| $worst"
+else bad "expert parallel train: the loss curve equals one process's" "$worst"; fi
+info=$("$bin" info ep2/checkpoint.safetensors 2>&1)
+if echo "$info" | grep -qE 'layers\.1\.experts\.w1 +F32 +\[4,16,32\]' && "$bin" eval ep2/checkpoint.safetensors >/dev/null 2>&1; then
+    ok "expert parallel train: rank 0's checkpoint holds all 4 experts ([4,16,32]) and one process evaluates it"
+else bad "expert parallel train: one checkpoint with every expert that one process loads" "$(echo "$info" | grep experts | head -n 2)"; fi
+mpi 2 "$bin" train $small --val-size 129 --out epre --expert-parallel 1 --stop-after 8 >epre1.log 2>&1 || bad "expert parallel stops after 8 steps" "$(tail -n 3 epre1.log)"
+"$bin" train --resume epre/checkpoint.safetensors >epre2.log 2>&1 || bad "one process resumes the expert-parallel run" "$(tail -n 3 epre2.log)"
+if out=$("$check" diff onev/checkpoint.safetensors epre/checkpoint.safetensors 1e-6); then
+    ok "expert parallel train: 8 steps on 2 ranks, the rest in one process, equals one process ($out)"
+else bad "expert parallel train: 2 ranks then 1 equals one process" "$out"; fi
+out=$("$bin" train $small --out epone --expert-parallel 1 2>&1); rc=$?
+if [ $rc -eq 2 ] && echo "$out" | grep -q "needs 2 or more ranks"; then ok "--expert-parallel 1 without mpirun is refused"
+else bad "--expert-parallel 1 without mpirun is refused" "exit $rc: $(echo "$out" | tail -n 1)"; fi
+out=$(mpi 2 "$bin" train ${small/--experts 4/--experts 3} --out ep3 --expert-parallel 1 2>&1); rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q "3 experts cannot be split evenly over 2 ranks"; then ok "3 experts over 2 ranks are refused"
+else bad "3 experts over 2 ranks are refused" "exit $rc: $(echo "$out" | grep specmoe | tail -n 1)"; fi
+
+# RL: synchronous data-parallel PPO (src/rl/ppo.c): 2 ranks with 2 CartPole environments each, the
+# observation and reward normalisers and the target-KL stop on; --dist-check 1 compares the parameter
+# hashes of actor and critic over the ranks after every update
+ppo="rl train --env classic/cartpole --agent ppo --frames 4096 --num-envs 2 --num-steps 64 --norm-obs 1 --norm-reward 1
+     --target-kl 0.02 --threads 1 --progress-every 100"
+if out=$(mpi 2 "$bin" $ppo --out ppo2 --dist-check 1 2>&1) && echo "$out" | grep -q "updates=16 " \
+    && tail -n 1 ppo2/metrics.jsonl | grep -q '"losses/approx_kl": [-0-9]' && tail -n 1 ppo2/metrics.jsonl | grep -q '"losses/value_loss": [0-9]'; then
+    eps=$(echo "$out" | sed -nE 's/.* episodes=([0-9]+) .*/\1/p')
+    logged=$(grep -c episodic_return ppo2/metrics.jsonl)
+    if [ "$eps" = "$logged" ] && [ "$eps" -gt 0 ]; then
+        ok "PPO on 2 ranks: identical parameters after every update, finite losses, 16 updates of 256 frames, $logged episodes of both ranks logged"
+    else bad "PPO on 2 ranks logs every rank's episodes" "printed $eps, logged $logged"; fi
+else bad "PPO on 2 ranks: identical parameters, finite losses" "$(echo "$out" | tail -n 3; tail -n 1 ppo2/metrics.jsonl)"; fi
+mpi 2 "$bin" $ppo --out ppo2re --stop-after 2048 >ppore1.log 2>&1
+mpi 2 "$bin" rl train --resume ppo2re/checkpoint.safetensors >ppore2.log 2>&1 || bad "PPO resumes on 2 ranks" "$(tail -n 3 ppore2.log)"
+if out=$("$check" diff ppo2/checkpoint.safetensors ppo2re/checkpoint.safetensors 0); then
+    ok "PPO on 2 ranks: stopped at half and resumed equals the uninterrupted run ($out)"
+else bad "PPO on 2 ranks: stopped and resumed equals the uninterrupted run" "$out"; fi
+out=$("$bin" rl train --resume ppo2re/checkpoint.safetensors 2>&1); rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q "written by a run on 2 rank(s), resumed on 1"; then
+    ok "a 2-rank PPO checkpoint is refused on 1 process naming the rank count"
+else bad "a 2-rank PPO checkpoint is refused on 1 process" "exit $rc: $(echo "$out" | tail -n 1)"; fi
+# RL faults (PPO): a NaN on rank 1 at update 3 stops both ranks naming the rank and the update; rank 1
+# killed at update 3 makes mpirun stop the job naming it; checkpoints every update, so the last one
+# (update 2) stays intact and evaluates
+for f in nan kill; do
+    out=$(mpi 2 "$bin" $ppo --out ppo$f --checkpoint-every 1 --fault-$f-update 3 --fault-rank 1 2>&1); rc=$?
+    if [ $f = nan ]; then want="update 3 (global step 768): rank 1: a loss or gradient is not finite; the last good checkpoint is ppo$f/checkpoint.safetensors (update 2)"
+    else want="rank 1 .*exited on signal 9"; fi
+    what="a NaN on rank 1 stops every rank naming the rank and the update"
+    [ $f = kill ] && what="a killed rank 1 stops the job, mpirun naming the rank"
+    if [ $rc -ne 0 ] && echo "$out" | grep -q "$want"; then ok "PPO: $what (exit $rc)"
+    else bad "PPO: $what" "exit $rc: $(echo "$out" | grep -E 'specmoe|rank' | head -n 3)"; fi
+    if head -c 100000 ppo$f/checkpoint.safetensors | grep -aq '"updates":"2"' && [ ! -e ppo$f/checkpoint.safetensors.tmp ] \
+        && "$bin" rl eval ppo$f/checkpoint.safetensors --episodes 2 >/dev/null 2>&1; then
+        ok "PPO: after the $f the last checkpoint (update 2) is intact and evaluates"
+    else bad "PPO: after the $f the last checkpoint (update 2) is intact" "$(ls ppo$f)"; fi
+done
+
+# RL: the DQN family's data-parallel learner (src/rl/dqn.c): per-rank actors and replays, each rank
+# samples its share of the batch, gradients averaged; --dist-check 1 after every update. Rainbow-lite
+# adds C51 and prioritised replay (importance weights renormalised over the ranks).
+dqn="rl train --env classic/cartpole --agent dqn --frames 3000 --learning-starts 500 --train-freq 2 --batch-size 32
+     --threads 1 --progress-every 100"
+for agent in dqn rainbow; do
+    args=${dqn/--agent dqn/--agent $agent}
+    [ $agent = rainbow ] && args=${args/--frames 3000/--frames 1200}
+    if out=$(mpi 2 "$bin" $args --out $agent-2 --dist-check 1 2>&1) && grep '"losses/td_loss"' $agent-2/metrics.jsonl | tail -n 1 | grep -q '"losses/td_loss": [0-9]' \
+        && [ "$(grep -c episodic_return $agent-2/metrics.jsonl)" -gt 0 ]; then
+        ok "$agent on 2 ranks: identical networks after every update ($(echo "$out" | grep -oE 'updates=[0-9]+') of batch 2 x 16), finite TD loss"
+    else bad "$agent on 2 ranks: identical networks, finite TD loss" "$(echo "$out" | tail -n 3)"; fi
+done
+out=$(mpi 2 "$bin" $dqn --out dqnnan --fault-nan-update 100 --fault-rank 1 2>&1); rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q "dqn: rank 1: the loss or a gradient is not finite at frame [0-9]* (update 100)"; then
+    ok "DQN: a NaN on rank 1 stops every rank naming the rank and the update (exit $rc)"
+else bad "DQN: a NaN on rank 1 stops every rank naming the rank and the update" "exit $rc: $(echo "$out" | grep specmoe | head -n 2)"; fi
+mpi 2 "$bin" $dqn --out dqn-2re --stop-after 1500 >dqnre1.log 2>&1
+mpi 2 "$bin" rl train --resume dqn-2re/checkpoint.safetensors >dqnre2.log 2>&1 || bad "DQN resumes on 2 ranks" "$(tail -n 3 dqnre2.log)"
+if out=$("$check" diff dqn-2/checkpoint.safetensors dqn-2re/checkpoint.safetensors 0); then
+    ok "DQN on 2 ranks: stopped at half and resumed (each rank its replay) equals the uninterrupted run ($out)"
+else bad "DQN on 2 ranks: stopped and resumed equals the uninterrupted run" "$out"; fi
+out=$("$bin" rl train --resume dqn-2re/checkpoint.safetensors 2>&1); rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q "written by a run on 2 rank(s), resumed on 1"; then
+    ok "a 2-rank DQN checkpoint is refused on 1 process naming the rank count"
+else bad "a 2-rank DQN checkpoint is refused on 1 process" "exit $rc: $(echo "$out" | tail -n 1)"; fi
+if out=$(mpi 2 "$check" moments 2>&1); then ok "normalisers: $(echo "$out" | tail -n 1)"
+else bad "normalisers: merged moments equal the union's" "$(echo "$out" | tail -n 3)"; fi
 
 echo "mpi: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -154,7 +154,7 @@ Test(replay, binary_observations_round_trip_and_columns_stay_apart) {
     float obs[B * 4], next[B * 4], ret[B], disc[B], w[B];
     int act[B];
     long idx[B];
-    sm_replay_batch b = {obs, act, ret, next, disc, idx, w};
+    sm_replay_batch b = {obs, act, ret, next, disc, idx, w, 0};
     sm_rng g;
     sm_rng_seed(&g, 2);
     cr_assert_eq(sm_replay_sample(&r, B, &g, 0.4, &b), 0);

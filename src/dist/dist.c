@@ -42,6 +42,85 @@ void sm_dist_train_bind(sm_dist *d, sm_train_dist *td, sm_step_hook *hook) {
     hook->user = d;
 }
 
+/* at least n bytes of d's grow-only staging block, NULL when out of memory */
+static void *scratch(sm_dist *d, size_t n) {
+    if (n > d->scratch_bytes) {
+        void *p = realloc(d->scratch, n);
+        if (!p) return NULL;
+        d->scratch = p, d->scratch_bytes = n;
+    }
+    return d->scratch;
+}
+
+/* Chan et al.'s combine of the moments of the P blocks in all, each (count, mean (n), m2 (n)), in
+ * rank order: delta = mean_b - mean_a, mean = mean_a + delta n_b / (n_a + n_b),
+ * m2 = m2_a + m2_b + delta^2 n_a n_b / (n_a + n_b). */
+static void moments_combine(const double *all, int P, double *count, double *mean, double *m2, int n) {
+    const size_t stride = 2 * (size_t)n + 1;
+    *count = all[0];
+    memcpy(mean, all + 1, sizeof(double) * n);
+    memcpy(m2, all + 1 + n, sizeof(double) * n);
+    for (int r = 1; r < P; r++) {
+        const double *b = all + r * stride, nb = b[0], na = *count, tot = na + nb;
+        if (nb <= 0) continue;
+        for (int j = 0; j < n; j++) {
+            const double delta = b[1 + j] - mean[j];
+            mean[j] += delta * nb / tot;
+            m2[j] += b[1 + n + j] + delta * delta * na * nb / tot;
+        }
+        *count = tot;
+    }
+}
+
+/* the allgather of one process */
+static sm_status gather_one(const double *x, int n, double *all, int cap, int *total, sm_error *err) {
+    if (n > cap) return sm_fail(err, SM_ERR_ARG, "allgather: %d values do not fit in %d", n, cap);
+    if (all != x) memmove(all, x, sizeof(double) * n);
+    if (total) *total = n;
+    return SM_OK;
+}
+
+static void sets_pack(sm_params *const *sets, int n, sm_real *buf, int back) {
+    size_t at = 0;
+    for (int s = 0; s < n; s++) {
+        const size_t k = sets[s]->total;
+        if (back) memcpy(sets[s]->grad, buf + at, sizeof(sm_real) * k);
+        else memcpy(buf + at, sets[s]->grad, sizeof(sm_real) * k);
+        at += k;
+    }
+}
+
+sm_status sm_dist_grad_mean_sets(sm_dist *d, sm_params *const *sets, int n, sm_error *err) {
+    if (d->size < 2) return SM_OK;
+    if (n == 1) return sm_dist_grad_mean(d, sets[0], err);
+    /* one allreduce: the tables into one staging block viewed as a table of its own */
+    size_t total = 0;
+    for (int s = 0; s < n; s++) total += sets[s]->total;
+    sm_real *buf = scratch(d, sizeof(sm_real) * (total ? total : 1));
+    if (!buf) return sm_fail(err, SM_ERR_NOMEM, "gradient allreduce: out of memory for %zu values", total);
+    sets_pack(sets, n, buf, 0);
+    sm_params view;
+    memset(&view, 0, sizeof view);
+    view.grad = buf, view.total = total;
+    sm_status st = sm_dist_grad_mean(d, &view, err);
+    if (st == SM_OK) sets_pack(sets, n, buf, 1);
+    return st;
+}
+
+sm_status sm_dist_moments_merge(sm_dist *d, double *count, double *mean, double *m2, int n, sm_error *err) {
+    if (d->size < 2) return SM_OK;
+    const size_t stride = 2 * (size_t)n + 1;
+    double *all = scratch(d, sizeof(double) * stride * (size_t)(d->size + 1));
+    if (!all) return sm_fail(err, SM_ERR_NOMEM, "merge of running statistics: out of memory");
+    double *mine = all + stride * (size_t)d->size;
+    mine[0] = *count;
+    memcpy(mine + 1, mean, sizeof(double) * n);
+    memcpy(mine + 1 + n, m2, sizeof(double) * n);
+    sm_status st = sm_dist_allgather(d, mine, (int)stride, all, (int)(stride * (size_t)d->size), NULL, err);
+    if (st == SM_OK) moments_combine(all, d->size, count, mean, m2, n);
+    return st;
+}
+
 #ifdef SPECMOE_MPI
 
 int sm_dist_built(void) { return 1; }
@@ -75,6 +154,37 @@ sm_status sm_dist_init(sm_dist *d, int *argc, char ***argv, sm_error *err) {
 void sm_dist_finalize(sm_dist *d) {
     if (d->active) MPI_Finalize();
     d->active = 0;
+    free(d->scratch);
+    d->scratch = NULL, d->scratch_bytes = 0;
+}
+
+sm_status sm_dist_allgather(sm_dist *d, const double *x, int n, double *all, int cap, int *total, sm_error *err) {
+    if (d->size < 2) return gather_one(x, n, all, cap, total, err);
+    /* the counts first, then the values at their offsets (not in the staging block: it may hold x) */
+    int *cnt = malloc(sizeof(int) * 2 * (size_t)d->size);
+    if (!cnt) return sm_fail(err, SM_ERR_NOMEM, "allgather: out of memory");
+    int *off = cnt + d->size, rc = MPI_Allgather(&n, 1, MPI_INT, cnt, 1, MPI_INT, MPI_COMM_WORLD);
+    long sum = 0;
+    for (int r = 0; r < d->size; r++) off[r] = (int)sum, sum += cnt[r];
+    sm_status st = SM_OK;
+    if (rc != MPI_SUCCESS) st = mpi_fail(err, rc, "allgather of counts");
+    else if (sum > cap) st = sm_fail(err, SM_ERR_ARG, "allgather: %ld values do not fit in %d", sum, cap);
+    else if ((rc = MPI_Allgatherv(x, n, MPI_DOUBLE, all, cnt, off, MPI_DOUBLE, MPI_COMM_WORLD)) != MPI_SUCCESS)
+        st = mpi_fail(err, rc, "allgather");
+    if (st == SM_OK && total) *total = (int)sum;
+    d->bytes_allreduce += (double)n * sizeof(double);
+    free(cnt);
+    return st;
+}
+
+sm_status sm_dist_gather_bytes(sm_dist *d, const void *x, size_t n, void *all, int root, sm_error *err) {
+    if (d->size < 2) {
+        memmove(all, x, n);
+        return SM_OK;
+    }
+    if (n > INT_MAX) return sm_fail(err, SM_ERR_ARG, "gather of %zu bytes: more than MPI's int count", n);
+    int rc = MPI_Gather(x, (int)n, MPI_BYTE, all, (int)n, MPI_BYTE, root, MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? SM_OK : mpi_fail(err, rc, "gather");
 }
 
 sm_status sm_dist_sum(sm_dist *d, double *x, int n, sm_error *err) {
@@ -153,7 +263,22 @@ sm_status sm_dist_init(sm_dist *d, int *argc, char ***argv, sm_error *err) {
     return SM_OK;
 }
 
-void sm_dist_finalize(sm_dist *d) { d->active = 0; }
+void sm_dist_finalize(sm_dist *d) {
+    d->active = 0;
+    free(d->scratch);
+    d->scratch = NULL, d->scratch_bytes = 0;
+}
+
+sm_status sm_dist_allgather(sm_dist *d, const double *x, int n, double *all, int cap, int *total, sm_error *err) {
+    (void)d;
+    return gather_one(x, n, all, cap, total, err);
+}
+
+sm_status sm_dist_gather_bytes(sm_dist *d, const void *x, size_t n, void *all, int root, sm_error *err) {
+    (void)d, (void)root, (void)err;
+    memmove(all, x, n);
+    return SM_OK;
+}
 
 sm_status sm_dist_sum(sm_dist *d, double *x, int n, sm_error *err) {
     (void)d, (void)x, (void)n, (void)err;

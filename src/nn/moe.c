@@ -525,6 +525,7 @@ typedef struct {
     sm_module **experts; /* (E) factory experts (sm_moe_module_experts), or NULL: the built-in MLPs */
     sm_real *scratch; /* (N, d) input gradient when the caller needs none: router and experts write one */
     sm_real *g, *dg;  /* (N, dg) the gate network's output and its gradient */
+    sm_moe_exec *exec; /* an outside executor (sm_moe_module_set_exec), or NULL */
 } moe_mod;
 
 static sm_status moe_mod_declare(sm_module *m, sm_params *ps, sm_error *err) {
@@ -600,6 +601,10 @@ static sm_status moe_mod_setup(sm_module *m, int B, sm_error *err) {
 /* parameters are bound at every call: the view (and so the gradient destination) is the caller's */
 static void moe_mod_forward(sm_module *m, sm_real *out, const sm_real *in, int B, const sm_ctx *ctx) {
     moe_mod *mm = (moe_mod *)m;
+    if (mm->exec) {
+        mm->exec->forward(mm->exec, mm->moe, out, in, B * m->in.rows, ctx->pv, ctx->rng, ctx->train);
+        return;
+    }
     sm_moe_bind(mm->moe, ctx->pv);
     mm->moe->ctx = ctx;
     if (mm->gate) sm_module_forward(mm->gate, mm->g, in, B, ctx);
@@ -611,6 +616,10 @@ static void moe_mod_backward(sm_module *m, sm_real *din, const sm_real *dout, co
     int N = B * m->in.rows;
     sm_real *dx = din;
     if (!dx) memset(dx = mm->scratch, 0, sizeof(sm_real) * (size_t)N * mm->moe->d);
+    if (mm->exec) {
+        mm->exec->backward(mm->exec, mm->moe, dx, dout, in, N, ctx->pv);
+        return;
+    }
     sm_moe_bind(mm->moe, ctx->pv);
     mm->moe->taps = ctx->taps, mm->moe->tap_ps = ctx->pv, mm->moe->ctx = ctx;
     if (!mm->gate) {
@@ -735,6 +744,15 @@ const sm_real *sm_moe_gate_out(const sm_module *m, int *dg) {
     if (!mm || !mm->gate) return NULL;
     if (dg) *dg = mm->moe->dg;
     return mm->g;
+}
+
+sm_status sm_moe_module_set_exec(sm_module *m, sm_moe_exec *x, sm_error *err) {
+    if (!m || m->ops != &kMoeOps) return sm_fail(err, SM_ERR_ARG, "%s: not an MoE module", m ? m->name : "(null)");
+    moe_mod *mm = (moe_mod *)m;
+    if (x && (mm->gate || mm->experts))
+        return sm_fail(err, SM_ERR_ARG, "%s: an MoE layer with a gate network or factory experts runs its own experts", m->name);
+    mm->exec = x;
+    return SM_OK;
 }
 
 /* factory of sm_moe_from_json: every expert from the one description */

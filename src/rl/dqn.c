@@ -8,6 +8,21 @@
  *   C51: loss = mean_b w_b CE(Phi(G + gamma^m z, p_target(s', a*)), p(s, a))   (Bellemare et al. 2017)
  * and every target_update frames the target network moves to the online one (tau = 1: a copy).
  * Networks are specmoe models: --arch may hold MoE layers with any router.
+ *
+ * Under mpirun (run->dist of P > 1 ranks) the learner is synchronous data parallel with per-rank
+ * actors, the simplest design that scales: every rank steps its own num_envs environments (rank r
+ * holds environments rN .. rN+N-1 of the seed's vector), fills its own replay of buffer_size / P
+ * transitions, and at each update samples its share batch_size / P of the global batch from it; the
+ * gradients are averaged over the ranks with one allreduce before the clip and the optimiser step,
+ * so every rank holds the same online and target networks (the target sync is by global frames,
+ * identical everywhere). Frames count every rank (P N per vector step), so epsilon, learning_starts,
+ * target_update and the budget follow global frames, and -np P with num_envs N / P takes updates
+ * at the frames and batch of one process with N environments. Prioritised replay keeps each rank's
+ * priorities; the importance weights are renormalised by the largest over the ranks. Rank 0 writes
+ * the logs (episodes summed over the ranks each step) and checkpoint.safetensors; rank r > 0 writes
+ * its environments, counters and replay beside it (checkpoint.rank<r>.safetensors), so a run resumes
+ * exactly on as many ranks. No experience crosses ranks: only gradients (one block per update) and a
+ * few statistics do.
  */
 #include "specmoe/rl/dqn.h"
 
@@ -17,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "specmoe/dist/dist.h"
 #include "specmoe/io/checkpoint.h"
 #include "specmoe/methods/softmoe_rl/reset.h"
 #include "specmoe/rl/replay.h"
@@ -262,6 +278,7 @@ typedef struct {
     double dz;
     sm_model *q, *qt;     /* online and target networks */
     sm_real *support;     /* (K) atoms z_j */
+    int poison;           /* testing aid (sm_rl_run.fault_nan_update): this update's loss is NaN */
 } dqn_nets;
 
 static sm_status build_nets(dqn_nets *n, const sm_dqn_config *c, const sm_env_spec *env, const sm_model_config *tmpl,
@@ -452,22 +469,34 @@ static int state_blobs(const sm_replay *rb, const sm_vecenv *v, const float *obs
     return n;
 }
 
-static sm_status write_ckpt(const char *dir, const sm_agent_kind *k, const sm_dqn_config *c, const sm_rl_run *run,
-                            const dqn_nets *n, const sm_optim *opt, dqn_counters *ct, const sm_replay *rb,
-                            const sm_vecenv *v, const float *obs, int save_replay, sm_error *err) {
-    if (!dir) return SM_OK;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
+/* The checkpoint of rank r of a data-parallel run: the run's own path for rank 0, and beside it
+ * <name>.rank<r>.safetensors for the others (the same networks, that rank's environments, counters
+ * and replay). */
+static void rank_path(char *out, size_t n, const char *path, int rank) {
+    size_t len = strlen(path), ext = strlen(".safetensors");
+    if (rank == 0) snprintf(out, n, "%s", path);
+    else if (len > ext && !strcmp(path + len - ext, ".safetensors")) snprintf(out, n, "%.*s.rank%d.safetensors", (int)(len - ext), path, rank);
+    else snprintf(out, n, "%s.rank%d", path, rank);
+}
+
+static sm_status write_ckpt_file(const char *dir, const sm_agent_kind *k, const sm_dqn_config *c, const sm_rl_run *run,
+                                 const dqn_nets *n, const sm_optim *opt, dqn_counters *ct, const sm_replay *rb,
+                                 const sm_vecenv *v, const float *obs, int save_replay, const sm_dist *dist, sm_error *err) {
+    char main_path[4200], path[4300];
+    snprintf(main_path, sizeof main_path, "%s/checkpoint.safetensors", dir);
+    rank_path(path, sizeof path, main_path, dist->rank);
     cJSON *set = sm_agent_config_to_json(k, c);
     char *set_s = set ? cJSON_PrintUnformatted(set) : NULL, *net_s = sm_model_config_to_json(&n->q->cfg);
     cJSON_Delete(set);
-    char frames[32], seed[32], total[32];
+    char frames[32], seed[32], total[32], ranks[16];
+    snprintf(ranks, sizeof ranks, "%d", dist->size);
     snprintf(frames, sizeof frames, "%ld", ct->frames);
     snprintf(total, sizeof total, "%ld", run->frames > 0 ? run->frames : (long)c->total_frames);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)run->seed);
     sm_st_meta meta[] = {{"format", "specmoe"}, {"agent", (char *)k->name}, {"env", (char *)run->env},
                          {"agent_settings", set_s}, {"model", net_s},        {"frames", frames},
-                         {"seed", seed},            {"frames_total", total}};
+                         {"seed", seed},            {"frames_total", total},     {"ranks", ranks}};
+    const int n_meta = (int)SM_LEN(meta) - (dist->size > 1 ? 0 : 1); /* "ranks" only when more than one */
     sm_ckpt_set sets[] = {{"", &n->q->params, (sm_optim *)opt}, {"target.", &n->qt->params, NULL}};
     ct->optim_step = opt->step;
     ct->replay_written = rb->written;
@@ -486,7 +515,7 @@ static sm_status write_ckpt(const char *dir, const sm_agent_kind *k, const sm_dq
     if (venv) sm_vecenv_save(v, venv);
     sm_status st = !set_s || !net_s || (save_replay && !venv) || (rb->tree.t && save_replay && !leaves)
                        ? sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path)
-                       : sm_checkpoint_write_blobs(path, sets, 2, meta, (int)SM_LEN(meta), bl, nb, err);
+                       : sm_checkpoint_write_blobs(path, sets, 2, meta, n_meta, bl, nb, err);
     free(set_s);
     free(net_s);
     free(venv);
@@ -494,14 +523,42 @@ static sm_status write_ckpt(const char *dir, const sm_agent_kind *k, const sm_dq
     return st;
 }
 
+/* This rank's checkpoint file (rank_path); the other ranks' files only carry their run state, so
+ * they are written only when it is saved. Collective under mpirun: every rank stops if any rank
+ * could not write its file. */
+static sm_status write_ckpt(const char *dir, const sm_agent_kind *k, const sm_dqn_config *c, const sm_rl_run *run,
+                            const dqn_nets *n, const sm_optim *opt, dqn_counters *ct, const sm_replay *rb,
+                            const sm_vecenv *v, const float *obs, int save_replay, sm_dist *dist, sm_error *err) {
+    if (!dir) return SM_OK;
+    sm_status st = dist->rank > 0 && !save_replay ? SM_OK
+                                                  : write_ckpt_file(dir, k, c, run, n, opt, ct, rb, v, obs, save_replay, dist, err);
+    if (dist->size > 1) {
+        double failed = st != SM_OK;
+        if (sm_dist_max(dist, &failed, 1, NULL) != SM_OK || (failed > 0 && st == SM_OK))
+            st = sm_fail(err, SM_ERR_IO, "%s: another rank could not write its checkpoint", dir);
+    }
+    return st;
+}
+
 /* Restores a run written by write_ckpt: the settings and network must be the ones of this run
  * (resume takes them from the checkpoint; the CLI does not retype them). */
-static sm_status read_ckpt(const char *path, const sm_agent_kind *k, const sm_dqn_config *c, const sm_rl_run *run,
+static sm_status read_ckpt(const char *main_path, const sm_agent_kind *k, const sm_dqn_config *c, const sm_rl_run *run,
                            dqn_nets *n, sm_optim *opt, dqn_counters *ct, sm_replay *rb, sm_vecenv *v, float *obs,
-                           sm_error *err) {
+                           const sm_dist *dist, sm_error *err) {
+    char path[4300];
+    rank_path(path, sizeof path, main_path, dist->rank);
     sm_safetensors st;
     sm_status s = sm_safetensors_load(&st, path, err);
     if (s != SM_OK) return s;
+    /* each rank's environments and replay are in its own file: a run resumes on as many ranks */
+    const char *ranks = sm_safetensors_meta(&st, "ranks");
+    const int written_by = ranks ? atoi(ranks) : 1;
+    if (written_by != dist->size) {
+        sm_safetensors_free(&st);
+        return sm_fail(err, SM_ERR_MISMATCH, "%s: written by a run on %d rank(s), resumed on %d: each rank's environments and "
+                       "replay are in its own file, so resume it on %d (mpirun -np %d; 1: without mpirun)", path, written_by,
+                       dist->size, written_by, written_by);
+    }
     const char *agent = sm_safetensors_meta(&st, "agent"), *env = sm_safetensors_meta(&st, "env"),
                *set = sm_safetensors_meta(&st, "agent_settings"), *net = sm_safetensors_meta(&st, "model");
     cJSON *mine = sm_agent_config_to_json(k, c);
@@ -573,10 +630,11 @@ typedef struct {
     sm_real *y, *td, *m;    /* (B), (B), (B, K) */
     int *astar;             /* (B) */
     sm_real *tout;          /* (B, A*K) a copy of the target network's outputs */
+    double *red;            /* (2 + P) an update's loss, mean Q and every rank's finiteness flag */
     sm_replay_batch batch;
 } dqn_bufs;
 
-static sm_status bufs_alloc(dqn_bufs *b, int N, int B, const dqn_nets *n, sm_error *err) {
+static sm_status bufs_alloc(dqn_bufs *b, int N, int B, int P, const dqn_nets *n, sm_error *err) {
     memset(b, 0, sizeof *b);
     const size_t D = (size_t)n->D, A = (size_t)n->A, O = (size_t)n->out, M = (size_t)(N > B ? N : B);
     b->obs = calloc((size_t)N * D, sizeof(float));
@@ -597,7 +655,8 @@ static sm_status bufs_alloc(dqn_bufs *b, int N, int B, const dqn_nets *n, sm_err
     b->batch.disc = calloc((size_t)B, sizeof(float));
     b->batch.idx = calloc((size_t)B, sizeof(long));
     b->batch.weight = calloc((size_t)B, sizeof(float));
-    if (!blk || !b->obs || !b->prev || !b->fin || !b->rew || !b->act || !b->term || !b->trunc || !b->astar ||
+    b->red = calloc(2 + (size_t)P, sizeof(double));
+    if (!blk || !b->red || !b->obs || !b->prev || !b->fin || !b->rew || !b->act || !b->term || !b->trunc || !b->astar ||
         !b->batch.obs || !b->batch.next || !b->batch.act || !b->batch.ret || !b->batch.disc || !b->batch.idx ||
         !b->batch.weight)
         return sm_fail(err, SM_ERR_NOMEM, "DQN buffers: out of memory");
@@ -605,6 +664,7 @@ static sm_status bufs_alloc(dqn_bufs *b, int N, int B, const dqn_nets *n, sm_err
 }
 
 static void bufs_free(dqn_bufs *b) {
+    free(b->red);
     free(b->obs);
     free(b->prev);
     free(b->fin);
@@ -664,12 +724,23 @@ static void reset_experts(dqn_nets *n, sm_optim *opt, dqn_bufs *b, sm_rng *rng) 
     }
 }
 
-/* One gradient step on a sampled batch; returns the loss and the mean Q of the chosen actions. */
-static double update(dqn_nets *n, sm_optim *opt, sm_replay *rb, dqn_bufs *b, sm_rng *rng, double beta, double *mean_q) {
+/* One gradient step on a sampled batch: the loss into *loss and the mean Q of the chosen actions
+ * into *mean_q. Data parallel (dist of more than one rank): this rank's share of the batch
+ * (n->c.batch_size rows) from its own replay, importance weights renormalised by the largest over
+ * the ranks, the gradients averaged over the ranks before the clip and the optimiser step, and the
+ * loss and mean Q averaged too (every rank then decides alike on a non-finite loss). */
+static sm_status update(dqn_nets *n, sm_optim *opt, sm_replay *rb, dqn_bufs *b, sm_rng *rng, double beta, sm_dist *dist,
+                        double *loss, double *mean_q, sm_error *err) {
     const sm_dqn_config *c = &n->c;
     const int B = c->batch_size, A = n->A, K = n->K;
     sm_replay_batch *s = &b->batch;
     sm_replay_sample(rb, B, rng, beta, s);
+    sm_status st = SM_OK;
+    if (c->prioritized && dist->size > 1) {
+        double gmax = s->wmax;
+        if ((st = sm_dist_max(dist, &gmax, 1, err)) != SM_OK) return st;
+        for (int i = 0; i < B; i++) s->weight[i] = (float)(s->weight[i] * (s->wmax / gmax));
+    }
     /* 1. target network on s': Q_target(s') in qa, its atom distributions in pa */
     const sm_real *tout = sm_model_forward(n->qt, s->next, B, rng, 0);
     memcpy(b->tout, tout, sizeof(sm_real) * (size_t)B * n->out);
@@ -708,6 +779,22 @@ static double update(dqn_nets *n, sm_optim *opt, sm_replay *rb, dqn_bufs *b, sm_
     }
     sm_params_zero_grad(&q->params);
     sm_model_backward(q, B);
+    double *lq = b->red;
+    lq[0] = n->poison ? NAN : L + q->aux_loss, lq[1] = *mean_q;
+    if (dist->size > 1) {
+        /* the loss, mean Q and every rank's finiteness flag first, so a NaN stops every rank here,
+         * named, before the gradients are summed */
+        memset(lq + 2, 0, sizeof(double) * dist->size);
+        int finite = isfinite(lq[0]);
+        for (size_t i = 0; finite && i < q->params.total; i++) finite = isfinite(q->params.grad[i]);
+        lq[2 + dist->rank] = !finite;
+        if ((st = sm_dist_sum(dist, lq, 2 + dist->size, err)) != SM_OK) return st;
+        for (int r = 0; r < dist->size; r++)
+            if (lq[2 + r] > 0) return sm_fail(err, SM_ERR_NUMERIC, "rank %d: the loss or a gradient is not finite", r);
+        if ((st = sm_dist_grad_mean(dist, &q->params, err)) != SM_OK) return st;
+        lq[0] /= dist->size, lq[1] /= dist->size;
+    }
+    *loss = lq[0], *mean_q = lq[1];
     if (c->max_grad_norm > 0) sm_clip_grad_norm(&q->params, c->max_grad_norm);
     sm_optim_step(opt, &q->params, c->lr);
     if (c->prioritized) {
@@ -718,7 +805,7 @@ static double update(dqn_nets *n, sm_optim *opt, sm_replay *rb, dqn_bufs *b, sm_
             sm_replay_update(rb, s->idx + i0, pr, m, c->per_eps);
         }
     }
-    return L + q->aux_loss;
+    return SM_OK;
 }
 
 static void target_update(dqn_nets *n) {
@@ -744,11 +831,21 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
     fill_auto(&c, env);
     sm_status st = dqn_check(&c, env, err);
     if (st != SM_OK) return st;
+    /* data parallel under mpirun (see the file's head): this rank's share of the batch and replay */
+    sm_dist solo = {.size = 1};
+    sm_dist *dist = run->dist && run->dist->size > 1 ? run->dist : &solo;
+    const int P = dist->size, rank = dist->rank;
+    if (P > 1 && (c.batch_size % P || c.buffer_size / P < c.batch_size / P))
+        return sm_fail(err, SM_ERR_ARG, "%s under mpirun: batch_size %d must be a multiple of the %d ranks (each samples its "
+                       "share from its own replay of buffer_size / %d)", k->name, c.batch_size, P, P);
+    if (P > 1 && (c.reset_every > 0 || c.prune_experts > 0))
+        return sm_fail(err, SM_ERR_ARG, "%s under mpirun: reset_every and prune_experts choose experts from one rank's "
+                       "batch, which the ranks do not share; run them in one process", k->name);
     /* the network's OpenMP regions use the run's thread count too (at RL sizes one thread is often
      * fastest: the matrices are small and threads cost more than they save) */
     if (run->threads > 0) omp_set_num_threads(run->threads);
     const long total = run->frames > 0 ? run->frames : c.total_frames;
-    const int N = c.num_envs, B = c.batch_size;
+    const int N = c.num_envs, B = c.batch_size / P;
 
     dqn_counters ct;
     memset(&ct, 0, sizeof ct); /* padding too: the struct is saved as bytes */
@@ -767,6 +864,9 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
     int have_nets = 0;
     if ((st = build_nets(&n, &c, env, net, N > B ? N : B, &ct.rng, err)) != SM_OK) goto done;
     have_nets = 1;
+    n.c.batch_size = B; /* this rank's share (the settings keep the global batch) */
+    /* the networks came from the shared seed; each rank then acts and samples with its own stream */
+    if (rank > 0) sm_rng_seed(&ct.rng, sm_env_seed(run->seed ^ 0x52414E4BULL, rank));
     /* a pruning the network cannot take is refused before any work */
     if (c.prune_experts > 0 &&
         ((st = sm_model_prune_last(n.q, c.prune_experts, err)) != SM_OK || (st = sm_model_prune_last(n.q, 0, err)) != SM_OK))
@@ -785,13 +885,15 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
         oc.eps = c.adam_eps;
     }
     if ((st = sm_optim_init(&opt, &oc, &n.q->params, err)) != SM_OK) goto done;
-    if ((st = sm_vecenv_init(&v, run->env, N, run->seed, &run->env_opts, err)) != SM_OK) goto done;
+    if ((st = sm_vecenv_init_at(&v, run->env, N, run->seed, rank * N, &run->env_opts, err)) != SM_OK) goto done;
     sm_vecenv_set_threads(&v, run->threads);
-    if ((st = sm_replay_init(&rb, c.buffer_size, N, n.D, env->obs_binary, c.n_step, c.gamma, c.prioritized, c.per_alpha,
+    if ((st = sm_replay_init(&rb, c.buffer_size / P, N, n.D, env->obs_binary, c.n_step, c.gamma, c.prioritized, c.per_alpha,
                              err)) != SM_OK)
         goto done;
-    if ((st = bufs_alloc(&b, N, B, &n, err)) != SM_OK) goto done;
-    if ((st = sm_rl_log_open(&log, run, k, &c, &n.q->cfg, 0, err)) != SM_OK) goto done;
+    if ((st = bufs_alloc(&b, N, B, P, &n, err)) != SM_OK) goto done;
+    sm_rl_run lrun = *run; /* rank 0 alone writes settings.json and metrics.jsonl and prints */
+    if (rank != 0) lrun.out_dir = NULL, lrun.progress = NULL;
+    if ((st = sm_rl_log_open(&log, &lrun, k, &c, &n.q->cfg, 0, err)) != SM_OK) goto done;
     const int save_replay = c.save_replay;
 
     sm_vecenv_bind(&v, b.obs, b.act, NULL, b.rew, b.term, b.trunc, b.fin);
@@ -800,7 +902,7 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
     ct.next_log = c.log_every;
     ct.next_ckpt = c.ckpt_every > 0 ? c.ckpt_every : -1;
     ct.next_target = c.target_update;
-    if (run->resume && (st = read_ckpt(run->resume, k, &c, run, &n, &opt, &ct, &rb, &v, b.obs, err)) != SM_OK) goto done;
+    if (run->resume && (st = read_ckpt(run->resume, k, &c, run, &n, &opt, &ct, &rb, &v, b.obs, dist, err)) != SM_OK) goto done;
     const long frames0 = ct.frames, tail_from = total - total / 10;
     /* the NaN guard names the last good checkpoint: the one resumed from, then each one written */
     char last_ckpt[4200] = "";
@@ -809,8 +911,9 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
     double t0 = sm_time_now();
     static const char *const kEp[] = {"episodic_return", "episodic_length", "epsilon"};
     static const char *const kLoss[] = {"losses/td_loss", "q_values", "SPS", "updates"};
+    int stop_asked = 0; /* under mpirun: a rank's Ctrl-C, summed over the ranks at the last step */
     while (ct.frames < total) {
-        if (run->stop && *run->stop) {
+        if (P > 1 ? stop_asked : run->stop && *run->stop) {
             res->stopped = 1;
             break;
         }
@@ -844,9 +947,14 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
         for (int i = 0; i < N; i++)
             if (!(b.term[i] || b.trunc[i])) memcpy(b.fin + (size_t)i * n.D, b.obs + (size_t)i * n.D, sizeof(float) * n.D);
         sm_replay_add(&rb, b.prev, b.act, b.rew, b.term, b.trunc, b.fin);
-        ct.frames += N;
+        ct.frames += (long)N * P; /* frames of every rank: epsilon, learning_starts, targets and the budget count them */
         ct.vsteps++;
         sm_env_log el = sm_vecenv_log_take(&v);
+        if (P > 1) { /* the step's finished episodes of every rank, and any rank's stop request */
+            double r[4] = {(double)el.n, el.episode_return, el.episode_length, run->stop && *run->stop};
+            if ((st = sm_dist_sum(dist, r, 4, err)) != SM_OK) goto done;
+            el.n = (long)r[0], el.episode_return = r[1], el.episode_length = r[2], stop_asked = r[3] > 0;
+        }
         if (el.n > 0) {
             ct.recent = el.episode_return / el.n;
             ct.episodes += el.n;
@@ -859,7 +967,18 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
         }
         if (ct.frames >= c.learning_starts && ct.vsteps % c.train_freq == 0 && sm_replay_size(&rb) > 0) {
             double beta = c.per_beta + (1 - c.per_beta) * fmin(1.0, (double)ct.frames / (double)total), mq;
-            double L = update(&n, &opt, &rb, &b, &ct.rng, beta, &mq);
+            double L = NAN;
+            n.poison = run->fault_nan_update > 0 && ct.updates + 1 == run->fault_nan_update &&
+                       (run->fault_rank < 0 || run->fault_rank == rank);
+            if ((st = update(&n, &opt, &rb, &b, &ct.rng, beta, dist, &L, &mq, err)) != SM_OK) {
+                if (st == SM_ERR_NUMERIC && err) { /* a rank's NaN: where, and the last good checkpoint */
+                    char why[sizeof err->msg];
+                    snprintf(why, sizeof why, "%s", err->msg);
+                    sm_fail(err, st, "%s: %s at frame %ld (update %ld); last good checkpoint: %s%s", k->name, why, ct.frames,
+                            ct.updates + 1, last_ckpt[0] ? last_ckpt : "none", last_ckpt[0] ? "" : " (none written yet)");
+                }
+                goto done;
+            }
             if (!isfinite(L)) {
                 st = sm_fail(err, SM_ERR_NUMERIC, "%s: loss became %g at frame %ld (update %ld); last good checkpoint: %s%s",
                              k->name, L, ct.frames, ct.updates, last_ckpt[0] ? last_ckpt : "none",
@@ -870,6 +989,9 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
             ct.loss_sum += L;
             ct.q_sum += mq;
             ct.loss_n++;
+            if (run->dist_check > 0 && ct.updates % run->dist_check == 0 &&
+                (st = sm_dist_check_same(dist, &n.q->params, ct.updates, err)) != SM_OK)
+                goto done;
         }
         if (ct.frames >= ct.next_target) {
             target_update(&n);
@@ -884,7 +1006,7 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
                 if ((st = sm_rl_log_record(&log, ct.frames, kLoss, vals, 4, err)) != SM_OK) goto done;
                 ct.loss_sum = ct.q_sum = 0;
                 ct.loss_n = 0;
-                if (c.dormant_tau >= 0 && (st = log_dormant(&log, &n, &b, ct.frames, c.dormant_tau, err)) != SM_OK) goto done;
+                if (c.dormant_tau >= 0 && rank == 0 && (st = log_dormant(&log, &n, &b, ct.frames, c.dormant_tau, err)) != SM_OK) goto done;
             }
             char extra[96];
             snprintf(extra, sizeof extra, "eps %.3f  updates %ld", eps, ct.updates);
@@ -892,11 +1014,11 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
         }
         if (ct.next_ckpt > 0 && ct.frames >= ct.next_ckpt) {
             ct.next_ckpt += c.ckpt_every;
-            if ((st = write_ckpt(run->out_dir, k, &c, run, &n, &opt, &ct, &rb, &v, b.obs, save_replay, err)) != SM_OK) goto done;
+            if ((st = write_ckpt(run->out_dir, k, &c, run, &n, &opt, &ct, &rb, &v, b.obs, save_replay, dist, err)) != SM_OK) goto done;
             snprintf(last_ckpt, sizeof last_ckpt, "%s/checkpoint.safetensors", run->out_dir);
         }
     }
-    if ((st = write_ckpt(run->out_dir, k, &c, run, &n, &opt, &ct, &rb, &v, b.obs, save_replay || res->stopped, err)) != SM_OK)
+    if ((st = write_ckpt(run->out_dir, k, &c, run, &n, &opt, &ct, &rb, &v, b.obs, save_replay || res->stopped, dist, err)) != SM_OK)
         goto done;
     res->frames = ct.frames;
     res->frames_start = frames0;

@@ -9,6 +9,21 @@
  * update_epochs passes over random minibatches, each one Adam step of actor, critic and log-std
  * under a common gradient-norm clip. Runs stop, checkpoint and resume at update boundaries only, so
  * a checkpoint holds no half-filled rollout.
+ *
+ * Under mpirun (run->dist of P > 1 ranks): synchronous data parallel, the simplest design that
+ * scales. Rank r steps environments rN .. rN+N-1 of the seed's vector with its own action stream,
+ * keeps its own T x N rollout and splits it into the same num_minibatches; a global minibatch is
+ * the P ranks' minibatches together. Per minibatch, the losses, statistics and every rank's
+ * finiteness flag are summed first (the NaN guard names the rank; the target-KL stop reads the
+ * mean approx_kl, so every rank leaves the epochs alike), then the gradients of actor, critic and
+ * log-std are averaged with one allreduce (sm_dist_grad_mean_sets) before the clip and the Adam
+ * step. The advantage mean and std are those of the global minibatch, and the observation and
+ * reward normalisers take every rank's rows each step (per-rank moments merged exactly,
+ * sm_dist_moments_merge), so the ranks' parameters and normalisers never diverge. Frames, the
+ * learning-rate anneal and the budget count every rank. Rank 0 logs (every rank's episodes,
+ * allgathered) and writes checkpoints holding every rank's run state (run_state_r<r>), so a run
+ * resumes exactly on as many ranks. SPHERE is refused (its coefficient needs the whole
+ * minibatch's gradient norms).
  */
 #include "specmoe/rl/ppo.h"
 
@@ -21,6 +36,7 @@
 #include <string.h>
 
 #include "specmoe/core/optim.h"
+#include "specmoe/dist/dist.h"
 #include "specmoe/io/checkpoint.h"
 #include "specmoe/methods/sphere/sphere.h"
 #include "specmoe/nn/routers.h"
@@ -364,21 +380,28 @@ static void rms_reset(rms *r) {
     for (int j = 0; j < r->n; j++) r->mean[j] = 0, r->var[j] = 1;
 }
 
-/* Adds rows x (m, n) (float or double through a stride-1 reader) by Chan et al.'s parallel update. */
-static void rms_update_f(rms *r, const float *xf, const double *xd, int m) {
-    double tot = r->count + m;
+/* The moments of rows x (m, n) (float or double through a stride-1 reader): mean bm (n) and sum of
+ * squared deviations bm2 (n), two passes. */
+static void rms_moments(const rms *r, const float *xf, const double *xd, int m, double *bm, double *bm2) {
     for (int j = 0; j < r->n; j++) {
-        double bm = 0, bv = 0;
-        for (int i = 0; i < m; i++) bm += xf ? xf[(size_t)i * r->n + j] : xd[(size_t)i * r->n + j];
-        bm /= m;
+        double mu = 0, v = 0;
+        for (int i = 0; i < m; i++) mu += xf ? xf[(size_t)i * r->n + j] : xd[(size_t)i * r->n + j];
+        mu /= m;
         for (int i = 0; i < m; i++) {
-            double d = (xf ? xf[(size_t)i * r->n + j] : xd[(size_t)i * r->n + j]) - bm;
-            bv += d * d;
+            double d = (xf ? xf[(size_t)i * r->n + j] : xd[(size_t)i * r->n + j]) - mu;
+            v += d * d;
         }
-        bv /= m;
-        double delta = bm - r->mean[j];
-        r->mean[j] += delta * m / tot;
-        double m2 = r->var[j] * r->count + bv * m + delta * delta * r->count * m / tot;
+        bm[j] = mu, bm2[j] = v;
+    }
+}
+
+/* Adds a batch of cnt rows with those moments by Chan et al.'s parallel update. */
+static void rms_apply(rms *r, double cnt, const double *bm, const double *bm2) {
+    double tot = r->count + cnt;
+    for (int j = 0; j < r->n; j++) {
+        double bv = bm2[j] / cnt, delta = bm[j] - r->mean[j];
+        r->mean[j] += delta * cnt / tot;
+        double m2 = r->var[j] * r->count + bv * cnt + delta * delta * r->count * cnt / tot;
         r->var[j] = m2 / tot;
     }
     r->count = tot;
@@ -404,6 +427,9 @@ typedef struct {
     sm_ppo_config c;
     const sm_env_spec *env;
     int N, T, D, A, Bt, B, box;
+    sm_dist *dist;                /* under mpirun: the ranks; else solo */
+    sm_dist solo;                 /* one process (size 1: every sm_dist call returns at once) */
+    int P, rank;                  /* rank count (1 without MPI) and this rank */
     sm_model_config actor_cfg;
     sm_model *actor, *critic;
     sm_params ls;                 /* log_std (A), box actions only (an empty table otherwise) */
@@ -446,6 +472,13 @@ typedef struct {
     rms obs_rms, ret_rms;         /* (D) and (1) */
     double *ret_acc;              /* (N) discounted return per environment (reward scaling) */
     double *rms_block;
+    double *mom;                  /* (2 D + 2) a step's moments: means of obs (D) and return (1), then their m2 */
+    /* the episodes finished in a rollout: 4 values each (global step, position, return, length),
+     * this rank's (ep: Bt of them at most) and every rank's (ep_all: P Bt) */
+    double *ep, *ep_all;
+    int ep_n;
+    double *red;                  /* (8 + P) a minibatch's statistics and every rank's finiteness flag */
+    int poison;                   /* testing aid (sm_rl_run.fault_nan_update): this update's loss is NaN */
     /* counters */
     long global_step, updates, num_updates, episodes;
     long horizon;                 /* frame budget of the run: the learning-rate anneal spans it */
@@ -464,7 +497,7 @@ static void ppo_free(ppo *p) {
     void *blocks[] = {p->obs_raw, p->final_obs, p->x, p->act, p->act_box, p->rew, p->term, p->trunc, p->rows,
                       p->b_obs, p->b_act, p->b_box, p->b_logp, p->b_val, p->b_rew, p->b_boot, p->b_adv, p->b_ret,
                       p->b_done, p->next_value, p->perm, p->m_obs, p->m_act, p->m_box, p->m_logp, p->m_adv,
-                      p->m_val, p->m_ret, p->ret_acc, p->rms_block, p->diag_x, p->diag_u};
+                      p->m_val, p->m_ret, p->ret_acc, p->rms_block, p->mom, p->ep, p->ep_all, p->red, p->diag_x, p->diag_u};
     for (size_t i = 0; i < SM_LEN(blocks); i++) free(blocks[i]);
 }
 
@@ -492,11 +525,38 @@ static void *alloc0(size_t n, size_t size, int *bad) {
     return p;
 }
 
+/* The running normalisers of observations (obs) and of the discounted return (ret) take this step's
+ * N rows. Under MPI each rank's moments of both are merged over the ranks in one exact collective
+ * (sm_dist_moments_merge), so every rank's normalisers are those of the union of all ranks' rows and
+ * the ranks stay identical. */
+static sm_status normalisers_update(ppo *p, int obs, int ret, sm_error *err) {
+    if (!obs && !ret) return SM_OK;
+    const int D = p->D;
+    double *mean = p->mom, *m2 = p->mom + D + 1, cnt = p->N;
+    memset(p->mom, 0, sizeof(double) * (2 * (size_t)D + 2));
+    if (obs) rms_moments(&p->obs_rms, p->obs_raw, NULL, p->N, mean, m2);
+    if (ret) rms_moments(&p->ret_rms, NULL, p->ret_acc, p->N, mean + D, m2 + D);
+    sm_status st = sm_dist_moments_merge(p->dist, &cnt, mean, m2, D + 1, err);
+    if (st != SM_OK) return st;
+    if (obs) rms_apply(&p->obs_rms, cnt, mean, m2);
+    if (ret) rms_apply(&p->ret_rms, cnt, mean + D, m2 + D);
+    return SM_OK;
+}
+
 static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_config *net, const sm_rl_run *run,
                             sm_error *err) {
     memset(p, 0, sizeof *p);
     p->c = *c;
-    sm_status st = sm_vecenv_init(&p->v, run->env, c->num_envs, run->seed, &run->env_opts, err);
+    p->solo.size = 1;
+    p->dist = run->dist && run->dist->size > 1 ? run->dist : &p->solo;
+    p->P = p->dist->size, p->rank = p->dist->rank;
+    /* SPHERE's coefficient comes from the minibatch's own gradient norms, which a rank does not
+     * have before the allreduce: refused rather than computed from a shard */
+    if (p->P > 1 && c->sphere_rho > 0)
+        return sm_fail(err, SM_ERR_ARG, "ppo: sphere_rho is not supported under mpirun (its coefficient needs the whole "
+                       "minibatch's gradient norms); run it in one process");
+    /* rank r steps environments r N .. r N + N - 1 of the one vector the seed defines */
+    sm_status st = sm_vecenv_init_at(&p->v, run->env, c->num_envs, run->seed, p->rank * c->num_envs, &run->env_opts, err);
     if (st != SM_OK) return st;
     sm_vecenv_set_threads(&p->v, run->threads);
     /* the run's thread count applies to the networks too (OpenBLAS runs on OpenMP's threads): at
@@ -579,6 +639,10 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
     p->rms_block = alloc0(2 * D + 2, sizeof(double), &bad);
     p->diag_x = alloc0((size_t)c->diag_states * D, sizeof(float), &bad);
     p->diag_u = alloc0(A, sizeof(sm_real), &bad);
+    p->mom = alloc0(2 * D + 2, sizeof(double), &bad);
+    p->ep = alloc0(4 * Bt, sizeof(double), &bad);
+    p->ep_all = alloc0(4 * Bt * p->P, sizeof(double), &bad);
+    p->red = alloc0(8 + (size_t)p->P, sizeof(double), &bad);
     if (bad) return sm_fail(err, SM_ERR_NOMEM, "ppo: out of memory for %d x %d rollouts of %s", p->N, p->T, run->env);
     p->obs_rms = (rms){0, p->rms_block, p->rms_block + D, p->D};
     p->ret_rms = (rms){0, p->rms_block + 2 * D, p->rms_block + 2 * D + 1, 1};
@@ -586,8 +650,10 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
     rms_reset(&p->ret_rms);
     sm_vecenv_bind(&p->v, p->obs_raw, p->act, p->act_box, p->rew, p->term, p->trunc, p->final_obs);
     sm_vecenv_reset(&p->v);
-    if (c->norm_obs) rms_update_f(&p->obs_rms, p->obs_raw, NULL, p->N);
-    return SM_OK;
+    /* the networks came from the shared seed and are the same on every rank; from here each rank
+     * draws its own actions (rank 0 keeps the one-process stream) */
+    if (p->rank > 0) sm_rng_seed(&p->rng, sm_env_seed(run->seed ^ 0x52414E4BULL, p->rank));
+    return normalisers_update(p, c->norm_obs, 0, err);
 }
 
 /* ---- checkpoints ------------------------------------------------------------------------------
@@ -712,29 +778,67 @@ static char *settings_json(const sm_ppo_config *c) {
     return s;
 }
 
+/* The metadata key of rank r's run state: "run_state" for rank 0 (and one process), "run_state_rR" */
+static void run_state_key(char *key, size_t n, int r) {
+    if (r == 0) snprintf(key, n, "run_state");
+    else snprintf(key, n, "run_state_r%d", r);
+}
+
+/* Collective under MPI: every rank's run state (its environments, RNG stream and reward
+ * accumulators; the parameters are the same on every rank) goes to rank 0, which writes the
+ * checkpoint with them under run_state_key and "ranks" = P. Every rank returns rank 0's status. */
 static sm_status ppo_save(ppo *p, const char *path, const sm_rl_run *run, sm_error *err) {
     blob rs = {0}, ob = {0};
     run_state_io(p, &rs, 0);
+    double agree[2] = {rs.bad, (double)rs.n}; /* every rank's state must have been written, all of one size */
+    sm_status st = sm_dist_sum(p->dist, agree, 2, err);
+    if (st == SM_OK && (agree[0] > 0 || agree[1] != (double)rs.n * p->P)) st = sm_fail(err, SM_ERR_NOMEM, "%s: a rank could not serialise its run state", path);
+    unsigned char *all = st == SM_OK && p->rank == 0 ? malloc(rs.n * p->P + 1) : NULL;
+    if (st == SM_OK) st = sm_dist_gather_bytes(p->dist, rs.b, rs.n, all ? all : rs.b, 0, err);
+    if (st != SM_OK || p->rank != 0) {
+        free(rs.b), free(all);
+        return st;
+    }
+    if (!all) {
+        free(rs.b);
+        return sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
+    }
     rms_put(&ob, &p->obs_rms);
     char *settings = settings_json(&p->c), *network = sm_model_config_to_json(&p->actor_cfg);
     char *rs_hex = rs.bad ? NULL : to_hex(&rs), *ob_hex = ob.bad ? NULL : to_hex(&ob);
-    char gs[32], up[32], total[32], seed[32];
+    char gs[32], up[32], total[32], seed[32], ranks[16];
+    snprintf(ranks, sizeof ranks, "%d", p->P);
+    /* the other ranks' states and their keys */
+    char **hex = calloc((size_t)p->P, sizeof *hex), (*keys)[24] = calloc((size_t)p->P, sizeof *keys);
+    int bad_hex = !hex || !keys;
+    for (int r = 1; r < p->P && !bad_hex; r++) {
+        blob b = {all + (size_t)r * rs.n, rs.n, rs.n, 0, 0};
+        run_state_key(keys[r], sizeof keys[r], r);
+        bad_hex = !(hex[r] = to_hex(&b));
+    }
     snprintf(gs, sizeof gs, "%ld", p->global_step);
     snprintf(up, sizeof up, "%ld", p->updates);
     snprintf(total, sizeof total, "%ld", p->horizon);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)p->seed);
-    sm_status st;
-    if (!settings || !network || !rs_hex || !ob_hex) {
+    enum { N_META = 10 };
+    sm_st_meta *meta = malloc(sizeof *meta * (size_t)(N_META + p->P));
+    if (!settings || !network || !rs_hex || !ob_hex || bad_hex || !meta) {
         st = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
     } else {
         /* what `rl train --resume` reads: agent, env, agent_settings, network, frames_total, seed */
-        sm_st_meta meta[] = {{"agent", "ppo"},      {"env", (char *)run->env}, {"agent_settings", settings},
-                             {"network", network},  {"frames_total", total},   {"seed", seed},
-                             {"global_step", gs},   {"updates", up},           {"obs_rms", ob_hex},
-                             {"run_state", rs_hex}};
+        const sm_st_meta base[N_META] = {{"agent", "ppo"},     {"env", (char *)run->env}, {"agent_settings", settings},
+                                         {"network", network}, {"frames_total", total},   {"seed", seed},
+                                         {"global_step", gs},  {"updates", up},           {"obs_rms", ob_hex},
+                                         {"run_state", rs_hex}};
+        memcpy(meta, base, sizeof base);
+        int n_meta = N_META;
+        if (p->P > 1) meta[n_meta++] = (sm_st_meta){"ranks", ranks}; /* absent: one process */
+        for (int r = 1; r < p->P; r++) meta[n_meta++] = (sm_st_meta){keys[r], hex[r]};
         sm_ckpt_set sets[3];
-        st = sm_checkpoint_write(path, sets, sets_of(p, sets), meta, (int)SM_LEN(meta), err);
+        st = sm_checkpoint_write(path, sets, sets_of(p, sets), meta, n_meta, err);
     }
+    for (int r = 1; hex && r < p->P; r++) free(hex[r]);
+    free(hex), free(keys), free(meta), free(all);
     free(rs.b), free(ob.b), free(settings), free(network), free(rs_hex), free(ob_hex);
     return st;
 }
@@ -790,9 +894,18 @@ static sm_status ppo_resume(ppo *p, const char *path, const char *env, sm_error 
     sm_ckpt_set sets[3];
     if (s == SM_OK) s = sm_checkpoint_read_sets(&st, path, sets, sets_of(p, sets), NULL, err);
     if (s == SM_OK) s = read_rms(&st, path, &p->obs_rms, err);
+    /* the environments' states are per rank: a run resumes on as many ranks as wrote it */
+    const char *ranks = sm_safetensors_meta(&st, "ranks");
+    const int written_by = ranks ? atoi(ranks) : 1;
+    if (s == SM_OK && written_by != p->P)
+        s = sm_fail(err, SM_ERR_MISMATCH, "%s: written by a run on %d rank(s), resumed on %d: each rank's environments are in "
+                    "the checkpoint, so resume it on %d (mpirun -np %d; 1: without mpirun)", path, written_by, p->P, written_by,
+                    written_by);
     if (s == SM_OK) {
         blob b;
-        int bad = from_hex(&b, sm_safetensors_meta(&st, "run_state"));
+        char key[24];
+        run_state_key(key, sizeof key, p->rank);
+        int bad = from_hex(&b, sm_safetensors_meta(&st, key));
         if (!bad) run_state_io(p, &b, 1);
         if (bad || b.bad || b.pos != b.n) s = sm_fail(err, SM_ERR_FORMAT, "%s: __metadata__.run_state is malformed or of another vector size", path);
         free(b.b);
@@ -840,10 +953,11 @@ static void values(ppo *p, sm_real *out, const float *x, int n) {
     for (int i = 0; i < n; i++) out[i] = v[i];
 }
 
-/* One rollout of T steps; finished episodes are logged. */
-static sm_status rollout(ppo *p, sm_rl_log *log, double *ret_sum, long *ret_n, long tail_from, sm_error *err) {
+/* One rollout of T steps; finished episodes are kept in p->ep (episodes_log logs them). */
+static sm_status rollout(ppo *p, sm_error *err) {
     const int N = p->N, D = p->D;
-    static const char *const kEp[] = {"episodic_return", "episodic_length"};
+    sm_status st = SM_OK;
+    p->ep_n = 0;
     for (int t = 0; t < p->T; t++) {
         float *x = p->b_obs + (size_t)t * N * D;
         obs_normalize(x, p->obs_raw, N, &p->obs_rms, p->c.norm_obs);
@@ -851,13 +965,11 @@ static sm_status rollout(ppo *p, sm_rl_log *log, double *ret_sum, long *ret_n, l
         act_sample(p, t);
         values(p, p->b_val + (size_t)t * N, p->x, N);
         sm_vecenv_step(&p->v);
-        p->global_step += N;
-        if (p->c.norm_obs) rms_update_f(&p->obs_rms, p->obs_raw, NULL, N);
+        p->global_step += (long)N * p->P; /* frames of every rank */
         /* NormalizeReward: scale by the std of the running discounted return, then clip */
-        if (p->c.norm_reward) {
+        if (p->c.norm_reward)
             for (int i = 0; i < N; i++) p->ret_acc[i] = p->ret_acc[i] * p->c.gamma + p->rew[i];
-            rms_update_f(&p->ret_rms, NULL, p->ret_acc, N);
-        }
+        if ((st = normalisers_update(p, p->c.norm_obs, p->c.norm_reward, err)) != SM_OK) return st;
         int n_trunc = 0;
         for (int i = 0; i < N; i++) {
             size_t k = (size_t)t * N + i;
@@ -874,12 +986,10 @@ static sm_status rollout(ppo *p, sm_rl_log *log, double *ret_sum, long *ret_n, l
             p->ret_acc[i] = 0;
             sm_env_log one = p->v.logs[i];
             memset(&p->v.logs[i], 0, sizeof p->v.logs[i]);
-            double vals[2] = {one.episode_return, one.episode_length};
-            sm_status st = sm_rl_log_record(log, p->global_step, kEp, vals, 2, err);
-            if (st != SM_OK) return st;
-            p->episodes++;
-            *ret_sum += one.episode_return, (*ret_n)++;
-            if (p->global_step > tail_from) p->tail_sum += one.episode_return, p->tail_n++;
+            double *e = p->ep + 4 * (size_t)p->ep_n;
+            e[0] = (double)p->global_step, e[1] = (double)p->rank * p->Bt + p->ep_n;
+            e[2] = one.episode_return, e[3] = one.episode_length;
+            p->ep_n++;
         }
         /* truncated episodes bootstrap from the value of their final observation */
         if (n_trunc) {
@@ -895,7 +1005,40 @@ static sm_status rollout(ppo *p, sm_rl_log *log, double *ret_sum, long *ret_n, l
     return SM_OK;
 }
 
+/* by global step, then by rank and order within the rank */
+static int episode_cmp(const void *a, const void *b) {
+    const double *x = a, *y = b;
+    return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+/* The rollout's finished episodes of every rank (allgathered: every rank keeps the same counts) into
+ * the log (rank 0's; the others have none) in the order of their global step, and into the sums. */
+static sm_status episodes_log(ppo *p, sm_rl_log *log, double *ret_sum, long *ret_n, long tail_from, sm_error *err) {
+    static const char *const kEp[] = {"episodic_return", "episodic_length"};
+    int n = 0;
+    sm_status st = sm_dist_allgather(p->dist, p->ep, 4 * p->ep_n, p->ep_all, 4 * p->Bt * p->P, &n, err);
+    if (st != SM_OK) return st;
+    n /= 4;
+    if (p->P > 1) qsort(p->ep_all, (size_t)n, 4 * sizeof(double), episode_cmp);
+    for (int k = 0; k < n && st == SM_OK; k++) {
+        const double *e = p->ep_all + 4 * (size_t)k;
+        st = sm_rl_log_record(log, (long)e[0], kEp, e + 2, 2, err);
+        p->episodes++;
+        *ret_sum += e[2], (*ret_n)++;
+        if ((long)e[0] > tail_from) p->tail_sum += e[2], p->tail_n++;
+    }
+    return st;
+}
+
 /* ---- learning -------------------------------------------------------------------------------- */
+
+/* 1 when every gradient of the n tables is finite */
+static int grads_finite(sm_params *const *sets, int n) {
+    for (int s = 0; s < n; s++)
+        for (size_t i = 0; i < sets[s]->total; i++)
+            if (!isfinite(sets[s]->grad[i])) return 0;
+    return 1;
+}
 
 /* update_epochs passes of minibatch Adam steps; fills the CleanRL statistics. */
 static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, sm_error *err) {
@@ -918,11 +1061,15 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
                 p->m_val[b] = p->b_val[k], p->m_ret[b] = p->b_ret[k];
                 mean += p->m_adv[b];
             }
-            /* advantage normalisation with torch's unbiased std */
-            if (p->c.norm_adv && B > 1) {
+            /* advantage normalisation with torch's unbiased std, over the global minibatch (every
+             * rank's B rows: their moments merged over the ranks, so all ranks scale alike) */
+            if (p->c.norm_adv && (double)B * p->P > 1) {
                 mean /= B;
                 for (int b = 0; b < B; b++) var += (p->m_adv[b] - mean) * (p->m_adv[b] - mean);
-                double sd = sqrt(var / (B - 1));
+                double cnt = B; /* the ranks' moments merged exactly: one collective */
+                sm_status ds = sm_dist_moments_merge(p->dist, &cnt, &mean, &var, 1, err);
+                if (ds != SM_OK) return ds;
+                double sd = sqrt(var / (cnt - 1));
                 for (int b = 0; b < B; b++) p->m_adv[b] = (sm_real)((p->m_adv[b] - mean) / (sd + 1e-8));
             }
             for (int s = 0; s < p->n_sets; s++) sm_params_zero_grad(sets[s]);
@@ -937,6 +1084,28 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
             double lv = sm_ppo_value_loss(p->critic->dlogits, &st, v, p->m_val, p->m_ret, B, p->c.clip_coef, p->c.clip_vloss,
                                           p->c.vf_coef);
             sm_model_backward_into(p->critic, &p->critic->params, B);
+            if (p->poison) lp = NAN;
+            if (p->P > 1) {
+                /* data parallel: the losses and statistics are averaged over the ranks, with every
+                 * rank's finiteness flag, before the gradients (the mean of the ranks' gradients is
+                 * the gradient of the global minibatch's mean loss: every rank has B rows); so the
+                 * NaN guard names the rank, and it and the target-KL stop decide alike everywhere */
+                double *r = p->red;
+                const double s8[8] = {lp, lv, st.pg_loss, st.v_loss, st.entropy, st.old_approx_kl, st.approx_kl, st.clipfrac};
+                memcpy(r, s8, sizeof s8);
+                memset(r + 8, 0, sizeof(double) * p->P);
+                r[8 + p->rank] = !isfinite(lp) || !isfinite(lv) || !grads_finite(sets, p->n_sets);
+                sm_status ds = sm_dist_sum(p->dist, r, 8 + p->P, err);
+                if (ds != SM_OK) return ds;
+                for (int q = 0; q < p->P; q++)
+                    if (r[8 + q] > 0)
+                        return sm_fail(err, SM_ERR_NUMERIC, "ppo: update %ld (global step %ld): rank %d: a loss or gradient is "
+                                       "not finite", p->updates + 1, p->global_step, q);
+                if ((ds = sm_dist_grad_mean_sets(p->dist, sets, p->n_sets, err)) != SM_OK) return ds;
+                for (int k = 0; k < 8; k++) r[k] /= p->P;
+                lp = r[0], lv = r[1], st.pg_loss = r[2], st.v_loss = r[3], st.entropy = r[4];
+                st.old_approx_kl = r[5], st.approx_kl = r[6], st.clipfrac = r[7];
+            }
             if (p->sphere) { /* App. A.3: g_actor += coef * grad L, coef from this minibatch's norms or losses */
                 sm_params *others[2] = {&p->critic->params, &p->ls};
                 sm_sphere_stats ss;
@@ -1055,6 +1224,14 @@ static sm_status write_fig6(ppo *p, const char *dir, sm_error *err) {
     return st;
 }
 
+/* --dist-check: the same parameters (actor, critic, log-std) on every rank */
+static sm_status check_same(ppo *p, sm_error *err) {
+    sm_params *sets[3] = {&p->actor->params, &p->critic->params, &p->ls};
+    sm_status st = SM_OK;
+    for (int k = 0; k < p->n_sets && st == SM_OK; k++) st = sm_dist_check_same(p->dist, sets[k], p->updates, err);
+    return st;
+}
+
 static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const sm_rl_run *run, sm_rl_result *res,
                            sm_error *err) {
     const sm_ppo_config *c = vcfg;
@@ -1063,7 +1240,8 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
     sm_rl_log log;
     memset(&log, 0, sizeof log);
     sm_status st = ppo_create(&p, c, net, run, err);
-    const long batch = (long)c->num_envs * c->num_steps;
+    /* the global rollout: every rank's num_envs x num_steps (frames, the anneal and the budget count it) */
+    const long batch = (long)c->num_envs * c->num_steps * p.P;
     if (st == SM_OK) {
         long horizon = p.horizon = c->total_timesteps > 0 ? (long)c->total_timesteps
                        : run->frames > 0     ? run->frames
@@ -1074,7 +1252,10 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
             st = sm_fail(err, SM_ERR_ARG, "ppo: a budget of %ld steps is less than one rollout of %ld", horizon, batch);
     }
     if (st == SM_OK && run->resume) st = ppo_resume(&p, run->resume, run->env, err);
-    if (st == SM_OK) st = sm_rl_log_open(&log, run, &sm_agent_ppo, c, &p.actor_cfg, p.global_step, err);
+    /* rank 0 alone writes settings.json and metrics.jsonl and prints progress */
+    sm_rl_run lrun = *run;
+    if (p.rank != 0) lrun.out_dir = NULL, lrun.progress = NULL;
+    if (st == SM_OK) st = sm_rl_log_open(&log, &lrun, &sm_agent_ppo, c, &p.actor_cfg, p.global_step, err);
     /* this run ends at the frame budget (a resumed run counts earlier frames) or at the horizon */
     long end = p.num_updates;
     if (run->frames > 0 && run->frames / batch < end) end = run->frames / batch;
@@ -1095,10 +1276,16 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
         double lr = c->anneal_lr ? frac * c->learning_rate : c->learning_rate;
         double ret_sum = 0;
         long ret_n = 0;
-        if ((st = rollout(&p, &log, &ret_sum, &ret_n, tail_from, err)) != SM_OK) break;
+        if ((st = rollout(&p, err)) != SM_OK || (st = episodes_log(&p, &log, &ret_sum, &ret_n, tail_from, err)) != SM_OK) break;
         sm_ppo_gae(p.b_adv, p.b_ret, p.b_rew, p.b_val, p.next_value, p.b_done, p.b_boot, p.T, p.N, c->gamma, c->gae_lambda);
         sm_ppo_stats s = {0};
         double clipfrac = 0;
+        /* the fault tests' aids: this update's loss is NaN on a rank, or a rank dies */
+        const int fault_me = run->fault_rank < 0 || run->fault_rank == p.rank;
+        p.poison = run->fault_nan_update > 0 && p.updates + 1 == run->fault_nan_update && fault_me;
+        if (run->fault_kill_update > 0 && p.updates + 1 == run->fault_kill_update &&
+            p.rank == (run->fault_rank >= 0 ? run->fault_rank : p.P - 1))
+            raise(SIGKILL);
         if ((st = learn(&p, lr, &s, &clipfrac, err)) != SM_OK) {
             /* the NaN guard names the last good checkpoint */
             if (st == SM_ERR_NUMERIC && err) {
@@ -1116,7 +1303,8 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
                          p.sph_n ? p.sph_gb / p.sph_n : 0, p.sph_n ? p.sph_gp / p.sph_n : 0};
         /* the SPHERE means over this update's minibatches, when it is on */
         if ((st = sm_rl_log_record(&log, p.global_step, kKeys, vals, (int)SM_LEN(vals) - (p.sphere ? 0 : 4), err)) != SM_OK) break;
-        if (c->diag_every > 0 && p.updates % c->diag_every == 0 && (st = diagnose(&p, &log, err)) != SM_OK) break;
+        if (c->diag_every > 0 && p.updates % c->diag_every == 0 && p.rank == 0 && (st = diagnose(&p, &log, err)) != SM_OK) break;
+        if (run->dist_check > 0 && p.updates % run->dist_check == 0 && (st = check_same(&p, err)) != SM_OK) break;
         p.sph_pen = p.sph_coef = p.sph_gb = p.sph_gp = 0, p.sph_n = 0;
         p.gn_sum = 0, p.gn_n = 0;
         char extra[96];
@@ -1124,6 +1312,11 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
         sm_rl_log_progress(&log, p.global_step, end * batch, ret_n ? ret_sum / ret_n : NAN, extra);
         /* Ctrl-C, or a run split into sessions (stop_after): checkpoint and return */
         int stop = run->stop && *run->stop ? 1 : run->stop_after > 0 && p.global_step >= run->stop_after ? 2 : 0;
+        if (p.P > 1) { /* a signal may reach the ranks at different times: stop where any rank asks */
+            double x = stop;
+            if ((st = sm_dist_max(p.dist, &x, 1, err)) != SM_OK) break;
+            stop = (int)x;
+        }
         int due = c->checkpoint_every > 0 && p.updates % c->checkpoint_every == 0;
         if (ckpt[0] && (stop || due || p.updates == end) && (st = ppo_save(&p, ckpt, run, err)) == SM_OK)
             saved_at = p.updates, saved_path = ckpt;

@@ -240,6 +240,7 @@ int sm_replay_sample(sm_replay *r, int B, sm_rng *rng, double beta, sm_replay_ba
             nstep(r, (int)(out->idx[b] / N), (int)(out->idx[b] % N), out, b);
             out->weight[b] = 1.0f;
         }
+        out->wmax = 1;
         return 0;
     }
     /* proportional prioritisation, stratified: one draw per equal segment of the total mass */
@@ -255,6 +256,7 @@ int sm_replay_sample(sm_replay *r, int B, sm_rng *rng, double beta, sm_replay_ba
         nstep(r, (int)(leaf / N), (int)(leaf % N), out, b);
     }
     for (int b = 0; b < B; b++) out->weight[b] = (float)(out->weight[b] / wmax);
+    out->wmax = wmax;
     return 0;
 }
 

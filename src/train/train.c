@@ -161,8 +161,14 @@ sm_status sm_evaluate_dist(sm_model *m, const sm_dataset *ds, int batch, const s
     /* this rank's rows [lo, hi) of the set (all of it in one process) */
     const int P = dist_size(dist), lo = P > 1 ? (int)((long)ds->n * dist->rank / P) : 0,
               hi = P > 1 ? (int)((long)ds->n * (dist->rank + 1) / P) : ds->n;
-    for (int i = lo; i < hi; i += batch) {
-        int B = hi - i < batch ? hi - i : batch;
+    /* a collective forward: every rank makes the forwards of the largest shard, with 0 rows past its own */
+    const int steps = P > 1 && dist->collective_forward ? (int)(((long)ds->n / P + 1 + batch - 1) / batch) : -1;
+    for (int i = lo, s = 0; steps < 0 ? i < hi : s < steps; i += batch, s++) {
+        int B = i >= hi ? 0 : hi - i < batch ? hi - i : batch;
+        if (B == 0) {
+            sm_model_forward(m, ds->x, 0, NULL, 0);
+            continue;
+        }
         for (int t = 0; t < B; t++)
             if (ds->y[i + t] < 0 || ds->y[i + t] >= V)
                 return sm_fail(err, SM_ERR_MISMATCH, "evaluate: label %d outside the model's %d classes", ds->y[i + t], V);
@@ -387,6 +393,15 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
         sm_params_zero_grad(&m->params);
         const sm_real *logits = sm_model_forward(m, xs, B, rng, 1);
         double loss = sm_model_loss(m, ys, NULL, B);
+        if (dist && dist->collective_forward && B * P != B_all) {
+            /* expert parallel: an expert's gradient is summed on its own rank over every rank's rows,
+             * so a shard's weight B_r P / B_all (below) goes on its output gradient before the
+             * backward - scaling the gradient block after it would weigh the other ranks' rows by this
+             * rank's factor. (The routers' auxiliary losses and the penalties then weigh each shard
+             * alike, as with equal shards.) */
+            const sm_real f = (sm_real)((double)B * P / B_all);
+            for (size_t i = 0; i < (size_t)B * V; i++) m->dlogits[i] *= f;
+        }
         sm_model_backward(m, B);
         if (ts.step == cfg->inject_nan_step && (!dist || dist->fault_rank < 0 || dist->fault_rank == rank))
             m->params.grad[m->params.total / 2] = NAN;
@@ -414,7 +429,7 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
                 correct = (long)step_sums[1];
                 /* the gradient of the shard's mean loss times B_r * P / B_all: summed over the ranks
                  * and divided by P (the hook) it is the gradient of the global batch's mean loss */
-                if (B * P != B_all) {
+                if (B * P != B_all && !dist->collective_forward) {
                     const sm_real f = (sm_real)((double)B * P / B_all);
                     for (size_t i = 0; i < m->params.total; i++) m->params.grad[i] *= f;
                 }

@@ -24,11 +24,13 @@
 extern "C" {
 #endif
 
-typedef struct {
+typedef struct sm_dist {
     int rank, size;
     int active;             /* 1 when sm_dist_init initialised MPI (sm_dist_finalize then finalises it) */
     double bytes_allreduce; /* bytes this rank sent to allreduces so far (the benchmark's count) */
     double bytes_alltoall;  /* bytes this rank sent to other ranks in all-to-alls so far */
+    void *scratch;          /* grow-only staging of the calls below (freed by sm_dist_finalize) */
+    size_t scratch_bytes;
 } sm_dist;
 
 /* 1 when the library was built with MPI */
@@ -50,6 +52,20 @@ sm_status sm_dist_bcast(sm_dist *d, void *buf, size_t n, int root, sm_error *err
 /* Sums the gradient block ps->grad (ps->total values, one allreduce) over the ranks in place and
  * divides it by the rank count. */
 sm_status sm_dist_grad_mean(sm_dist *d, sm_params *ps, sm_error *err);
+/* The gradient blocks of n parameter tables (an agent's actor, critic and log-std) averaged over
+ * the ranks with one allreduce: packed into one staging block, summed, divided by the rank count,
+ * unpacked. */
+sm_status sm_dist_grad_mean_sets(sm_dist *d, sm_params *const *sets, int n, sm_error *err);
+/* Running statistics merged over the ranks (Chan, Golub & LeVeque's pairwise combine, applied in rank
+ * order, so every rank gets the same bits): on entry this rank's count, mean (n) and m2 (n, the sum
+ * of squared deviations from its mean); on return those of the union of every rank's rows. One
+ * allgather of 2n + 1 doubles per rank. */
+sm_status sm_dist_moments_merge(sm_dist *d, double *count, double *mean, double *m2, int n, sm_error *err);
+/* Every rank's n values (n may differ by rank) concatenated in rank order into all (cap values) on
+ * every rank; *total is their count. SM_ERR_ARG if they do not fit. */
+sm_status sm_dist_allgather(sm_dist *d, const double *x, int n, double *all, int cap, int *total, sm_error *err);
+/* Every rank's n bytes (the same n on every rank) into all (size * n bytes) on rank root. */
+sm_status sm_dist_gather_bytes(sm_dist *d, const void *x, size_t n, void *all, int root, sm_error *err);
 /* FNV-1a hash of the parameter values (bytes of ps->data). */
 uint64_t sm_params_hash(const sm_params *ps);
 /* SM_OK when every rank's parameters hash the same; otherwise SM_ERR_NUMERIC naming the step and the

@@ -28,6 +28,7 @@
 #define SPECMOE_DIST_EP_H
 
 #include "specmoe/dist/dist.h"
+#include "specmoe/nn/model.h"
 #include "specmoe/nn/moe.h"
 
 #ifdef __cplusplus
@@ -91,6 +92,22 @@ sm_status sm_ep_moe_load(sm_ep_moe *ep, long *load, sm_error *err);
  * single-process layer's names and shapes (prefix.router.*, prefix.experts.w1 [E,H,d], ...),
  * through a temporary file and a rename. Collective; only rank 0 writes. */
 sm_status sm_ep_moe_save(sm_ep_moe *ep, const char *path, sm_error *err);
+
+/* Expert parallelism inside a model (`specmoe train --expert-parallel 1` under mpirun): every MoE
+ * layer of m runs through an sm_ep_moe (sm_moe_module_set_exec) whose router and this rank's
+ * experts read and write m's own parameter block. Every rank keeps the whole model (parameters and
+ * optimiser moments are replicated, so checkpoints, resume and evaluation are the data-parallel
+ * ones); the experts' compute and activations are split, token rows travel by all-to-all, and the
+ * data-parallel gradient allreduce sums the ranks' disjoint expert gradients (see ep_model.c).
+ * Every forward and backward is then collective: every rank must make them in the same order (T
+ * may differ, even be 0). Limits are sm_ep_moe's (sparse routers, two-layer experts, no shared
+ * experts, no gate network, E divisible by the ranks). NULL with err filled on failure. */
+typedef struct sm_ep_model sm_ep_model;
+sm_ep_model *sm_ep_model_attach(sm_dist *dist, sm_model *m, sm_error *err);
+/* Gives the layers back their own experts and frees x. */
+void sm_ep_model_detach(sm_ep_model *x);
+/* The first failure inside a forward or backward (its output was filled with NaN), or NULL. */
+const char *sm_ep_model_error(const sm_ep_model *x);
 
 #ifdef __cplusplus
 }

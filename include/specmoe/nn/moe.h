@@ -148,6 +148,23 @@ sm_moe *sm_moe_of(const sm_module *m);
  * gate network (its router then read the layer's input). */
 const sm_real *sm_moe_gate_out(const sm_module *m, int *dg);
 
+/* An outside executor of an MoE module's layer (the expert-parallel adapter of
+ * include/specmoe/dist/ep.h): once set, the module's forward and backward call it instead of the
+ * layer's own, with the call's parameter view (values, and the gradients to add to), and it fills
+ * the layer's route (moe->route) for the routing statistics. Status: the module interface has none,
+ * so an executor that fails writes NaN into out (the training's NaN guard stops the run) and keeps
+ * its message. */
+typedef struct sm_moe_exec {
+    void (*forward)(struct sm_moe_exec *x, sm_moe *moe, sm_real *out, const sm_real *in, int T, const sm_params *pv,
+                    sm_rng *rng, int train);
+    /* dx (T,d) +=; parameter gradients += into pv->grad */
+    void (*backward)(struct sm_moe_exec *x, sm_moe *moe, sm_real *dx, const sm_real *dout, const sm_real *in, int T,
+                     const sm_params *pv);
+} sm_moe_exec;
+/* Sets the executor of an MoE module without a gate network (NULL: the layer's own again).
+ * SM_ERR_ARG for any other module. */
+sm_status sm_moe_module_set_exec(sm_module *m, sm_moe_exec *x, sm_error *err);
+
 #ifdef __cplusplus
 }
 #endif

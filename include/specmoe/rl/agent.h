@@ -25,6 +25,8 @@
 extern "C" {
 #endif
 
+struct sm_dist; /* include/specmoe/dist/dist.h */
+
 /* What the caller decides about a run (not part of the agent's settings). */
 typedef struct {
     const char *env;        /* environment name (rl/env.h) */
@@ -40,6 +42,13 @@ typedef struct {
                              * into sessions; --resume continues it exactly) */
     FILE *progress;         /* a progress line every few seconds; NULL: quiet */
     double progress_every;  /* seconds between progress lines (0: 5 s) */
+    struct sm_dist *dist;   /* under mpirun: the ranks, each running this call with its own environments
+                             * (synchronous data parallel; see the agent's file); NULL: one process */
+    long dist_check;        /* > 0: compare a hash of the parameters over the ranks every this many updates */
+    /* testing aids: at update fault_nan_update (> 0) rank fault_rank (-1: every rank) poisons its loss;
+     * under mpirun (PPO) at update fault_kill_update (> 0) rank fault_rank (-1: the last) kills itself */
+    long fault_nan_update, fault_kill_update;
+    int fault_rank;
 } sm_rl_run;
 
 /* What a run measured. */

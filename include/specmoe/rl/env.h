@@ -142,6 +142,10 @@ const char *sm_env_names(void);
  * the list of valid ones. */
 sm_status sm_vecenv_init(sm_vecenv *v, const char *name, int num_envs, uint64_t seed, const sm_env_opts *opts,
                          sm_error *err);
+/* The same with environment i seeded as environment first + i of a vector of that seed: the ranks of a
+ * data-parallel run hold disjoint slices of one large vector. */
+sm_status sm_vecenv_init_at(sm_vecenv *v, const char *name, int num_envs, uint64_t seed, int first,
+                            const sm_env_opts *opts, sm_error *err);
 void sm_vecenv_bind(sm_vecenv *v, float *obs, int *act_disc, float *act_box, float *rewards,
                     unsigned char *terminals, unsigned char *truncations, float *final_obs);
 /* OpenMP threads used by reset/step (1: no parallel region). */

@@ -78,6 +78,7 @@ typedef struct {
     float *disc;  /* (B) gamma^m, 0 after a terminal */
     long *idx;    /* (B) transition index (priority updates) */
     float *weight;/* (B) importance weights (1 for uniform), normalised by the batch maximum */
+    double wmax;  /* that maximum (1 for uniform): a data-parallel learner renormalises by the largest over ranks */
 } sm_replay_batch;
 
 /* Samples B transitions (uniform, or proportional to priority^alpha with IS exponent beta). Returns

@@ -53,6 +53,8 @@ typedef struct {
     long check_every;            /* call check_same every N steps (0 = never) */
     int fault_rank;              /* cfg->inject_nan_step poisons only this rank (-1 = every rank) */
     volatile long *current_step; /* the loop writes the step it is in here (a signal handler's message); may be NULL */
+    int collective_forward;      /* the model's forward is collective (expert parallel: sm_ep_model_attach), so
+                                  * evaluation makes as many forwards on every rank, the last ones maybe of 0 rows */
 } sm_train_dist;
 
 typedef struct {
