@@ -209,7 +209,7 @@ Test(replay, binary_observations_are_bits_and_come_back_exactly) {
     float ret[B], disc[B], w[B];
     int act[B];
     long idx[B];
-    sm_replay_batch b = {obs, act, ret, next, disc, idx, w};
+    sm_replay_batch b = {obs, act, ret, next, disc, idx, w, 0};
     cr_assert_eq(sm_replay_sample(&r, B, &g, 0, &b), 0);
     for (int s = 0; s < B; s++) {
         const int t = (int)(idx[s] / N), i = (int)(idx[s] % N);
