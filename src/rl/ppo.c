@@ -20,6 +20,7 @@
 
 #include "specmoe/core/optim.h"
 #include "specmoe/io/checkpoint.h"
+#include "specmoe/methods/sphere/baselines.h"
 #include "specmoe/methods/sphere/sphere.h"
 #include "specmoe/nn/routers.h"
 #include "specmoe/rl/rl_log.h"
@@ -57,6 +58,17 @@ static const sm_opt kOpts[] = {
     ROW("sphere_all_layers", SM_OPT_BOOL, sphere_all_layers, "0", "SPHERE ablation: every hidden expert layer, not only the last"),
     ROW("sphere_per_expert", SM_OPT_BOOL, sphere_per_expert, "0", "SPHERE ablation: a sum of per-expert penalties (no cross-expert terms)"),
     ROW("sphere_unweighted", SM_OPT_BOOL, sphere_unweighted, "0", "SPHERE ablation: features h_e without the routing weight p_e"),
+    /* the plasticity baselines (SPHERE Sec. 5.1, App. J.2) with their sources' settings */
+    ROW("pw", SM_OPT_BOOL, pw, "0", "PW baseline: Parseval regularisation of the actor's hidden weight matrices (Chung et al. 2024)"),
+    ROW("pw_coef", SM_OPT_NUM, pw_coef, "1e-3", "PW: coefficient lambda of sum_W ||W W^T - s I||_F^2"),
+    ROW("pw_scale", SM_OPT_NUM, pw_scale, "1", "PW: the target scale s"),
+    ROW("redo", SM_OPT_BOOL, redo, "0", "ReDo baseline: reset the actor's tau-dormant hidden units (Sokar et al. 2023)"),
+    ROW("redo_every", SM_OPT_INT, redo_every, "1000", "ReDo: gradient steps between resets"),
+    ROW("redo_tau", SM_OPT_NUM, redo_tau, "0.1", "ReDo: dormancy threshold tau"),
+    ROW("cbp", SM_OPT_BOOL, cbp, "0", "CBP baseline: continual backprop on the actor's hidden units (Dohare et al. 2024)"),
+    ROW("cbp_rate", SM_OPT_NUM, cbp_rate, "1e-4", "CBP: replacement rate (fraction of mature units per step)"),
+    ROW("cbp_decay", SM_OPT_NUM, cbp_decay, "0.99", "CBP: decay of the running utility"),
+    ROW("cbp_maturity", SM_OPT_INT, cbp_maturity, "100", "CBP: maturity threshold (steps before a unit may be replaced)"),
     ROW("diag_every", SM_OPT_INT, diag_every, "0",
         "updates between diagnostics on a held-out batch (diag/: eNTK and feature effective ranks, feature norm, dormant ratio; 0: off)"),
     ROW("diag_states", SM_OPT_INT, diag_states, "32", "states in the held-out batch of the diagnostics (at most the minibatch)"),
@@ -193,6 +205,16 @@ static sm_status ppo_check(const void *vcfg, const sm_env_spec *env, sm_error *e
         return sm_fail(err, SM_ERR_ARG, "ppo: diag_states must be in [1, the minibatch %ld] (got %d)", batch / c->num_minibatches,
                        c->diag_states);
     if (!(c->sphere_rho >= 0)) return sm_fail(err, SM_ERR_ARG, "ppo: sphere_rho must be >= 0 (got %g)", c->sphere_rho);
+    if (!(c->pw_coef >= 0 && isfinite(c->pw_coef)))
+        return sm_fail(err, SM_ERR_ARG, "ppo: pw_coef must be a number >= 0 (got %g)", c->pw_coef);
+    if (!isfinite(c->pw_scale)) return sm_fail(err, SM_ERR_ARG, "ppo: pw_scale must be finite (got %g)", c->pw_scale);
+    if (c->redo_every < 1) return sm_fail(err, SM_ERR_ARG, "ppo: redo_every must be >= 1 gradient step (got %d)", c->redo_every);
+    if (!(c->redo_tau >= 0)) return sm_fail(err, SM_ERR_ARG, "ppo: redo_tau must be >= 0 (got %g)", c->redo_tau);
+    if (!(c->cbp_rate >= 0 && c->cbp_rate <= 1))
+        return sm_fail(err, SM_ERR_ARG, "ppo: cbp_rate must be in [0, 1] (got %g)", c->cbp_rate);
+    if (!(c->cbp_decay >= 0 && c->cbp_decay < 1))
+        return sm_fail(err, SM_ERR_ARG, "ppo: cbp_decay must be in [0, 1) (got %g)", c->cbp_decay);
+    if (c->cbp_maturity < 0) return sm_fail(err, SM_ERR_ARG, "ppo: cbp_maturity must be >= 0 (got %d)", c->cbp_maturity);
     if (sm_sphere_mode_parse(c->sphere_mode, &mode))
         return sm_fail(err, SM_ERR_ARG, "ppo: sphere_mode must be grad or loss (got '%s')", c->sphere_mode);
     if (env) {
@@ -403,6 +425,7 @@ typedef struct {
     sm_params ls;                 /* log_std (A), box actions only (an empty table otherwise) */
     sm_optim opt[3];              /* actor, critic, log_std */
     sm_sphere_reg *sphere;        /* SPHERE on the actor, or NULL */
+    sm_baselines *base;           /* PW / ReDo / CBP on the actor, or NULL */
     double sph_pen, sph_coef, sph_gb, sph_gp; /* their sums over the update's minibatches */
     long sph_n;
     double gn_sum;                /* global gradient norms (before clipping) over the update's minibatches */
@@ -452,6 +475,7 @@ static void ppo_free(ppo *p) {
     sm_model_free(p->actor);
     sm_model_free(p->critic);
     sm_sphere_reg_free(p->sphere);
+    sm_baselines_free(p->base);
     for (int k = 0; k < 3; k++) sm_optim_free(&p->opt[k]);
     sm_params_free(&p->ls);
     sm_vecenv_free(&p->v);
@@ -529,6 +553,13 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
         sm_error e;
         if (!(p->sphere = sm_sphere_reg_create(&sc, p->actor, &e)))
             return sm_fail(err, e.code, "ppo: sphere_rho %g: %s", c->sphere_rho, e.msg);
+    }
+    if (c->pw || c->redo || c->cbp) {
+        sm_baselines_config bc = {.pw = c->pw, .pw_coef = c->pw_coef, .pw_scale = c->pw_scale, .redo = c->redo,
+                                  .redo_every = c->redo_every, .redo_tau = c->redo_tau, .cbp = c->cbp,
+                                  .cbp_rate = c->cbp_rate, .cbp_decay = c->cbp_decay, .cbp_maturity = c->cbp_maturity};
+        sm_error e;
+        if (!(p->base = sm_baselines_create(&bc, p->actor, &e))) return sm_fail(err, e.code, "ppo: actor %s: %s", c->actor, e.msg);
     }
     /* the log-std parameter: zeros at the start (CleanRL's actor_logstd) */
     sm_params_init_table(&p->ls);
@@ -931,6 +962,7 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
             double lv = sm_ppo_value_loss(p->critic->dlogits, &st, v, p->m_val, p->m_ret, B, p->c.clip_coef, p->c.clip_vloss,
                                           p->c.vf_coef);
             sm_model_backward_into(p->critic, &p->critic->params, B);
+            sm_baselines_grad(p->base, p->actor); /* PW's exact gradient joins the actor's */
             if (p->sphere) { /* App. A.3: g_actor += coef * grad L, coef from this minibatch's norms or losses */
                 sm_params *others[2] = {&p->critic->params, &p->ls};
                 sm_sphere_stats ss;
@@ -948,6 +980,7 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
                                p->global_step, !isfinite(lp) ? "the policy loss" : !isfinite(lv) ? "the value loss" : "the gradient norm",
                                !isfinite(lp) ? lp : !isfinite(lv) ? lv : gn);
             for (int s = 0; s < p->n_sets; s++) sm_optim_step(&p->opt[s], sets[s], lr);
+            sm_baselines_after_step(p->base, p->actor, &p->opt[0], B, &p->rng); /* ReDo, CBP: this minibatch's activations */
             p->gn_sum += gn, p->gn_n++;
             cf += st.clipfrac, n_mb++;
             *last = st;
@@ -1064,6 +1097,10 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
                          p.sph_n ? p.sph_gb / p.sph_n : 0, p.sph_n ? p.sph_gp / p.sph_n : 0};
         /* the SPHERE means over this update's minibatches, when it is on */
         if ((st = sm_rl_log_record(&log, p.global_step, kKeys, vals, (int)SM_LEN(vals) - (p.sphere ? 0 : 4), err)) != SM_OK) break;
+        const char *bk[3];
+        double bv[3];
+        const int nb = sm_baselines_stats(p.base, bk, bv);
+        if (nb && (st = sm_rl_log_record(&log, p.global_step, bk, bv, nb, err)) != SM_OK) break;
         if (c->diag_every > 0 && p.updates % c->diag_every == 0 && (st = diagnose(&p, &log, err)) != SM_OK) break;
         p.sph_pen = p.sph_coef = p.sph_gb = p.sph_gp = 0, p.sph_n = 0;
         p.gn_sum = 0, p.gn_n = 0;

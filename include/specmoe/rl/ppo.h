@@ -51,6 +51,14 @@ typedef struct {
     double sphere_rho;
     char sphere_mode[8];         /* grad | loss */
     int sphere_all_layers, sphere_per_expert, sphere_unweighted; /* Table 1's ablations */
+    /* the plasticity baselines of SPHERE's comparison on the actor (methods/sphere/baselines.h) */
+    int pw;                      /* Parseval regularisation (Chung et al. 2024) */
+    double pw_coef, pw_scale;
+    int redo, redo_every;        /* ReDo (Sokar et al. 2023): period in gradient steps */
+    double redo_tau;
+    int cbp;                     /* continual backprop (Dohare et al. 2024) */
+    double cbp_rate, cbp_decay;
+    int cbp_maturity;
     int diag_every;              /* updates between diagnostics on a held-out batch (0: off) */
     int diag_states;             /* its size */
 } sm_ppo_config;

@@ -1,0 +1,118 @@
+/* The plasticity baselines SPHERE compares against (papers/000 Sec. 5.1 and App. J.2), on any
+ * sm_model, for PPO's actor (src/rl/ppo.c's --pw, --redo, --cbp):
+ *
+ *   PW    Parseval regularisation (Chung et al. 2024): lambda * sum_W ||W W^T - s I||_F^2 over the
+ *         hidden weight matrices, a penalty whose exact gradient 4 lambda (W W^T - s I) W is added
+ *         to the parameter gradient.
+ *   ReDo  recycling dormant neurons (Sokar et al. 2023): every F gradient steps, the tau-dormant
+ *         hidden units of the last forward get fresh incoming weights, zero outgoing weights and
+ *         cleared Adam moments.
+ *   CBP   continual backprop (Dohare et al. 2024): after every gradient step, a running
+ *         contribution utility per hidden unit; a fraction rho of the mature units (age > m) with
+ *         the lowest utility is reinitialised (as ReDo, plus the next layer's bias absorbing the
+ *         unit's mean contribution).
+ *
+ *   sm_baselines_config bc = {.pw = 1, .pw_coef = 1e-3, .pw_scale = 1};
+ *   sm_baselines *b = sm_baselines_create(&bc, actor, &err);
+ *   ... forward, backward of the actor into actor->params.grad ...
+ *   sm_baselines_grad(b, actor);                       // adds the penalties' gradients
+ *   sm_optim_step(&opt, &actor->params, lr);
+ *   sm_baselines_after_step(b, actor, &opt, rows, &rng); // resets, from the activations of that forward
+ *
+ * Hidden units are those of the dense layers followed by a dense layer or the head (units of
+ * `layers.<i>`) and those of each built-in MLP expert's hidden layers (`experts.w1`, `experts.wh`);
+ * a gate MLP, a router, factory experts, shared experts and conv layers are left alone.
+ */
+#ifndef SPECMOE_METHODS_SPHERE_BASELINES_H
+#define SPECMOE_METHODS_SPHERE_BASELINES_H
+
+#include "specmoe/core/optim.h"
+#include "specmoe/nn/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- PW ------------------------------------------------------------------------------------- */
+
+/* 1 if tensor i of ps is a hidden weight matrix PW regularises: a 2-D `.weight` that is not the head's
+ * nor a router's, or an MLP expert block `experts.w1` / `experts.wh` / `shared.w1` (each (.., r, c)
+ * slice one matrix). The output layers (`head.weight`, `experts.w2`) are left out, as in Chung et al. */
+int sm_parseval_tensor(const sm_params *ps, int i);
+
+/* sum over the selected matrices W (r x c, rows = output units) of ||W W^T - s I_r||_F^2; adds
+ * coef * its gradient 4 (W W^T - s I) W into grad (laid out as ps->data; NULL: value only).
+ * work holds r*r + r*c values for the largest matrix (sm_parseval_work_values). */
+double sm_parseval_penalty(const sm_params *ps, sm_real *grad, double s, double coef, sm_real *work);
+size_t sm_parseval_work_values(const sm_params *ps);
+
+/* ---- hidden units --------------------------------------------------------------------------- */
+
+/* One layer of H hidden units: unit u's incoming weights are row u of the (H, I) block at w_in (+ its
+ * bias b_in[u]), its outgoing weights column u of the (O, H) block at w_out (b_out: the next layer's
+ * bias, O values, or NULL); its activations in the last forward are column u of h (rows, H). Offsets
+ * are element offsets into the parameter block (for the optimiser's moments). */
+typedef struct {
+    int layer, expert, depth; /* model layer, expert (-1 for a dense layer), hidden layer of the expert */
+    int H, I, O, rows;
+    int t_in;                 /* the incoming weight tensor (its init redraws fresh rows) */
+    size_t in_off, bin_off, out_off, bout_off; /* bin_off / bout_off: (size_t)-1 without bias */
+    const sm_real *h;
+} sm_unit_layer;
+
+/* The hidden-unit layers of m after a forward of T examples, into out (at most max); returns how many. */
+int sm_unit_layers(sm_model *m, int T, sm_unit_layer *out, int max);
+
+/* Reinitialises the listed units of L: fresh incoming weights (rows of a new draw of the tensor's
+ * init), zero incoming bias, zero outgoing weights, and the Adam moments of all of them cleared. */
+void sm_unit_reinit(sm_model *m, sm_optim *opt, const sm_unit_layer *L, const int *units, int n, sm_rng *rng);
+
+/* ReDo on every unit layer: reinitialises the units whose score mean_n |h| / layer mean is <= tau
+ * (sm_dormant_fraction); a layer with no rows (an expert no example chose) is skipped. Returns the
+ * number of units reset. */
+int sm_redo(sm_model *m, sm_optim *opt, int T, double tau, sm_rng *rng);
+
+/* ---- CBP ------------------------------------------------------------------------------------ */
+
+typedef struct sm_cbp sm_cbp;
+sm_cbp *sm_cbp_create(sm_model *m, double rate, double decay, int maturity, sm_error *err);
+void sm_cbp_free(sm_cbp *c);
+/* One generate-and-test step after an optimiser step whose forward had T examples: ages + 1,
+ * utility u = decay u + (1 - decay) mean_n|h| sum_k |w_out[k]|, and per layer n = rate * (#mature)
+ * units replaced (a fraction below 1 by a Bernoulli draw, as GnT's default); the mature ones with
+ * the lowest bias-corrected utility u / (1 - decay^age) are reinitialised, the next layer's bias
+ * takes their mean contribution w_out f / (1 - decay^age), their age, utility and mean are zeroed.
+ * Returns the number of units replaced. */
+int sm_cbp_step(sm_cbp *c, sm_model *m, sm_optim *opt, int T, sm_rng *rng);
+
+/* ---- together, for an agent ----------------------------------------------------------------- */
+
+typedef struct {
+    int pw;                /* Parseval regularisation on */
+    double pw_coef, pw_scale;
+    int redo;              /* ReDo on */
+    int redo_every;        /* gradient steps between resets */
+    double redo_tau;
+    int cbp;               /* continual backprop on */
+    double cbp_rate, cbp_decay;
+    int cbp_maturity;
+} sm_baselines_config;
+
+typedef struct sm_baselines sm_baselines;
+/* NULL with err set when nothing in m can carry a switched-on baseline (no hidden weight matrices,
+ * no hidden units). Returns a valid object with nothing on when the config switches nothing on. */
+sm_baselines *sm_baselines_create(const sm_baselines_config *c, sm_model *m, sm_error *err);
+void sm_baselines_free(sm_baselines *b);
+/* Adds the penalties' gradients to m->params.grad (call after the base backward, before clipping). */
+void sm_baselines_grad(sm_baselines *b, sm_model *m);
+/* Resets after an optimiser step, from the activations of its forward of T examples. */
+void sm_baselines_after_step(sm_baselines *b, sm_model *m, sm_optim *opt, int T, sm_rng *rng);
+/* The metrics since the last call (pw/penalty: sum_W ||W W^T - s I||^2 without
+ * the coefficient, mean over steps; redo/reset_count, cbp/replaced: sums),
+ * into keys / vals (room for 3); returns how many, and starts the next period. */
+int sm_baselines_stats(sm_baselines *b, const char **keys, double *vals);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,388 @@
+/* The plasticity baselines of SPHERE's comparison (include/specmoe/methods/sphere/baselines.h):
+ * Parseval regularisation (PW), ReDo and continual backprop (CBP) on a model's hidden layers.
+ *
+ * Letters: r x c one weight matrix (rows are output units), H hidden units of a layer, I its fan-in,
+ * O the width of the layer after it, N rows of the last forward. */
+#include "specmoe/methods/sphere/baselines.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "specmoe/core/ops.h"
+#include "specmoe/nn/metrics.h"
+#include "specmoe/nn/moe.h"
+#include "specmoe/nn/module.h"
+
+#define NO_BIAS ((size_t)-1)
+#define MAX_UNIT_LAYERS 256
+
+/* ---- PW: Parseval regularisation (Chung et al. 2024, Eq. 1: ||W W^T - s I||_F^2 per layer) -------- */
+
+static int ends_with(const char *s, const char *t) {
+    size_t n = strlen(s), k = strlen(t);
+    return n >= k && !strcmp(s + n - k, t);
+}
+
+int sm_parseval_tensor(const sm_params *ps, int i) {
+    const sm_param *q = &ps->p[i];
+    if (ends_with(q->name, ".experts.w1") || ends_with(q->name, ".experts.wh") || ends_with(q->name, ".shared.w1"))
+        return q->ndim >= 3;
+    return q->ndim == 2 && ends_with(q->name, ".weight") && strncmp(q->name, "head.", 5) && !strstr(q->name, ".router.");
+}
+
+size_t sm_parseval_work_values(const sm_params *ps) {
+    size_t most = 1;
+    for (int i = 0; i < ps->n; i++) {
+        if (!sm_parseval_tensor(ps, i)) continue;
+        const sm_param *q = &ps->p[i];
+        size_t r = (size_t)q->shape[q->ndim - 2], c = (size_t)q->shape[q->ndim - 1];
+        if (r * r + r * c > most) most = r * r + r * c;
+    }
+    return most;
+}
+
+double sm_parseval_penalty(const sm_params *ps, sm_real *grad, double s, double coef, sm_real *work) {
+    double total = 0;
+    for (int i = 0; i < ps->n; i++) {
+        if (!sm_parseval_tensor(ps, i)) continue;
+        const sm_param *q = &ps->p[i];
+        const int r = (int)q->shape[q->ndim - 2], c = (int)q->shape[q->ndim - 1];
+        const size_t per = (size_t)r * c, count = q->numel / per;
+        sm_real *M = work, *G = work + (size_t)r * r; /* M (r, r) = W W^T - s I; G (r, c) = M W */
+        for (size_t k = 0; k < count; k++) {
+            const sm_real *W = ps->data + q->offset + k * per;
+            sm_gemm(0, 1, r, r, c, 1, W, c, W, c, 0, M, r);
+            double f = 0;
+            for (int a = 0; a < r; a++) {
+                M[(size_t)a * r + a] -= (sm_real)s;
+                for (int b = 0; b < r; b++) f += (double)M[(size_t)a * r + b] * M[(size_t)a * r + b];
+            }
+            total += f;
+            if (!grad) continue;
+            /* d ||M||^2 = 2 <M, dW W^T + W dW^T> = 4 <M W, dW> (M symmetric) */
+            sm_gemm(0, 0, r, c, r, 1, M, r, W, c, 0, G, c);
+            sm_real *g = grad + q->offset + k * per;
+            for (size_t j = 0; j < per; j++) g[j] += (sm_real)(4 * coef * G[j]);
+        }
+    }
+    return total;
+}
+
+/* ---- hidden units ----------------------------------------------------------------------------- */
+
+int sm_unit_layers(sm_model *m, int T, sm_unit_layer *out, int max) {
+    const sm_params *ps = &m->params;
+    int n = 0;
+    char name[SM_NAME_MAX];
+    for (int l = 0; l < m->n_layers && n < max; l++) {
+        const sm_layer *L = &m->layers[l];
+        if (L->kind == SM_LAYER_DENSE && m->cfg.act != SM_ACT_NONE) {
+            /* the next layer must read these units directly: a dense layer or the head */
+            int last = l == m->n_layers - 1;
+            if (!last && m->layers[l + 1].kind != SM_LAYER_DENSE) continue;
+            snprintf(name, sizeof name, "layers.%d.weight", l);
+            int wi = sm_params_find(ps, name);
+            snprintf(name, sizeof name, "layers.%d.bias", l);
+            int bi = sm_params_find(ps, name);
+            if (last) snprintf(name, sizeof name, "head.weight");
+            else snprintf(name, sizeof name, "layers.%d.weight", l + 1);
+            int wo = sm_params_find(ps, name);
+            if (last) snprintf(name, sizeof name, "head.bias");
+            else snprintf(name, sizeof name, "layers.%d.bias", l + 1);
+            int bo = sm_params_find(ps, name);
+            if (wi < 0 || wo < 0 || ps->p[wi].ndim != 2 || ps->p[wo].ndim != 2) continue;
+            out[n++] = (sm_unit_layer){.layer = l, .expert = -1, .depth = 0, .H = (int)ps->p[wi].shape[0],
+                                       .I = (int)ps->p[wi].shape[1], .O = (int)ps->p[wo].shape[0], .rows = T > 0 ? T : 0, .t_in = wi,
+                                       .in_off = ps->p[wi].offset, .bin_off = bi >= 0 ? ps->p[bi].offset : NO_BIAS,
+                                       .out_off = ps->p[wo].offset, .bout_off = bo >= 0 ? ps->p[bo].offset : NO_BIAS,
+                                       .h = sm_seq_output(m->body, l)};
+        } else if (L->moe && !L->moe->experts && L->moe->route.kind == SM_ROUTE_SPARSE) {
+            /* built-in MLP experts: hidden layer j of expert e reads w1[e] (j = 0) or wh[e, j-1] and is
+             * read by wh[e, j] or w2[e] (j = L-1); its rows are the expert's assignments */
+            sm_moe *q = L->moe;
+            const int E = q->E, H = q->H, d = q->d, Ld = q->L, O = q->O;
+            const sm_route *r = &q->route;
+            for (int j = 0; j < Ld && n < max; j++) {
+                /* T = 0: the layout only, before any forward has routed anything */
+                const sm_real *h = T > 0 ? sm_moe_features_at(q, j, NULL) : NULL;
+                for (int e = 0; e < E && n < max; e++) {
+                    sm_unit_layer u = {.layer = l, .expert = e, .depth = j, .H = H};
+                    if (h) u.rows = r->offset[e + 1] - r->offset[e], u.h = h + (size_t)r->offset[e] * H;
+                    if (j == 0) {
+                        u.t_in = q->ip[0], u.I = d;
+                        u.in_off = ps->p[q->ip[0]].offset + (size_t)e * H * d;
+                        u.bin_off = q->ip[1] >= 0 ? ps->p[q->ip[1]].offset + (size_t)e * H : NO_BIAS;
+                    } else {
+                        u.t_in = q->ip[8], u.I = H;
+                        u.in_off = ps->p[q->ip[8]].offset + ((size_t)e * (Ld - 1) + j - 1) * H * H;
+                        u.bin_off = q->ip[9] >= 0 ? ps->p[q->ip[9]].offset + ((size_t)e * (Ld - 1) + j - 1) * H : NO_BIAS;
+                    }
+                    if (j < Ld - 1) {
+                        u.O = H;
+                        u.out_off = ps->p[q->ip[8]].offset + ((size_t)e * (Ld - 1) + j) * H * H;
+                        u.bout_off = q->ip[9] >= 0 ? ps->p[q->ip[9]].offset + ((size_t)e * (Ld - 1) + j) * H : NO_BIAS;
+                    } else {
+                        u.O = O;
+                        u.out_off = ps->p[q->ip[2]].offset + (size_t)e * O * H;
+                        u.bout_off = q->ip[3] >= 0 ? ps->p[q->ip[3]].offset + (size_t)e * O : NO_BIAS;
+                    }
+                    out[n++] = u;
+                }
+            }
+        }
+    }
+    return n;
+}
+
+/* clears Adam's moments of n values from offset off on, every stride-th */
+static void clear_moments(sm_optim *opt, size_t off, size_t n, size_t stride) {
+    if (!opt) return;
+    for (size_t k = 0; k < n; k++) {
+        if (opt->m) opt->m[off + k * stride] = 0;
+        if (opt->v) opt->v[off + k * stride] = 0;
+    }
+}
+
+void sm_unit_reinit(sm_model *m, sm_optim *opt, const sm_unit_layer *L, const int *units, int n, sm_rng *rng) {
+    if (n <= 0) return;
+    sm_params *ps = &m->params;
+    const sm_param *t = &ps->p[L->t_in];
+    /* a fresh draw of the incoming tensor's initialiser (the whole tensor, so one draw serves any
+     * block of it); the rows of this layer's block are taken from the same place */
+    sm_real *fresh = malloc(sizeof(sm_real) * t->numel);
+    if (!fresh) return;
+    sm_params_init_draw(ps, L->t_in, fresh, rng);
+    const size_t block = L->in_off - t->offset;
+    for (int k = 0; k < n; k++) {
+        const int u = units[k];
+        sm_real *w = ps->data + L->in_off + (size_t)u * L->I;
+        memcpy(w, fresh + block + (size_t)u * L->I, sizeof(sm_real) * L->I);
+        clear_moments(opt, L->in_off + (size_t)u * L->I, L->I, 1);
+        if (L->bin_off != NO_BIAS) {
+            ps->data[L->bin_off + u] = 0;
+            clear_moments(opt, L->bin_off + u, 1, 1);
+        }
+        for (int o = 0; o < L->O; o++) ps->data[L->out_off + (size_t)o * L->H + u] = 0;
+        clear_moments(opt, L->out_off + u, L->O, L->H);
+    }
+    free(fresh);
+}
+
+/* ---- ReDo (Sokar et al. 2023, Sec. 4: s_i = E|h_i| / (1/H sum_k E|h_k|), dormant when s_i <= tau) -- */
+
+int sm_redo(sm_model *m, sm_optim *opt, int T, double tau, sm_rng *rng) {
+    sm_unit_layer L[MAX_UNIT_LAYERS];
+    const int nl = sm_unit_layers(m, T, L, MAX_UNIT_LAYERS);
+    int total = 0;
+    /* deepest layer first: a unit's fresh incoming row would otherwise bring back the outgoing
+     * weights of a dormant unit of the layer below it, which must stay zero */
+    for (int i = nl - 1; i >= 0; i--) {
+        if (L[i].rows < 1) continue;
+        double *score = malloc(sizeof(double) * L[i].H);
+        int *units = malloc(sizeof(int) * L[i].H), n = 0;
+        if (score && units) {
+            sm_dormant_fraction(L[i].h, L[i].rows, L[i].H, tau, score);
+            for (int u = 0; u < L[i].H; u++)
+                if (score[u] <= tau) units[n++] = u;
+            sm_unit_reinit(m, opt, &L[i], units, n, rng);
+            total += n;
+        }
+        free(score), free(units);
+    }
+    return total;
+}
+
+/* ---- CBP (Dohare et al. 2024, Methods "Continual backpropagation"; their GnT with its defaults) ---- */
+
+struct sm_cbp {
+    double rate, decay;
+    int maturity, n_layers;
+    int off[MAX_UNIT_LAYERS + 1]; /* unit u of layer i is entry off[i] + u of the arrays below */
+    double *util, *mean;          /* (units) running utility and mean activation */
+    long *age;                    /* (units) */
+};
+
+sm_cbp *sm_cbp_create(sm_model *m, double rate, double decay, int maturity, sm_error *err) {
+    if (!(rate >= 0 && rate <= 1) || !(decay >= 0 && decay < 1) || maturity < 0) {
+        sm_fail(err, SM_ERR_ARG, "cbp: replacement rate %g must be in [0, 1], decay %g in [0, 1), maturity %d >= 0", rate,
+                decay, maturity);
+        return NULL;
+    }
+    sm_unit_layer L[MAX_UNIT_LAYERS];
+    /* the layers are known before any forward: their shapes do not depend on T */
+    const int nl = sm_unit_layers(m, 0, L, MAX_UNIT_LAYERS);
+    if (nl == 0) {
+        sm_fail(err, SM_ERR_ARG, "cbp: the network has no hidden units it can replace (dense layers with an activation "
+                "followed by a dense layer or the head, or built-in MLP experts)");
+        return NULL;
+    }
+    sm_cbp *c = calloc(1, sizeof *c);
+    if (!c) {
+        sm_fail(err, SM_ERR_NOMEM, "cbp: out of memory");
+        return NULL;
+    }
+    c->rate = rate, c->decay = decay, c->maturity = maturity, c->n_layers = nl;
+    for (int i = 0; i < nl; i++) c->off[i + 1] = c->off[i] + L[i].H;
+    const int U = c->off[nl];
+    c->util = calloc((size_t)U, sizeof(double));
+    c->mean = calloc((size_t)U, sizeof(double));
+    c->age = calloc((size_t)U, sizeof(long));
+    if (!c->util || !c->mean || !c->age) {
+        sm_cbp_free(c);
+        sm_fail(err, SM_ERR_NOMEM, "cbp: out of memory for %d units", U);
+        return NULL;
+    }
+    return c;
+}
+
+void sm_cbp_free(sm_cbp *c) {
+    if (!c) return;
+    free(c->util), free(c->mean), free(c->age), free(c);
+}
+
+int sm_cbp_step(sm_cbp *c, sm_model *m, sm_optim *opt, int T, sm_rng *rng) {
+    sm_unit_layer L[MAX_UNIT_LAYERS];
+    const int nl = sm_unit_layers(m, T, L, MAX_UNIT_LAYERS);
+    if (nl != c->n_layers) return 0;
+    sm_real *P = m->params.data;
+    int total = 0;
+    /* deepest layer first, as ReDo: every replaced unit ends with zero outgoing weights */
+    for (int i = nl - 1; i >= 0; i--) {
+        const sm_unit_layer *l = &L[i];
+        double *util = c->util + c->off[i], *mean = c->mean + c->off[i];
+        long *age = c->age + c->off[i];
+        int mature = 0;
+        for (int u = 0; u < l->H; u++) {
+            age[u]++;
+            /* an expert no example chose this step contributes no activations: its statistics wait */
+            if (l->rows > 0) {
+                double a = 0, f = 0, w = 0;
+                for (int t = 0; t < l->rows; t++) {
+                    double x = l->h[(size_t)t * l->H + u];
+                    a += fabs(x), f += x;
+                }
+                a /= l->rows, f /= l->rows;
+                for (int o = 0; o < l->O; o++) w += fabs((double)P[l->out_off + (size_t)o * l->H + u]);
+                util[u] = c->decay * util[u] + (1 - c->decay) * a * w;
+                mean[u] = c->decay * mean[u] + (1 - c->decay) * f;
+            }
+            mature += age[u] > c->maturity;
+        }
+        if (!mature) continue;
+        /* GnT's default (accumulate off): n = rate * mature; below 1 it is 1 with probability n */
+        double want = c->rate * mature;
+        int k = (int)want;
+        if (k == 0 && want > 0 && sm_rng_uniform(rng) <= want) k = 1;
+        if (k == 0) continue;
+        int *pick = malloc(sizeof(int) * (size_t)k);
+        if (!pick) continue;
+        /* the k mature units with the lowest bias-corrected utility (ties: the lower index) */
+        int got = 0;
+        for (; got < k; got++) {
+            int best = -1;
+            double bu = 0;
+            for (int u = 0; u < l->H; u++) {
+                if (age[u] <= c->maturity) continue;
+                int taken = 0;
+                for (int j = 0; j < got && !taken; j++) taken = pick[j] == u;
+                if (taken) continue;
+                double cu = util[u] / (1 - pow(c->decay, (double)age[u]));
+                if (best < 0 || cu < bu) best = u, bu = cu;
+            }
+            if (best < 0) break;
+            pick[got] = best;
+        }
+        /* the next layer's bias takes the replaced unit's mean contribution, so the output changes
+         * little (GnT's bias correction), before its outgoing weights are zeroed */
+        for (int j = 0; j < got; j++) {
+            const int u = pick[j];
+            const double f = mean[u] / (1 - pow(c->decay, (double)age[u]));
+            if (l->bout_off != NO_BIAS)
+                for (int o = 0; o < l->O; o++) P[l->bout_off + o] += (sm_real)(P[l->out_off + (size_t)o * l->H + u] * f);
+            util[u] = mean[u] = 0, age[u] = 0;
+        }
+        sm_unit_reinit(m, opt, l, pick, got, rng);
+        total += got;
+        free(pick);
+    }
+    return total;
+}
+
+/* ---- together --------------------------------------------------------------------------------- */
+
+struct sm_baselines {
+    sm_baselines_config c;
+    sm_real *work;  /* PW scratch */
+    sm_cbp *cbp;
+    long steps;     /* optimiser steps seen (ReDo's period) */
+    double pw_sum;  /* since the last stats */
+    long pw_n, redo_n, cbp_n;
+};
+
+sm_baselines *sm_baselines_create(const sm_baselines_config *c, sm_model *m, sm_error *err) {
+    if (c->pw && !(c->pw_coef >= 0 && isfinite(c->pw_scale))) {
+        sm_fail(err, SM_ERR_ARG, "pw: coefficient %g must be >= 0 and the scale %g finite", c->pw_coef, c->pw_scale);
+        return NULL;
+    }
+    if (c->redo && (c->redo_every < 1 || !(c->redo_tau >= 0))) {
+        sm_fail(err, SM_ERR_ARG, "redo: the period %d must be >= 1 and tau %g >= 0", c->redo_every, c->redo_tau);
+        return NULL;
+    }
+    sm_baselines *b = calloc(1, sizeof *b);
+    if (!b) {
+        sm_fail(err, SM_ERR_NOMEM, "baselines: out of memory");
+        return NULL;
+    }
+    b->c = *c;
+    int any_pw = 0;
+    for (int i = 0; i < m->params.n; i++) any_pw |= sm_parseval_tensor(&m->params, i);
+    sm_unit_layer L[MAX_UNIT_LAYERS];
+    if (c->pw && !any_pw) {
+        sm_fail(err, SM_ERR_ARG, "pw: the network has no hidden weight matrix to regularise");
+        goto fail;
+    }
+    if (c->pw && !(b->work = malloc(sizeof(sm_real) * sm_parseval_work_values(&m->params)))) {
+        sm_fail(err, SM_ERR_NOMEM, "pw: out of memory");
+        goto fail;
+    }
+    if (c->redo && sm_unit_layers(m, 0, L, MAX_UNIT_LAYERS) == 0) {
+        sm_fail(err, SM_ERR_ARG, "redo: the network has no hidden units it can reset (dense layers with an activation "
+                "followed by a dense layer or the head, or built-in MLP experts)");
+        goto fail;
+    }
+    if (c->cbp && !(b->cbp = sm_cbp_create(m, c->cbp_rate, c->cbp_decay, c->cbp_maturity, err))) goto fail;
+    return b;
+fail:
+    sm_baselines_free(b);
+    return NULL;
+}
+
+void sm_baselines_free(sm_baselines *b) {
+    if (!b) return;
+    sm_cbp_free(b->cbp);
+    free(b->work), free(b);
+}
+
+void sm_baselines_grad(sm_baselines *b, sm_model *m) {
+    if (!b || !b->c.pw) return;
+    b->pw_sum += sm_parseval_penalty(&m->params, m->params.grad, b->c.pw_scale, b->c.pw_coef, b->work);
+    b->pw_n++;
+}
+
+void sm_baselines_after_step(sm_baselines *b, sm_model *m, sm_optim *opt, int T, sm_rng *rng) {
+    if (!b) return;
+    b->steps++;
+    if (b->cbp) b->cbp_n += sm_cbp_step(b->cbp, m, opt, T, rng);
+    if (b->c.redo && b->steps % b->c.redo_every == 0) b->redo_n += sm_redo(m, opt, T, b->c.redo_tau, rng);
+}
+
+int sm_baselines_stats(sm_baselines *b, const char **keys, double *vals) {
+    int n = 0;
+    if (!b) return 0;
+    if (b->c.pw) keys[n] = "pw/penalty", vals[n++] = b->pw_n ? b->pw_sum / b->pw_n : 0;
+    if (b->c.redo) keys[n] = "redo/reset_count", vals[n++] = (double)b->redo_n;
+    if (b->cbp) keys[n] = "cbp/replaced", vals[n++] = (double)b->cbp_n;
+    b->pw_sum = 0, b->pw_n = b->redo_n = b->cbp_n = 0;
+    return n;
+}

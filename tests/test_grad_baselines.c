@@ -1,0 +1,105 @@
+/* PW, the Parseval regulariser of SPHERE's baselines (include/specmoe/methods/sphere/baselines.h;
+ * Chung et al. 2024), in double precision: its gradient 4 coef (W W^T - s I) W against finite
+ * differences over every parameter of a dense and an MoE actor, the tensors it selects, zero on
+ * matrices with orthonormal rows, and a value computed entry by entry. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "baselines_fixture.h"
+#include "gradcheck.h"
+#include "specmoe/methods/sphere/baselines.h"
+
+static void one_thread(void) { omp_set_num_threads(1); }
+TestSuite(grad_baselines, .init = one_thread);
+
+typedef struct {
+    sm_params *ps;
+    sm_real *work;
+    double s;
+} pw_ctx;
+
+static double pw_loss(void *p) {
+    pw_ctx *c = p;
+    return sm_parseval_penalty(c->ps, NULL, c->s, 1, c->work);
+}
+
+static void check_pw(int moe, double s, uint64_t seed) {
+    sm_rng r;
+    sm_rng_seed(&r, seed);
+    sm_model *m = baselines_fixture(moe, SM_ACT_RELU, 8, &r);
+    sm_params *ps = &m->params;
+    pw_ctx c = {ps, malloc(sizeof(sm_real) * sm_parseval_work_values(ps)), s};
+    sm_real *g = calloc(ps->total, sizeof(sm_real));
+    for (size_t i = 0; i < ps->total; i++) g[i] = 0.25; /* the gradient accumulates */
+    const double v = sm_parseval_penalty(ps, g, s, 0.5, c.work);
+    cr_expect(v > 0 && isfinite(v));
+    for (size_t i = 0; i < ps->total; i++) g[i] = (sm_real)((g[i] - 0.25) / 0.5);
+    char name[64];
+    snprintf(name, sizeof name, "pw %s s=%g", moe ? "moe" : "mlp", s);
+    gc_check(name, ps->data, g, ps->total, pw_loss, &c, &r, 120);
+    /* the parameters it leaves alone get no gradient */
+    for (int i = 0; i < ps->n; i++) {
+        if (sm_parseval_tensor(ps, i)) continue;
+        for (size_t j = 0; j < ps->p[i].numel; j++) cr_expect(g[ps->p[i].offset + j] == 0, "%s[%zu]", ps->p[i].name, j);
+    }
+    free(c.work), free(g);
+    sm_model_free(m);
+}
+
+Test(grad_baselines, pw_gradient) {
+    check_pw(0, 1, 1);
+    check_pw(1, 1, 2);
+    check_pw(0, 0.3, 3);
+    check_pw(1, 2, 4);
+}
+
+/* hidden weight matrices only: not the head, the experts' output layer or the router */
+Test(grad_baselines, pw_selects_the_hidden_weights) {
+    sm_rng r;
+    sm_rng_seed(&r, 5);
+    for (int moe = 0; moe < 2; moe++) {
+        sm_model *m = baselines_fixture(moe, SM_ACT_RELU, 4, &r);
+        const sm_params *ps = &m->params;
+        int n = 0;
+        for (int i = 0; i < ps->n; i++) {
+            const char *nm = ps->p[i].name;
+            const int want = moe ? (strstr(nm, "experts.w1") || strstr(nm, "experts.wh") ||
+                                    (strstr(nm, ".gate.") && strstr(nm, ".weight")))
+                                 : !strcmp(nm, "layers.0.weight") || !strcmp(nm, "layers.1.weight");
+            cr_expect_eq(sm_parseval_tensor(ps, i), want, "%s", nm);
+            n += want;
+        }
+        cr_expect_eq(n, moe ? 4 : 2);
+        sm_model_free(m);
+    }
+}
+
+/* W with orthonormal rows scaled by sqrt(s) gives 0; otherwise the sum of squared entries of W W^T - s I */
+Test(grad_baselines, pw_values) {
+    sm_rng r;
+    sm_rng_seed(&r, 6);
+    sm_model *m = baselines_fixture(0, SM_ACT_RELU, 4, &r);
+    sm_params *ps = &m->params;
+    sm_real *work = malloc(sizeof(sm_real) * sm_parseval_work_values(ps));
+    const int w0 = sm_params_find(ps, "layers.0.weight"), w1 = sm_params_find(ps, "layers.1.weight");
+    /* layers.1.weight is (5, 6): rows e_0 .. e_4 times sqrt(2); layers.0.weight (6, 4) is random */
+    sm_real *W1 = sm_params_data(ps, w1);
+    memset(W1, 0, sizeof(sm_real) * 30);
+    for (int i = 0; i < 5; i++) W1[i * 6 + i] = sqrt(2.0);
+    const sm_real *W0 = sm_params_data(ps, w0);
+    double want = 0;
+    for (int a = 0; a < 6; a++)
+        for (int b = 0; b < 6; b++) {
+            double d = 0;
+            for (int k = 0; k < 4; k++) d += (double)W0[a * 4 + k] * W0[b * 4 + k];
+            d -= a == b ? 2 : 0;
+            want += d * d;
+        }
+    const double got = sm_parseval_penalty(ps, NULL, 2, 1, work);
+    cr_expect(fabs(got - want) < 1e-10 * (1 + want), "%.12g vs %.12g", got, want);
+    free(work);
+    sm_model_free(m);
+}
