@@ -103,3 +103,68 @@ Test(grad_baselines, pw_values) {
     free(work);
     sm_model_free(m);
 }
+
+/* C-CHAIN: the churn's gradient through the whole network, scaled by the adaptive coefficient
+ * beta |L_main| / (L_churn + 1e-8), against finite differences of L_churn (the routers' balance loss
+ * must not leak into it), and nothing before there is a previous step. */
+typedef struct {
+    sm_model *m, *prev;
+    const float *x;
+    int n;
+    sm_real *target;
+} churn_ctx;
+
+static double churn_loss(void *p) {
+    churn_ctx *c = p;
+    const int V = c->m->cfg.n_classes;
+    memcpy(c->target, sm_model_forward(c->prev, c->x, c->n, NULL, 0), sizeof(sm_real) * (size_t)c->n * V);
+    return sm_churn_loss(NULL, sm_model_forward(c->m, c->x, c->n, NULL, 1), c->target, c->n, V);
+}
+
+static void check_cchain(int moe, uint64_t seed) {
+    enum { N = 6 };
+    sm_rng r;
+    sm_rng_seed(&r, seed);
+    sm_model *m = baselines_fixture(moe, SM_ACT_TANH, N, &r);
+    if (moe) m->layers[0].moe->router->cfg.balance_coef = 0.1; /* a balance loss the churn's backward must keep out */
+    sm_model *prev = baselines_fixture(moe, SM_ACT_TANH, N, &r);
+    float x[N * 4];
+    for (int i = 0; i < N * 4; i++) x[i] = (float)sm_rng_normal(&r);
+    sm_error err;
+    sm_baselines_config bc = {.cchain = 1, .cchain_ratio = 0.5};
+    sm_baselines *b = sm_baselines_create(&bc, m, &err);
+    cr_assert(b, "%s", err.msg);
+    sm_params *ps = &m->params;
+    const size_t P = ps->total;
+    /* the first step: no previous parameters, no churn; its parameters become the previous ones */
+    sm_baselines_churn(b, m, x, N);
+    sm_params_zero_grad(ps);
+    sm_baselines_grad(b, m, 2.0);
+    for (size_t i = 0; i < P; i++) cr_expect(ps->grad[i] == 0, "a gradient before any previous step");
+    memcpy(prev->params.data, ps->data, sizeof(sm_real) * P);
+    for (size_t i = 0; i < P; i++) ps->data[i] += (sm_real)(0.05 * sm_rng_normal(&r)); /* "the optimiser step" */
+    sm_baselines_churn(b, m, x, N);
+    sm_params_zero_grad(ps);
+    sm_baselines_grad(b, m, -2.0);
+    const char *keys[SM_BASELINES_STATS];
+    double vals[SM_BASELINES_STATS];
+    const int ns = sm_baselines_stats(b, keys, vals);
+    cr_assert_eq(ns, 2);
+    cr_expect_str_eq(keys[0], "cchain/churn");
+    const double Lc = vals[0], coef = vals[1];
+    cr_expect(Lc > 0 && fabs(coef - 0.5 * 2.0 / (Lc + 1e-8)) < 1e-12 * coef, "coef %g for churn %g", coef, Lc);
+    sm_real *g = malloc(sizeof(sm_real) * P);
+    for (size_t i = 0; i < P; i++) g[i] = (sm_real)(ps->grad[i] / coef);
+    churn_ctx c = {m, prev, x, N, malloc(sizeof(sm_real) * N * 3)};
+    cr_expect(fabs(churn_loss(&c) - Lc) < 1e-12 * (1 + Lc));
+    gc_check(moe ? "cchain moe" : "cchain mlp", ps->data, g, P, churn_loss, &c, &r, 120);
+    free(g), free(c.target);
+    sm_baselines_free(b);
+    sm_model_free(prev);
+    sm_model_free(m);
+}
+
+Test(grad_baselines, cchain_gradient_and_coefficient) {
+    check_cchain(0, 7);
+    check_cchain(1, 8);
+}

@@ -69,6 +69,8 @@ static const sm_opt kOpts[] = {
     ROW("cbp_rate", SM_OPT_NUM, cbp_rate, "1e-4", "CBP: replacement rate (fraction of mature units per step)"),
     ROW("cbp_decay", SM_OPT_NUM, cbp_decay, "0.99", "CBP: decay of the running utility"),
     ROW("cbp_maturity", SM_OPT_INT, cbp_maturity, "100", "CBP: maturity threshold (steps before a unit may be replaced)"),
+    ROW("cchain", SM_OPT_BOOL, cchain, "0", "C-CHAIN baseline: reduce the actor's churn on a reference batch (Tang et al. 2025)"),
+    ROW("cchain_ratio", SM_OPT_NUM, cchain_ratio, "0.1", "C-CHAIN: beta of the adaptive coefficient beta |L_policy| / L_churn"),
     ROW("diag_every", SM_OPT_INT, diag_every, "0",
         "updates between diagnostics on a held-out batch (diag/: eNTK and feature effective ranks, feature norm, dormant ratio; 0: off)"),
     ROW("diag_states", SM_OPT_INT, diag_states, "32", "states in the held-out batch of the diagnostics (at most the minibatch)"),
@@ -214,6 +216,8 @@ static sm_status ppo_check(const void *vcfg, const sm_env_spec *env, sm_error *e
         return sm_fail(err, SM_ERR_ARG, "ppo: cbp_rate must be in [0, 1] (got %g)", c->cbp_rate);
     if (!(c->cbp_decay >= 0 && c->cbp_decay < 1))
         return sm_fail(err, SM_ERR_ARG, "ppo: cbp_decay must be in [0, 1) (got %g)", c->cbp_decay);
+    if (!(c->cchain_ratio >= 0 && isfinite(c->cchain_ratio)))
+        return sm_fail(err, SM_ERR_ARG, "ppo: cchain_ratio must be a number >= 0 (got %g)", c->cchain_ratio);
     if (c->cbp_maturity < 0) return sm_fail(err, SM_ERR_ARG, "ppo: cbp_maturity must be >= 0 (got %d)", c->cbp_maturity);
     if (sm_sphere_mode_parse(c->sphere_mode, &mode))
         return sm_fail(err, SM_ERR_ARG, "ppo: sphere_mode must be grad or loss (got '%s')", c->sphere_mode);
@@ -456,6 +460,7 @@ typedef struct {
     /* minibatch */
     int *perm;                    /* (Bt) */
     float *m_obs;                 /* (B, D) */
+    float *ref_obs;               /* (B, D) C-CHAIN's reference rows */
     int *m_act;                   /* (B) */
     sm_real *m_box;               /* (B, A) */
     sm_real *m_logp, *m_adv, *m_val, *m_ret; /* (B) */
@@ -482,7 +487,7 @@ static void ppo_free(ppo *p) {
     void *blocks[] = {p->obs_raw, p->final_obs, p->x, p->act, p->act_box, p->rew, p->term, p->trunc, p->rows,
                       p->b_obs, p->b_act, p->b_box, p->b_logp, p->b_val, p->b_rew, p->b_boot, p->b_adv, p->b_ret,
                       p->b_done, p->next_value, p->perm, p->m_obs, p->m_act, p->m_box, p->m_logp, p->m_adv,
-                      p->m_val, p->m_ret, p->ret_acc, p->rms_block, p->diag_x, p->diag_u};
+                      p->m_val, p->m_ret, p->ret_acc, p->rms_block, p->diag_x, p->diag_u, p->ref_obs};
     for (size_t i = 0; i < SM_LEN(blocks); i++) free(blocks[i]);
 }
 
@@ -554,10 +559,11 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
         if (!(p->sphere = sm_sphere_reg_create(&sc, p->actor, &e)))
             return sm_fail(err, e.code, "ppo: sphere_rho %g: %s", c->sphere_rho, e.msg);
     }
-    if (c->pw || c->redo || c->cbp) {
+    if (c->pw || c->redo || c->cbp || c->cchain) {
         sm_baselines_config bc = {.pw = c->pw, .pw_coef = c->pw_coef, .pw_scale = c->pw_scale, .redo = c->redo,
                                   .redo_every = c->redo_every, .redo_tau = c->redo_tau, .cbp = c->cbp,
-                                  .cbp_rate = c->cbp_rate, .cbp_decay = c->cbp_decay, .cbp_maturity = c->cbp_maturity};
+                                  .cbp_rate = c->cbp_rate, .cbp_decay = c->cbp_decay, .cbp_maturity = c->cbp_maturity,
+                                  .cchain = c->cchain, .cchain_ratio = c->cchain_ratio};
         sm_error e;
         if (!(p->base = sm_baselines_create(&bc, p->actor, &e))) return sm_fail(err, e.code, "ppo: actor %s: %s", c->actor, e.msg);
     }
@@ -596,6 +602,7 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
     p->next_value = alloc0(N, sizeof(sm_real), &bad);
     p->perm = alloc0(Bt, sizeof(int), &bad);
     p->m_obs = alloc0(B * D, sizeof(float), &bad);
+    if (c->cchain) p->ref_obs = alloc0(B * D, sizeof(float), &bad);
     p->m_act = alloc0(B, sizeof(int), &bad);
     p->m_box = alloc0(B * A, sizeof(sm_real), &bad);
     sm_real **mreals[] = {&p->m_logp, &p->m_adv, &p->m_val, &p->m_ret};
@@ -950,6 +957,11 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
                 double sd = sqrt(var / (B - 1));
                 for (int b = 0; b < B; b++) p->m_adv[b] = (sm_real)((p->m_adv[b] - mean) / (sd + 1e-8));
             }
+            if (p->ref_obs) { /* C-CHAIN: the churn on rows drawn from the whole rollout, apart from the minibatch's own */
+                for (int b = 0; b < B; b++)
+                    memcpy(p->ref_obs + (size_t)b * D, p->b_obs + (size_t)sm_rng_below(&p->rng, (uint32_t)p->Bt) * D, sizeof(float) * D);
+                sm_baselines_churn(p->base, p->actor, p->ref_obs, B);
+            }
             for (int s = 0; s < p->n_sets; s++) sm_params_zero_grad(sets[s]);
             sm_ppo_stats st = {0};
             const sm_real *out = sm_model_forward(p->actor, p->m_obs, B, &p->rng, 1);
@@ -962,7 +974,7 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
             double lv = sm_ppo_value_loss(p->critic->dlogits, &st, v, p->m_val, p->m_ret, B, p->c.clip_coef, p->c.clip_vloss,
                                           p->c.vf_coef);
             sm_model_backward_into(p->critic, &p->critic->params, B);
-            sm_baselines_grad(p->base, p->actor); /* PW's exact gradient joins the actor's */
+            sm_baselines_grad(p->base, p->actor, lp); /* PW's exact gradient, C-CHAIN's scaled by |L_policy| */
             if (p->sphere) { /* App. A.3: g_actor += coef * grad L, coef from this minibatch's norms or losses */
                 sm_params *others[2] = {&p->critic->params, &p->ls};
                 sm_sphere_stats ss;
@@ -1097,8 +1109,8 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
                          p.sph_n ? p.sph_gb / p.sph_n : 0, p.sph_n ? p.sph_gp / p.sph_n : 0};
         /* the SPHERE means over this update's minibatches, when it is on */
         if ((st = sm_rl_log_record(&log, p.global_step, kKeys, vals, (int)SM_LEN(vals) - (p.sphere ? 0 : 4), err)) != SM_OK) break;
-        const char *bk[3];
-        double bv[3];
+        const char *bk[SM_BASELINES_STATS];
+        double bv[SM_BASELINES_STATS];
         const int nb = sm_baselines_stats(p.base, bk, bv);
         if (nb && (st = sm_rl_log_record(&log, p.global_step, bk, bv, nb, err)) != SM_OK) break;
         if (c->diag_every > 0 && p.updates % c->diag_every == 0 && (st = diagnose(&p, &log, err)) != SM_OK) break;

@@ -59,6 +59,8 @@ typedef struct {
     int cbp;                     /* continual backprop (Dohare et al. 2024) */
     double cbp_rate, cbp_decay;
     int cbp_maturity;
+    int cchain;                  /* C-CHAIN churn reduction (Tang et al. 2025) */
+    double cchain_ratio;
     int diag_every;              /* updates between diagnostics on a held-out batch (0: off) */
     int diag_states;             /* its size */
 } sm_ppo_config;

@@ -13,6 +13,7 @@
 #include "specmoe/nn/metrics.h"
 #include "specmoe/nn/moe.h"
 #include "specmoe/nn/module.h"
+#include "specmoe/nn/router.h"
 
 #define NO_BIAS ((size_t)-1)
 #define MAX_UNIT_LAYERS 256
@@ -309,6 +310,35 @@ int sm_cbp_step(sm_cbp *c, sm_model *m, sm_optim *opt, int T, sm_rng *rng) {
     return total;
 }
 
+/* ---- C-CHAIN (Tang et al. 2025; CHAIN, Tang & Berseth 2024: churn on a reference batch) ---------- */
+
+double sm_churn_loss(sm_real *dout, const sm_real *out, const sm_real *target, int n, int A) {
+    double L = 0;
+    for (size_t i = 0; i < (size_t)n * A; i++) {
+        const double d = (double)out[i] - target[i];
+        L += d * d;
+        if (dout) dout[i] = (sm_real)(2 * d / n);
+    }
+    return n > 0 ? L / n : 0;
+}
+
+/* The backward of m from the output gradient already in m->dlogits into the view pv, with the
+ * routers' auxiliary losses left out (the base backward counts them once). */
+static void backward_without_aux(sm_model *m, const sm_params *pv, int T) {
+    const int n_moe = sm_model_n_moe(m);
+    double aux[16][2];
+    for (int i = 0; i < n_moe && i < 16; i++) {
+        sm_router_config *rc = &sm_model_moe(m, i)->router->cfg;
+        aux[i][0] = rc->balance_coef, aux[i][1] = rc->zloss_coef;
+        rc->balance_coef = rc->zloss_coef = 0;
+    }
+    sm_model_backward_into(m, pv, T);
+    for (int i = 0; i < n_moe && i < 16; i++) {
+        sm_router_config *rc = &sm_model_moe(m, i)->router->cfg;
+        rc->balance_coef = aux[i][0], rc->zloss_coef = aux[i][1];
+    }
+}
+
 /* ---- together --------------------------------------------------------------------------------- */
 
 struct sm_baselines {
@@ -318,6 +348,14 @@ struct sm_baselines {
     long steps;     /* optimiser steps seen (ReDo's period) */
     double pw_sum;  /* since the last stats */
     long pw_n, redo_n, cbp_n;
+    /* C-CHAIN */
+    sm_model *prev;       /* the parameters before the last optimiser step (same config) */
+    int have_prev;
+    sm_real *gchurn;      /* (P) the churn's gradient of this step */
+    sm_real *target;      /* (max_T, V) prev's outputs on the reference rows */
+    double churn;         /* this step's L_churn (NAN: none) */
+    double ch_sum, coef_sum;
+    long ch_n;
 };
 
 sm_baselines *sm_baselines_create(const sm_baselines_config *c, sm_model *m, sm_error *err) {
@@ -352,6 +390,24 @@ sm_baselines *sm_baselines_create(const sm_baselines_config *c, sm_model *m, sm_
         goto fail;
     }
     if (c->cbp && !(b->cbp = sm_cbp_create(m, c->cbp_rate, c->cbp_decay, c->cbp_maturity, err))) goto fail;
+    b->churn = NAN;
+    if (c->cchain) {
+        if (!(c->cchain_ratio >= 0)) {
+            sm_fail(err, SM_ERR_ARG, "cchain: the ratio %g must be >= 0", c->cchain_ratio);
+            goto fail;
+        }
+        sm_error e;
+        if (!(b->prev = sm_model_create(&m->cfg, m->max_T, NULL, &e))) {
+            sm_fail(err, e.code, "cchain: the copy of the network: %s", e.msg);
+            goto fail;
+        }
+        b->gchurn = malloc(sizeof(sm_real) * m->params.total);
+        b->target = malloc(sizeof(sm_real) * (size_t)m->max_T * m->cfg.n_classes);
+        if (!b->gchurn || !b->target) {
+            sm_fail(err, SM_ERR_NOMEM, "cchain: out of memory");
+            goto fail;
+        }
+    }
     return b;
 fail:
     sm_baselines_free(b);
@@ -361,13 +417,39 @@ fail:
 void sm_baselines_free(sm_baselines *b) {
     if (!b) return;
     sm_cbp_free(b->cbp);
+    sm_model_free(b->prev);
+    free(b->gchurn), free(b->target);
     free(b->work), free(b);
 }
 
-void sm_baselines_grad(sm_baselines *b, sm_model *m) {
-    if (!b || !b->c.pw) return;
-    b->pw_sum += sm_parseval_penalty(&m->params, m->params.grad, b->c.pw_scale, b->c.pw_coef, b->work);
-    b->pw_n++;
+void sm_baselines_churn(sm_baselines *b, sm_model *m, const float *x, int n) {
+    if (!b || !b->prev) return;
+    b->churn = NAN;
+    if (!b->have_prev || n < 1) return;
+    const int V = m->cfg.n_classes;
+    memcpy(b->target, sm_model_forward(b->prev, x, n, NULL, 0), sizeof(sm_real) * (size_t)n * V);
+    const sm_real *out = sm_model_forward(m, x, n, NULL, 1);
+    b->churn = sm_churn_loss(m->dlogits, out, b->target, n, V);
+    memset(b->gchurn, 0, sizeof(sm_real) * m->params.total);
+    sm_params view = sm_params_view(&m->params, b->gchurn);
+    backward_without_aux(m, &view, n);
+}
+
+void sm_baselines_grad(sm_baselines *b, sm_model *m, double loss_main) {
+    if (!b) return;
+    if (b->c.pw) {
+        b->pw_sum += sm_parseval_penalty(&m->params, m->params.grad, b->c.pw_scale, b->c.pw_coef, b->work);
+        b->pw_n++;
+    }
+    if (!b->prev) return;
+    if (!isnan(b->churn)) {
+        /* CHAIN's adaptive coefficient: the churn term kept at beta times the main loss's size */
+        const double coef = b->c.cchain_ratio * fabs(loss_main) / (b->churn + 1e-8);
+        for (size_t i = 0; i < m->params.total; i++) m->params.grad[i] += (sm_real)(coef * b->gchurn[i]);
+        b->ch_sum += b->churn, b->coef_sum += coef, b->ch_n++;
+    }
+    memcpy(b->prev->params.data, m->params.data, sizeof(sm_real) * m->params.total);
+    b->have_prev = 1;
 }
 
 void sm_baselines_after_step(sm_baselines *b, sm_model *m, sm_optim *opt, int T, sm_rng *rng) {
@@ -383,6 +465,11 @@ int sm_baselines_stats(sm_baselines *b, const char **keys, double *vals) {
     if (b->c.pw) keys[n] = "pw/penalty", vals[n++] = b->pw_n ? b->pw_sum / b->pw_n : 0;
     if (b->c.redo) keys[n] = "redo/reset_count", vals[n++] = (double)b->redo_n;
     if (b->cbp) keys[n] = "cbp/replaced", vals[n++] = (double)b->cbp_n;
+    if (b->prev) {
+        keys[n] = "cchain/churn", vals[n++] = b->ch_n ? b->ch_sum / b->ch_n : 0;
+        keys[n] = "cchain/coef", vals[n++] = b->ch_n ? b->coef_sum / b->ch_n : 0;
+    }
     b->pw_sum = 0, b->pw_n = b->redo_n = b->cbp_n = 0;
+    b->ch_sum = b->coef_sum = 0, b->ch_n = 0;
     return n;
 }

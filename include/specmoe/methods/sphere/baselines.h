@@ -11,6 +11,9 @@
  *         contribution utility per hidden unit; a fraction rho of the mature units (age > m) with
  *         the lowest utility is reinitialised (as ReDo, plus the next layer's bias absorbing the
  *         unit's mean contribution).
+ *   C-CHAIN  churn reduction (Tang et al. 2025): lambda * L_churn, the mean squared change of the
+ *         outputs on a reference batch between the current parameters and those before the last
+ *         optimiser step, lambda = beta |L_main| / (L_churn + 1e-8) per step (no gradient through it).
  *
  *   sm_baselines_config bc = {.pw = 1, .pw_coef = 1e-3, .pw_scale = 1};
  *   sm_baselines *b = sm_baselines_create(&bc, actor, &err);
@@ -85,6 +88,12 @@ void sm_cbp_free(sm_cbp *c);
  * Returns the number of units replaced. */
 int sm_cbp_step(sm_cbp *c, sm_model *m, sm_optim *opt, int T, sm_rng *rng);
 
+/* ---- C-CHAIN -------------------------------------------------------------------------------- */
+
+/* The churn of n reference rows: L = (1/n) sum_t sum_j (out_tj - target_tj)^2, its gradient w.r.t.
+ * out written into dout (n, A) (may be NULL). */
+double sm_churn_loss(sm_real *dout, const sm_real *out, const sm_real *target, int n, int A);
+
 /* ---- together, for an agent ----------------------------------------------------------------- */
 
 typedef struct {
@@ -96,6 +105,8 @@ typedef struct {
     int cbp;               /* continual backprop on */
     double cbp_rate, cbp_decay;
     int cbp_maturity;
+    int cchain;            /* C-CHAIN churn reduction on */
+    double cchain_ratio;   /* beta: lambda = beta |L_main| / (L_churn + 1e-8) */
 } sm_baselines_config;
 
 typedef struct sm_baselines sm_baselines;
@@ -103,13 +114,20 @@ typedef struct sm_baselines sm_baselines;
  * no hidden units). Returns a valid object with nothing on when the config switches nothing on. */
 sm_baselines *sm_baselines_create(const sm_baselines_config *c, sm_model *m, sm_error *err);
 void sm_baselines_free(sm_baselines *b);
-/* Adds the penalties' gradients to m->params.grad (call after the base backward, before clipping). */
-void sm_baselines_grad(sm_baselines *b, sm_model *m);
+/* C-CHAIN's churn on n reference rows x (n <= m->max_T; call before the minibatch's own forward):
+ * the outputs of m against those of the parameters before the last optimiser step, its gradient kept
+ * aside (nothing the first time: there is no previous step yet). */
+void sm_baselines_churn(sm_baselines *b, sm_model *m, const float *x, int n);
+/* Adds the penalties' gradients to m->params.grad (call after the base backward, before clipping,
+ * with the main loss L_main that sets C-CHAIN's coefficient), and keeps the parameters the coming
+ * optimiser step starts from (C-CHAIN's previous iterate). */
+void sm_baselines_grad(sm_baselines *b, sm_model *m, double loss_main);
 /* Resets after an optimiser step, from the activations of its forward of T examples. */
 void sm_baselines_after_step(sm_baselines *b, sm_model *m, sm_optim *opt, int T, sm_rng *rng);
 /* The metrics since the last call (pw/penalty: sum_W ||W W^T - s I||^2 without
- * the coefficient, mean over steps; redo/reset_count, cbp/replaced: sums),
- * into keys / vals (room for 3); returns how many, and starts the next period. */
+ * the coefficient, and cchain/churn, cchain/coef: means over steps; redo/reset_count, cbp/replaced:
+ * sums), into keys / vals (room for SM_BASELINES_STATS); returns how many, and starts the next period. */
+#define SM_BASELINES_STATS 5
 int sm_baselines_stats(sm_baselines *b, const char **keys, double *vals);
 
 #ifdef __cplusplus
