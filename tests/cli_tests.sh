@@ -154,7 +154,7 @@ expect 0 "rl train --diag-every: diagnostics on a held-out batch" "^rl-train env
 expect 0 "rl train --diag-every: eNTK and feature ranks, dormant ratio, norms in metrics.jsonl" \
     '"diag/entk_srank": [0-9.e+-]+, "diag/dormant": [0-9.e+-]+, "diag/grad_norm": [0-9.e+-]+, "diag/feature_srank": [0-9.e+-]+' -- \
     cat "$tmp/rl_diag/metrics.jsonl"
-# the plasticity baselines of SPHERE's comparison (PW, ReDo, CBP, C-CHAIN): bad values refused before any work,
+# the plasticity baselines of SPHERE's comparison (PW, ReDo, CBP, SN, C-CHAIN): bad values refused before any work,
 # short runs on the dense and the MoE actor log their quantities
 expect 2 "rl train: --pw-coef < 0 is refused" "pw_coef must be a number >= 0 \(got -1\)" -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --pw 1 --pw-coef -1 --frames 256
@@ -166,17 +166,19 @@ expect 2 "rl train: --cbp-rate above 1 is refused" "cbp_rate must be in \[0, 1\]
     "$bin" rl train --env mujoco/reach-0 --agent ppo --cbp 1 --cbp-rate 2 --frames 256
 expect 2 "rl train: --cbp-decay 1 is refused" "cbp_decay must be in \[0, 1\) \(got 1\)" -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --cbp 1 --cbp-decay 1 --frames 256
+expect 2 "rl train: --sn takes 0 or 1" "--sn: invalid value 'maybe'" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --sn maybe --frames 256
 expect 2 "rl train: --cchain-ratio < 0 is refused" "cchain_ratio must be a number >= 0 \(got -1\)" -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --cchain 1 --cchain-ratio -1 --frames 256
 expect 2 "rl train: --cbp-maturity < 0 is refused" "cbp_maturity must be >= 0 \(got -3\)" -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --cbp 1 --cbp-maturity -3 --frames 256
 for actor in mlp moe; do
-    expect 0 "rl train: PW, ReDo, CBP and C-CHAIN on the $actor actor" "^rl-train env=mujoco/reach-0 agent=ppo frames=256 " -- \
+    expect 0 "rl train: PW, ReDo, CBP, SN and C-CHAIN on the $actor actor" "^rl-train env=mujoco/reach-0 agent=ppo frames=256 " -- \
         "$bin" rl train --env mujoco/reach-0 --agent ppo --actor $actor --arch dense:8,dense:8 --experts 3 --topk 2 \
         --num-envs 2 --num-steps 64 --num-minibatches 2 --update-epochs 2 --frames 256 --pw 1 --redo 1 --redo-every 2 \
-        --cbp 1 --cbp-maturity 1 --cbp-rate 0.2 --cchain 1 --out "$tmp/rl_base_$actor"
-    expect 0 "rl train: pw/penalty, redo/reset_count, cbp/replaced, cchain/churn of the $actor actor in metrics.jsonl" \
-        '"pw/penalty": [0-9.e+-]+, "redo/reset_count": [0-9]+, "cbp/replaced": [1-9][0-9]*, "cchain/churn": [0-9.e+-]+, "cchain/coef": [0-9.e+-]+' -- \
+        --cbp 1 --cbp-maturity 1 --cbp-rate 0.2 --cchain 1 --sn 1 --out "$tmp/rl_base_$actor"
+    expect 0 "rl train: pw/, redo/, cbp/, sn/, cchain/ quantities of the $actor actor in metrics.jsonl" \
+        '"pw/penalty": [0-9.e+-]+, "redo/reset_count": [0-9]+, "cbp/replaced": [1-9][0-9]*, "sn/sigma_max": [0-9.e+-]+, "cchain/churn": [0-9.e+-]+' -- \
         cat "$tmp/rl_base_$actor/metrics.jsonl"
 done
 # SPHERE's actor kinds (--actor): refusals, and each kind trains, checkpoints and evaluates

@@ -202,7 +202,7 @@ Test(baselines, refusals) {
     sm_model *m = baselines_fixture(0, SM_ACT_RELU, 4, &r);
     sm_error err;
     sm_baselines_config bad_redo = {.redo = 1, .redo_every = 0, .redo_tau = 0.1};
-    cr_expect_null(sm_baselines_create(&bad_redo, m, &err));
+    cr_expect_null(sm_baselines_create(&bad_redo, m, &r, &err));
     cr_expect(strstr(err.msg, "redo"), "%s", err.msg);
     cr_expect_null(sm_cbp_create(m, 2, 0.99, 100, &err));
     cr_expect(strstr(err.msg, "cbp"), "%s", err.msg);

@@ -69,6 +69,7 @@ static const sm_opt kOpts[] = {
     ROW("cbp_rate", SM_OPT_NUM, cbp_rate, "1e-4", "CBP: replacement rate (fraction of mature units per step)"),
     ROW("cbp_decay", SM_OPT_NUM, cbp_decay, "0.99", "CBP: decay of the running utility"),
     ROW("cbp_maturity", SM_OPT_INT, cbp_maturity, "100", "CBP: maturity threshold (steps before a unit may be replaced)"),
+    ROW("sn", SM_OPT_BOOL, sn, "0", "SN baseline: spectral normalisation of the actor's hidden weight matrices (Miyato et al. 2018)"),
     ROW("cchain", SM_OPT_BOOL, cchain, "0", "C-CHAIN baseline: reduce the actor's churn on a reference batch (Tang et al. 2025)"),
     ROW("cchain_ratio", SM_OPT_NUM, cchain_ratio, "0.1", "C-CHAIN: beta of the adaptive coefficient beta |L_policy| / L_churn"),
     ROW("diag_every", SM_OPT_INT, diag_every, "0",
@@ -559,13 +560,13 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
         if (!(p->sphere = sm_sphere_reg_create(&sc, p->actor, &e)))
             return sm_fail(err, e.code, "ppo: sphere_rho %g: %s", c->sphere_rho, e.msg);
     }
-    if (c->pw || c->redo || c->cbp || c->cchain) {
+    if (c->pw || c->redo || c->cbp || c->cchain || c->sn) {
         sm_baselines_config bc = {.pw = c->pw, .pw_coef = c->pw_coef, .pw_scale = c->pw_scale, .redo = c->redo,
                                   .redo_every = c->redo_every, .redo_tau = c->redo_tau, .cbp = c->cbp,
                                   .cbp_rate = c->cbp_rate, .cbp_decay = c->cbp_decay, .cbp_maturity = c->cbp_maturity,
-                                  .cchain = c->cchain, .cchain_ratio = c->cchain_ratio};
+                                  .cchain = c->cchain, .cchain_ratio = c->cchain_ratio, .sn = c->sn};
         sm_error e;
-        if (!(p->base = sm_baselines_create(&bc, p->actor, &e))) return sm_fail(err, e.code, "ppo: actor %s: %s", c->actor, e.msg);
+        if (!(p->base = sm_baselines_create(&bc, p->actor, &p->rng, &e))) return sm_fail(err, e.code, "ppo: actor %s: %s", c->actor, e.msg);
     }
     /* the log-std parameter: zeros at the start (CleanRL's actor_logstd) */
     sm_params_init_table(&p->ls);
@@ -986,6 +987,7 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
                 p->sph_pen += ss.penalty, p->sph_coef += ss.coef, p->sph_n++;
                 p->sph_gb += ss.gnorm_base, p->sph_gp += ss.gnorm_pen;
             }
+            sm_baselines_before_step(p->base, p->actor); /* SN: the raw weights and their gradient */
             double gn = sm_clip_grad_norm_sets(sets, p->n_sets, p->c.max_grad_norm);
             if (!isfinite(lp) || !isfinite(lv) || !isfinite(gn))
                 return sm_fail(err, SM_ERR_NUMERIC, "ppo: update %ld (global step %ld): %s is %g", p->updates + 1,

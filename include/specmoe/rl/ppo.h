@@ -59,6 +59,7 @@ typedef struct {
     int cbp;                     /* continual backprop (Dohare et al. 2024) */
     double cbp_rate, cbp_decay;
     int cbp_maturity;
+    int sn;                      /* spectral normalisation (Miyato et al. 2018) */
     int cchain;                  /* C-CHAIN churn reduction (Tang et al. 2025) */
     double cchain_ratio;
     int diag_every;              /* updates between diagnostics on a held-out batch (0: off) */

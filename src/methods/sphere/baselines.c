@@ -1,7 +1,7 @@
 /* The plasticity baselines of SPHERE's comparison (include/specmoe/methods/sphere/baselines.h):
  * Parseval regularisation (PW), ReDo and continual backprop (CBP) on a model's hidden layers.
  *
- * Letters: r x c one weight matrix (rows are output units), H hidden units of a layer, I its fan-in,
+ * Letters: r x c one weight matrix (rows are output units), H hidden units of a layer, In its fan-in,
  * O the width of the layer after it, N rows of the last forward. */
 #include "specmoe/methods/sphere/baselines.h"
 
@@ -94,7 +94,7 @@ int sm_unit_layers(sm_model *m, int T, sm_unit_layer *out, int max) {
             int bo = sm_params_find(ps, name);
             if (wi < 0 || wo < 0 || ps->p[wi].ndim != 2 || ps->p[wo].ndim != 2) continue;
             out[n++] = (sm_unit_layer){.layer = l, .expert = -1, .depth = 0, .H = (int)ps->p[wi].shape[0],
-                                       .I = (int)ps->p[wi].shape[1], .O = (int)ps->p[wo].shape[0], .rows = T > 0 ? T : 0, .t_in = wi,
+                                       .In = (int)ps->p[wi].shape[1], .O = (int)ps->p[wo].shape[0], .rows = T > 0 ? T : 0, .t_in = wi,
                                        .in_off = ps->p[wi].offset, .bin_off = bi >= 0 ? ps->p[bi].offset : NO_BIAS,
                                        .out_off = ps->p[wo].offset, .bout_off = bo >= 0 ? ps->p[bo].offset : NO_BIAS,
                                        .h = sm_seq_output(m->body, l)};
@@ -111,11 +111,11 @@ int sm_unit_layers(sm_model *m, int T, sm_unit_layer *out, int max) {
                     sm_unit_layer u = {.layer = l, .expert = e, .depth = j, .H = H};
                     if (h) u.rows = r->offset[e + 1] - r->offset[e], u.h = h + (size_t)r->offset[e] * H;
                     if (j == 0) {
-                        u.t_in = q->ip[0], u.I = d;
+                        u.t_in = q->ip[0], u.In = d;
                         u.in_off = ps->p[q->ip[0]].offset + (size_t)e * H * d;
                         u.bin_off = q->ip[1] >= 0 ? ps->p[q->ip[1]].offset + (size_t)e * H : NO_BIAS;
                     } else {
-                        u.t_in = q->ip[8], u.I = H;
+                        u.t_in = q->ip[8], u.In = H;
                         u.in_off = ps->p[q->ip[8]].offset + ((size_t)e * (Ld - 1) + j - 1) * H * H;
                         u.bin_off = q->ip[9] >= 0 ? ps->p[q->ip[9]].offset + ((size_t)e * (Ld - 1) + j - 1) * H : NO_BIAS;
                     }
@@ -157,9 +157,9 @@ void sm_unit_reinit(sm_model *m, sm_optim *opt, const sm_unit_layer *L, const in
     const size_t block = L->in_off - t->offset;
     for (int k = 0; k < n; k++) {
         const int u = units[k];
-        sm_real *w = ps->data + L->in_off + (size_t)u * L->I;
-        memcpy(w, fresh + block + (size_t)u * L->I, sizeof(sm_real) * L->I);
-        clear_moments(opt, L->in_off + (size_t)u * L->I, L->I, 1);
+        sm_real *w = ps->data + L->in_off + (size_t)u * L->In;
+        memcpy(w, fresh + block + (size_t)u * L->In, sizeof(sm_real) * L->In);
+        clear_moments(opt, L->in_off + (size_t)u * L->In, L->In, 1);
         if (L->bin_off != NO_BIAS) {
             ps->data[L->bin_off + u] = 0;
             clear_moments(opt, L->bin_off + u, 1, 1);
@@ -339,12 +339,142 @@ static void backward_without_aux(sm_model *m, const sm_params *pv, int T) {
     }
 }
 
+/* ---- SN: spectral normalisation (Miyato et al. 2018, Eq. 20 and Algorithm 1) ---------------------- */
+
+struct sm_sn {
+    int n;            /* matrices */
+    int *tensor;      /* (n) their tensor and slice */
+    size_t *slice;
+    int *rows, *cols;
+    sm_real *u, *v;   /* the n matrices' u (r) and v (c), one block */
+    size_t *uoff, *voff;
+    double *sigma;    /* (n) */
+};
+
+static void sn_normalize(sm_real *x, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += (double)x[i] * x[i];
+    s = sqrt(s) + 1e-12; /* torch's eps */
+    for (int i = 0; i < n; i++) x[i] = (sm_real)(x[i] / s);
+}
+
+/* iters power iterations on W (r, c): v = W^T u / |.|, u = W v / |.|; returns sigma = u^T W v */
+static double sn_power(const sm_real *W, sm_real *u, sm_real *v, int r, int c, int iters) {
+    for (int it = 0; it < iters; it++) {
+        sm_gemm(1, 0, c, 1, r, 1, W, c, u, 1, 0, v, 1);
+        sn_normalize(v, c);
+        sm_gemm(0, 0, r, 1, c, 1, W, c, v, 1, 0, u, 1);
+        sn_normalize(u, r);
+    }
+    double s = 0;
+    for (int i = 0; i < r; i++) {
+        double wv = 0;
+        for (int j = 0; j < c; j++) wv += (double)W[(size_t)i * c + j] * v[j];
+        s += u[i] * wv;
+    }
+    return s;
+}
+
+void sm_sn_backward(sm_real *dW, const sm_real *G, const sm_real *Wsn, const sm_real *u, const sm_real *v, double sigma, int r,
+                    int c) {
+    double gw = 0;
+    for (size_t i = 0; i < (size_t)r * c; i++) gw += (double)G[i] * Wsn[i];
+    for (int i = 0; i < r; i++)
+        for (int j = 0; j < c; j++) {
+            const size_t k = (size_t)i * c + j;
+            dW[k] = (sm_real)((G[k] - gw * u[i] * v[j]) / sigma);
+        }
+}
+
+void sm_sn_free(sm_sn *s) {
+    if (!s) return;
+    free(s->tensor), free(s->slice), free(s->rows), free(s->cols), free(s->u), free(s->v), free(s->uoff), free(s->voff);
+    free(s->sigma), free(s);
+}
+
+sm_sn *sm_sn_create(sm_model *m, sm_rng *rng, sm_error *err) {
+    const sm_params *ps = &m->params;
+    int n = 0;
+    size_t nu = 0, nv = 0;
+    for (int i = 0; i < ps->n; i++) {
+        if (!sm_parseval_tensor(ps, i)) continue;
+        const sm_param *q = &ps->p[i];
+        const size_t r = (size_t)q->shape[q->ndim - 2], c = (size_t)q->shape[q->ndim - 1], k = q->numel / (r * c);
+        n += (int)k, nu += k * r, nv += k * c;
+    }
+    if (n == 0) {
+        sm_fail(err, SM_ERR_ARG, "sn: the network has no hidden weight matrix to normalise");
+        return NULL;
+    }
+    sm_sn *s = calloc(1, sizeof *s);
+    if (s) {
+        s->tensor = malloc(sizeof(int) * n), s->slice = malloc(sizeof(size_t) * n), s->rows = malloc(sizeof(int) * n);
+        s->cols = malloc(sizeof(int) * n), s->u = malloc(sizeof(sm_real) * nu), s->v = malloc(sizeof(sm_real) * nv);
+        s->uoff = malloc(sizeof(size_t) * n), s->voff = malloc(sizeof(size_t) * n), s->sigma = malloc(sizeof(double) * n);
+    }
+    if (!s || !s->tensor || !s->slice || !s->rows || !s->cols || !s->u || !s->v || !s->uoff || !s->voff || !s->sigma) {
+        sm_sn_free(s);
+        sm_fail(err, SM_ERR_NOMEM, "sn: out of memory");
+        return NULL;
+    }
+    nu = nv = 0;
+    for (int i = 0; i < ps->n; i++) {
+        if (!sm_parseval_tensor(ps, i)) continue;
+        const sm_param *q = &ps->p[i];
+        const int r = (int)q->shape[q->ndim - 2], c = (int)q->shape[q->ndim - 1];
+        const size_t k = q->numel / ((size_t)r * c);
+        for (size_t j = 0; j < k; j++, s->n++) {
+            const int t = s->n;
+            s->tensor[t] = i, s->slice[t] = j, s->rows[t] = r, s->cols[t] = c, s->uoff[t] = nu, s->voff[t] = nv;
+            sm_real *u = s->u + nu, *W = ps->data + q->offset + j * r * c;
+            for (int a = 0; a < r; a++) u[a] = (sm_real)sm_rng_normal(rng);
+            sn_normalize(u, r);
+            s->sigma[t] = sn_power(W, u, s->v + nv, r, c, 15);
+            for (size_t e = 0; e < (size_t)r * c; e++) W[e] = (sm_real)(W[e] / s->sigma[t]);
+            nu += r, nv += c;
+        }
+    }
+    return s;
+}
+
+static sm_real *sn_matrix(const sm_sn *s, const sm_params *ps, sm_real *base, int t) {
+    return base + ps->p[s->tensor[t]].offset + s->slice[t] * (size_t)s->rows[t] * s->cols[t];
+}
+
+void sm_sn_to_raw(sm_sn *s, sm_model *m) {
+    const sm_params *ps = &m->params;
+    for (int t = 0; t < s->n; t++) {
+        const size_t rc = (size_t)s->rows[t] * s->cols[t];
+        sm_real *W = sn_matrix(s, ps, ps->data, t), *G = sn_matrix(s, ps, ps->grad, t);
+        /* dW overwrites G in place: sm_sn_backward reads G[k] before writing dW[k], after the <G, Wsn> sum */
+        sm_sn_backward(G, G, W, s->u + s->uoff[t], s->v + s->voff[t], s->sigma[t], s->rows[t], s->cols[t]);
+        for (size_t e = 0; e < rc; e++) W[e] = (sm_real)(W[e] * s->sigma[t]);
+    }
+}
+
+void sm_sn_from_raw(sm_sn *s, sm_model *m) {
+    const sm_params *ps = &m->params;
+    for (int t = 0; t < s->n; t++) {
+        const size_t rc = (size_t)s->rows[t] * s->cols[t];
+        sm_real *W = sn_matrix(s, ps, ps->data, t);
+        s->sigma[t] = sn_power(W, s->u + s->uoff[t], s->v + s->voff[t], s->rows[t], s->cols[t], 1);
+        for (size_t e = 0; e < rc; e++) W[e] = (sm_real)(W[e] / s->sigma[t]);
+    }
+}
+
+double sm_sn_sigma_max(const sm_sn *s) {
+    double mx = 0;
+    for (int t = 0; t < s->n; t++) mx = s->sigma[t] > mx ? s->sigma[t] : mx;
+    return mx;
+}
+
 /* ---- together --------------------------------------------------------------------------------- */
 
 struct sm_baselines {
     sm_baselines_config c;
     sm_real *work;  /* PW scratch */
     sm_cbp *cbp;
+    sm_sn *sn;
     long steps;     /* optimiser steps seen (ReDo's period) */
     double pw_sum;  /* since the last stats */
     long pw_n, redo_n, cbp_n;
@@ -358,7 +488,7 @@ struct sm_baselines {
     long ch_n;
 };
 
-sm_baselines *sm_baselines_create(const sm_baselines_config *c, sm_model *m, sm_error *err) {
+sm_baselines *sm_baselines_create(const sm_baselines_config *c, sm_model *m, sm_rng *rng, sm_error *err) {
     if (c->pw && !(c->pw_coef >= 0 && isfinite(c->pw_scale))) {
         sm_fail(err, SM_ERR_ARG, "pw: coefficient %g must be >= 0 and the scale %g finite", c->pw_coef, c->pw_scale);
         return NULL;
@@ -390,6 +520,7 @@ sm_baselines *sm_baselines_create(const sm_baselines_config *c, sm_model *m, sm_
         goto fail;
     }
     if (c->cbp && !(b->cbp = sm_cbp_create(m, c->cbp_rate, c->cbp_decay, c->cbp_maturity, err))) goto fail;
+    if (c->sn && !(b->sn = sm_sn_create(m, rng, err))) goto fail;
     b->churn = NAN;
     if (c->cchain) {
         if (!(c->cchain_ratio >= 0)) {
@@ -417,6 +548,7 @@ fail:
 void sm_baselines_free(sm_baselines *b) {
     if (!b) return;
     sm_cbp_free(b->cbp);
+    sm_sn_free(b->sn);
     sm_model_free(b->prev);
     free(b->gchurn), free(b->target);
     free(b->work), free(b);
@@ -452,8 +584,13 @@ void sm_baselines_grad(sm_baselines *b, sm_model *m, double loss_main) {
     b->have_prev = 1;
 }
 
+void sm_baselines_before_step(sm_baselines *b, sm_model *m) {
+    if (b && b->sn) sm_sn_to_raw(b->sn, m);
+}
+
 void sm_baselines_after_step(sm_baselines *b, sm_model *m, sm_optim *opt, int T, sm_rng *rng) {
     if (!b) return;
+    if (b->sn) sm_sn_from_raw(b->sn, m);
     b->steps++;
     if (b->cbp) b->cbp_n += sm_cbp_step(b->cbp, m, opt, T, rng);
     if (b->c.redo && b->steps % b->c.redo_every == 0) b->redo_n += sm_redo(m, opt, T, b->c.redo_tau, rng);
@@ -465,6 +602,7 @@ int sm_baselines_stats(sm_baselines *b, const char **keys, double *vals) {
     if (b->c.pw) keys[n] = "pw/penalty", vals[n++] = b->pw_n ? b->pw_sum / b->pw_n : 0;
     if (b->c.redo) keys[n] = "redo/reset_count", vals[n++] = (double)b->redo_n;
     if (b->cbp) keys[n] = "cbp/replaced", vals[n++] = (double)b->cbp_n;
+    if (b->sn) keys[n] = "sn/sigma_max", vals[n++] = sm_sn_sigma_max(b->sn);
     if (b->prev) {
         keys[n] = "cchain/churn", vals[n++] = b->ch_n ? b->ch_sum / b->ch_n : 0;
         keys[n] = "cchain/coef", vals[n++] = b->ch_n ? b->coef_sum / b->ch_n : 0;

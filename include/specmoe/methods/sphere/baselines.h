@@ -11,6 +11,8 @@
  *         contribution utility per hidden unit; a fraction rho of the mature units (age > m) with
  *         the lowest utility is reinitialised (as ReDo, plus the next layer's bias absorbing the
  *         unit's mean contribution).
+ *   SN    spectral normalisation (Miyato et al. 2018, Bjorck et al. 2021) of the same matrices as PW:
+ *         W / sigma_max(W), sigma from one power iteration per step, its gradient as torch's.
  *   C-CHAIN  churn reduction (Tang et al. 2025): lambda * L_churn, the mean squared change of the
  *         outputs on a reference batch between the current parameters and those before the last
  *         optimiser step, lambda = beta |L_main| / (L_churn + 1e-8) per step (no gradient through it).
@@ -51,13 +53,13 @@ size_t sm_parseval_work_values(const sm_params *ps);
 
 /* ---- hidden units --------------------------------------------------------------------------- */
 
-/* One layer of H hidden units: unit u's incoming weights are row u of the (H, I) block at w_in (+ its
+/* One layer of H hidden units: unit u's incoming weights are row u of the (H, In) block at w_in (+ its
  * bias b_in[u]), its outgoing weights column u of the (O, H) block at w_out (b_out: the next layer's
  * bias, O values, or NULL); its activations in the last forward are column u of h (rows, H). Offsets
  * are element offsets into the parameter block (for the optimiser's moments). */
 typedef struct {
     int layer, expert, depth; /* model layer, expert (-1 for a dense layer), hidden layer of the expert */
-    int H, I, O, rows;
+    int H, In, O, rows;       /* units, their fan-in, the next layer's width, rows of the forward */
     int t_in;                 /* the incoming weight tensor (its init redraws fresh rows) */
     size_t in_off, bin_off, out_off, bout_off; /* bin_off / bout_off: (size_t)-1 without bias */
     const sm_real *h;
@@ -94,6 +96,27 @@ int sm_cbp_step(sm_cbp *c, sm_model *m, sm_optim *opt, int T, sm_rng *rng);
  * out written into dout (n, A) (may be NULL). */
 double sm_churn_loss(sm_real *dout, const sm_real *out, const sm_real *target, int n, int A);
 
+/* ---- SN ------------------------------------------------------------------------------------- */
+
+/* Spectral normalisation (Miyato et al. 2018; Bjorck et al. 2021) of the hidden weight matrices PW
+ * selects (sm_parseval_tensor), as torch.nn.utils.parametrizations.spectral_norm does it: the table
+ * holds W_sn = W / sigma with sigma = u^T W v from a power iteration whose u, v are constants for
+ * the gradient; the raw W = sigma W_sn lives only between sm_sn_to_raw and sm_sn_from_raw. */
+typedef struct sm_sn sm_sn;
+/* Draws u, runs 15 power iterations per matrix (torch's start) and normalises m's table in place. */
+sm_sn *sm_sn_create(sm_model *m, sm_rng *rng, sm_error *err);
+void sm_sn_free(sm_sn *s);
+/* Before the optimiser step: the gradient G w.r.t. W_sn becomes the raw one (G - <G, W_sn> u v^T) / sigma
+ * and the table holds the raw W, which the step then updates. */
+void sm_sn_to_raw(sm_sn *s, sm_model *m);
+/* After it: one power iteration on the raw W (u, v, sigma), and the table back to W / sigma. */
+void sm_sn_from_raw(sm_sn *s, sm_model *m);
+/* The largest sigma (the last power iteration's) over the matrices. */
+double sm_sn_sigma_max(const sm_sn *s);
+/* The raw gradient of one r x c matrix (exported for the gradient check): dW = (G - <G, Wsn> u v^T) / sigma. */
+void sm_sn_backward(sm_real *dW, const sm_real *G, const sm_real *Wsn, const sm_real *u, const sm_real *v, double sigma, int r,
+                    int c);
+
 /* ---- together, for an agent ----------------------------------------------------------------- */
 
 typedef struct {
@@ -105,6 +128,7 @@ typedef struct {
     int cbp;               /* continual backprop on */
     double cbp_rate, cbp_decay;
     int cbp_maturity;
+    int sn;                /* spectral normalisation of the hidden weight matrices */
     int cchain;            /* C-CHAIN churn reduction on */
     double cchain_ratio;   /* beta: lambda = beta |L_main| / (L_churn + 1e-8) */
 } sm_baselines_config;
@@ -112,7 +136,7 @@ typedef struct {
 typedef struct sm_baselines sm_baselines;
 /* NULL with err set when nothing in m can carry a switched-on baseline (no hidden weight matrices,
  * no hidden units). Returns a valid object with nothing on when the config switches nothing on. */
-sm_baselines *sm_baselines_create(const sm_baselines_config *c, sm_model *m, sm_error *err);
+sm_baselines *sm_baselines_create(const sm_baselines_config *c, sm_model *m, sm_rng *rng, sm_error *err);
 void sm_baselines_free(sm_baselines *b);
 /* C-CHAIN's churn on n reference rows x (n <= m->max_T; call before the minibatch's own forward):
  * the outputs of m against those of the parameters before the last optimiser step, its gradient kept
@@ -122,12 +146,16 @@ void sm_baselines_churn(sm_baselines *b, sm_model *m, const float *x, int n);
  * with the main loss L_main that sets C-CHAIN's coefficient), and keeps the parameters the coming
  * optimiser step starts from (C-CHAIN's previous iterate). */
 void sm_baselines_grad(sm_baselines *b, sm_model *m, double loss_main);
-/* Resets after an optimiser step, from the activations of its forward of T examples. */
+/* Right before clipping and the optimiser step, after every gradient has been added: SN's raw
+ * gradient and weights (sm_sn_to_raw). */
+void sm_baselines_before_step(sm_baselines *b, sm_model *m);
+/* After an optimiser step: SN's normalised weights back (sm_sn_from_raw), then the resets, from the
+ * activations of the step's forward of T examples. */
 void sm_baselines_after_step(sm_baselines *b, sm_model *m, sm_optim *opt, int T, sm_rng *rng);
 /* The metrics since the last call (pw/penalty: sum_W ||W W^T - s I||^2 without
  * the coefficient, and cchain/churn, cchain/coef: means over steps; redo/reset_count, cbp/replaced:
- * sums), into keys / vals (room for SM_BASELINES_STATS); returns how many, and starts the next period. */
-#define SM_BASELINES_STATS 5
+ * sums; sn/sigma_max: the largest sigma now), into keys / vals (room for SM_BASELINES_STATS); returns how many, and starts the next period. */
+#define SM_BASELINES_STATS 6
 int sm_baselines_stats(sm_baselines *b, const char **keys, double *vals);
 
 #ifdef __cplusplus
