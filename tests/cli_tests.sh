@@ -181,6 +181,19 @@ for actor in mlp moe; do
         '"pw/penalty": [0-9.e+-]+, "redo/reset_count": [0-9]+, "cbp/replaced": [1-9][0-9]*, "sn/sigma_max": [0-9.e+-]+, "cchain/churn": [0-9.e+-]+' -- \
         cat "$tmp/rl_base_$actor/metrics.jsonl"
 done
+# LN: LayerNorm in the actor's hidden layers (the moe actors: factory experts, which SPHERE cannot read)
+for actor in mlp moe; do
+    expect 0 "rl train: --layernorm 1 on the $actor actor" "^rl-train env=mujoco/reach-0 agent=ppo frames=256 " -- \
+        "$bin" rl train --env mujoco/reach-0 --agent ppo --actor $actor --arch dense:8,dense:8 --experts 3 --topk 2 \
+        --num-envs 2 --num-steps 64 --num-minibatches 2 --update-epochs 1 --frames 256 --layernorm 1 --out "$tmp/rl_ln_$actor"
+    expect 0 "rl eval: the $actor actor with LayerNorm from its checkpoint" "^rl-eval env=mujoco/reach-0 " -- \
+        "$bin" rl eval "$tmp/rl_ln_$actor/checkpoint.safetensors" --episodes 1
+done
+expect 2 "rl train: --layernorm with SPHERE is refused, naming the experts" "needs built-in MLP experts" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:8,dense:8 --experts 3 --layernorm 1 \
+    --sphere-rho 0.001 --frames 256
+expect 2 "rl train: --layernorm 2 is refused" "--layernorm: invalid value '2'" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --layernorm 2 --frames 256
 # SPHERE's actor kinds (--actor): refusals, and each kind trains, checkpoints and evaluates
 expect 2 "rl train: an unknown --actor names the kinds" "unknown actor 'bogus' \(mlp, mlp10x, moe, dense-moe, ds-moe\)" -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --actor bogus --frames 256

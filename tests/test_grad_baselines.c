@@ -244,3 +244,53 @@ Test(grad_baselines, sn_round_trip_and_sigma) {
     free(data0);
     sm_model_free(m);
 }
+
+/* LN: the actors with LayerNorm in their hidden layers (sm_model_config.hidden_ln) end to end, a
+ * squared error of the outputs against a fixed target, against finite differences over every
+ * parameter; the config round-trips through JSON and leaves no key when it is off. */
+typedef struct {
+    sm_model *m;
+    const float *x;
+    const sm_real *target;
+    int n;
+} ln_ctx;
+
+static double ln_loss(void *p) {
+    ln_ctx *c = p;
+    return sm_churn_loss(NULL, sm_model_forward(c->m, c->x, c->n, NULL, 1), c->target, c->n, c->m->cfg.n_classes);
+}
+
+Test(grad_baselines, ln_actors) {
+    enum { N = 5 };
+    for (int moe = 0; moe < 2; moe++) {
+        sm_rng r;
+        sm_rng_seed(&r, 20 + moe);
+        sm_model *m = baselines_fixture_ln(moe, SM_ACT_TANH, 1, N, &r);
+        int n_ln = 0;
+        for (int i = 0; i < m->params.n; i++) n_ln += m->params.p[i].ndim == 1 && strstr(m->params.p[i].name, ".1.weight") != NULL;
+        cr_expect_eq(n_ln, moe ? 2 + 3 * 3 : 2, "LayerNorm gains: %d", n_ln); /* gate 2; 3 experts x 3 layers */
+        float x[N * 4];
+        sm_real target[N * 3], *g = calloc(m->params.total, sizeof(sm_real));
+        for (int i = 0; i < N * 4; i++) x[i] = (float)sm_rng_normal(&r);
+        gc_fill_normal(target, N * 3, 0.5, &r);
+        for (size_t i = 0; i < m->params.total; i++) m->params.data[i] += (sm_real)(0.1 * sm_rng_normal(&r)); /* gains off 1 */
+        sm_params_zero_grad(&m->params);
+        sm_churn_loss(m->dlogits, sm_model_forward(m, x, N, NULL, 1), target, N, 3);
+        if (moe) m->layers[0].moe->router->cfg.balance_coef = 0;
+        sm_model_backward(m, N);
+        memcpy(g, m->params.grad, sizeof(sm_real) * m->params.total);
+        ln_ctx c = {m, x, target, N};
+        gc_check(moe ? "ln moe" : "ln mlp", m->params.data, g, m->params.total, ln_loss, &c, &r, 150);
+        char *js = sm_model_config_to_json(&m->cfg);
+        sm_model_config back;
+        sm_error err;
+        cr_expect_eq(sm_model_config_from_json(&back, js, &err), SM_OK, "%s", err.msg);
+        cr_expect_eq(back.hidden_ln, 1);
+        free(js);
+        m->cfg.hidden_ln = 0;
+        js = sm_model_config_to_json(&m->cfg);
+        cr_expect_null(strstr(js, "hidden_ln"), "%s", js);
+        free(js), free(g);
+        sm_model_free(m);
+    }
+}

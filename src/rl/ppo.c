@@ -59,6 +59,8 @@ static const sm_opt kOpts[] = {
     ROW("sphere_per_expert", SM_OPT_BOOL, sphere_per_expert, "0", "SPHERE ablation: a sum of per-expert penalties (no cross-expert terms)"),
     ROW("sphere_unweighted", SM_OPT_BOOL, sphere_unweighted, "0", "SPHERE ablation: features h_e without the routing weight p_e"),
     /* the plasticity baselines (SPHERE Sec. 5.1, App. J.2) with their sources' settings */
+    ROW("layernorm", SM_OPT_BOOL, layernorm, "0",
+        "LN baseline: LayerNorm in the actor's hidden layers, Linear -> LayerNorm -> act (the moe actors' gate and experts too)"),
     ROW("pw", SM_OPT_BOOL, pw, "0", "PW baseline: Parseval regularisation of the actor's hidden weight matrices (Chung et al. 2024)"),
     ROW("pw_coef", SM_OPT_NUM, pw_coef, "1e-3", "PW: coefficient lambda of sum_W ||W W^T - s I||_F^2"),
     ROW("pw_scale", SM_OPT_NUM, pw_scale, "1", "PW: the target scale s"),
@@ -178,6 +180,7 @@ static sm_status actor_config(sm_model_config *mc, const sm_ppo_config *c, const
     mc->in_h = env->obs_h;
     mc->in_w = env->obs_w;
     mc->n_classes = env->act_n;
+    if (as_actor) mc->hidden_ln = c->layernorm;
     return as_actor ? actor_kind(mc, c, err) : SM_OK;
 }
 
@@ -548,7 +551,11 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
         for (int i = 0; i < ps->n; i++) {
             const char *nm = ps->p[i].name;
             size_t n = strlen(nm);
-            if (n > 11 && (!strcmp(nm + n - 11, ".experts.w2") || !strcmp(nm + n - 11, ".experts.b2")))
+            int e, j, last = 0; /* LayerNorm's factory experts: layers.<i>.experts.<e>.<depth> is the output layer */
+            char rest[16];
+            if (c->layernorm && sscanf(nm, "layers.%*d.experts.%d.%d.%15s", &e, &j, rest) == 3)
+                last = j == p->actor_cfg.moe.depth && (!strcmp(rest, "weight") || !strcmp(rest, "bias"));
+            if (last || (n > 11 && (!strcmp(nm + n - 11, ".experts.w2") || !strcmp(nm + n - 11, ".experts.b2"))))
                 for (size_t j = 0; j < ps->p[i].numel; j++) sm_params_data(ps, i)[j] *= (sm_real)0.01;
         }
     }

@@ -52,6 +52,7 @@ typedef struct {
     char sphere_mode[8];         /* grad | loss */
     int sphere_all_layers, sphere_per_expert, sphere_unweighted; /* Table 1's ablations */
     /* the plasticity baselines of SPHERE's comparison on the actor (methods/sphere/baselines.h) */
+    int layernorm;               /* LayerNorm in the actor's hidden layers (sm_model_config.hidden_ln) */
     int pw;                      /* Parseval regularisation (Chung et al. 2024) */
     double pw_coef, pw_scale;
     int redo, redo_every;        /* ReDo (Sokar et al. 2023): period in gradient steps */
