@@ -181,6 +181,14 @@ for actor in mlp moe; do
         '"pw/penalty": [0-9.e+-]+, "redo/reset_count": [0-9]+, "cbp/replaced": [1-9][0-9]*, "sn/sigma_max": [0-9.e+-]+, "cchain/churn": [0-9.e+-]+' -- \
         cat "$tmp/rl_base_$actor/metrics.jsonl"
 done
+# load balancing on the MoE actor: the router's --balance weight (topk's default 0.01; the paper's Top-k: 0)
+expect 0 "rl train: --balance 0.01 on the moe actor" "^rl-train env=mujoco/reach-0 agent=ppo frames=256 " -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:8,dense:8 --experts 3 --topk 2 --balance 0.01 \
+    --num-envs 2 --num-steps 64 --num-minibatches 2 --update-epochs 1 --frames 256 --out "$tmp/rl_balance"
+expect 0 "rl train: the actor routers' auxiliary loss in metrics.jsonl" '"losses/router_aux": [0-9.e+-]*[1-9]' -- \
+    cat "$tmp/rl_balance/metrics.jsonl"
+expect 2 "rl train: --balance < 0 is refused" "loss coefficients must be >= 0" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:8,dense:8 --experts 3 --balance -1 --frames 256
 # LN: LayerNorm in the actor's hidden layers (the moe actors: factory experts, which SPHERE cannot read)
 for actor in mlp moe; do
     expect 0 "rl train: --layernorm 1 on the $actor actor" "^rl-train env=mujoco/reach-0 agent=ppo frames=256 " -- \

@@ -436,6 +436,7 @@ typedef struct {
     sm_baselines *base;           /* PW / ReDo / CBP on the actor, or NULL */
     double sph_pen, sph_coef, sph_gb, sph_gp; /* their sums over the update's minibatches */
     long sph_n;
+    double aux_sum;               /* the actor routers' auxiliary losses (load balancing) over the update's minibatches */
     double gn_sum;                /* global gradient norms (before clipping) over the update's minibatches */
     long gn_n;
     /* diagnostics (diag_every): a held-out batch drawn from the session's first rollout */
@@ -978,6 +979,7 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
                                : sm_ppo_policy_loss_discrete(p->actor->dlogits, &st, out, p->m_act, p->m_logp, p->m_adv, B, A,
                                                              p->c.clip_coef, p->c.ent_coef);
             sm_model_backward_into(p->actor, &p->actor->params, B);
+            p->aux_sum += p->actor->aux_loss;
             const sm_real *v = sm_model_forward(p->critic, p->m_obs, B, &p->rng, 1);
             double lv = sm_ppo_value_loss(p->critic->dlogits, &st, v, p->m_val, p->m_ret, B, p->c.clip_coef, p->c.clip_vloss,
                                           p->c.vf_coef);
@@ -1118,9 +1120,12 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
                          p.sph_n ? p.sph_gb / p.sph_n : 0, p.sph_n ? p.sph_gp / p.sph_n : 0};
         /* the SPHERE means over this update's minibatches, when it is on */
         if ((st = sm_rl_log_record(&log, p.global_step, kKeys, vals, (int)SM_LEN(vals) - (p.sphere ? 0 : 4), err)) != SM_OK) break;
-        const char *bk[SM_BASELINES_STATS];
-        double bv[SM_BASELINES_STATS];
-        const int nb = sm_baselines_stats(p.base, bk, bv);
+        const char *bk[SM_BASELINES_STATS + 1];
+        double bv[SM_BASELINES_STATS + 1];
+        int nb = sm_baselines_stats(p.base, bk, bv);
+        /* the load-balancing baseline: the routers' weighted auxiliary losses, mean over the minibatches */
+        if (sm_model_n_moe(p.actor)) bk[nb] = "losses/router_aux", bv[nb++] = p.gn_n ? p.aux_sum / p.gn_n : 0;
+        p.aux_sum = 0;
         if (nb && (st = sm_rl_log_record(&log, p.global_step, bk, bv, nb, err)) != SM_OK) break;
         if (c->diag_every > 0 && p.updates % c->diag_every == 0 && (st = diagnose(&p, &log, err)) != SM_OK) break;
         p.sph_pen = p.sph_coef = p.sph_gb = p.sph_gp = 0, p.sph_n = 0;
