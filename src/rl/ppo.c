@@ -433,7 +433,7 @@ typedef struct {
     sm_params ls;                 /* log_std (A), box actions only (an empty table otherwise) */
     sm_optim opt[3];              /* actor, critic, log_std */
     sm_sphere_reg *sphere;        /* SPHERE on the actor, or NULL */
-    sm_baselines *base;           /* PW / ReDo / CBP on the actor, or NULL */
+    sm_baselines *base;           /* PW, SN, ReDo, CBP, C-CHAIN on the actor, or NULL */
     double sph_pen, sph_coef, sph_gb, sph_gp; /* their sums over the update's minibatches */
     long sph_n;
     double aux_sum;               /* the actor routers' auxiliary losses (load balancing) over the update's minibatches */
@@ -966,7 +966,7 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
                 double sd = sqrt(var / (B - 1));
                 for (int b = 0; b < B; b++) p->m_adv[b] = (sm_real)((p->m_adv[b] - mean) / (sd + 1e-8));
             }
-            if (p->ref_obs) { /* C-CHAIN: the churn on rows drawn from the whole rollout, apart from the minibatch's own */
+            if (p->ref_obs) { /* C-CHAIN: the churn on rows drawn uniformly from the whole rollout (a draw of its own, not the minibatch) */
                 for (int b = 0; b < B; b++)
                     memcpy(p->ref_obs + (size_t)b * D, p->b_obs + (size_t)sm_rng_below(&p->rng, (uint32_t)p->Bt) * D, sizeof(float) * D);
                 sm_baselines_churn(p->base, p->actor, p->ref_obs, B);
