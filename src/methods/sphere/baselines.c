@@ -149,16 +149,19 @@ void sm_unit_reinit(sm_model *m, sm_optim *opt, const sm_unit_layer *L, const in
     if (n <= 0) return;
     sm_params *ps = &m->params;
     const sm_param *t = &ps->p[L->t_in];
-    /* a fresh draw of the incoming tensor's initialiser (the whole tensor, so one draw serves any
-     * block of it); the rows of this layer's block are taken from the same place */
-    sm_real *fresh = malloc(sizeof(sm_real) * t->numel);
-    if (!fresh) return;
-    sm_params_init_draw(ps, L->t_in, fresh, rng);
+    /* fresh rows of the incoming tensor's initialiser, drawn row by row (the values of an element-wise
+     * initialiser are independent); a Stiefel tensor's frames only come whole: a whole draw then */
+    sm_real *fresh = NULL;
+    if (t->init == SM_INIT_STIEFEL) {
+        if (!(fresh = malloc(sizeof(sm_real) * t->numel))) return;
+        sm_params_init_draw(ps, L->t_in, fresh, rng);
+    }
     const size_t block = L->in_off - t->offset;
     for (int k = 0; k < n; k++) {
         const int u = units[k];
         sm_real *w = ps->data + L->in_off + (size_t)u * L->In;
-        memcpy(w, fresh + block + (size_t)u * L->In, sizeof(sm_real) * L->In);
+        if (fresh) memcpy(w, fresh + block + (size_t)u * L->In, sizeof(sm_real) * L->In);
+        else sm_params_init_draw_n(ps, L->t_in, (size_t)L->In, w, rng);
         clear_moments(opt, L->in_off + (size_t)u * L->In, L->In, 1);
         if (L->bin_off != NO_BIAS) {
             ps->data[L->bin_off + u] = 0;

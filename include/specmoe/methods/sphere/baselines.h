@@ -68,8 +68,8 @@ typedef struct {
 /* The hidden-unit layers of m after a forward of T examples, into out (at most max); returns how many. */
 int sm_unit_layers(sm_model *m, int T, sm_unit_layer *out, int max);
 
-/* Reinitialises the listed units of L: fresh incoming weights (rows of a new draw of the tensor's
- * init), zero incoming bias, zero outgoing weights, and the Adam moments of all of them cleared. */
+/* Reinitialises the listed units of L: fresh incoming weights (new draws of the tensor's
+ * initialiser), zero incoming bias, zero outgoing weights, and the Adam moments of all of them cleared. */
 void sm_unit_reinit(sm_model *m, sm_optim *opt, const sm_unit_layer *L, const int *units, int n, sm_rng *rng);
 
 /* ReDo on every unit layer: reinitialises the units whose score mean_n |h| / layer mean is <= tau
