@@ -269,6 +269,9 @@ Test(grad_baselines, ln_actors) {
         int n_ln = 0;
         for (int i = 0; i < m->params.n; i++) n_ln += m->params.p[i].ndim == 1 && strstr(m->params.p[i].name, ".1.weight") != NULL;
         cr_expect_eq(n_ln, moe ? 2 + 3 * 3 : 2, "LayerNorm gains: %d", n_ln); /* gate 2; 3 experts x 3 layers */
+        int n_pw = 0; /* PW and SN: the hidden linear maps only, not the LN gains nor the experts' output layers */
+        for (int i = 0; i < m->params.n; i++) n_pw += sm_parseval_tensor(&m->params, i);
+        cr_expect_eq(n_pw, moe ? 2 + 3 * 3 : 2, "PW matrices: %d", n_pw);
         float x[N * 4];
         sm_real target[N * 3], *g = calloc(m->params.total, sizeof(sm_real));
         for (int i = 0; i < N * 4; i++) x[i] = (float)sm_rng_normal(&r);

@@ -29,6 +29,12 @@ int sm_parseval_tensor(const sm_params *ps, int i) {
     const sm_param *q = &ps->p[i];
     if (ends_with(q->name, ".experts.w1") || ends_with(q->name, ".experts.wh") || ends_with(q->name, ".shared.w1"))
         return q->ndim >= 3;
+    /* LayerNorm's factory experts (sm_model_config.hidden_ln): hidden layers are containers
+     * experts.<e>.<j>.0.weight, the output layer a plain experts.<e>.<L>.weight */
+    const char *x = strstr(q->name, ".experts.");
+    int e, j;
+    char rest[8];
+    if (x && sscanf(x, ".experts.%d.%d.%7s", &e, &j, rest) == 3 && !strcmp(rest, "weight")) return 0;
     return q->ndim == 2 && ends_with(q->name, ".weight") && strncmp(q->name, "head.", 5) && !strstr(q->name, ".router.");
 }
 

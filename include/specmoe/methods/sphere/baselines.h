@@ -42,7 +42,8 @@ extern "C" {
 
 /* 1 if tensor i of ps is a hidden weight matrix PW regularises: a 2-D `.weight` that is not the head's
  * nor a router's, or an MLP expert block `experts.w1` / `experts.wh` / `shared.w1` (each (.., r, c)
- * slice one matrix). The output layers (`head.weight`, `experts.w2`) are left out, as in Chung et al. */
+ * slice one matrix). The output layers (`head.weight`, `experts.w2`, a LayerNorm expert's last
+ * `experts.<e>.<L>.weight`) are left out, as in Chung et al. */
 int sm_parseval_tensor(const sm_params *ps, int i);
 
 /* sum over the selected matrices W (r x c, rows = output units) of ||W W^T - s I_r||_F^2; adds
