@@ -737,6 +737,18 @@ static void run_state_io(ppo *p, blob *s, int dir) {
     io(s, venv, vb);
     if (dir && !s->bad) sm_vecenv_load(&p->v, venv);
     free(venv);
+    /* the baselines' own state (CBP's utilities, SN's power iteration, C-CHAIN's previous parameters):
+     * only when one is on, so the state of every other run is as before */
+    const size_t bb = sm_baselines_state_bytes(p->base);
+    void *base = bb ? malloc(bb) : NULL;
+    if (bb && !base) {
+        s->bad = 1;
+        return;
+    }
+    if (bb && !dir) sm_baselines_state_save(p->base, base);
+    if (bb) io(s, base, bb);
+    if (bb && dir && !s->bad) sm_baselines_state_load(p->base, base);
+    free(base);
 }
 
 static int sets_of(ppo *p, sm_ckpt_set *sets) {

@@ -605,6 +605,52 @@ void sm_baselines_after_step(sm_baselines *b, sm_model *m, sm_optim *opt, int T,
     if (b->c.redo && b->steps % b->c.redo_every == 0) b->redo_n += sm_redo(m, opt, T, b->c.redo_tau, rng);
 }
 
+/* The state's pieces in one order for both directions: (pointer, bytes) pairs into parts (at most 12). */
+static int state_parts(const sm_baselines *b, void **ptr, size_t *len) {
+    int n = 0;
+    ptr[n] = (void *)&b->steps, len[n++] = sizeof b->steps;
+    if (b->cbp) {
+        const size_t U = (size_t)b->cbp->off[b->cbp->n_layers];
+        ptr[n] = b->cbp->util, len[n++] = sizeof(double) * U;
+        ptr[n] = b->cbp->mean, len[n++] = sizeof(double) * U;
+        ptr[n] = b->cbp->age, len[n++] = sizeof(long) * U;
+    }
+    if (b->sn) {
+        const sm_sn *s = b->sn;
+        const size_t nu = s->uoff[s->n - 1] + (size_t)s->rows[s->n - 1], nv = s->voff[s->n - 1] + (size_t)s->cols[s->n - 1];
+        ptr[n] = s->u, len[n++] = sizeof(sm_real) * nu;
+        ptr[n] = s->v, len[n++] = sizeof(sm_real) * nv;
+        ptr[n] = s->sigma, len[n++] = sizeof(double) * (size_t)s->n;
+    }
+    if (b->prev) {
+        ptr[n] = (void *)&b->have_prev, len[n++] = sizeof b->have_prev;
+        ptr[n] = b->prev->params.data, len[n++] = sizeof(sm_real) * b->prev->params.total;
+    }
+    return n;
+}
+
+size_t sm_baselines_state_bytes(const sm_baselines *b) {
+    void *ptr[12];
+    size_t len[12], total = 0;
+    const int n = b ? state_parts(b, ptr, len) : 0;
+    for (int i = 0; i < n; i++) total += len[i];
+    return total;
+}
+
+void sm_baselines_state_save(const sm_baselines *b, void *out) {
+    void *ptr[12];
+    size_t len[12];
+    const int n = b ? state_parts(b, ptr, len) : 0;
+    for (int i = 0; i < n; i++) memcpy(out, ptr[i], len[i]), out = (char *)out + len[i];
+}
+
+void sm_baselines_state_load(sm_baselines *b, const void *in) {
+    void *ptr[12];
+    size_t len[12];
+    const int n = b ? state_parts(b, ptr, len) : 0;
+    for (int i = 0; i < n; i++) memcpy(ptr[i], in, len[i]), in = (const char *)in + len[i];
+}
+
 int sm_baselines_stats(sm_baselines *b, const char **keys, double *vals) {
     int n = 0;
     if (!b) return 0;

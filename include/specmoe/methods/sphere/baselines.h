@@ -153,6 +153,12 @@ void sm_baselines_before_step(sm_baselines *b, sm_model *m);
 /* After an optimiser step: SN's normalised weights back (sm_sn_from_raw), then the resets, from the
  * activations of the step's forward of T examples. */
 void sm_baselines_after_step(sm_baselines *b, sm_model *m, sm_optim *opt, int T, sm_rng *rng);
+/* The state a resumed run needs to continue bit for bit (the step count, CBP's utilities, means and
+ * ages, SN's u, v and sigma, C-CHAIN's previous parameters), as bytes of this build: its size, and
+ * a copy out of b or into it (the network's shapes must be those it was taken from). */
+size_t sm_baselines_state_bytes(const sm_baselines *b);
+void sm_baselines_state_save(const sm_baselines *b, void *out);
+void sm_baselines_state_load(sm_baselines *b, const void *in);
 /* The metrics since the last call (pw/penalty: sum_W ||W W^T - s I||^2 without
  * the coefficient, and cchain/churn, cchain/coef: means over steps; redo/reset_count, cbp/replaced:
  * sums; sn/sigma_max: the largest sigma now), into keys / vals (room for SM_BASELINES_STATS); returns how many, and starts the next period. */
