@@ -174,6 +174,54 @@ expect 0 "rl train --diag-slq: the eNTK rank by SLQ beside the exact one, with i
     cat "$tmp/rl_slq/metrics.jsonl"
 expect 2 "rl train: --diag-slq < 0 is refused" "diag_slq must be >= 0" -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --diag-slq -1 --frames 256
+# the plasticity baselines of SPHERE's comparison (PW, ReDo, CBP, SN, C-CHAIN): bad values refused before any work,
+# short runs on the dense and the MoE actor log their quantities
+expect 2 "rl train: --pw-coef < 0 is refused" "pw_coef must be a number >= 0 \(got -1\)" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --pw 1 --pw-coef -1 --frames 256
+expect 2 "rl train: --redo-every 0 is refused" "redo_every must be >= 1 gradient step \(got 0\)" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --redo 1 --redo-every 0 --frames 256
+expect 2 "rl train: --redo-tau < 0 is refused" "redo_tau must be >= 0 \(got -0.5\)" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --redo 1 --redo-tau -0.5 --frames 256
+expect 2 "rl train: --cbp-rate above 1 is refused" "cbp_rate must be in \[0, 1\] \(got 2\)" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --cbp 1 --cbp-rate 2 --frames 256
+expect 2 "rl train: --cbp-decay 1 is refused" "cbp_decay must be in \[0, 1\) \(got 1\)" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --cbp 1 --cbp-decay 1 --frames 256
+expect 2 "rl train: --sn takes 0 or 1" "--sn: invalid value 'maybe'" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --sn maybe --frames 256
+expect 2 "rl train: --cchain-ratio < 0 is refused" "cchain_ratio must be a number >= 0 \(got -1\)" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --cchain 1 --cchain-ratio -1 --frames 256
+expect 2 "rl train: --cbp-maturity < 0 is refused" "cbp_maturity must be >= 0 \(got -3\)" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --cbp 1 --cbp-maturity -3 --frames 256
+for actor in mlp moe; do
+    expect 0 "rl train: PW, ReDo, CBP, SN and C-CHAIN on the $actor actor" "^rl-train env=mujoco/reach-0 agent=ppo frames=256 " -- \
+        "$bin" rl train --env mujoco/reach-0 --agent ppo --actor $actor --arch dense:8,dense:8 --experts 3 --topk 2 \
+        --num-envs 2 --num-steps 64 --num-minibatches 2 --update-epochs 2 --frames 256 --pw 1 --redo 1 --redo-every 2 \
+        --cbp 1 --cbp-maturity 1 --cbp-rate 0.2 --cchain 1 --sn 1 --out "$tmp/rl_base_$actor"
+    expect 0 "rl train: pw/, redo/, cbp/, sn/, cchain/ quantities of the $actor actor in metrics.jsonl" \
+        '"pw/penalty": [0-9.e+-]+, "redo/reset_count": [0-9]+, "cbp/replaced": [1-9][0-9]*, "sn/sigma_max": [0-9.e+-]+, "cchain/churn": [0-9.e+-]+' -- \
+        cat "$tmp/rl_base_$actor/metrics.jsonl"
+done
+# load balancing on the MoE actor: the router's --balance weight (topk's default 0.01; the paper's Top-k: 0)
+expect 0 "rl train: --balance 0.01 on the moe actor" "^rl-train env=mujoco/reach-0 agent=ppo frames=256 " -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:8,dense:8 --experts 3 --topk 2 --balance 0.01 \
+    --num-envs 2 --num-steps 64 --num-minibatches 2 --update-epochs 1 --frames 256 --out "$tmp/rl_balance"
+expect 0 "rl train: the actor routers' auxiliary loss in metrics.jsonl" '"losses/router_aux": [0-9.e+-]*[1-9]' -- \
+    cat "$tmp/rl_balance/metrics.jsonl"
+expect 2 "rl train: --balance < 0 is refused" "loss coefficients must be >= 0" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:8,dense:8 --experts 3 --balance -1 --frames 256
+# LN: LayerNorm in the actor's hidden layers (the moe actors: factory experts, which SPHERE cannot read)
+for actor in mlp moe; do
+    expect 0 "rl train: --layernorm 1 on the $actor actor" "^rl-train env=mujoco/reach-0 agent=ppo frames=256 " -- \
+        "$bin" rl train --env mujoco/reach-0 --agent ppo --actor $actor --arch dense:8,dense:8 --experts 3 --topk 2 \
+        --num-envs 2 --num-steps 64 --num-minibatches 2 --update-epochs 1 --frames 256 --layernorm 1 --out "$tmp/rl_ln_$actor"
+    expect 0 "rl eval: the $actor actor with LayerNorm from its checkpoint" "^rl-eval env=mujoco/reach-0 " -- \
+        "$bin" rl eval "$tmp/rl_ln_$actor/checkpoint.safetensors" --episodes 1
+done
+expect 2 "rl train: --layernorm with SPHERE is refused, naming the experts" "needs built-in MLP experts" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:8,dense:8 --experts 3 --layernorm 1 \
+    --sphere-rho 0.001 --frames 256
+expect 2 "rl train: --layernorm 2 is refused" "--layernorm: invalid value '2'" -- \
+    "$bin" rl train --env mujoco/reach-0 --agent ppo --layernorm 2 --frames 256
 # SPHERE's actor kinds (--actor): refusals, and each kind trains, checkpoints and evaluates
 expect 2 "rl train: an unknown --actor names the kinds" "unknown actor 'bogus' \(mlp, mlp10x, moe, dense-moe, ds-moe\)" -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --actor bogus --frames 256

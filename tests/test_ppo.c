@@ -241,6 +241,35 @@ Test(ppo, resume_equals_an_uninterrupted_run) {
     }
 }
 
+/* SPHERE's baselines keep state between steps (CBP's utilities, SN's power iteration, C-CHAIN's
+ * previous parameters, ReDo's step count): a resumed run still equals an uninterrupted one, on the
+ * dense and the MoE actor (Pendulum: the Gaussian head) */
+Test(ppo, resume_with_the_baselines_equals_an_uninterrupted_run) {
+    const char *actors[] = {"mlp", "moe"};
+    for (int k = 0; k < 2; k++) {
+        const long N = 2, M = 2;
+        sm_ppo_config c;
+        small(&c, N + M);
+        c.total_timesteps = 0;
+        snprintf(c.actor, sizeof c.actor, "%s", actors[k]);
+        snprintf(c.arch, sizeof c.arch, "dense:8,dense:8");
+        c.pw = c.sn = c.cchain = c.redo = c.cbp = 1;
+        c.redo_every = 3, c.cbp_maturity = 2, c.cbp_rate = 0.3;
+        sm_error err = {0};
+        sm_rl_result res;
+        const char *a = tu_tmpdir(), *b = tu_tmpdir();
+        cr_assert_eq(run_split("classic/pendulum", &c, a, (N + M) * 64, N * 64, NULL, 3, &res, &err), SM_OK, "%s", err.msg);
+        char ck[256];
+        snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", a);
+        cr_assert_eq(run_env("classic/pendulum", &c, a, (N + M) * 64, ck, 3, &res, &err), SM_OK, "%s", err.msg);
+        cr_assert_eq(run_env("classic/pendulum", &c, b, (N + M) * 64, NULL, 3, &res, &err), SM_OK, "%s", err.msg);
+        size_t na, nb;
+        unsigned char *ba = checkpoint_bytes(a, &na), *bb = checkpoint_bytes(b, &nb);
+        cr_assert(na == nb && !memcmp(ba, bb, na), "%s: resumed and uninterrupted runs wrote different checkpoints", actors[k]);
+        free(ba), free(bb);
+    }
+}
+
 /* CartPole-v1 is solved at a mean return of 475; a uniform random policy scores about 22. CleanRL's
  * ppo.py defaults (4 x 128 steps, 4 minibatches, 4 epochs, lr 2.5e-4 annealed, entropy 0.01) over
  * its 500k frames: seeds 1-5 all end with a training return of 500 (episodes of the last 10% of

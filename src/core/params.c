@@ -95,8 +95,14 @@ void sm_params_init_draw(const sm_params *ps, int i, sm_real *x, sm_rng *rng) {
         for (size_t f = 0; f < q->numel / ((size_t)r * d); f++) sm_stiefel_haar(x + f * (size_t)r * d, r, d, rng, NULL);
         return;
     }
+    sm_params_init_draw_n(ps, i, q->numel, x, rng);
+}
+
+int sm_params_init_draw_n(const sm_params *ps, int i, size_t n, sm_real *x, sm_rng *rng) {
+    const sm_param *q = &ps->p[i];
+    if (q->init == SM_INIT_STIEFEL) return -1;
     double a = q->fan_in > 0 ? 1.0 / sqrt((double)q->fan_in) : 0.0;
-    for (size_t j = 0; j < q->numel; j++) {
+    for (size_t j = 0; j < n; j++) {
         switch (q->init) {
         case SM_INIT_ZERO: x[j] = 0; break;
         case SM_INIT_ONE: x[j] = 1; break;
@@ -106,6 +112,7 @@ void sm_params_init_draw(const sm_params *ps, int i, sm_real *x, sm_rng *rng) {
         case SM_INIT_STIEFEL: break;
         }
     }
+    return 0;
 }
 
 void sm_params_initialize(sm_params *ps, sm_rng *rng) {

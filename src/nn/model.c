@@ -150,6 +150,7 @@ char *sm_model_config_to_json(const sm_model_config *c) {
     cJSON_AddStringToObject(o, "arch", arch);
     cJSON_AddStringToObject(o, "act", sm_act_name(c->act));
     cJSON_AddNumberToObject(o, "residual", c->residual);
+    if (c->hidden_ln) cJSON_AddNumberToObject(o, "hidden_ln", c->hidden_ln); /* absent: as every config before it */
     sm_moe_config_to_json(&c->moe, cJSON_AddObjectToObject(o, "moe"));
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -186,6 +187,7 @@ sm_status sm_model_config_from_json(sm_model_config *c, const char *json, sm_err
     if (st == SM_OK) st = json_opt_num(o, "rho_t", &c->rho_t, err);
     if (st == SM_OK) st = json_opt_num(o, "diversity_beta", &c->diversity_beta, err);
     if (st == SM_OK) st = json_opt_int(o, "penalty_on_prototypes", &c->penalty_on_prototypes, err);
+    if (st == SM_OK) st = json_opt_int(o, "hidden_ln", &c->hidden_ln, err);
     cJSON_Delete(o);
     if (st != SM_OK) return st;
     if (sm_act_parse(act, &c->act)) return sm_fail(err, SM_ERR_FORMAT, "model config: unknown activation '%s'", act);
@@ -218,19 +220,57 @@ static sm_module *res_block(const char *name, int C, sm_act act, sm_error *err) 
 /* SPHERE's MoE actor as a layer (model.h, moehead): experts F -> H (moe.depth hidden layers) -> V, and a
  * gate MLP of sp->k dense layers of width sp->s with the activation (parameters <name>.gate.<i>.*) that
  * the router reads; none when sp->k = 0. */
+/* A hidden dense layer of `width` units: Linear -> act, or with ln Linear -> LayerNorm -> act (a
+ * sequential container of three children; pre-activation LayerNorm as in Lyle et al. 2024). */
+static sm_module *hidden_dense(const char *name, int width, sm_act act, int ln, sm_error *err) {
+    if (!ln) return sm_dense_module(name, width, act, err);
+    sm_module *k[3] = {sm_dense_module("", width, SM_ACT_NONE, err), NULL, NULL};
+    if (k[0]) k[1] = sm_layernorm_module("", err);
+    if (k[1]) k[2] = sm_act_module("", act, err);
+    if (!k[2]) {
+        for (int i = 0; i < 3; i++)
+            if (k[i]) sm_module_free(k[i]);
+        return NULL;
+    }
+    return sm_seq_module(name, k, 3, err);
+}
+
+/* A stack of n hidden layers of `width` (then, if out > 0, a linear map to out) as one container */
+static sm_module *hidden_stack(const char *name, int n, int width, int out, sm_act act, int ln, sm_error *err) {
+    sm_module *g[SM_MAX_LAYERS + 1] = {NULL};
+    int k = 0;
+    for (; k < n; k++)
+        if (!(g[k] = hidden_dense("", width, act, ln, err))) break;
+    if (k == n && out > 0 && (g[k] = sm_dense_module("", out, SM_ACT_NONE, err))) k++;
+    if (k < n + (out > 0)) {
+        for (int j = 0; j < k; j++) sm_module_free(g[j]);
+        return NULL;
+    }
+    return sm_seq_module(name, g, k, err);
+}
+
+typedef struct {
+    const sm_model_config *c;
+    int width, depth;
+} ln_expert;
+
+/* the moehead's experts with LayerNorm: obs -> width (depth layers, Linear -> LN -> act) -> classes */
+static sm_module *make_ln_expert(void *user, int e, sm_error *err) {
+    (void)e;
+    const ln_expert *x = user;
+    return hidden_stack("", x->depth, x->width, x->c->n_classes, x->c->act, 1, err);
+}
+
 static sm_module *moehead_module(const sm_model_config *c, const sm_layer_spec *sp, const char *name, sm_error *err) {
     sm_moe_config mc = c->moe;
     mc.H = sp->width;
     mc.out_dim = c->n_classes;
     sm_module *gate = NULL;
-    if (sp->k > 0) {
-        sm_module *g[8] = {NULL};
-        for (int i = 0; i < sp->k; i++)
-            if (!(g[i] = sm_dense_module("", sp->s, c->act, err))) {
-                for (int j = 0; j < i; j++) sm_module_free(g[j]);
-                return NULL;
-            }
-        if (!(gate = sm_seq_module("", g, sp->k, err))) return NULL;
+    if (sp->k > 0 && !(gate = hidden_stack("", sp->k, sp->s, 0, c->act, c->hidden_ln, err))) return NULL;
+    if (c->hidden_ln) {
+        /* the built-in [E, ...] experts have no LayerNorm: factory experts built from modules */
+        ln_expert x = {c, sp->width, mc.depth > 1 ? mc.depth : 1};
+        return sm_moe_module_experts(name, &mc, make_ln_expert, &x, gate, err);
     }
     return sm_moe_module_gated(name, &mc, gate, err);
 }
@@ -242,7 +282,7 @@ static sm_module *layer_module(const sm_model_config *c, int i, sm_error *err) {
     snprintf(name, sizeof name, "layers.%d", i);
     sm_module *mod = NULL;
     switch (sp->kind) {
-    case SM_LAYER_DENSE: mod = sm_dense_module(name, sp->width, c->act, err); break;
+    case SM_LAYER_DENSE: mod = hidden_dense(name, sp->width, c->act, c->hidden_ln, err); break;
     case SM_LAYER_FFN: mod = sm_ffn_module(name, sp->width, c->act, err); break;
     case SM_LAYER_MOE: {
         sm_moe_config mc = c->moe;

@@ -38,6 +38,7 @@
 #include "specmoe/core/optim.h"
 #include "specmoe/dist/dist.h"
 #include "specmoe/io/checkpoint.h"
+#include "specmoe/methods/sphere/baselines.h"
 #include "specmoe/methods/sphere/sphere.h"
 #include "specmoe/nn/routers.h"
 #include "specmoe/rl/rl_log.h"
@@ -75,6 +76,22 @@ static const sm_opt kOpts[] = {
     ROW("sphere_all_layers", SM_OPT_BOOL, sphere_all_layers, "0", "SPHERE ablation: every hidden expert layer, not only the last"),
     ROW("sphere_per_expert", SM_OPT_BOOL, sphere_per_expert, "0", "SPHERE ablation: a sum of per-expert penalties (no cross-expert terms)"),
     ROW("sphere_unweighted", SM_OPT_BOOL, sphere_unweighted, "0", "SPHERE ablation: features h_e without the routing weight p_e"),
+    /* the plasticity baselines (SPHERE Sec. 5.1, App. J.2) with their sources' settings */
+    ROW("layernorm", SM_OPT_BOOL, layernorm, "0",
+        "LN baseline: LayerNorm in the actor's hidden layers, Linear -> LayerNorm -> act (the moe actors' gate and experts too)"),
+    ROW("pw", SM_OPT_BOOL, pw, "0", "PW baseline: Parseval regularisation of the actor's hidden weight matrices (Chung et al. 2024)"),
+    ROW("pw_coef", SM_OPT_NUM, pw_coef, "1e-3", "PW: coefficient lambda of sum_W ||W W^T - s I||_F^2"),
+    ROW("pw_scale", SM_OPT_NUM, pw_scale, "1", "PW: the target scale s"),
+    ROW("redo", SM_OPT_BOOL, redo, "0", "ReDo baseline: reset the actor's tau-dormant hidden units (Sokar et al. 2023)"),
+    ROW("redo_every", SM_OPT_INT, redo_every, "1000", "ReDo: gradient steps between resets"),
+    ROW("redo_tau", SM_OPT_NUM, redo_tau, "0.1", "ReDo: dormancy threshold tau"),
+    ROW("cbp", SM_OPT_BOOL, cbp, "0", "CBP baseline: continual backprop on the actor's hidden units (Dohare et al. 2024)"),
+    ROW("cbp_rate", SM_OPT_NUM, cbp_rate, "1e-4", "CBP: replacement rate (fraction of mature units per step)"),
+    ROW("cbp_decay", SM_OPT_NUM, cbp_decay, "0.99", "CBP: decay of the running utility"),
+    ROW("cbp_maturity", SM_OPT_INT, cbp_maturity, "100", "CBP: maturity threshold (steps before a unit may be replaced)"),
+    ROW("sn", SM_OPT_BOOL, sn, "0", "SN baseline: spectral normalisation of the actor's hidden weight matrices (Miyato et al. 2018)"),
+    ROW("cchain", SM_OPT_BOOL, cchain, "0", "C-CHAIN baseline: reduce the actor's churn on a reference batch (Tang et al. 2025)"),
+    ROW("cchain_ratio", SM_OPT_NUM, cchain_ratio, "0.1", "C-CHAIN: beta of the adaptive coefficient beta |L_policy| / L_churn"),
     ROW("diag_every", SM_OPT_INT, diag_every, "0",
         "updates between diagnostics on a held-out batch (diag/: eNTK and feature effective ranks, feature norm, dormant ratio; 0: off)"),
     ROW("diag_states", SM_OPT_INT, diag_states, "32", "states in the held-out batch of the diagnostics (at most the minibatch)"),
@@ -184,6 +201,7 @@ static sm_status actor_config(sm_model_config *mc, const sm_ppo_config *c, const
     mc->in_h = env->obs_h;
     mc->in_w = env->obs_w;
     mc->n_classes = env->act_n;
+    if (as_actor) mc->hidden_ln = c->layernorm;
     return as_actor ? actor_kind(mc, c, err) : SM_OK;
 }
 
@@ -215,6 +233,18 @@ static sm_status ppo_check(const void *vcfg, const sm_env_spec *env, sm_error *e
         return sm_fail(err, SM_ERR_ARG, "ppo: diag_states must be in [1, the minibatch %ld] (got %d)", batch / c->num_minibatches,
                        c->diag_states);
     if (!(c->sphere_rho >= 0)) return sm_fail(err, SM_ERR_ARG, "ppo: sphere_rho must be >= 0 (got %g)", c->sphere_rho);
+    if (!(c->pw_coef >= 0 && isfinite(c->pw_coef)))
+        return sm_fail(err, SM_ERR_ARG, "ppo: pw_coef must be a number >= 0 (got %g)", c->pw_coef);
+    if (!isfinite(c->pw_scale)) return sm_fail(err, SM_ERR_ARG, "ppo: pw_scale must be finite (got %g)", c->pw_scale);
+    if (c->redo_every < 1) return sm_fail(err, SM_ERR_ARG, "ppo: redo_every must be >= 1 gradient step (got %d)", c->redo_every);
+    if (!(c->redo_tau >= 0)) return sm_fail(err, SM_ERR_ARG, "ppo: redo_tau must be >= 0 (got %g)", c->redo_tau);
+    if (!(c->cbp_rate >= 0 && c->cbp_rate <= 1))
+        return sm_fail(err, SM_ERR_ARG, "ppo: cbp_rate must be in [0, 1] (got %g)", c->cbp_rate);
+    if (!(c->cbp_decay >= 0 && c->cbp_decay < 1))
+        return sm_fail(err, SM_ERR_ARG, "ppo: cbp_decay must be in [0, 1) (got %g)", c->cbp_decay);
+    if (!(c->cchain_ratio >= 0 && isfinite(c->cchain_ratio)))
+        return sm_fail(err, SM_ERR_ARG, "ppo: cchain_ratio must be a number >= 0 (got %g)", c->cchain_ratio);
+    if (c->cbp_maturity < 0) return sm_fail(err, SM_ERR_ARG, "ppo: cbp_maturity must be >= 0 (got %d)", c->cbp_maturity);
     if (sm_sphere_mode_parse(c->sphere_mode, &mode))
         return sm_fail(err, SM_ERR_ARG, "ppo: sphere_mode must be grad or loss (got '%s')", c->sphere_mode);
     if (env) {
@@ -435,8 +465,10 @@ typedef struct {
     sm_params ls;                 /* log_std (A), box actions only (an empty table otherwise) */
     sm_optim opt[3];              /* actor, critic, log_std */
     sm_sphere_reg *sphere;        /* SPHERE on the actor, or NULL */
+    sm_baselines *base;           /* PW, SN, ReDo, CBP, C-CHAIN on the actor, or NULL */
     double sph_pen, sph_coef, sph_gb, sph_gp; /* their sums over the update's minibatches */
     long sph_n;
+    double aux_sum;               /* the actor routers' auxiliary losses (load balancing) over the update's minibatches */
     double gn_sum;                /* global gradient norms (before clipping) over the update's minibatches */
     long gn_n;
     /* diagnostics (diag_every): a held-out batch drawn from the session's first rollout */
@@ -465,6 +497,7 @@ typedef struct {
     /* minibatch */
     int *perm;                    /* (Bt) */
     float *m_obs;                 /* (B, D) */
+    float *ref_obs;               /* (B, D) C-CHAIN's reference rows */
     int *m_act;                   /* (B) */
     sm_real *m_box;               /* (B, A) */
     sm_real *m_logp, *m_adv, *m_val, *m_ret; /* (B) */
@@ -491,13 +524,15 @@ static void ppo_free(ppo *p) {
     sm_model_free(p->actor);
     sm_model_free(p->critic);
     sm_sphere_reg_free(p->sphere);
+    sm_baselines_free(p->base);
     for (int k = 0; k < 3; k++) sm_optim_free(&p->opt[k]);
     sm_params_free(&p->ls);
     sm_vecenv_free(&p->v);
     void *blocks[] = {p->obs_raw, p->final_obs, p->x, p->act, p->act_box, p->rew, p->term, p->trunc, p->rows,
                       p->b_obs, p->b_act, p->b_box, p->b_logp, p->b_val, p->b_rew, p->b_boot, p->b_adv, p->b_ret,
                       p->b_done, p->next_value, p->perm, p->m_obs, p->m_act, p->m_box, p->m_logp, p->m_adv,
-                      p->m_val, p->m_ret, p->ret_acc, p->rms_block, p->mom, p->ep, p->ep_all, p->red, p->diag_x, p->diag_u};
+                      p->m_val, p->m_ret, p->ret_acc, p->rms_block, p->mom, p->ep, p->ep_all, p->red, p->diag_x, p->diag_u,
+                      p->ref_obs};
     for (size_t i = 0; i < SM_LEN(blocks); i++) free(blocks[i]);
 }
 
@@ -555,6 +590,11 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
     if (p->P > 1 && c->sphere_rho > 0)
         return sm_fail(err, SM_ERR_ARG, "ppo: sphere_rho is not supported under mpirun (its coefficient needs the whole "
                        "minibatch's gradient norms); run it in one process");
+    /* ReDo and CBP pick the units to reset from this rank's own activations: the ranks would reset
+     * different units and their parameters part ways */
+    if (p->P > 1 && (c->redo || c->cbp))
+        return sm_fail(err, SM_ERR_ARG, "ppo: %s is not supported under mpirun (each rank would reset other units from its "
+                       "own data); run it in one process", c->redo ? "redo" : "cbp");
     /* rank r steps environments r N .. r N + N - 1 of the one vector the seed defines */
     sm_status st = sm_vecenv_init_at(&p->v, run->env, c->num_envs, run->seed, p->rank * c->num_envs, &run->env_opts, err);
     if (st != SM_OK) return st;
@@ -584,7 +624,11 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
         for (int i = 0; i < ps->n; i++) {
             const char *nm = ps->p[i].name;
             size_t n = strlen(nm);
-            if (n > 11 && (!strcmp(nm + n - 11, ".experts.w2") || !strcmp(nm + n - 11, ".experts.b2")))
+            int e, j, last = 0; /* LayerNorm's factory experts: layers.<i>.experts.<e>.<depth> is the output layer */
+            char rest[16];
+            if (c->layernorm && sscanf(nm, "layers.%*d.experts.%d.%d.%15s", &e, &j, rest) == 3)
+                last = j == p->actor_cfg.moe.depth && (!strcmp(rest, "weight") || !strcmp(rest, "bias"));
+            if (last || (n > 11 && (!strcmp(nm + n - 11, ".experts.w2") || !strcmp(nm + n - 11, ".experts.b2"))))
                 for (size_t j = 0; j < ps->p[i].numel; j++) sm_params_data(ps, i)[j] *= (sm_real)0.01;
         }
     }
@@ -595,6 +639,14 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
         sm_error e;
         if (!(p->sphere = sm_sphere_reg_create(&sc, p->actor, &e)))
             return sm_fail(err, e.code, "ppo: sphere_rho %g: %s", c->sphere_rho, e.msg);
+    }
+    if (c->pw || c->redo || c->cbp || c->cchain || c->sn) {
+        sm_baselines_config bc = {.pw = c->pw, .pw_coef = c->pw_coef, .pw_scale = c->pw_scale, .redo = c->redo,
+                                  .redo_every = c->redo_every, .redo_tau = c->redo_tau, .cbp = c->cbp,
+                                  .cbp_rate = c->cbp_rate, .cbp_decay = c->cbp_decay, .cbp_maturity = c->cbp_maturity,
+                                  .cchain = c->cchain, .cchain_ratio = c->cchain_ratio, .sn = c->sn};
+        sm_error e;
+        if (!(p->base = sm_baselines_create(&bc, p->actor, &p->rng, &e))) return sm_fail(err, e.code, "ppo: actor %s: %s", c->actor, e.msg);
     }
     /* the log-std parameter: zeros at the start (CleanRL's actor_logstd) */
     sm_params_init_table(&p->ls);
@@ -631,6 +683,7 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
     p->next_value = alloc0(N, sizeof(sm_real), &bad);
     p->perm = alloc0(Bt, sizeof(int), &bad);
     p->m_obs = alloc0(B * D, sizeof(float), &bad);
+    if (c->cchain) p->ref_obs = alloc0(B * D, sizeof(float), &bad);
     p->m_act = alloc0(B, sizeof(int), &bad);
     p->m_box = alloc0(B * A, sizeof(sm_real), &bad);
     sm_real **mreals[] = {&p->m_logp, &p->m_adv, &p->m_val, &p->m_ret};
@@ -762,6 +815,18 @@ static void run_state_io(ppo *p, blob *s, int dir) {
     io(s, venv, vb);
     if (dir && !s->bad) sm_vecenv_load(&p->v, venv);
     free(venv);
+    /* the baselines' own state (CBP's utilities, SN's power iteration, C-CHAIN's previous parameters):
+     * only when one is on, so the state of every other run is as before */
+    const size_t bb = sm_baselines_state_bytes(p->base);
+    void *base = bb ? malloc(bb) : NULL;
+    if (bb && !base) {
+        s->bad = 1;
+        return;
+    }
+    if (bb && !dir) sm_baselines_state_save(p->base, base);
+    if (bb) io(s, base, bb);
+    if (bb && dir && !s->bad) sm_baselines_state_load(p->base, base);
+    free(base);
 }
 
 static int sets_of(ppo *p, sm_ckpt_set *sets) {
@@ -1072,6 +1137,11 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
                 double sd = sqrt(var / (cnt - 1));
                 for (int b = 0; b < B; b++) p->m_adv[b] = (sm_real)((p->m_adv[b] - mean) / (sd + 1e-8));
             }
+            if (p->ref_obs) { /* C-CHAIN: the churn on rows drawn uniformly from the whole rollout (a draw of its own, not the minibatch) */
+                for (int b = 0; b < B; b++)
+                    memcpy(p->ref_obs + (size_t)b * D, p->b_obs + (size_t)sm_rng_below(&p->rng, (uint32_t)p->Bt) * D, sizeof(float) * D);
+                sm_baselines_churn(p->base, p->actor, p->ref_obs, B);
+            }
             for (int s = 0; s < p->n_sets; s++) sm_params_zero_grad(sets[s]);
             sm_ppo_stats st = {0};
             const sm_real *out = sm_model_forward(p->actor, p->m_obs, B, &p->rng, 1);
@@ -1080,10 +1150,12 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
                                : sm_ppo_policy_loss_discrete(p->actor->dlogits, &st, out, p->m_act, p->m_logp, p->m_adv, B, A,
                                                              p->c.clip_coef, p->c.ent_coef);
             sm_model_backward_into(p->actor, &p->actor->params, B);
+            p->aux_sum += p->actor->aux_loss;
             const sm_real *v = sm_model_forward(p->critic, p->m_obs, B, &p->rng, 1);
             double lv = sm_ppo_value_loss(p->critic->dlogits, &st, v, p->m_val, p->m_ret, B, p->c.clip_coef, p->c.clip_vloss,
                                           p->c.vf_coef);
             sm_model_backward_into(p->critic, &p->critic->params, B);
+            sm_baselines_grad(p->base, p->actor, lp); /* PW's exact gradient, C-CHAIN's scaled by |L_policy| */
             if (p->poison) lp = NAN;
             if (p->P > 1) {
                 /* data parallel: the losses and statistics are averaged over the ranks, with every
@@ -1117,12 +1189,14 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
                 p->sph_pen += ss.penalty, p->sph_coef += ss.coef, p->sph_n++;
                 p->sph_gb += ss.gnorm_base, p->sph_gp += ss.gnorm_pen;
             }
+            sm_baselines_before_step(p->base, p->actor); /* SN: the raw weights and their gradient */
             double gn = sm_clip_grad_norm_sets(sets, p->n_sets, p->c.max_grad_norm);
             if (!isfinite(lp) || !isfinite(lv) || !isfinite(gn))
                 return sm_fail(err, SM_ERR_NUMERIC, "ppo: update %ld (global step %ld): %s is %g", p->updates + 1,
                                p->global_step, !isfinite(lp) ? "the policy loss" : !isfinite(lv) ? "the value loss" : "the gradient norm",
                                !isfinite(lp) ? lp : !isfinite(lv) ? lv : gn);
             for (int s = 0; s < p->n_sets; s++) sm_optim_step(&p->opt[s], sets[s], lr);
+            sm_baselines_after_step(p->base, p->actor, &p->opt[0], B, &p->rng); /* ReDo, CBP: this minibatch's activations */
             p->gn_sum += gn, p->gn_n++;
             cf += st.clipfrac, n_mb++;
             *last = st;
@@ -1303,6 +1377,13 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
                          p.sph_n ? p.sph_gb / p.sph_n : 0, p.sph_n ? p.sph_gp / p.sph_n : 0};
         /* the SPHERE means over this update's minibatches, when it is on */
         if ((st = sm_rl_log_record(&log, p.global_step, kKeys, vals, (int)SM_LEN(vals) - (p.sphere ? 0 : 4), err)) != SM_OK) break;
+        const char *bk[SM_BASELINES_STATS + 1];
+        double bv[SM_BASELINES_STATS + 1];
+        int nb = sm_baselines_stats(p.base, bk, bv);
+        /* the load-balancing baseline: the routers' weighted auxiliary losses, mean over the minibatches */
+        if (sm_model_n_moe(p.actor)) bk[nb] = "losses/router_aux", bv[nb++] = p.gn_n ? p.aux_sum / p.gn_n : 0;
+        p.aux_sum = 0;
+        if (nb && (st = sm_rl_log_record(&log, p.global_step, bk, bv, nb, err)) != SM_OK) break;
         if (c->diag_every > 0 && p.updates % c->diag_every == 0 && p.rank == 0 && (st = diagnose(&p, &log, err)) != SM_OK) break;
         if (run->dist_check > 0 && p.updates % run->dist_check == 0 && (st = check_same(&p, err)) != SM_OK) break;
         p.sph_pen = p.sph_coef = p.sph_gb = p.sph_gp = 0, p.sph_n = 0;

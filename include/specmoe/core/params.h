@@ -69,6 +69,10 @@ void sm_params_free(sm_params *ps);
 void sm_params_initialize(sm_params *ps, sm_rng *rng);
 /* A fresh draw of tensor i's initialiser into out (numel values), the table left alone. */
 void sm_params_init_draw(const sm_params *ps, int i, sm_real *out, sm_rng *rng);
+/* n values of tensor i's element-wise initialiser (its values are independent, so any n of them are
+ * a part of a fresh draw: e.g. one row to reinitialise); -1 for a Stiefel tensor, whose frames are
+ * drawn whole. sm_params_init_draw is this with n = numel for element-wise initialisers. */
+int sm_params_init_draw_n(const sm_params *ps, int i, size_t n, sm_real *out, sm_rng *rng);
 /* Orthogonal initialisation of tensor i (Saxe et al. 2014; torch.nn.init.orthogonal_): viewed as a
  * (shape[0], numel / shape[0]) matrix, it becomes gain times a Haar-distributed matrix with
  * orthonormal rows (rows <= columns) or orthonormal columns (rows > columns), from a QR

@@ -69,6 +69,9 @@ typedef struct {
     double sigma_t, rho_t;  /* targets */
     double diversity_beta;  /* weight of the CV^2 of batch-mean routing weights */
     int penalty_on_prototypes; /* penalise the router's prototype matrix instead of the linear map feeding it */
+    int hidden_ln;          /* LayerNorm in the hidden layers: each dense layer (and a moehead's gate layers and
+                             * expert hidden layers, then factory experts) is Linear -> LayerNorm -> act, a
+                             * sequential container whose children are named 0, 1, 2 (SPHERE's LN baseline) */
 } sm_model_config;
 
 void sm_model_config_default(sm_model_config *c);

@@ -51,6 +51,18 @@ typedef struct {
     double sphere_rho;
     char sphere_mode[8];         /* grad | loss */
     int sphere_all_layers, sphere_per_expert, sphere_unweighted; /* Table 1's ablations */
+    /* the plasticity baselines of SPHERE's comparison on the actor (methods/sphere/baselines.h) */
+    int layernorm;               /* LayerNorm in the actor's hidden layers (sm_model_config.hidden_ln) */
+    int pw;                      /* Parseval regularisation (Chung et al. 2024) */
+    double pw_coef, pw_scale;
+    int redo, redo_every;        /* ReDo (Sokar et al. 2023): period in gradient steps */
+    double redo_tau;
+    int cbp;                     /* continual backprop (Dohare et al. 2024) */
+    double cbp_rate, cbp_decay;
+    int cbp_maturity;
+    int sn;                      /* spectral normalisation (Miyato et al. 2018) */
+    int cchain;                  /* C-CHAIN churn reduction (Tang et al. 2025) */
+    double cchain_ratio;
     int diag_every;              /* updates between diagnostics on a held-out batch (0: off) */
     int diag_states;             /* its size */
     int diag_slq;                /* SLQ probes for the eNTK rank beside the exact one (0: off) */
