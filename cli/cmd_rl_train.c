@@ -244,7 +244,7 @@ int cmd_rl_train(int argc, char **argv) {
         return CLI_EXIT_USAGE;
     }
     struct {
-        const char *env, *agent, *out, *resume, *preset, *router;
+        const char *env, *agent, *out, *resume, *preset, *router, *init_from;
         uint64_t seed;
         long frames;
         int threads;
@@ -264,8 +264,11 @@ int cmd_rl_train(int argc, char **argv) {
         {"sticky", FL_DOUBLE, &o.sticky, "-1", "MinAtar sticky-action probability (-1: the environment's 0.1)", 0},
         {"progress-every", FL_DOUBLE, &o.progress_every, "5", "seconds between progress lines", 0},
         {"router", FL_STRING, &o.router, "topk", "router of the network's moe layers (specmoe train --help lists them)", 0},
+        {"init-from", FL_STRING, &o.init_from, NULL,
+         "continual RL: start from this checkpoint's network and observation normaliser (same agent and settings, another "
+         "task; ppo only; fresh optimiser moments)", 0},
     };
-    int nfl = 12;
+    int nfl = 13;
     const char *o_router_typed = NULL; /* --router as typed on resume */
     static opt_flags of;
     memset(&of, 0, sizeof of);
@@ -301,6 +304,10 @@ int cmd_rl_train(int argc, char **argv) {
             fprintf(stderr, "specmoe rl train: --preset cannot change a resumed run (resume keeps the run's settings)\n");
             return CLI_EXIT_USAGE;
         }
+    }
+    if (o.init_from && (o.resume || strcmp(k->name, "ppo"))) {
+        fprintf(stderr, "specmoe rl train: --init-from starts a new ppo run (not with --resume, not for %s)\n", k->name);
+        return CLI_EXIT_USAGE;
     }
     if (!o.env) {
         fprintf(stderr, "specmoe rl train: --env is required (one of: %s)\n", sm_env_names());
@@ -422,6 +429,7 @@ settings_done:
     run.threads = o.threads;
     run.frames = o.frames;
     run.resume = o.resume;
+    run.init_from = o.init_from;
     run.stop = &g_stop;
     run.stop_after = o.stop_after;
     run.progress = stderr;
