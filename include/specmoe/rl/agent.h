@@ -111,7 +111,8 @@ const sm_agent_kind *sm_agent_of_checkpoint(const char *path, sm_error *err);
 sm_status sm_agent_apply_preset(const sm_agent_kind *k, void *cfg, const char *preset, sm_error *err);
 
 /* Runs `episodes` episodes of policy p (or of a uniform random policy when p is NULL) in env with
- * N environments, and fills the log (sums; rl/env.h). */
+ * N environments, and fills the log (sums; rl/env.h). env may be another task than the policy's if
+ * its observation and action spaces are the same (a task family); else SM_ERR_MISMATCH. */
 sm_status sm_rl_evaluate(sm_policy *p, const char *env, const sm_env_opts *opts, int episodes, int N, uint64_t seed,
                          int threads, sm_env_log *log, sm_error *err);
 
