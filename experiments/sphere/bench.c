@@ -456,7 +456,7 @@ static void cell(const sp_report *R, cJSON *row, const char *key, int fam, int m
 static void table(const sp_report *R, int fam, const char *id, const char *title, const char *const *methods, int fig) {
     const sp_opts *o = R->o;
     const sp_family *F = &kFamilies[fam];
-    const char *what = F->success ? "success rate" : "return";
+    const char *what = fig == 3 ? "effective rank" : F->success ? "success rate" : "return";
     cli_bprintf(R->md, "\n### %s: %s, %s family (%s; mean +- sample std over %d seeds)%s\n\n", id, title, F->name, what,
                 o->seeds, strcmp(o->tier, "full") ? " [quick tier: a smoke test, decides nothing]" : "");
     cJSON *tab = cJSON_CreateObject();
