@@ -1,5 +1,6 @@
 /* Helpers shared by the specmoe commands and benchmarks (see common.h). */
 #include "common.h"
+#include "flags.h"
 
 #include <ctype.h>
 #include <omp.h>
@@ -218,6 +219,21 @@ void cli_print_routing(const char *title, const sm_eval_result *ev) {
 
 /* ---------------------------------------------------------------------------------------------- */
 /* child processes of the studies */
+
+int cli_parse_study(fl_flag *fl, int n, int argc, char **argv, const char *name, const char *const *tier, int *full) {
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "bench %s", name);
+    const char *pos[1];
+    int npos;
+    int rc = fl_parse(fl, n, argc, argv, 3, cmd, "[flags]", pos, 0, &npos);
+    if (rc) return rc;
+    *full = !strcmp(*tier, "full");
+    if (!*full && strcmp(*tier, "quick")) {
+        fprintf(stderr, "specmoe %s: --tier must be quick or full (got '%s')\n", cmd, *tier);
+        return 2;
+    }
+    return 0;
+}
 
 int cli_in_list(const char *list, const char *item) {
     size_t n = strlen(item);

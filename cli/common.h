@@ -8,6 +8,7 @@
 #define SPECMOE_CLI_COMMON_H
 
 #include "specmoe.h"
+#include "flags.h"
 
 /* The one definition of the version: `specmoe --version` prints it, and the Makefile reads it from
  * this line for the pkg-config file. */
@@ -56,6 +57,9 @@ void cli_bprintf(cli_buf *b, const char *fmt, ...) __attribute__((format(printf,
  * no logging; the caller keeps everything else of sm_train_config_default. */
 void cli_bench_train_config(sm_train_config *tc, int epochs, int batch, double lr, double wd, uint64_t seed);
 /* The studies that run `specmoe` commands as child processes (bench tokenize, bench sphere). */
+/* A study's flags (`specmoe bench NAME [flags]`, no positional arguments) with a --tier flag that
+ * must be quick or full: fl_parse's 0 / 1 (after --help) / 2 (usage error, printed), and *full. */
+int cli_parse_study(fl_flag *fl, int n, int argc, char **argv, const char *name, const char *const *tier, int *full);
 /* 1 if item is an element of the comma list (exactly) */
 int cli_in_list(const char *list, const char *item);
 /* The first element of the comma list that is not in the comma list known (copied into buf), or NULL. */

@@ -216,6 +216,7 @@ static void print_cmd(FILE *f, const tk_run *r) {
 
 int exp_softmoe_tokenize(int argc, char **argv) {
     tk_opts o;
+    memset(&o, 0, sizeof o);
     const char *figures = NULL, *games = NULL;
     long frames = 0;
     int seeds = 0;
@@ -232,16 +233,9 @@ int exp_softmoe_tokenize(int argc, char **argv) {
         {"out", FL_STRING, &o.out, "runs/bench-tokenize", "directory of the runs, logs and figures", 0},
         {"dry-run", FL_BOOL, &o.dry_run, "0", "print the runs' command lines and stop", 0},
     };
-    const int nfl = (int)(sizeof fl / sizeof fl[0]);
-    const char *pos[1];
-    int npos;
-    int rc = fl_parse(fl, nfl, argc, argv, 3, "bench tokenize", "[flags]", pos, 0, &npos);
+    int full;
+    int rc = cli_parse_study(fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, "tokenize", &o.tier, &full);
     if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
-    const int full = !strcmp(o.tier, "full");
-    if (!full && strcmp(o.tier, "quick")) {
-        fprintf(stderr, "specmoe bench tokenize: --tier must be quick or full (got '%s')\n", o.tier);
-        return CLI_EXIT_USAGE;
-    }
     o.figures = figures ? figures : full ? "1,7,5,8,12,15,10,11,19" : "1,5";
     o.games = games ? games : full ? "breakout,asterix,freeway,seaquest,space_invaders" : "breakout,asterix";
     o.seeds = seeds > 0 ? seeds : full ? 3 : 1;

@@ -545,16 +545,9 @@ int exp_sphere_bench(int argc, char **argv) {
         {"sl-permuted", FL_INT, &o.sl.n_permuted, "5", "fmnist: permuted-input tasks", 0},
         {"sl-rho", FL_DOUBLE, &o.sl.rho, "0.01", "fmnist: SPHERE's ratio (grad mode)", 0},
     };
-    const int nfl = (int)(sizeof fl / sizeof fl[0]);
-    const char *pos[1];
-    int npos;
-    int rc = fl_parse(fl, nfl, argc, argv, 3, "bench sphere", "[flags]", pos, 0, &npos);
+    int full;
+    int rc = cli_parse_study(fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, "sphere", &o.tier, &full);
     if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
-    const int full = !strcmp(o.tier, "full");
-    if (!full && strcmp(o.tier, "quick")) {
-        fprintf(stderr, "specmoe bench sphere: --tier must be quick or full (got '%s')\n", o.tier);
-        return CLI_EXIT_USAGE;
-    }
     o.figures = figures ? figures : "2,3,13,1,10,fmnist";
     o.families = families ? families : full ? "cheetah,reach" : "reach";
     o.seeds = seeds > 0 ? seeds : full ? 5 : 2;
