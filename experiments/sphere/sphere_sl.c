@@ -266,10 +266,13 @@ sm_status sp_fmnist(const sp_sl_opts *o, const char *dir, int quick, cli_buf *md
             st = sm_fail(err, SM_ERR_NOMEM, "fmnist: out of memory");
             break;
         }
-        cli_bprintf(md, "\n### Fashion-MNIST %s: %d tasks, %d epochs per task, %d examples per class (0: all), mean +- sample std "
+        char per[32];
+        if (o->per_class > 0) snprintf(per, sizeof per, "%d", o->per_class);
+        else snprintf(per, sizeof per, "all");
+        cli_bprintf(md, "\n### Fashion-MNIST %s: %d tasks, %d epochs per task, %s training examples per class, mean +- sample std "
                         "over %d seeds%s\n\n| method | accuracy right after each task (mean over tasks) | final model on all tasks "
                         "(mean) | eNTK srank after task 1 | after the last | seconds per run |\n|---|---|---|---|---|---|\n",
-                    proto, nt, o->epochs, o->per_class, o->seeds, quick ? " [quick tier: a smoke test, decides nothing]" : "");
+                    proto, nt, o->epochs, per, o->seeds, quick ? " [quick tier: a smoke test, decides nothing]" : "");
         cJSON *tab = cJSON_CreateObject();
         cJSON_AddStringToObject(tab, "id", "fmnist");
         cJSON_AddStringToObject(tab, "protocol", proto);
