@@ -226,6 +226,16 @@ expect 2 "negative --final-lr refused" "--final-lr must be >= 0" -- "$bin" train
 expect 2 "--final-lr above --lr refused" "--final-lr \(0.01\) must not exceed --lr \(0.001\)" -- "$bin" train --final-lr 0.01 --lr 0.001 --per-class 5 --epochs 1 --out "$tmp/flr"
 expect 2 "train --threads 0 refused" "--threads must be >= 1" -- "$bin" train --threads 0 --per-class 5 --epochs 1 --out "$tmp/thr"
 expect 2 "eval --threads -1 refused" "--threads must be >= 1" -- "$bin" eval "$root/tests/data/ckpt_v0_topk.safetensors" --threads -1
+# SPHERE in the supervised loop (train --sphere-rho: sm_train's after_backward calls sm_sphere_step)
+sph_train="--arch moehead:16:1:16 --experts 4 --topk 2 --balance 0 --per-class 20 --epochs 1 --batch 32 --seed 3 --log-every 1"
+expect 0 "train --sphere-rho: SPHERE changes the training of an MoE classifier" "^different$" -- \
+    sh -c "'$bin' train $sph_train --out '$tmp/sph0' >/dev/null && '$bin' train $sph_train --sphere-rho 0.01 --out '$tmp/sph1' >/dev/null &&
+           a=\$(grep -o '\"loss\":[^,]*' '$tmp/sph0/metrics.jsonl' | tail -1) && b=\$(grep -o '\"loss\":[^,]*' '$tmp/sph1/metrics.jsonl' | tail -1) &&
+           [ -n \"\$a\" ] && [ \"\$a\" != \"\$b\" ] && echo different"
+expect 2 "train --sphere-rho on a soft router is refused" "needs built-in MLP experts and a top-k \(sparse\) router" -- \
+    "$bin" train --router soft --sphere-rho 0.01 --per-class 5 --epochs 1 --out "$tmp/sph2"
+expect 2 "train --sphere-mode: an unknown mode is refused" "--sphere-mode: 'foo' is not grad or loss" -- \
+    "$bin" train --sphere-mode foo --per-class 5 --epochs 1 --out "$tmp/sph3"
 expect 2 "eval --per-class -1 refused" "--per-class" -- "$bin" eval "$root/tests/data/ckpt_v0_topk.safetensors" --per-class -1
 expect 2 "a trailing comma in --arch refused" "empty layer" -- "$bin" train --arch dense:256, --per-class 5 --epochs 1 --out "$tmp/arch"
 expect 2 "k > E refused"             "top-k must be in"      -- "$bin" train --experts 4 --topk 5
