@@ -245,7 +245,7 @@ static int run_all(sp_run *runs, int n, int jobs) {
 /* ---- evaluation ------------------------------------------------------------------------------ */
 
 /* N observations of the greedy policy of ckpt on env: 8 environments, every stride steps (spread
- * over the time limit), written to states (N, D). */
+ * evenly over the first episode), written to states (N, D). */
 static sm_status collect_states(const char *ckpt, const char *env, int N, float *states, sm_error *err) {
     const sm_agent_kind *k = sm_agent_of_checkpoint(ckpt, err);
     if (!k) return SM_ERR_FORMAT;
@@ -268,7 +268,9 @@ static sm_status collect_states(const char *ckpt, const char *env, int N, float 
     sm_vecenv_bind(&v, obs, NULL, act, rew, term, trunc, NULL);
     sm_vecenv_reset(&v);
     const int per_env = (N + 7) / 8, limit = v.spec->max_steps > 0 ? v.spec->max_steps : 1000;
-    const int stride = limit / per_env > 1 ? limit / per_env : 1;
+    /* per_env + 1 intervals: the last record stays inside the first episode (at the time limit the
+     * vector has already reset the environment) */
+    const int stride = limit / (per_env + 1) > 1 ? limit / (per_env + 1) : 1;
     int got = 0;
     for (int t = 1; got < N; t++) {
         p->act(p, obs, 8, NULL, act);
