@@ -18,6 +18,9 @@ static const cli_command kBenchmarks[] = {
     {"ssmoe", "SSMoE eigenvector routing and expert dropping (Tables 1, 6)", exp_ssmoe_bench},
     {"tokenize", "SoftMoE in RL: tokenisation, experts, slots, resets on MinAtar (Don't Flatten, Tokenize! Figs. 1-15)",
      exp_softmoe_tokenize},
+    {"sphere", "SPHERE: RL vs CRL, eNTK rank, SPHERE vs Top-k, ablations, rho sweep on the cheetah / reach families, and "
+               "continual Fashion-MNIST (Figs. 2, 3, 10; Tables 1, 13-16)",
+     exp_sphere_bench},
     {"ssmoe-build", "SSMoE: time of building the EV router of one SwiGLU MoE layer", exp_ssmoe_build},
 };
 

@@ -288,7 +288,7 @@ static int rl_train_main(int argc, char **argv, sm_dist *dist) {
         return CLI_EXIT_USAGE;
     }
     struct {
-        const char *env, *agent, *out, *resume, *preset, *router;
+        const char *env, *agent, *out, *resume, *preset, *router, *init_from;
         uint64_t seed;
         long frames;
         int threads;
@@ -313,8 +313,11 @@ static int rl_train_main(int argc, char **argv, sm_dist *dist) {
         {"fault-nan-update", FL_LONG, &o.fault_nan_update, "0", "testing aid: poison the loss at this update (0 = never)", 0},
         {"fault-kill-update", FL_LONG, &o.fault_kill_update, "0", "testing aid under mpirun (ppo): rank --fault-rank kills itself (SIGKILL) at this update", 0},
         {"fault-rank", FL_INT, &o.fault_rank, "-1", "testing aid: the rank --fault-nan-update poisons (-1 = every rank) and --fault-kill-update kills (-1 = the last)", 0},
+        {"init-from", FL_STRING, &o.init_from, NULL,
+         "continual RL: start from this checkpoint's network and observation normaliser (same agent and settings, another "
+         "task; ppo only; fresh optimiser moments)", 0},
     };
-    int nfl = 16;
+    int nfl = 17;
     const char *o_router_typed = NULL; /* --router as typed on resume */
     static opt_flags of;
     memset(&of, 0, sizeof of);
@@ -350,6 +353,10 @@ static int rl_train_main(int argc, char **argv, sm_dist *dist) {
             fprintf(stderr, "specmoe rl train: --preset cannot change a resumed run (resume keeps the run's settings)\n");
             return CLI_EXIT_USAGE;
         }
+    }
+    if (o.init_from && (o.resume || strcmp(k->name, "ppo"))) {
+        fprintf(stderr, "specmoe rl train: --init-from starts a new ppo run (not with --resume, not for %s)\n", k->name);
+        return CLI_EXIT_USAGE;
     }
     if (!o.env) {
         fprintf(stderr, "specmoe rl train: --env is required (one of: %s)\n", sm_env_names());
@@ -474,6 +481,7 @@ settings_done:
     run.threads = o.threads;
     run.frames = o.frames;
     run.resume = o.resume;
+    run.init_from = o.init_from;
     run.stop = &g_stop;
     run.stop_after = o.stop_after;
     run.progress = stderr;

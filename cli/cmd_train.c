@@ -16,6 +16,7 @@
 #include "flags.h"
 #include "specmoe/dist/dist.h"
 #include "specmoe/dist/ep.h"
+#include "specmoe/methods/sphere/sphere.h"
 
 /* every train flag but the router options (router_flags below) */
 typedef struct {
@@ -27,10 +28,18 @@ typedef struct {
     int fault_rank, expert_parallel;
     double lr, final_lr, momentum, beta1, beta2, eps, weight_decay, clip;
     int stages, width;
-    double spectral_alpha, sigma_t, rho_t, diversity_beta;
-    const char *model, *stem, *penalty_target;
+    double spectral_alpha, sigma_t, rho_t, diversity_beta, sphere_rho;
+    const char *model, *stem, *penalty_target, *sphere_mode;
     uint64_t seed;
 } opts;
+
+/* sm_train's after_backward for `--sphere-rho`: SPHERE's gradient added with its App. A.3 coefficient */
+static sm_status sphere_after_backward(sm_model *m, double loss, int T, void *user, sm_error *err) {
+    (void)m, (void)err;
+    sm_sphere_stats s;
+    sm_sphere_step(user, NULL, 0, loss, T, &s);
+    return SM_OK;
+}
 
 /* The router flags, generated from the option tables (sm_router_opt) of the routers that can be
  * trained: the shared options, then each router's own, one flag per name; the help line names the
@@ -251,8 +260,11 @@ static int build_model_config(opts *o, router_flags *rf, const fl_flag *fl, int 
     if (strcmp(o->penalty_target, "gate") && strcmp(o->penalty_target, "prototypes"))
         return sm_fail(err, SM_ERR_ARG, "--penalty-target: '%s' is not gate or prototypes", o->penalty_target);
     mc->penalty_on_prototypes = !strcmp(o->penalty_target, "prototypes");
-    if (o->spectral_alpha < 0 || o->diversity_beta < 0 || o->sigma_t < 0 || o->rho_t < 0)
-        return sm_fail(err, SM_ERR_ARG, "--spectral-alpha, --diversity-beta, --sigma-t and --rho-t must be >= 0");
+    if (o->spectral_alpha < 0 || o->diversity_beta < 0 || o->sigma_t < 0 || o->rho_t < 0 || o->sphere_rho < 0)
+        return sm_fail(err, SM_ERR_ARG, "--spectral-alpha, --diversity-beta, --sigma-t, --rho-t and --sphere-rho must be >= 0");
+    sm_sphere_mode sm;
+    if (sm_sphere_mode_parse(o->sphere_mode, &sm))
+        return sm_fail(err, SM_ERR_ARG, "--sphere-mode: '%s' is not grad or loss", o->sphere_mode);
     if (sm_act_parse(o->act, &mc->act) || sm_act_parse(o->expert_act, &mc->moe.act))
         return sm_fail(err, SM_ERR_ARG, "--act/--expert-act: unknown activation (none|relu|gelu|tanh|silu)");
     mc->residual = o->residual;
@@ -529,6 +541,9 @@ static int train_main(int argc, char **argv, train_keep *keep) {
         {"rho-t", FL_DOUBLE, &o.rho_t, "2", "target stable rank rho_t", 0},
         {"diversity-beta", FL_DOUBLE, &o.diversity_beta, "0", "weight beta of the CV^2 diversity loss", 0},
         {"penalty-target", FL_STRING, &o.penalty_target, "gate", "gate (linear map feeding the router) or prototypes", 0},
+        {"sphere-rho", FL_DOUBLE, &o.sphere_rho, "0",
+         "SPHERE (Eq. 26, App. A.3): ratio rho of the penalty on the last MoE layer's routing-weighted expert features; 0 = off", 0},
+        {"sphere-mode", FL_STRING, &o.sphere_mode, "grad", "SPHERE's coefficient: grad (rho ||g|| / ||grad L||) or loss (rho |L| / L_sphere)", 0},
         {"epochs", FL_INT, &o.epochs, "12", "training epochs", 0},
         {"optim", FL_STRING, &o.optim, "adamw", "optimiser (sgd|adam|adamw)", 0},
         {"lr", FL_DOUBLE, &o.lr, "1e-3", "peak learning rate", 0},
@@ -701,6 +716,20 @@ static int train_main(int argc, char **argv, train_keep *keep) {
     sm_rng_seed(&rng, o.seed);
     sm_model *m = sm_model_create(&mc, train_rows(o.d.batch), &rng, &err);
     if (!m) return cli_fail(SM_ERR_ARG, &err);
+    /* SPHERE: its penalty's gradient joins each step's right after the base backward */
+    sm_sphere_config sc = {.rho = o.sphere_rho};
+    sm_sphere_reg *sphere = NULL;
+    sm_sphere_mode_parse(o.sphere_mode, &sc.mode);
+    if (o.sphere_rho > 0) {
+        if (!(sphere = sm_sphere_reg_create(&sc, m, &err))) {
+            sm_model_free(m);
+            sm_dataset_free(&train);
+            sm_dataset_free(&test);
+            return cli_fail(SM_ERR_ARG, &err);
+        }
+        tc.after_backward.fn = sphere_after_backward;
+        tc.after_backward.user = sphere;
+    }
     char arch[512];
     sm_model_format_arch(&mc, arch, sizeof arch);
     printf("specmoe train: %s, %d train / %d test examples, %zu parameters (%zu active per token), %d threads\n", arch,
@@ -798,6 +827,7 @@ static int train_main(int argc, char **argv, train_keep *keep) {
     }
     printf("peak memory: %.1f MiB\n", (double)sm_peak_rss_bytes() / (1 << 20));
     sm_ep_model_detach(epm);
+    sm_sphere_reg_free(sphere);
     sm_model_free(m);
     if (o.val_size > 0) train.n += o.val_size;
     sm_dataset_free(&train);

@@ -1,5 +1,6 @@
 /* Helpers shared by the specmoe commands and benchmarks (see common.h). */
 #include "common.h"
+#include "flags.h"
 
 #include <ctype.h>
 #include <omp.h>
@@ -8,6 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int cli_fail(sm_status st, const sm_error *err) {
     fprintf(stderr, "specmoe: %s\n", err->msg);
@@ -210,4 +215,105 @@ void cli_print_routing(const char *title, const sm_eval_result *ev) {
         for (int e = 0; e < s.E; e++) printf(" %.3f", s.load_frac[e]);
         printf("\n");
     }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* child processes of the studies */
+
+int cli_parse_study(fl_flag *fl, int n, int argc, char **argv, const char *name, const char *const *tier, int *full) {
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "bench %s", name);
+    const char *pos[1];
+    int npos;
+    int rc = fl_parse(fl, n, argc, argv, 3, cmd, "[flags]", pos, 0, &npos);
+    if (rc) return rc;
+    *full = !strcmp(*tier, "full");
+    if (!*full && strcmp(*tier, "quick")) {
+        fprintf(stderr, "specmoe %s: --tier must be quick or full (got '%s')\n", cmd, *tier);
+        return 2;
+    }
+    return 0;
+}
+
+int cli_in_list(const char *list, const char *item) {
+    size_t n = strlen(item);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, item, n)) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
+const char *cli_list_unknown(const char *list, const char *known, char *buf, size_t n) {
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        snprintf(buf, n, "%.*s", (int)len, p);
+        if (!cli_in_list(known, buf)) return buf;
+        if (!e) break;
+        p = e + 1;
+    }
+    return NULL;
+}
+
+int cli_file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+int cli_mkdirs(const char *path) {
+    char b[1024];
+    snprintf(b, sizeof b, "%s", path);
+    for (char *p = b + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(b, 0755) && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    return mkdir(b, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+int cli_argv_push(cli_argv *a, const char *arg) {
+    size_t n = strlen(arg) + 1;
+    if (a->argc >= 46 || a->used + n > sizeof a->buf) return -1;
+    memcpy(a->buf + a->used, arg, n);
+    a->argv[a->argc++] = a->buf + a->used;
+    a->used += n;
+    a->argv[a->argc] = NULL;
+    return 0;
+}
+
+int cli_argv_words(cli_argv *a, const char *words) {
+    char w[1024];
+    snprintf(w, sizeof w, "%s", words);
+    int bad = 0;
+    for (char *save = NULL, *t = strtok_r(w, " ", &save); t; t = strtok_r(NULL, " ", &save)) bad |= cli_argv_push(a, t);
+    return bad;
+}
+
+int cli_spawn(const cli_argv *a, const char *log) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execv(a->argv[0], a->argv);
+        _exit(127);
+    }
+    return (int)pid;
+}
+
+int cli_self_exe(char *buf, size_t n) {
+    ssize_t sl = readlink("/proc/self/exe", buf, n - 1);
+    if (sl <= 0) return -1;
+    buf[sl] = 0;
+    return 0;
 }

@@ -8,6 +8,7 @@
 #define SPECMOE_CLI_COMMON_H
 
 #include "specmoe.h"
+#include "flags.h"
 
 /* The one definition of the version: `specmoe --version` prints it, and the Makefile reads it from
  * this line for the pkg-config file. */
@@ -55,6 +56,33 @@ void cli_bprintf(cli_buf *b, const char *fmt, ...) __attribute__((format(printf,
 /* The benchmarks' training setup: AdamW (lr, decoupled weight decay wd), the default cosine schedule,
  * no logging; the caller keeps everything else of sm_train_config_default. */
 void cli_bench_train_config(sm_train_config *tc, int epochs, int batch, double lr, double wd, uint64_t seed);
+/* The studies that run `specmoe` commands as child processes (bench tokenize, bench sphere). */
+/* A study's flags (`specmoe bench NAME [flags]`, no positional arguments) with a --tier flag that
+ * must be quick or full: fl_parse's 0 / 1 (after --help) / 2 (usage error, printed), and *full. */
+int cli_parse_study(fl_flag *fl, int n, int argc, char **argv, const char *name, const char *const *tier, int *full);
+/* 1 if item is an element of the comma list (exactly) */
+int cli_in_list(const char *list, const char *item);
+/* The first element of the comma list that is not in the comma list known (copied into buf), or NULL. */
+const char *cli_list_unknown(const char *list, const char *known, char *buf, size_t n);
+/* 1 if path exists */
+int cli_file_exists(const char *path);
+/* mkdir -p; 0 on success */
+int cli_mkdirs(const char *path);
+/* A child's command line: up to 46 arguments copied into one buffer, argv NULL-terminated. */
+typedef struct {
+    char *argv[48];
+    char buf[2048];
+    int argc;
+    size_t used;
+} cli_argv;
+/* Appends one argument; -1 when the line is full (the line is then unusable). */
+int cli_argv_push(cli_argv *a, const char *arg);
+/* Appends every space-separated word of words. */
+int cli_argv_words(cli_argv *a, const char *words);
+/* Starts argv[0] with stdout and stderr appended to log; the child's pid, or -1. */
+int cli_spawn(const cli_argv *a, const char *log);
+/* The path of the running specmoe executable (/proc/self/exe) into buf; -1 if unknown. */
+int cli_self_exe(char *buf, size_t n);
 /* Sets the OpenMP (and so OpenBLAS-OpenMP) thread count; <= 0 leaves the default. */
 void cli_set_threads(int n);
 

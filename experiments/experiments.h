@@ -30,5 +30,6 @@ int exp_ssmoe_build(int argc, char **argv);
 
 /* softmoe_rl: the study of "Don't Flatten, Tokenize!" on MinAtar (its figures, as rl train runs and reports) */
 int exp_softmoe_tokenize(int argc, char **argv);
+int exp_sphere_bench(int argc, char **argv);
 
 #endif

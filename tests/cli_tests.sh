@@ -60,7 +60,7 @@ done
 expect 0 "info --help"               "CHECKPOINT"            -- "$bin" info --help
 expect 0 "bench layer --help"        "--shapes"              -- "$bin" bench layer --help
 # the benchmark table (cli/cmd_bench.c), like the command table
-expect_table "bench --help lists every benchmark once" benchmarks "alpha dist env gemm layer oneshot routing ssmoe ssmoe-build tokenize" -- "$bin" bench
+expect_table "bench --help lists every benchmark once" benchmarks "alpha dist env gemm layer oneshot routing sphere ssmoe ssmoe-build tokenize" -- "$bin" bench
 expect 2 "bench: unknown benchmark names every benchmark" "unknown benchmark 'nope' .*layer.*ssmoe-build" -- "$bin" bench nope
 expect 2 "bench without a benchmark is a usage error" "usage: specmoe bench BENCHMARK" -- "$bin" bench
 # reinforcement learning (cli/cmd_rl.c): the subcommand table, environments, the random-policy reference
@@ -296,6 +296,16 @@ expect 2 "negative --final-lr refused" "--final-lr must be >= 0" -- "$bin" train
 expect 2 "--final-lr above --lr refused" "--final-lr \(0.01\) must not exceed --lr \(0.001\)" -- "$bin" train --final-lr 0.01 --lr 0.001 --per-class 5 --epochs 1 --out "$tmp/flr"
 expect 2 "train --threads 0 refused" "--threads must be >= 1" -- "$bin" train --threads 0 --per-class 5 --epochs 1 --out "$tmp/thr"
 expect 2 "eval --threads -1 refused" "--threads must be >= 1" -- "$bin" eval "$root/tests/data/ckpt_v0_topk.safetensors" --threads -1
+# SPHERE in the supervised loop (train --sphere-rho: sm_train's after_backward calls sm_sphere_step)
+sph_train="--arch moehead:16:1:16 --experts 4 --topk 2 --balance 0 --per-class 20 --epochs 1 --batch 32 --seed 3 --log-every 1"
+expect 0 "train --sphere-rho: SPHERE changes the training of an MoE classifier" "^different$" -- \
+    sh -c "'$bin' train $sph_train --out '$tmp/sph0' >/dev/null && '$bin' train $sph_train --sphere-rho 0.01 --out '$tmp/sph1' >/dev/null &&
+           a=\$(grep -o '\"loss\":[^,]*' '$tmp/sph0/metrics.jsonl' | tail -1) && b=\$(grep -o '\"loss\":[^,]*' '$tmp/sph1/metrics.jsonl' | tail -1) &&
+           [ -n \"\$a\" ] && [ \"\$a\" != \"\$b\" ] && echo different"
+expect 2 "train --sphere-rho on a soft router is refused" "needs built-in MLP experts and a top-k \(sparse\) router" -- \
+    "$bin" train --router soft --sphere-rho 0.01 --per-class 5 --epochs 1 --out "$tmp/sph2"
+expect 2 "train --sphere-mode: an unknown mode is refused" "--sphere-mode: 'foo' is not grad or loss" -- \
+    "$bin" train --sphere-mode foo --per-class 5 --epochs 1 --out "$tmp/sph3"
 expect 2 "eval --per-class -1 refused" "--per-class" -- "$bin" eval "$root/tests/data/ckpt_v0_topk.safetensors" --per-class -1
 expect 2 "a trailing comma in --arch refused" "empty layer" -- "$bin" train --arch dense:256, --per-class 5 --epochs 1 --out "$tmp/arch"
 expect 2 "k > E refused"             "top-k must be in"      -- "$bin" train --experts 4 --topk 5
@@ -775,6 +785,37 @@ expect 0 "bench tokenize: a tiny Fig. 5 study runs and reports its three variant
     "$bin" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$tmp/tk"
 expect 0 "bench tokenize: a finished study is not run again" "status=done-before" -- \
     "$bin" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$tmp/tk"
+# continual RL (SPHERE Sec. 5.1): rl train --init-from, and a final policy scored on another task of its family
+expect 0 "rl train --init-from: the next task starts from the previous task's checkpoint" "^rl-train env=mujoco/reach-1 agent=ppo frames=256 " -- \
+    sh -c "'$bin' rl train --env mujoco/reach-0 --agent ppo --num-envs 2 --num-steps 64 --num-minibatches 2 --frames 256 --out '$tmp/crl0' >/dev/null &&
+           '$bin' rl train --env mujoco/reach-1 --agent ppo --num-envs 2 --num-steps 64 --num-minibatches 2 --frames 256 --out '$tmp/crl1' \
+               --init-from '$tmp/crl0/checkpoint.safetensors'"
+expect 1 "rl train --init-from: a checkpoint of other settings is refused" "crl0/checkpoint.safetensors: its agent settings" -- \
+    "$bin" rl train --env mujoco/reach-1 --agent ppo --num-envs 2 --num-steps 32 --num-minibatches 2 --frames 256 --out "$tmp/crl2" \
+    --init-from "$tmp/crl0/checkpoint.safetensors"
+expect 2 "rl train --init-from is refused with --resume" "--init-from starts a new ppo run" -- \
+    "$bin" rl train --resume "$tmp/crl0/checkpoint.safetensors" --init-from "$tmp/crl0/checkpoint.safetensors"
+expect 0 "rl eval: a policy scored on another task of its family" "^rl-eval env=mujoco/reach-2 .*episodes=2 " -- \
+    "$bin" rl eval "$tmp/crl1/checkpoint.safetensors" --env mujoco/reach-2 --episodes 2
+expect 1 "rl eval: a task of other spaces is refused" "whose spaces differ" -- \
+    "$bin" rl eval "$tmp/crl1/checkpoint.safetensors" --env mujoco/cheetah-run --episodes 2
+# bench sphere (experiments/sphere/): the plan of each tier, refusals, and a tiny study end to end, resumed
+expect 0 "bench sphere: the quick tier is the reach family, 2 seeds, a smoke test" \
+    "^bench-sphere tier=quick \(a smoke test.*families=reach seeds=2 frames_per_task=20480 runs=91 " -- \
+    "$bin" bench sphere --dry-run --out "$tmp/sph-plan"
+expect 0 "bench sphere: the full tier is both families, 5 seeds, 1M frames per task" \
+    "^bench-sphere tier=full figures=.* families=cheetah,reach seeds=5 frames_per_task=1000000 runs=452 " -- \
+    "$bin" bench sphere --tier full --dry-run --out "$tmp/sph-plan"
+expect 0 "bench sphere: a CRL task starts from the previous task's checkpoint" \
+    "--env mujoco/reach-1 .*--out .*/crl/topk/s1/1-reach-1 --actor moe --init-from .*/crl/topk/s1/0-reach-0/checkpoint.safetensors" -- \
+    "$bin" bench sphere --dry-run --out "$tmp/sph-plan"
+expect 2 "bench sphere: an unknown figure is named with the valid ones" "unknown figure '9' \(2, 3, 13" -- "$bin" bench sphere --figures 2,9
+expect 2 "bench sphere: an unknown family is refused" "unknown family 'humanoid'" -- "$bin" bench sphere --families humanoid
+sph_tiny="--figures 13,fmnist --seeds 1 --frames 2048 --episodes 2 --states 8 --width 8 --experts 4 --sl-per-class 20 --sl-permuted 2"
+expect 0 "bench sphere: a tiny study trains, evaluates and prints SPHERE vs Top-k and Fashion-MNIST" \
+    "^\| topk\+sphere \| [0-9.]+ \+- 0 \|" -- sh -c "'$bin' bench sphere $sph_tiny --out '$tmp/sph' && grep -q '\"smoke_test\":\s*true' '$tmp/sph/summary.json' &&
+    grep -q '^| sphere | [0-9.]* +- 0 |' '$tmp/sph/summary.md' && [ \$(wc -l < '$tmp/sph/runs.jsonl') -eq 12 ]"
+expect 0 "bench sphere: a finished study is not run again" "runs=13 to_run=0 " -- "$bin" bench sphere $sph_tiny --out "$tmp/sph"
 expect 0 "rl train: an Impala residual block in --arch" "^rl-train env=minatar/breakout agent=dqn frames=300 " -- \
     "$bin" rl train --env minatar/breakout --agent dqn --frames 300 --arch conv:8:3:1:1,res:8,act,dense:16 --out "$tmp/rl_res"
 expect 2 "rl train: a residual block whose channels differ from its input's is refused" "layers.1: a residual module needs its output shape equal to its input's" -- \

@@ -270,6 +270,59 @@ Test(ppo, resume_with_the_baselines_equals_an_uninterrupted_run) {
     }
 }
 
+/* Continual RL (SPHERE Sec. 5.1): with init_from, a run on the next task starts from the previous
+ * task's actor (here with learning rate 1e-30, so the actor it ends with is the one it started from
+ * to within 1e-20);
+ * without it, from its own initialisation. A checkpoint of other settings is refused. */
+static sm_policy *policy_of(const char *dir) {
+    char ck[256];
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", dir);
+    sm_error err = {0};
+    sm_policy *p = sm_agent_ppo.load_policy(ck, 4, &err);
+    cr_assert_not_null(p, "%s", err.msg);
+    cr_assert_not_null(p->net);
+    cr_assert_not_null(p->inputs);
+    return p;
+}
+
+Test(ppo, init_from_starts_from_the_previous_tasks_parameters) {
+    sm_ppo_config c;
+    small(&c, 2);
+    c.norm_obs = 1;
+    sm_rl_result res;
+    sm_error err = {0};
+    const char *a = tu_tmpdir(), *b = tu_tmpdir(), *f = tu_tmpdir();
+    cr_assert_eq(run_env("classic/pendulum", &c, a, 0, NULL, 3, &res, &err), SM_OK, "%s", err.msg);
+    char ck[256];
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", a);
+    c.learning_rate = 1e-30, c.anneal_lr = 0;
+    sm_rl_run run = {0};
+    run.env = "classic/pendulum", run.env_opts = sm_env_opts_default(), run.out_dir = b, run.seed = 4, run.threads = 1;
+    run.init_from = ck;
+    cr_assert_eq(sm_agent_ppo.train(&c, NULL, &run, &res, &err), SM_ERR_MISMATCH, "other settings must be refused: %s", err.msg);
+    cr_assert(strstr(err.msg, "settings"), "%s", err.msg);
+    small(&c, 2);
+    c.norm_obs = 1;
+    c.learning_rate = 1e-30, c.anneal_lr = 0;
+    /* A again with B's settings (A's actor is then its initialisation of seed 3) */
+    cr_assert_eq(run_env("classic/pendulum", &c, a, 0, NULL, 3, &res, &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(sm_agent_ppo.train(&c, NULL, &run, &res, &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(run_env("classic/pendulum", &c, f, 0, NULL, 4, &res, &err), SM_OK, "%s", err.msg);
+    sm_policy *pa = policy_of(a), *pb = policy_of(b), *pf = policy_of(f);
+    const sm_params *A = &pa->net->params, *B = &pb->net->params, *F = &pf->net->params;
+    cr_assert(A->total == B->total && A->total == F->total);
+    double dab = 0, daf = 0;
+    for (size_t i = 0; i < A->total; i++)
+        dab = fmax(dab, fabs((double)A->data[i] - B->data[i])), daf = fmax(daf, fabs((double)A->data[i] - F->data[i]));
+    cr_assert(dab < 1e-20, "the run with init_from did not start from the previous task's actor (max diff %g)", dab);
+    cr_assert(daf > 1e-3, "a fresh run of another seed has the same actor (max diff %g)", daf);
+    /* the policy's inputs are its normalised observations (what sm_sphere_diagnose is given) */
+    float obs[3] = {0.5f, -0.5f, 1.0f};
+    const float *xi = pb->inputs(pb, obs, 1);
+    for (int j = 0; j < 3; j++) cr_assert(isfinite(xi[j]));
+    pa->destroy(pa), pb->destroy(pb), pf->destroy(pf);
+}
+
 /* CartPole-v1 is solved at a mean return of 475; a uniform random policy scores about 22. CleanRL's
  * ppo.py defaults (4 x 128 steps, 4 minibatches, 4 epochs, lr 2.5e-4 annealed, entropy 0.01) over
  * its 500k frames: seeds 1-5 all end with a training return of 500 (episodes of the last 10% of

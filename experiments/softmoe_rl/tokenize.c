@@ -121,18 +121,6 @@ static const tk_variant *find_variant(const char *name) {
     return NULL;
 }
 
-/* 1 if item is in the comma list (an exact element) */
-static int in_list(const char *list, const char *item) {
-    size_t n = strlen(item);
-    for (const char *p = list; *p;) {
-        const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (len == n && !strncmp(p, item, n)) return 1;
-        if (!e) break;
-        p = e + 1;
-    }
-    return 0;
-}
 
 /* The encoders, scaled to MinAtar's 10 x 10 frames (ENC in the variants' --arch):
  *   minatar  MinAtar's DQN encoder, conv 3x3x16, stride 1, no padding: 8 x 8 x 16 (64 tokens of 16)
@@ -158,9 +146,7 @@ typedef struct {
 
 typedef struct {
     char dir[512], log[560];
-    char *argv[40];
-    char argbuf[1024];
-    int argc;
+    cli_argv cmd;
     const tk_variant *v;
     char agent[16], game[32];
     int seed, skip;
@@ -168,62 +154,46 @@ typedef struct {
     double t0;
 } tk_run;
 
-/* appends one argument (copied into the run's buffer) */
-static int push_arg(tk_run *r, size_t *used, const char *a) {
-    size_t n = strlen(a) + 1;
-    if (r->argc >= 38 || *used + n > sizeof r->argbuf) return -1;
-    memcpy(r->argbuf + *used, a, n);
-    r->argv[r->argc++] = r->argbuf + *used;
-    *used += n;
-    r->argv[r->argc] = NULL;
-    return 0;
-}
-
 /* 1 if figure F is selected and runs under agent kAgents[a] (its own agents, or the bench's) */
 static int fig_runs(const tk_figure *F, const tk_opts *o, int a) {
-    return in_list(o->figures, F->id) && in_list(F->agents ? F->agents : o->agent, kAgents[a]);
-}
-
-static int file_exists(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0;
+    return cli_in_list(o->figures, F->id) && cli_in_list(F->agents ? F->agents : o->agent, kAgents[a]);
 }
 
 /* the run's command line: a fresh run or the resumption of its checkpoint */
 static int plan_run(tk_run *r, const tk_opts *o, const char *self) {
-    size_t used = 0;
+    cli_argv *a = &r->cmd;
     char buf[600];
-    r->argc = 0;
+    memset(a, 0, sizeof *a);
     snprintf(buf, sizeof buf, "%s/done", r->dir);
-    r->skip = file_exists(buf);
-    int bad = push_arg(r, &used, self) | push_arg(r, &used, "rl") | push_arg(r, &used, "train");
+    r->skip = cli_file_exists(buf);
+    int bad = cli_argv_push(a, self) | cli_argv_push(a, "rl") | cli_argv_push(a, "train");
     snprintf(buf, sizeof buf, "%s/checkpoint.safetensors", r->dir);
-    if (file_exists(buf)) {
-        bad |= push_arg(r, &used, "--resume") | push_arg(r, &used, buf) | push_arg(r, &used, "--threads") |
-               push_arg(r, &used, "1");
+    if (cli_file_exists(buf)) {
+        bad |= cli_argv_push(a, "--resume") | cli_argv_push(a, buf) | cli_argv_push(a, "--threads") |
+               cli_argv_push(a, "1");
         return bad;
     }
     char num[48];
     snprintf(num, sizeof num, "minatar/%s", r->game);
-    bad |= push_arg(r, &used, "--env") | push_arg(r, &used, num) | push_arg(r, &used, "--agent") |
-           push_arg(r, &used, r->agent);
+    bad |= cli_argv_push(a, "--env") | cli_argv_push(a, num) | cli_argv_push(a, "--agent") |
+           cli_argv_push(a, r->agent);
     snprintf(num, sizeof num, "%ld", o->frames);
-    bad |= push_arg(r, &used, "--frames") | push_arg(r, &used, num);
+    bad |= cli_argv_push(a, "--frames") | cli_argv_push(a, num);
     snprintf(num, sizeof num, "%d", r->seed);
-    bad |= push_arg(r, &used, "--seed") | push_arg(r, &used, num) | push_arg(r, &used, "--threads") |
-           push_arg(r, &used, "1") | push_arg(r, &used, "--out") | push_arg(r, &used, r->dir) |
-           push_arg(r, &used, "--progress-every") | push_arg(r, &used, "60");
+    bad |= cli_argv_push(a, "--seed") | cli_argv_push(a, num) | cli_argv_push(a, "--threads") |
+           cli_argv_push(a, "1") | cli_argv_push(a, "--out") | cli_argv_push(a, r->dir) |
+           cli_argv_push(a, "--progress-every") | cli_argv_push(a, "60");
     snprintf(num, sizeof num, "%ld", o->frames / 10 > 1000 ? o->frames / 10 : 1000); /* a checkpoint per tenth */
-    bad |= push_arg(r, &used, "--ckpt-every") | push_arg(r, &used, num);
+    bad |= cli_argv_push(a, "--ckpt-every") | cli_argv_push(a, num);
     if (r->v->reset) {
         snprintf(num, sizeof num, "%ld", o->frames / 6 > 1 ? o->frames / 6 : 1);
-        bad |= push_arg(r, &used, "--reset-every") | push_arg(r, &used, num);
+        bad |= cli_argv_push(a, "--reset-every") | cli_argv_push(a, num);
     }
     if (r->v->prune) {
         snprintf(num, sizeof num, "%ld", r->v->prune == 1 ? o->frames / 2 : o->frames / 5);
-        bad |= push_arg(r, &used, "--prune-from") | push_arg(r, &used, num);
+        bad |= cli_argv_push(a, "--prune-from") | cli_argv_push(a, num);
         snprintf(num, sizeof num, "%ld", r->v->prune == 1 ? o->frames / 2 : 4 * o->frames / 5);
-        bad |= push_arg(r, &used, "--prune-to") | push_arg(r, &used, num);
+        bad |= cli_argv_push(a, "--prune-to") | cli_argv_push(a, num);
     }
     char args[512];
     snprintf(args, sizeof args, "%s", r->v->args);
@@ -231,50 +201,22 @@ static int plan_run(tk_run *r, const tk_opts *o, const char *self) {
         if (!strncmp(t, "ENC,", 4)) { /* the encoder in front of the variant's layers */
             char arch[400];
             snprintf(arch, sizeof arch, "%s,%s", o->enc_arch, t + 4);
-            bad |= push_arg(r, &used, arch);
+            bad |= cli_argv_push(a, arch);
         } else {
-            bad |= push_arg(r, &used, t);
+            bad |= cli_argv_push(a, t);
         }
     }
     return bad;
 }
 
-static int mkdirs(const char *path) {
-    char b[512];
-    snprintf(b, sizeof b, "%s", path);
-    for (char *p = b + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(b, 0755) && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    return mkdir(b, 0755) && errno != EEXIST ? -1 : 0;
-}
-
-static pid_t start(tk_run *r) {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(r->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execv(r->argv[0], r->argv);
-        _exit(127);
-    }
-    return pid;
-}
-
 static void print_cmd(FILE *f, const tk_run *r) {
-    for (int i = 0; i < r->argc; i++) fprintf(f, "%s%s", i ? " " : "", r->argv[i]);
+    for (int i = 0; i < r->cmd.argc; i++) fprintf(f, "%s%s", i ? " " : "", r->cmd.argv[i]);
     fprintf(f, "\n");
 }
 
 int exp_softmoe_tokenize(int argc, char **argv) {
     tk_opts o;
+    memset(&o, 0, sizeof o);
     const char *figures = NULL, *games = NULL;
     long frames = 0;
     int seeds = 0;
@@ -291,16 +233,9 @@ int exp_softmoe_tokenize(int argc, char **argv) {
         {"out", FL_STRING, &o.out, "runs/bench-tokenize", "directory of the runs, logs and figures", 0},
         {"dry-run", FL_BOOL, &o.dry_run, "0", "print the runs' command lines and stop", 0},
     };
-    const int nfl = (int)(sizeof fl / sizeof fl[0]);
-    const char *pos[1];
-    int npos;
-    int rc = fl_parse(fl, nfl, argc, argv, 3, "bench tokenize", "[flags]", pos, 0, &npos);
+    int full;
+    int rc = cli_parse_study(fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, "tokenize", &o.tier, &full);
     if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
-    const int full = !strcmp(o.tier, "full");
-    if (!full && strcmp(o.tier, "quick")) {
-        fprintf(stderr, "specmoe bench tokenize: --tier must be quick or full (got '%s')\n", o.tier);
-        return CLI_EXIT_USAGE;
-    }
     o.figures = figures ? figures : full ? "1,7,5,8,12,15,10,11,19" : "1,5";
     o.games = games ? games : full ? "breakout,asterix,freeway,seaquest,space_invaders" : "breakout,asterix";
     o.seeds = seeds > 0 ? seeds : full ? 3 : 1;
@@ -322,9 +257,9 @@ int exp_softmoe_tokenize(int argc, char **argv) {
     }
     static const char *const kGames[] = {"breakout", "asterix", "freeway", "seaquest", "space_invaders"};
     int n_games = 0;
-    for (int g = 0; g < 5; g++) n_games += in_list(o.games, kGames[g]);
+    for (int g = 0; g < 5; g++) n_games += cli_in_list(o.games, kGames[g]);
     int n_figs = 0;
-    for (int f = 0; f < N_FIGURES; f++) n_figs += in_list(o.figures, kFigures[f].id);
+    for (int f = 0; f < N_FIGURES; f++) n_figs += cli_in_list(o.figures, kFigures[f].id);
     /* every element of the lists must be known */
     for (int which = 0; which < 2; which++) {
         char b[256];
@@ -344,12 +279,10 @@ int exp_softmoe_tokenize(int argc, char **argv) {
         return CLI_EXIT_USAGE;
     }
     char self[512];
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (sl <= 0) {
+    if (cli_self_exe(self, sizeof self)) {
         fprintf(stderr, "specmoe bench tokenize: cannot find the specmoe executable (/proc/self/exe)\n");
         return CLI_EXIT_RUNTIME;
     }
-    self[sl] = 0;
 
     /* the distinct runs of the selected figures: (agent, variant, game, seed) */
     int cap = N_FIGURES * 10 * 2 * 5 * o.seeds, n = 0;
@@ -361,7 +294,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
             if (!fig_runs(F, &o, a)) continue;
             for (int vi = 0; F->variants[vi]; vi++)
                 for (int g = 0; g < 5; g++) {
-                    if (!in_list(o.games, kGames[g])) continue;
+                    if (!cli_in_list(o.games, kGames[g])) continue;
                     for (int s = 1; s <= o.seeds; s++) {
                         const tk_variant *v = find_variant(F->variants[vi]);
                         char dir[512];
@@ -408,13 +341,13 @@ int exp_softmoe_tokenize(int argc, char **argv) {
                        r->game, r->seed);
                 continue;
             }
-            if (mkdirs(r->dir)) {
+            if (cli_mkdirs(r->dir)) {
                 fprintf(stderr, "specmoe bench tokenize: cannot create %s\n", r->dir);
                 failed++;
                 continue;
             }
             r->t0 = sm_time_now();
-            r->pid = start(r);
+            r->pid = cli_spawn(&r->cmd, r->log);
             if (r->pid < 0) {
                 fprintf(stderr, "specmoe bench tokenize: fork failed\n");
                 failed++;

@@ -88,9 +88,14 @@ sm_status sm_rl_evaluate(sm_policy *p, const char *env, const sm_env_opts *opts,
     sm_vecenv v;
     sm_status st = sm_vecenv_init(&v, env, N, seed, opts, err);
     if (st != SM_OK) return st;
-    if (p && p->env != v.spec) {
+    /* another task of the same spaces is fine (a family's tasks differ only in reward: continual RL
+     * scores the final policy on every task of its sequence) */
+    const sm_env_spec *q = v.spec;
+    if (p && p->env != q &&
+        (p->env->obs_c != q->obs_c || p->env->obs_h != q->obs_h || p->env->obs_w != q->obs_w ||
+         p->env->act_kind != q->act_kind || p->env->act_n != q->act_n)) {
         sm_vecenv_free(&v);
-        return sm_fail(err, SM_ERR_MISMATCH, "the policy was trained on %s, not %s", p->env->name, env);
+        return sm_fail(err, SM_ERR_MISMATCH, "the policy was trained on %s, whose spaces differ from %s's", p->env->name, env);
     }
     sm_vecenv_set_threads(&v, threads);
     const sm_env_spec *s = v.spec;

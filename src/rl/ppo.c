@@ -950,23 +950,32 @@ static sm_status read_rms(const sm_safetensors *st, const char *path, rms *r, sm
     return bad ? sm_fail(err, SM_ERR_FORMAT, "%s: __metadata__.obs_rms is not %d normaliser values", path, 2 * r->n + 1) : SM_OK;
 }
 
-static sm_status ppo_resume(ppo *p, const char *path, const char *env, sm_error *err) {
+/* Reads a checkpoint of this run's settings and network into p. exact (--resume): every set with its
+ * Adam moments, the observation normaliser and the run state, from a checkpoint of env. Otherwise
+ * (continual RL, SPHERE Sec. 5.1, sm_rl_run.init_from): the next task starts from the previous
+ * task's actor, critic, log-std and observation normaliser; the checkpoint may be of any env (a
+ * family shares its spaces; the network check catches the rest) and Adam's moments are not read:
+ * they start at zero as in a new launch (agent.h). */
+static sm_status ppo_load(ppo *p, const char *path, const char *env, int exact, sm_error *err) {
     sm_safetensors st;
     sm_status s = sm_safetensors_load(&st, path, err);
     if (s != SM_OK) return s;
     char *settings = settings_json(&p->c), *network = sm_model_config_to_json(&p->actor_cfg);
     s = check_meta(&st, path, env, settings, network, err);
     sm_ckpt_set sets[3];
-    if (s == SM_OK) s = sm_checkpoint_read_sets(&st, path, sets, sets_of(p, sets), NULL, err);
+    const int n = sets_of(p, sets);
+    for (int k = 0; k < n && !exact; k++) sets[k].opt = NULL;
+    if (s == SM_OK) s = sm_checkpoint_read_sets(&st, path, sets, n, NULL, err);
     if (s == SM_OK) s = read_rms(&st, path, &p->obs_rms, err);
-    /* the environments' states are per rank: a run resumes on as many ranks as wrote it */
+    /* the environments' states are per rank: a run resumes on as many ranks as wrote it (init_from
+     * reads no run state: any rank count starts from the same network) */
     const char *ranks = sm_safetensors_meta(&st, "ranks");
     const int written_by = ranks ? atoi(ranks) : 1;
-    if (s == SM_OK && written_by != p->P)
+    if (s == SM_OK && exact && written_by != p->P)
         s = sm_fail(err, SM_ERR_MISMATCH, "%s: written by a run on %d rank(s), resumed on %d: each rank's environments are in "
                     "the checkpoint, so resume it on %d (mpirun -np %d; 1: without mpirun)", path, written_by, p->P, written_by,
                     written_by);
-    if (s == SM_OK) {
+    if (s == SM_OK && exact) {
         blob b;
         char key[24];
         run_state_key(key, sizeof key, p->rank);
@@ -1325,7 +1334,8 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
         if (p.num_updates < 1)
             st = sm_fail(err, SM_ERR_ARG, "ppo: a budget of %ld steps is less than one rollout of %ld", horizon, batch);
     }
-    if (st == SM_OK && run->resume) st = ppo_resume(&p, run->resume, run->env, err);
+    if (st == SM_OK && (run->resume || run->init_from))
+        st = run->resume ? ppo_load(&p, run->resume, run->env, 1, err) : ppo_load(&p, run->init_from, NULL, 0, err);
     /* rank 0 alone writes settings.json and metrics.jsonl and prints progress */
     sm_rl_run lrun = *run;
     if (p.rank != 0) lrun.out_dir = NULL, lrun.progress = NULL;
@@ -1444,6 +1454,12 @@ static void greedy_act(sm_policy *pol, const float *obs, int n, int *a_disc, flo
     }
 }
 
+static const float *greedy_inputs(sm_policy *pol, const float *obs, int n) {
+    greedy *g = pol->impl;
+    obs_normalize(g->x, obs, n, &g->obs, g->norm_obs);
+    return g->x;
+}
+
 static void greedy_destroy(sm_policy *pol) {
     if (!pol) return;
     greedy *g = pol->impl;
@@ -1491,6 +1507,7 @@ static sm_policy *ppo_load_policy(const char *path, int max_N, sm_error *err) {
         sm_ckpt_set set = {"actor.", &g->actor->params, NULL};
         s = sm_checkpoint_read_sets(&st, path, &set, 1, NULL, err);
     }
+    if (s == SM_OK) pol->net = g->actor, pol->inputs = greedy_inputs;
     sm_safetensors_free(&st);
     if (s != SM_OK) {
         greedy_destroy(pol);

@@ -403,6 +403,8 @@ sm_status sm_train(sm_model *m, const sm_dataset *train, const sm_dataset *val, 
             for (size_t i = 0; i < (size_t)B * V; i++) m->dlogits[i] *= f;
         }
         sm_model_backward(m, B);
+        if (cfg->after_backward.fn && (st = cfg->after_backward.fn(m, loss, B, cfg->after_backward.user, err)) != SM_OK)
+            goto done_buf;
         if (ts.step == cfg->inject_nan_step && (!dist || dist->fault_rank < 0 || dist->fault_rank == rank))
             m->params.grad[m->params.total / 2] = NAN;
         long correct = 0;

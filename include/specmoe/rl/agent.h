@@ -37,6 +37,13 @@ typedef struct {
                              * omp_set_num_threads to it; 0 leaves OpenMP as it is) */
     long frames;            /* budget in environment frames, summed over the vector; 0: the agent's default */
     const char *resume;     /* checkpoint to continue from, or NULL */
+    const char *init_from;  /* continual RL (SPHERE Sec. 5.1, CRL): a checkpoint of the same agent and
+                             * settings on another task of the family, whose network parameters and
+                             * observation normaliser this run starts from; the optimiser's moments,
+                             * the learning-rate schedule, the reward normaliser, the counters and the
+                             * environments start fresh, as a new training launch that loads the
+                             * previous weights. Ignored on resume (the run's own checkpoint holds
+                             * all of it). NULL: a fresh start. */
     volatile sig_atomic_t *stop; /* set asynchronously (Ctrl-C): the agent checkpoints and returns */
     long stop_after;        /* > 0: stop the same way once this many frames are done (a run split
                              * into sessions; --resume continues it exactly) */
@@ -71,7 +78,11 @@ struct sm_policy {
     void (*destroy)(sm_policy *p);
     int max_N;
     void *impl;
-    sm_model *net; /* the network it acts with (the DQN family's Q-network), for pruning; NULL if none */
+    sm_model *net; /* the network it acts with (the DQN family's Q-network, PPO's actor), for pruning
+                    * and diagnostics; NULL if none */
+    /* The rows net sees for N observations (N <= max_N; e.g. PPO's normalised observations), owned
+     * by the policy and valid until its next call; NULL when net reads observations as they are. */
+    const float *(*inputs)(sm_policy *p, const float *obs, int N);
 };
 
 typedef struct sm_agent_kind {
@@ -109,7 +120,8 @@ const sm_agent_kind *sm_agent_of_checkpoint(const char *path, sm_error *err);
 sm_status sm_agent_apply_preset(const sm_agent_kind *k, void *cfg, const char *preset, sm_error *err);
 
 /* Runs `episodes` episodes of policy p (or of a uniform random policy when p is NULL) in env with
- * N environments, and fills the log (sums; rl/env.h). */
+ * N environments, and fills the log (sums; rl/env.h). env may be another task than the policy's if
+ * its observation and action spaces are the same (a task family); else SM_ERR_MISMATCH. */
 sm_status sm_rl_evaluate(sm_policy *p, const char *env, const sm_env_opts *opts, int episodes, int N, uint64_t seed,
                          int threads, sm_env_log *log, sm_error *err);
 

@@ -75,6 +75,13 @@ typedef struct {
     long stop_after;        /* stop (with a checkpoint) after this many steps in total; 0 = run to the end */
     long inject_nan_step;   /* testing aid: poison one gradient at this step (-1 = never) */
     sm_step_hook hook;      /* between backward and optimiser; fn NULL = none */
+    /* Right after each step's backward, before the hook (so before a data-parallel sum): adds to
+     * m's gradients what depends on the step's forward, given its mean loss and row count T (SPHERE's
+     * penalty through sm_sphere_step: `specmoe train --sphere-rho`). fn NULL = none. */
+    struct {
+        sm_status (*fn)(sm_model *m, double loss, int T, void *user, sm_error *err);
+        void *user;
+    } after_backward;
     const sm_train_dist *dist; /* data-parallel ranks (see sm_train_dist); NULL = one process */
     /* polled after every step: when it points to a nonzero value, training saves a checkpoint and
      * returns SM_OK with res->interrupted set. The library installs no signal handler: a program sets

@@ -1,0 +1,699 @@
+/* specmoe bench sphere: the study of SPHERE (papers/000; issue 15) on this project's task families,
+ * under the paper's two protocols (Sec. 5.1, App. J.8):
+ *
+ *   RL   every task of the sequence trained from scratch, scored right after its training;
+ *   CRL  one agent trained through the sequence, each task starting from the previous task's final
+ *        network and observation normaliser (`rl train --init-from`; Adam's moments, the learning-rate
+ *        schedule and the reward normaliser start fresh, as a new launch that loads the previous
+ *        weights); each task scored right after its training, and the final policy scored on every
+ *        task of the sequence (their average: Table 17's summary, App. J.8.1).
+ *
+ * Scores: the greedy policy's mean episodic return (cheetah) or success rate (reach) over
+ * --episodes episodes. Spectral plasticity (Eq. 7): the exact eNTK effective rank of the actor mean
+ * projected on a fixed unit direction, on a fixed held-out batch of --states observations collected
+ * by the greedy policy of dense PPO trained from scratch on a task left out of the sequence (the
+ * paper's "Stair" policy), reused across checkpoints and methods; each policy sees them through its
+ * own observation normaliser. The effective rank of SPHERE's feature Gram (Fig. 7) is kept beside it.
+ *
+ * Families (the sequences share the model and spaces and differ in reward):
+ *   cheetah  mujoco/cheetah-run, -run-backward, -jump; held out: -flip          score: return
+ *   reach    mujoco/reach-0, reach-1, reach-2;          held out: reach-3        score: success
+ * Methods (the paper's actor shape at --width, ReLU, 3 layers; --experts experts, top-2, temperature
+ * 1, subset softmax, no balance loss; CleanRL's continuous PPO settings):
+ *   ppo, topk (MoE actor), dense-moe, ds-moe, sphere (topk + SPHERE, grad mode, --rho), the Table 1
+ *   ablations sphere-all-layers, sphere-per-expert, sphere-unweighted, and sphere-rho=R for the
+ *   Fig. 10 sweep (--rhos). The gradient-Gram ablation is not built.
+ * Figures (--figures): 2 (RL vs CRL: ppo, topk, dense-moe, ds-moe), 3 (eNTK rank after each CRL task:
+ *   those and sphere), 13 (SPHERE vs Top-k per task, Tables 13-16's layout), 1 (ablations), 10 (rho
+ *   sweep), fmnist (the supervised continual sequences of sphere_sl.c).
+ *
+ * Tiers: --tier quick (the default) is a smoke test of the whole pipeline within 30 minutes on 2
+ * cores: the reach family, 2 seeds, 20480 frames per task; its tables decide no claim and say so.
+ * --tier full: both families, 5 seeds, 1M frames per task (its time: BENCHMARKS.md). Flags override
+ * either. Resumable: a run directory with a `done` file is not run again and an `eval.json` is not
+ * evaluated again, so an interrupted study continues with what is missing (a run cut short is
+ * started again from its beginning).
+ *
+ * Output under --out: the run directories (train.log, metrics.jsonl, checkpoint, done, eval.json),
+ * runs.jsonl (one record per evaluated run), summary.json (every table's numbers, mean and sample
+ * std over seeds) and summary.md (the printed tables). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli/common.h"
+#include "cli/flags.h"
+#include "experiments/experiments.h"
+#include "experiments/sphere/sphere_sl.h"
+#include "specmoe/methods/sphere/sphere.h"
+#include "specmoe/rl/agent.h"
+
+#define SEQ 3 /* tasks in a sequence; the family's fourth task is held out */
+
+typedef struct {
+    const char *name;
+    const char *tasks[SEQ + 1]; /* the sequence, then the held-out task */
+    int success;                /* 1: scored by success rate, 0: by return */
+} sp_family;
+
+static const sp_family kFamilies[] = {
+    {"cheetah", {"mujoco/cheetah-run", "mujoco/cheetah-run-backward", "mujoco/cheetah-jump", "mujoco/cheetah-flip"}, 0},
+    {"reach", {"mujoco/reach-0", "mujoco/reach-1", "mujoco/reach-2", "mujoco/reach-3"}, 1},
+};
+#define N_FAMILIES ((int)(sizeof kFamilies / sizeof kFamilies[0]))
+
+#define MAX_METHODS 16
+typedef struct {
+    char name[40];
+    char args[160]; /* rl train flags of the method */
+    double rho;     /* SPHERE's ratio, 0: off */
+} sp_method;
+
+typedef struct {
+    const char *tier, *figures, *families, *rhos, *out;
+    int seeds, jobs, episodes, states, width, experts, dry_run;
+    long frames;
+    double rho;
+    sp_sl_opts sl;
+    sp_method m[MAX_METHODS];
+    int n_methods;
+} sp_opts;
+
+enum { P_RL = 0, P_CRL = 1, P_HELD = 2 };
+static const char *const kProto[] = {"rl", "crl", "heldout"};
+
+typedef struct {
+    char dir[512], log[560];
+    cli_argv cmd;
+    int fam, meth, proto, task, seed;
+    int dep;   /* run that must end first (CRL's previous task; -1: none) */
+    int state; /* 0 to run, 1 running, 2 ok, 3 failed */
+    int pid;
+    double t0;
+} sp_run;
+
+
+static int method_index(const sp_opts *o, const char *name) {
+    for (int i = 0; i < o->n_methods; i++)
+        if (!strcmp(o->m[i].name, name)) return i;
+    return -1;
+}
+
+static void add_method(sp_opts *o, const char *name, const char *args, double rho) {
+    if (o->n_methods >= MAX_METHODS || method_index(o, name) >= 0) return;
+    sp_method *m = &o->m[o->n_methods++];
+    snprintf(m->name, sizeof m->name, "%s", name);
+    snprintf(m->args, sizeof m->args, "%s", args);
+    m->rho = rho;
+}
+
+/* The figures' methods (the order of the tables' rows). */
+static const char *const kFig2[] = {"ppo", "topk", "dense-moe", "ds-moe", NULL};
+static const char *const kFig3[] = {"ppo", "topk", "dense-moe", "ds-moe", "sphere", NULL};
+static const char *const kT13[] = {"topk", "sphere", NULL};
+static const char *const kT1[] = {"topk", "sphere", "sphere-all-layers", "sphere-per-expert", "sphere-unweighted", NULL};
+
+static void build_methods(sp_opts *o) {
+    o->n_methods = 0;
+    add_method(o, "ppo", "--actor mlp", 0);
+    add_method(o, "topk", "--actor moe", 0);
+    add_method(o, "dense-moe", "--actor dense-moe", 0);
+    add_method(o, "ds-moe", "--actor ds-moe", 0);
+    add_method(o, "sphere", "--actor moe", o->rho);
+    add_method(o, "sphere-all-layers", "--actor moe --sphere-all-layers 1", o->rho);
+    add_method(o, "sphere-per-expert", "--actor moe --sphere-per-expert 1", o->rho);
+    add_method(o, "sphere-unweighted", "--actor moe --sphere-unweighted 1", o->rho);
+    char b[256];
+    snprintf(b, sizeof b, "%s", o->rhos);
+    for (char *save = NULL, *t = strtok_r(b, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char name[40];
+        snprintf(name, sizeof name, "sphere-rho=%g", atof(t));
+        add_method(o, name, "--actor moe", atof(t));
+    }
+}
+
+/* Which protocols method i runs under the selected figures: bit 0 RL, bit 1 CRL. */
+static int method_protocols(const sp_opts *o, int i) {
+    const char *n = o->m[i].name;
+    int p = 0;
+    for (int k = 0; kFig2[k]; k++)
+        if (cli_in_list(o->figures, "2") && !strcmp(kFig2[k], n)) p |= 3;
+    for (int k = 0; kFig3[k]; k++)
+        if (cli_in_list(o->figures, "3") && !strcmp(kFig3[k], n)) p |= 2;
+    for (int k = 0; kT13[k]; k++)
+        if (cli_in_list(o->figures, "13") && !strcmp(kT13[k], n)) p |= 3;
+    for (int k = 0; kT1[k]; k++)
+        if (cli_in_list(o->figures, "1") && !strcmp(kT1[k], n)) p |= 2;
+    if (cli_in_list(o->figures, "10") && (!strncmp(n, "sphere-rho=", 11) || !strcmp(n, "sphere") || !strcmp(n, "topk"))) p |= 2;
+    return p;
+}
+
+/* the run's `rl train` command line */
+static int plan_run(sp_run *r, const sp_opts *o, const char *self, const sp_run *runs) {
+    cli_argv *a = &r->cmd;
+    memset(a, 0, sizeof *a);
+    const sp_family *F = &kFamilies[r->fam];
+    char b[600];
+    int bad = cli_argv_push(a, self) | cli_argv_words(a, "rl train --agent ppo --preset cleanrl-continuous --act relu");
+    snprintf(b, sizeof b,
+             "--arch dense:%d,dense:%d,dense:%d --experts %d --topk 2 --temperature 1 --renorm 1 --balance 0 --threads 1 "
+             "--progress-every 600 --frames %ld --seed %d --env %s",
+             o->width, o->width, o->width, o->experts, o->frames, r->seed, F->tasks[r->task]);
+    bad |= cli_argv_words(a, b) | cli_argv_push(a, "--out") | cli_argv_push(a, r->dir);
+    const sp_method *m = &o->m[r->meth];
+    bad |= cli_argv_words(a, m->args);
+    if (m->rho > 0) {
+        snprintf(b, sizeof b, "--sphere-rho %g --sphere-mode grad", m->rho);
+        bad |= cli_argv_words(a, b);
+    }
+    if (r->proto == P_CRL && r->dep >= 0) {
+        snprintf(b, sizeof b, "%s/checkpoint.safetensors", runs[r->dep].dir);
+        bad |= cli_argv_push(a, "--init-from") | cli_argv_push(a, b);
+    }
+    return bad;
+}
+
+static int add_run(sp_run *runs, int *n, const sp_opts *o, const char *self, int fam, int meth, int proto, int task,
+                   int seed, int dep) {
+    sp_run *r = &runs[*n];
+    memset(r, 0, sizeof *r);
+    r->fam = fam, r->meth = meth, r->proto = proto, r->task = task, r->seed = seed, r->dep = dep;
+    const char *tn = strchr(kFamilies[fam].tasks[task], '/') + 1;
+    if (proto == P_CRL)
+        snprintf(r->dir, sizeof r->dir, "%s/%s/crl/%s/s%d/%d-%s", o->out, kFamilies[fam].name, o->m[meth].name, seed, task, tn);
+    else
+        snprintf(r->dir, sizeof r->dir, "%s/%s/%s/%s/%s/s%d", o->out, kFamilies[fam].name, kProto[proto], o->m[meth].name,
+                 tn, seed);
+    snprintf(r->log, sizeof r->log, "%s/train.log", r->dir);
+    char done[600];
+    snprintf(done, sizeof done, "%s/done", r->dir);
+    r->state = cli_file_exists(done) ? 2 : 0;
+    if (plan_run(r, o, self, runs)) return -1;
+    (*n)++;
+    return 0;
+}
+
+/* ---- running --------------------------------------------------------------------------------- */
+
+static int run_all(sp_run *runs, int n, int jobs) {
+    int running = 0, failed = 0;
+    const double t_start = sm_time_now();
+    for (;;) {
+        for (int i = 0; i < n && running < jobs; i++) {
+            sp_run *r = &runs[i];
+            if (r->state) continue;
+            if (r->dep >= 0 && runs[r->dep].state == 3) { /* the previous task failed */
+                r->state = 3, failed++;
+                continue;
+            }
+            if (r->dep >= 0 && runs[r->dep].state != 2) continue;
+            if (cli_mkdirs(r->dir) || (r->pid = cli_spawn(&r->cmd, r->log)) < 0) {
+                fprintf(stderr, "specmoe bench sphere: cannot start %s\n", r->dir);
+                r->state = 3, failed++;
+                continue;
+            }
+            r->t0 = sm_time_now(), r->state = 1, running++;
+        }
+        if (!running) break;
+        int status;
+        int pid = (int)waitpid(-1, &status, 0);
+        if (pid < 0) break;
+        for (int i = 0; i < n; i++) {
+            sp_run *r = &runs[i];
+            if (r->state != 1 || r->pid != pid) continue;
+            running--;
+            int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+            char done[600], text[64];
+            snprintf(done, sizeof done, "%s/done", r->dir);
+            snprintf(text, sizeof text, "seconds %.1f\n", sm_time_now() - r->t0);
+            ok = ok && cli_write_text(done, text) == 0;
+            r->state = ok ? 2 : 3;
+            failed += !ok;
+            printf("bench-sphere-run dir=%s status=%s seconds=%.0f\n", r->dir, ok ? "ok" : "failed", sm_time_now() - r->t0);
+            fflush(stdout);
+        }
+    }
+    printf("bench-sphere-train runs=%d failed=%d seconds=%.0f\n", n, failed, sm_time_now() - t_start);
+    return failed;
+}
+
+/* ---- evaluation ------------------------------------------------------------------------------ */
+
+/* N observations of the greedy policy of ckpt on env: 8 environments, every stride steps (spread
+ * evenly over the first episode), written to states (N, D). */
+static sm_status collect_states(const char *ckpt, const char *env, int N, float *states, sm_error *err) {
+    const sm_agent_kind *k = sm_agent_of_checkpoint(ckpt, err);
+    if (!k) return SM_ERR_FORMAT;
+    sm_policy *p = k->load_policy(ckpt, 8, err);
+    if (!p) return err->code ? err->code : SM_ERR_FORMAT;
+    sm_vecenv v;
+    sm_status st = sm_vecenv_init(&v, env, 8, 77, NULL, err);
+    if (st != SM_OK) {
+        p->destroy(p);
+        return st;
+    }
+    const int D = sm_env_obs_numel(v.spec), A = v.spec->act_n;
+    float *obs = malloc(sizeof(float) * 8 * (size_t)(D + A + 3));
+    if (!obs) {
+        p->destroy(p), sm_vecenv_free(&v);
+        return sm_fail(err, SM_ERR_NOMEM, "held-out states: out of memory");
+    }
+    float *act = obs + 8 * D, *rew = act + 8 * A;
+    unsigned char term[8], trunc[8];
+    sm_vecenv_bind(&v, obs, NULL, act, rew, term, trunc, NULL);
+    sm_vecenv_reset(&v);
+    const int per_env = (N + 7) / 8, limit = v.spec->max_steps > 0 ? v.spec->max_steps : 1000;
+    /* per_env + 1 intervals: the last record stays inside the first episode (at the time limit the
+     * vector has already reset the environment) */
+    const int stride = limit / (per_env + 1) > 1 ? limit / (per_env + 1) : 1;
+    int got = 0;
+    for (int t = 1; got < N; t++) {
+        p->act(p, obs, 8, NULL, act);
+        sm_vecenv_step(&v);
+        if (t % stride) continue;
+        for (int e = 0; e < 8 && got < N; e++) memcpy(states + (size_t)got++ * D, obs + (size_t)e * D, sizeof(float) * D);
+    }
+    free(obs);
+    sm_vecenv_free(&v);
+    p->destroy(p);
+    return SM_OK;
+}
+
+typedef struct {
+    double ret, success, score, entk, fsrank;
+    double final[SEQ]; /* CRL's last task: the final policy on every task; NAN otherwise */
+} sp_eval;
+
+static double score_of(const sp_family *F, double ret, double success) { return F->success ? success : ret; }
+
+static sm_status eval_policy_on(const char *ckpt, const char *env, int episodes, int seed, double *ret, double *success,
+                                sm_error *err) {
+    const sm_agent_kind *k = sm_agent_of_checkpoint(ckpt, err);
+    if (!k) return SM_ERR_FORMAT;
+    sm_policy *p = k->load_policy(ckpt, 16, err);
+    if (!p) return err->code ? err->code : SM_ERR_FORMAT;
+    sm_env_log log;
+    sm_status st = sm_rl_evaluate(p, env, NULL, episodes, 16, (uint64_t)(1000 + seed), 1, &log, err);
+    p->destroy(p);
+    if (st != SM_OK) return st;
+    *ret = log.episode_return / (double)log.n;
+    *success = log.success / (double)log.n;
+    return SM_OK;
+}
+
+static sm_status eval_entk(const char *ckpt, const float *states, int N, double *entk, double *fsrank, sm_error *err) {
+    const sm_agent_kind *k = sm_agent_of_checkpoint(ckpt, err);
+    if (!k) return SM_ERR_FORMAT;
+    sm_policy *p = k->load_policy(ckpt, N, err);
+    if (!p) return err->code ? err->code : SM_ERR_FORMAT;
+    sm_status st = SM_OK;
+    if (!p->net || !p->inputs) st = sm_fail(err, SM_ERR_ARG, "%s: the policy exposes no network", ckpt);
+    const int A = p->env->act_n;
+    sm_real u[64];
+    sm_rng r;
+    sm_rng_seed(&r, 0x5350484552ULL); /* one direction for every method and checkpoint */
+    double n2 = 0;
+    for (int j = 0; j < A && j < 64; j++) u[j] = (sm_real)sm_rng_normal(&r), n2 += (double)u[j] * u[j];
+    for (int j = 0; j < A && j < 64; j++) u[j] = (sm_real)(u[j] / sqrt(n2));
+    sm_sphere_diag dg;
+    if (st == SM_OK) st = sm_sphere_diagnose(p->net, p->inputs(p, states, N), N, u, &dg, err);
+    if (st == SM_OK) *entk = dg.entk_srank, *fsrank = dg.have_features ? dg.feature_srank : NAN;
+    p->destroy(p);
+    return st;
+}
+
+static void put_num(cJSON *o, const char *k, double v) {
+    if (isfinite(v)) cJSON_AddNumberToObject(o, k, v);
+    else cJSON_AddNullToObject(o, k);
+}
+static double get_num(const cJSON *o, const char *k) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(x) ? x->valuedouble : NAN;
+}
+
+static cJSON *eval_json(const sp_opts *o, const sp_run *r, const sp_eval *e) {
+    const sp_family *F = &kFamilies[r->fam];
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "family", F->name);
+    cJSON_AddStringToObject(j, "protocol", kProto[r->proto]);
+    cJSON_AddStringToObject(j, "method", o->m[r->meth].name);
+    cJSON_AddStringToObject(j, "task", F->tasks[r->task]);
+    cJSON_AddNumberToObject(j, "task_index", r->task);
+    cJSON_AddNumberToObject(j, "seed", r->seed);
+    cJSON_AddStringToObject(j, "dir", r->dir);
+    put_num(j, "return", e->ret), put_num(j, "success", e->success), put_num(j, "score", e->score);
+    put_num(j, "entk_srank", e->entk), put_num(j, "feature_srank", e->fsrank);
+    if (isfinite(e->final[0])) {
+        cJSON *f = cJSON_AddArrayToObject(j, "final_scores");
+        for (int t = 0; t < SEQ; t++) cJSON_AddItemToArray(f, cJSON_CreateNumber(e->final[t]));
+    }
+    return j;
+}
+
+/* Evaluates run r (or reads its eval.json from an earlier session). */
+static sm_status evaluate_run(const sp_opts *o, const sp_run *r, const float *states, sp_eval *e, cJSON **out,
+                              sm_error *err) {
+    char path[600], ckpt[600];
+    snprintf(path, sizeof path, "%s/eval.json", r->dir);
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", r->dir);
+    for (int t = 0; t < SEQ; t++) e->final[t] = NAN;
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        char buf[4096];
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        cJSON *j = cJSON_Parse(buf);
+        if (j) {
+            e->ret = get_num(j, "return"), e->success = get_num(j, "success"), e->score = get_num(j, "score");
+            e->entk = get_num(j, "entk_srank"), e->fsrank = get_num(j, "feature_srank");
+            const cJSON *fs = cJSON_GetObjectItemCaseSensitive(j, "final_scores");
+            for (int t = 0; t < SEQ && cJSON_GetArrayItem(fs, t); t++) e->final[t] = cJSON_GetArrayItem(fs, t)->valuedouble;
+            *out = j;
+            return SM_OK;
+        }
+    }
+    const sp_family *F = &kFamilies[r->fam];
+    sm_status st = eval_policy_on(ckpt, F->tasks[r->task], o->episodes, r->seed, &e->ret, &e->success, err);
+    if (st == SM_OK) e->score = score_of(F, e->ret, e->success);
+    if (st == SM_OK) st = eval_entk(ckpt, states, o->states, &e->entk, &e->fsrank, err);
+    for (int t = 0; st == SM_OK && r->proto == P_CRL && r->task == SEQ - 1 && t < SEQ; t++) {
+        double ret, suc;
+        st = eval_policy_on(ckpt, F->tasks[t], o->episodes, r->seed, &ret, &suc, err);
+        e->final[t] = score_of(F, ret, suc);
+    }
+    if (st != SM_OK) return st;
+    *out = eval_json(o, r, e);
+    char *text = cJSON_Print(*out);
+    if (!text || cli_write_text(path, text)) st = sm_fail(err, SM_ERR_IO, "%s: cannot write", path);
+    free(text);
+    return st;
+}
+
+/* ---- tables ---------------------------------------------------------------------------------- */
+
+/* mean and sample standard deviation of the finite values */
+static void mean_std(const double *x, int n, double *mean, double *sd, int *k) {
+    double s = 0, q = 0;
+    *k = 0;
+    for (int i = 0; i < n; i++)
+        if (isfinite(x[i])) s += x[i], (*k)++;
+    *mean = *k ? s / *k : NAN;
+    for (int i = 0; i < n; i++)
+        if (isfinite(x[i])) q += (x[i] - *mean) * (x[i] - *mean);
+    *sd = *k > 1 ? sqrt(q / (*k - 1)) : 0;
+}
+
+typedef struct {
+    const sp_opts *o;
+    const sp_run *runs;
+    const sp_eval *ev;
+    int n;
+    cli_buf *md;
+    cJSON *json;
+} sp_report;
+
+/* what a cell shows, per seed */
+enum { Q_SCORE, Q_FINAL, Q_ENTK, Q_FSRANK };
+
+/* The value of one seed: quantity q of (family, method, protocol) at task t (t < 0: the mean over the
+ * sequence). NAN when the run is missing. */
+static double seed_value(const sp_report *R, int fam, int meth, int proto, int t, int seed, int q) {
+    double s = 0;
+    int k = 0;
+    for (int i = 0; i < R->n; i++) {
+        const sp_run *r = &R->runs[i];
+        if (r->fam != fam || r->meth != meth || r->proto != proto || r->seed != seed || r->state != 2) continue;
+        if (r->task >= SEQ || (t >= 0 && r->task != t)) continue;
+        const sp_eval *e = &R->ev[i];
+        if (q == Q_FINAL) {
+            if (r->task != SEQ - 1) continue;
+            for (int u = 0; u < SEQ; u++) s += e->final[u], k++;
+            continue;
+        }
+        s += q == Q_SCORE ? e->score : q == Q_ENTK ? e->entk : e->fsrank;
+        k++;
+    }
+    return k ? s / k : NAN;
+}
+
+static void cell(const sp_report *R, cJSON *row, const char *key, int fam, int meth, int proto, int t, int q) {
+    double v[100];
+    int ns = R->o->seeds < 100 ? R->o->seeds : 100, k;
+    for (int s = 0; s < ns; s++) v[s] = seed_value(R, fam, meth, proto, t, s + 1, q);
+    double mean, sd;
+    mean_std(v, ns, &mean, &sd, &k);
+    if (k) cli_bprintf(R->md, " %.3g +- %.2g |", mean, sd);
+    else cli_bprintf(R->md, " - |");
+    cJSON *c = cJSON_AddObjectToObject(row, key);
+    put_num(c, "mean", mean), put_num(c, "std", sd);
+    cJSON_AddNumberToObject(c, "n", k);
+}
+
+static void table(const sp_report *R, int fam, const char *id, const char *title, const char *const *methods, int fig) {
+    const sp_opts *o = R->o;
+    const sp_family *F = &kFamilies[fam];
+    const char *what = fig == 3 ? "effective rank" : F->success ? "success rate" : "return";
+    cli_bprintf(R->md, "\n### %s: %s, %s family (%s; mean +- sample std over %d seeds)%s\n\n", id, title, F->name, what,
+                o->seeds, strcmp(o->tier, "full") ? " [quick tier: a smoke test, decides nothing]" : "");
+    cJSON *tab = cJSON_CreateObject();
+    cJSON_AddStringToObject(tab, "id", id);
+    cJSON_AddStringToObject(tab, "family", F->name);
+    cJSON_AddStringToObject(tab, "metric", what);
+    cJSON *rows = cJSON_AddArrayToObject(tab, "rows");
+    if (fig == 2) cli_bprintf(R->md, "| method | RL: mean over tasks | CRL: each task after its training | CRL: final policy on all tasks |\n|---|---|---|---|\n");
+    else if (fig == 3) {
+        cli_bprintf(R->md, "| method |");
+        for (int u = 0; u < SEQ; u++) cli_bprintf(R->md, " eNTK srank after %s |", strchr(F->tasks[u], '/') + 1);
+        cli_bprintf(R->md, " feature srank after the last |\n|---|");
+        for (int u = 0; u <= SEQ; u++) cli_bprintf(R->md, "---|");
+        cli_bprintf(R->md, "\n");
+    } else {
+        cli_bprintf(R->md, "| method |");
+        for (int u = 0; u < SEQ; u++) cli_bprintf(R->md, " CRL %s |", strchr(F->tasks[u], '/') + 1);
+        cli_bprintf(R->md, " CRL mean | CRL final on all | eNTK srank at the end |\n|---|");
+        for (int u = 0; u < SEQ + 3; u++) cli_bprintf(R->md, "---|");
+        cli_bprintf(R->md, "\n");
+    }
+    int rows_m[MAX_METHODS], nr = 0; /* the rows: the figure's methods, or Fig. 10's topk, sphere and the sweep */
+    for (int i = 0; i < o->n_methods; i++)
+        if (fig == 10 && (!strncmp(o->m[i].name, "sphere-rho=", 11) || !strcmp(o->m[i].name, "sphere") || !strcmp(o->m[i].name, "topk")))
+            rows_m[nr++] = i;
+    for (int i = 0; fig != 10 && methods[i]; i++)
+        if (method_index(o, methods[i]) >= 0) rows_m[nr++] = method_index(o, methods[i]);
+    for (int i = 0; i < nr; i++) {
+        const int m = rows_m[i];
+        cJSON *row = cJSON_CreateObject();
+        cJSON_AddStringToObject(row, "method", o->m[m].name);
+        put_num(row, "rho", o->m[m].rho);
+        cli_bprintf(R->md, "| %s |", o->m[m].name);
+        char key[48];
+        if (fig == 2) {
+            cell(R, row, "rl_mean", fam, m, P_RL, -1, Q_SCORE);
+            cell(R, row, "crl_mean", fam, m, P_CRL, -1, Q_SCORE);
+            cell(R, row, "crl_final", fam, m, P_CRL, -1, Q_FINAL);
+        } else if (fig == 3) {
+            for (int u = 0; u < SEQ; u++) {
+                snprintf(key, sizeof key, "entk_after_%d", u);
+                cell(R, row, key, fam, m, P_CRL, u, Q_ENTK);
+            }
+            cell(R, row, "feature_srank_last", fam, m, P_CRL, SEQ - 1, Q_FSRANK);
+        } else {
+            for (int u = 0; u < SEQ; u++) {
+                snprintf(key, sizeof key, "crl_task_%d", u);
+                cell(R, row, key, fam, m, P_CRL, u, Q_SCORE);
+            }
+            cell(R, row, "crl_mean", fam, m, P_CRL, -1, Q_SCORE);
+            cell(R, row, "crl_final", fam, m, P_CRL, -1, Q_FINAL);
+            cell(R, row, "entk_last", fam, m, P_CRL, SEQ - 1, Q_ENTK);
+        }
+        cli_bprintf(R->md, "\n");
+        cJSON_AddItemToArray(rows, row);
+    }
+    cJSON_AddItemToArray(cJSON_GetObjectItem(R->json, "tables"), tab);
+}
+
+/* ---- the entry point ------------------------------------------------------------------------- */
+
+int exp_sphere_bench(int argc, char **argv) {
+    sp_opts o;
+    memset(&o, 0, sizeof o);
+    const char *figures = NULL, *families = NULL;
+    long frames = 0;
+    int seeds = 0;
+    fl_flag fl[] = {
+        {"tier", FL_STRING, &o.tier, "quick", "quick (a smoke test, < 30 min on 2 cores) | full", 0},
+        {"figures", FL_STRING, &figures, NULL, "comma list of 2,3,13,1,10,fmnist (default: all)", 0},
+        {"families", FL_STRING, &families, NULL, "comma list of cheetah,reach (quick: reach; full: both)", 0},
+        {"seeds", FL_INT, &seeds, "0", "seeds (0: the tier's: quick 2, full 5)", 0},
+        {"frames", FL_LONG, &frames, "0", "frames per task (0: the tier's: quick 20480, full 1000000)", 0},
+        {"episodes", FL_INT, &o.episodes, "16", "evaluation episodes per score", 0},
+        {"states", FL_INT, &o.states, "32", "held-out states of the eNTK rank", 0},
+        {"width", FL_INT, &o.width, "64", "hidden width of the actors' 3 layers (the paper: 256)", 0},
+        {"experts", FL_INT, &o.experts, "8", "experts of the MoE actors (the paper: 10)", 0},
+        {"rho", FL_DOUBLE, &o.rho, "0.001", "SPHERE's ratio, grad mode (the paper's HumanoidBench setting)", 0},
+        {"rhos", FL_STRING, &o.rhos, "0.0001,0.01", "Fig. 10's other ratios", 0},
+        {"jobs", FL_INT, &o.jobs, "2", "runs at once (one thread each)", 0},
+        {"out", FL_STRING, &o.out, "runs/bench-sphere", "directory of the runs and tables", 0},
+        {"dry-run", FL_BOOL, &o.dry_run, "0", "print the runs' command lines and stop", 0},
+        {"sl-tasks", FL_STRING, &o.sl.protocols, "split,permuted", "fmnist: split (5 x 2 classes, task-masked CE) and/or permuted", 0},
+        {"sl-epochs", FL_INT, &o.sl.epochs, "0", "fmnist: epochs per task (0: the tier's: quick 2, full 5)", 0},
+        {"sl-per-class", FL_INT, &o.sl.per_class, "-1", "fmnist: training examples per class (-1: the tier's: quick 1000, full all)", 0},
+        {"sl-permuted", FL_INT, &o.sl.n_permuted, "5", "fmnist: permuted-input tasks", 0},
+        {"sl-rho", FL_DOUBLE, &o.sl.rho, "0.01", "fmnist: SPHERE's ratio (grad mode)", 0},
+    };
+    int full;
+    int rc = cli_parse_study(fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, "sphere", &o.tier, &full);
+    if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
+    o.figures = figures ? figures : "2,3,13,1,10,fmnist";
+    o.families = families ? families : full ? "cheetah,reach" : "reach";
+    o.seeds = seeds > 0 ? seeds : full ? 5 : 2;
+    o.frames = frames > 0 ? frames : full ? 1000000 : 20480;
+    if (o.sl.epochs <= 0) o.sl.epochs = full ? 5 : 2;
+    if (o.sl.per_class < 0) o.sl.per_class = full ? 0 : 1000;
+    o.sl.seeds = o.seeds;
+    if (o.jobs < 1 || o.jobs > 64 || o.seeds > 100 || seeds < 0 || frames < 0 || o.episodes < 1 || o.states < 2 ||
+        o.states > 512 || o.width < 1 || o.experts < 2 || !(o.rho > 0) || o.sl.n_permuted < 1 || o.sl.n_permuted > 20) {
+        fprintf(stderr, "specmoe bench sphere: need --jobs in [1, 64], --seeds in [0, 100], --frames >= 0, --episodes >= 1, "
+                        "--states in [2, 512], --width >= 1, --experts >= 2, --rho > 0, --sl-permuted in [1, 20]\n");
+        return CLI_EXIT_USAGE;
+    }
+    for (int which = 0; which < 2; which++) {
+        static const char *const known[2] = {"2,3,13,1,10,fmnist", "cheetah,reach"};
+        char b[64];
+        if (cli_list_unknown(which ? o.families : o.figures, known[which], b, sizeof b)) {
+            fprintf(stderr, "specmoe bench sphere: unknown %s '%s' (%s)\n", which ? "family" : "figure", b,
+                    which ? "cheetah, reach" : "2, 3, 13, 1, 10, fmnist");
+            return CLI_EXIT_USAGE;
+        }
+    }
+    build_methods(&o);
+    char self[512];
+    if (cli_self_exe(self, sizeof self)) {
+        fprintf(stderr, "specmoe bench sphere: cannot find the specmoe executable (/proc/self/exe)\n");
+        return CLI_EXIT_RUNTIME;
+    }
+
+    /* the runs: per family, the held-out policy, then per method and seed its RL runs and CRL chain */
+    const int cap = N_FAMILIES * (1 + MAX_METHODS * o.seeds * 2 * SEQ);
+    sp_run *runs = calloc((size_t)cap, sizeof *runs);
+    sp_eval *ev = calloc((size_t)cap, sizeof *ev);
+    int n = 0, bad = !runs || !ev, held[N_FAMILIES];
+    for (int f = 0; f < N_FAMILIES && !bad; f++) {
+        held[f] = -1;
+        if (!cli_in_list(o.families, kFamilies[f].name)) continue;
+        int any = 0;
+        for (int m = 0; m < o.n_methods; m++) any |= method_protocols(&o, m);
+        if (!any) continue;
+        held[f] = n;
+        bad |= add_run(runs, &n, &o, self, f, method_index(&o, "ppo"), P_HELD, SEQ, 1, -1);
+        for (int m = 0; m < o.n_methods && !bad; m++) {
+            const int p = method_protocols(&o, m);
+            for (int s = 1; s <= o.seeds && !bad; s++) {
+                for (int t = 0; t < SEQ && (p & 1); t++) bad |= add_run(runs, &n, &o, self, f, m, P_RL, t, s, -1);
+                for (int t = 0; t < SEQ && (p & 2); t++) bad |= add_run(runs, &n, &o, self, f, m, P_CRL, t, s, t ? n - 1 : -1);
+            }
+        }
+    }
+    if (bad) {
+        fprintf(stderr, "specmoe bench sphere: out of memory or a command line too long\n");
+        free(runs), free(ev);
+        return CLI_EXIT_RUNTIME;
+    }
+    long planned = 0;
+    int todo = 0;
+    for (int i = 0; i < n; i++) todo += runs[i].state == 0;
+    planned = (long)todo * o.frames;
+    printf("bench-sphere tier=%s%s figures=%s families=%s seeds=%d frames_per_task=%ld runs=%d to_run=%d frames_to_run=%ld "
+           "jobs=%d out=%s\n",
+           o.tier, full ? "" : " (a smoke test of the pipeline: these tables decide no claim)", o.figures, o.families, o.seeds,
+           o.frames, n, todo, planned, o.jobs, o.out);
+    if (o.dry_run) {
+        for (int i = 0; i < n; i++) {
+            printf("%s", runs[i].state == 2 ? "# done: " : "");
+            for (int a = 0; a < runs[i].cmd.argc; a++) printf("%s%s", a ? " " : "", runs[i].cmd.argv[a]);
+            printf("\n");
+        }
+        free(runs), free(ev);
+        return 0;
+    }
+    if (cli_mkdirs(o.out)) {
+        fprintf(stderr, "specmoe bench sphere: cannot create %s\n", o.out);
+        free(runs), free(ev);
+        return CLI_EXIT_RUNTIME;
+    }
+    int failed = n ? run_all(runs, n, o.jobs) : 0;
+
+    /* evaluation: the held-out states of each family, then every run */
+    cli_buf md = {0};
+    cJSON *json = cJSON_CreateObject();
+    cJSON_AddStringToObject(json, "tier", o.tier);
+    cJSON_AddBoolToObject(json, "smoke_test", !full);
+    cJSON_AddNumberToObject(json, "seeds", o.seeds);
+    cJSON_AddNumberToObject(json, "frames_per_task", (double)o.frames);
+    cJSON_AddArrayToObject(json, "tables");
+    cli_buf jl = {0};
+    float *states = malloc(sizeof(float) * (size_t)o.states * 64);
+    sm_error err = {0};
+    for (int f = 0; f < N_FAMILIES && states; f++) {
+        if (held[f] < 0 || runs[held[f]].state != 2) continue;
+        char ck[600];
+        snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", runs[held[f]].dir);
+        if (collect_states(ck, kFamilies[f].tasks[SEQ], o.states, states, &err) != SM_OK) {
+            fprintf(stderr, "specmoe bench sphere: held-out states: %s\n", err.msg);
+            failed++;
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
+            if (runs[i].fam != f || runs[i].proto == P_HELD || runs[i].state != 2) continue;
+            cJSON *j = NULL;
+            if (evaluate_run(&o, &runs[i], states, &ev[i], &j, &err) != SM_OK) {
+                fprintf(stderr, "specmoe bench sphere: %s: %s\n", runs[i].dir, err.msg);
+                runs[i].state = 3, failed++;
+                continue;
+            }
+            char *line = cJSON_PrintUnformatted(j);
+            if (line) cli_bprintf(&jl, "%s\n", line);
+            free(line);
+            cJSON_Delete(j);
+        }
+        const sp_report R = {&o, runs, ev, n, &md, json};
+        if (cli_in_list(o.figures, "2")) table(&R, f, "Fig. 2", "RL vs CRL", kFig2, 2);
+        if (cli_in_list(o.figures, "3")) table(&R, f, "Fig. 3", "eNTK effective rank through CRL (held-out states)", kFig3, 3);
+        if (cli_in_list(o.figures, "13")) table(&R, f, "Tables 13-16", "SPHERE vs Top-k under CRL", kT13, 13);
+        if (cli_in_list(o.figures, "1")) table(&R, f, "Table 1", "ablations under CRL", kT1, 1);
+        if (cli_in_list(o.figures, "10")) table(&R, f, "Fig. 10", "SPHERE's ratio rho under CRL", NULL, 10);
+    }
+    free(states);
+    if (cli_in_list(o.figures, "fmnist")) {
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/fmnist", o.out);
+        if (sp_fmnist(&o.sl, dir, !full, &md, json, &err) != SM_OK) {
+            fprintf(stderr, "specmoe bench sphere: fmnist: %s\n", err.msg);
+            failed++;
+        }
+    }
+    char path[600];
+    char *js = cJSON_Print(json);
+    snprintf(path, sizeof path, "%s/summary.json", o.out);
+    if (!js || cli_write_text(path, js)) failed++;
+    free(js);
+    snprintf(path, sizeof path, "%s/runs.jsonl", o.out);
+    if (jl.s && cli_write_text(path, jl.s)) failed++;
+    snprintf(path, sizeof path, "%s/summary.md", o.out);
+    if (md.s) {
+        if (cli_write_text(path, md.s)) failed++;
+        printf("%s", md.s);
+    }
+    printf("\nbench-sphere done: failed=%d tables=%s/summary.md json=%s/summary.json runs=%s/runs.jsonl\n", failed, o.out,
+           o.out, o.out);
+    free(md.s), free(jl.s);
+    cJSON_Delete(json);
+    free(runs), free(ev);
+    return failed ? CLI_EXIT_RUNTIME : 0;
+}
