@@ -67,6 +67,8 @@ if [ "$useconds" != 0 ]; then
         blasdir=/usr/lib/$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)/openblas-openmp
         blas=(-lopenblas)
         [ -d "$blasdir" ] && blas=(-L"$blasdir" -Wl,-rpath,"$blasdir" -lopenblas)
+        # a library built with MPI (the Makefile's default when mpicc is there) needs MPI's link flags
+        if command -v mpicc >/dev/null 2>&1; then read -r -a mpi <<<"$(mpicc --showme:link)"; blas+=("${mpi[@]}"); fi
         ${CC:-cc} -O3 -march=x86-64-v2 -mtune=native -std=c11 -Wall -Wextra -Werror -fopenmp -D_DEFAULT_SOURCE \
             -Iinclude -I. "$here/dqn_update.c" experiments/engine/peak.c "$lib" "${blas[@]}" -llapacke -lcjson -lmujoco -lz -lm \
             -o "$ubin" || die "building $ubin failed"

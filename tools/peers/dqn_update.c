@@ -136,7 +136,7 @@ int main(int argc, char **argv) {
     memset(&rb, 0, sizeof rb);
     sm_replay_batch sb = {malloc(sizeof(float) * B * D), malloc(sizeof(int) * B), malloc(sizeof(float) * B),
                           malloc(sizeof(float) * B * D), malloc(sizeof(float) * B), malloc(sizeof(long) * B),
-                          malloc(sizeof(float) * B)};
+                          malloc(sizeof(float) * B), 1};
     if (sample) {
         if (sm_replay_init(&rb, 100000, 1, D, 1, 1, 0.99, 0, 0, &err) != SM_OK) fail("replay", &err);
         for (long t = 0; t < 100000; t++) {

@@ -10,8 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-2}
 make -s build/libspecmoe.a
+# a library built with MPI (the Makefile's default when mpicc is there) needs MPI's link flags too
+mpi=$(command -v mpicc >/dev/null 2>&1 && mpicc --showme:link || true)
 cc -O3 -march=x86-64-v2 -mtune=native -fopenmp -Iinclude -I. tools/peers/dqn_update.c experiments/engine/peak.c \
-   build/libspecmoe.a -L/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -llapacke -lcjson -lmujoco -lz -lm \
+   build/libspecmoe.a -L/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -llapacke -lcjson -lmujoco -lz -lm $mpi \
    -o build/dqn_update
 while read -r name args; do
     line=$(build/dqn_update --seconds "$secs" $args | tail -1)
