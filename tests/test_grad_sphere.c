@@ -345,6 +345,23 @@ static void check_step(sm_sphere_mode mode) {
         worst = d > worst ? d : worst;
     }
     cr_expect(worst <= 1, "combined gradient off the formula by %.3g times the tolerance", worst);
+    if (mode == SM_SPHERE_LOSS) { /* sm_sphere_inject: one backward carries both, the same gradient */
+        sm_real *two = malloc(sizeof(sm_real) * P);
+        memcpy(two, m->params.grad, sizeof(sm_real) * P);
+        sm_model_forward(m, x, T, NULL, 1);
+        memcpy(m->dlogits, G, sizeof G);
+        sm_params_zero_grad(&m->params);
+        sm_sphere_stats s1;
+        const double L1 = sm_sphere_inject(c.reg, L_base, T, &s1);
+        sm_model_backward(m, T);
+        cr_expect(fabs(L1 - st.penalty) <= 1e-12 * (L1 + 1) && fabs(s1.coef - st.coef) <= 1e-12 * st.coef,
+                  "inject: L %.12g vs %.12g, lambda %.12g vs %.12g", L1, st.penalty, s1.coef, st.coef);
+        double w1 = 0;
+        for (size_t j = 0; j < P; j++) w1 = fmax(w1, fabs(m->params.grad[j] - two[j]) / (1e-10 * fabs(two[j]) + 1e-14));
+        cr_expect(w1 <= 1, "one-backward loss mode off the two-backward gradient by %.3g times 1e-10", w1);
+        memcpy(m->params.grad, two, sizeof(sm_real) * P);
+        free(two);
+    }
     /* the alternative with gradient through the coefficient, by finite differences of the
      * coefficient itself along the parameters (loss mode: lambda(theta) = rho |L_base(theta)| / L(theta)) */
     if (mode == SM_SPHERE_LOSS) {

@@ -264,14 +264,24 @@ void sm_optim_step(sm_optim *o, sm_params *ps, double lr) {
     if (c->kind == SM_OPT_ADAM || c->kind == SM_OPT_ADAMW) adam_all(o, ps, lr, bc1, bc2);
 }
 
+/* sum of g[j]^2 in double, in eight interleaved partial sums (a single running sum is a chain of
+ * dependent adds: for PPO's 1.7M-parameter MoE actor it took a fifth of the update) */
+static double sum_sq(const sm_real *restrict g, size_t n) {
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++) acc[l] += (double)g[j + l] * g[j + l];
+    for (int l = 0; j < n; j++, l++) acc[l] += (double)g[j] * g[j];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 double sm_clip_grad_norm_sets(sm_params *const *sets, int n, double max_norm) {
     double sq = 0;
     for (int k = 0; k < n; k++) {
         const sm_params *ps = sets[k];
         for (int i = 0; i < ps->n; i++) {
             if (ps->p[i].flags & SM_PARAM_FROZEN) continue;
-            const sm_real *g = ps->grad + ps->p[i].offset;
-            for (size_t j = 0; j < ps->p[i].numel; j++) sq += (double)g[j] * g[j];
+            sq += sum_sq(ps->grad + ps->p[i].offset, ps->p[i].numel);
         }
     }
     double norm = sqrt(sq);

@@ -465,6 +465,7 @@ typedef struct {
     sm_params ls;                 /* log_std (A), box actions only (an empty table otherwise) */
     sm_optim opt[3];              /* actor, critic, log_std */
     sm_sphere_reg *sphere;        /* SPHERE on the actor, or NULL */
+    int sphere_inject;            /* loss mode: in the actor's backward (sm_sphere_inject), not a second one */
     sm_baselines *base;           /* PW, SN, ReDo, CBP, C-CHAIN on the actor, or NULL */
     double sph_pen, sph_coef, sph_gb, sph_gp; /* their sums over the update's minibatches */
     long sph_n;
@@ -639,6 +640,7 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
         sm_error e;
         if (!(p->sphere = sm_sphere_reg_create(&sc, p->actor, &e)))
             return sm_fail(err, e.code, "ppo: sphere_rho %g: %s", c->sphere_rho, e.msg);
+        p->sphere_inject = sc.mode == SM_SPHERE_LOSS;
     }
     if (c->pw || c->redo || c->cbp || c->cchain || c->sn) {
         sm_baselines_config bc = {.pw = c->pw, .pw_coef = c->pw_coef, .pw_scale = c->pw_scale, .redo = c->redo,
@@ -1158,11 +1160,16 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
                                                              p->m_logp, p->m_adv, B, A, p->c.clip_coef, p->c.ent_coef)
                                : sm_ppo_policy_loss_discrete(p->actor->dlogits, &st, out, p->m_act, p->m_logp, p->m_adv, B, A,
                                                              p->c.clip_coef, p->c.ent_coef);
-            sm_model_backward_into(p->actor, &p->actor->params, B);
-            p->aux_sum += p->actor->aux_loss;
+            /* the critic's forward and loss before the actor's backward: SPHERE's loss mode needs
+             * L_base = L_policy + L_value there (the two networks are independent) */
             const sm_real *v = sm_model_forward(p->critic, p->m_obs, B, &p->rng, 1);
             double lv = sm_ppo_value_loss(p->critic->dlogits, &st, v, p->m_val, p->m_ret, B, p->c.clip_coef, p->c.clip_vloss,
                                           p->c.vf_coef);
+            sm_sphere_stats ss_in = {0};
+            if (p->sphere && p->sphere_inject) /* loss mode: lambda grad L rides in the actor's backward */
+                sm_sphere_inject(p->sphere, lp + lv, B, &ss_in);
+            sm_model_backward_into(p->actor, &p->actor->params, B);
+            p->aux_sum += p->actor->aux_loss;
             sm_model_backward_into(p->critic, &p->critic->params, B);
             sm_baselines_grad(p->base, p->actor, lp); /* PW's exact gradient, C-CHAIN's scaled by |L_policy| */
             if (p->poison) lp = NAN;
@@ -1189,8 +1196,8 @@ static sm_status learn(ppo *p, double lr, sm_ppo_stats *last, double *clipfrac, 
             }
             if (p->sphere) { /* App. A.3: g_actor += coef * grad L, coef from this minibatch's norms or losses */
                 sm_params *others[2] = {&p->critic->params, &p->ls};
-                sm_sphere_stats ss;
-                sm_sphere_step(p->sphere, others, p->n_sets - 1, lp + lv, B, &ss);
+                sm_sphere_stats ss = ss_in;
+                if (!p->sphere_inject) sm_sphere_step(p->sphere, others, p->n_sets - 1, lp + lv, B, &ss);
                 if (!isfinite(ss.penalty) || !isfinite(ss.coef))
                     return sm_fail(err, SM_ERR_NUMERIC, "ppo: update %ld (global step %ld): the SPHERE %s is %g", p->updates + 1,
                                    p->global_step, isfinite(ss.penalty) ? "coefficient" : "penalty",

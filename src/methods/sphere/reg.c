@@ -148,6 +148,33 @@ double sm_sphere_reg_grad(sm_sphere_reg *r, const sm_params *pv, int T) {
     return L;
 }
 
+double sm_sphere_inject(sm_sphere_reg *r, double loss_base, int T, sm_sphere_stats *out) {
+    /* L over every site first (lambda needs the total), then each site's gradient again, scaled */
+    double L = 0;
+    for (int s = 0; s < r->n_sites; s++) {
+        sm_moe *moe = r->moe[s];
+        (void)sm_sphere_features_at(moe, r->layer[s], !r->c.unweighted, r->phi, NULL);
+        L += site_penalty(r, T, moe->E, moe->H);
+    }
+    const double lambda = sm_sphere_coef(&r->c, 0, 0, loss_base, L);
+    for (int s = 0; s < r->n_sites; s++) {
+        sm_moe *moe = r->moe[s];
+        const int j = r->layer[s], w = !r->c.unweighted;
+        if (r->n_sites > 1) { /* the one site's dphi is still there otherwise */
+            (void)sm_sphere_features_at(moe, j, w, r->phi, NULL);
+            (void)site_penalty(r, T, moe->E, moe->H);
+        }
+        const size_t n = (size_t)T * moe->E * moe->H;
+        for (size_t i = 0; i < n; i++) r->dphi[i] *= (sm_real)lambda;
+        sm_sphere_features_at_backward(moe, j, w, r->dphi);
+    }
+    if (out) {
+        memset(out, 0, sizeof *out);
+        out->penalty = L, out->coef = lambda, out->gnorm_base = NAN, out->gnorm_pen = NAN;
+    }
+    return L;
+}
+
 static double sq_norm(const sm_real *g, size_t n) {
     double s = 0;
     for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];

@@ -105,6 +105,13 @@ typedef struct {
 } sm_sphere_stats;
 void sm_sphere_step(sm_sphere_reg *r, sm_params *const *others, int n_others, double loss_base, int T,
                     sm_sphere_stats *out);
+/* "loss" mode in the base backward itself: called after the forward on T rows and before the
+ * backward, with the base loss, it computes L and lambda = rho |L_base| / (L + 1e-8) (held fixed) and
+ * adds lambda dL/dphi to the experts' feature and combine-weight gradients, which the model's next
+ * backward carries with the base loss's: one backward instead of sm_sphere_step's second one, the
+ * same gradient up to rounding. out (may be NULL): penalty and coef; the two norms NaN (not
+ * computed). Returns L. Loss mode only (the grad mode's coefficient needs ||grad L|| apart). */
+double sm_sphere_inject(sm_sphere_reg *r, double loss_base, int T, sm_sphere_stats *out);
 
 /* The eNTK effective rank of SPHERE Eq. 7, exactly, for a few hundred states: f_i = u^T logits(x_i)
  * (u (V): the scalar projection of the output; SPHERE's actor mean projected on a fixed direction),
