@@ -860,6 +860,12 @@ expect 0 "bench sphere: a tiny study trains, evaluates and prints SPHERE vs Top-
     grep -q '^| sphere | [0-9.]* +- 0 |' '$tmp/sph/summary.md' && [ \$(wc -l < '$tmp/sph/runs.jsonl') -eq 36 ] &&
     grep -q '^| cbp | [0-9.]* +- 0 |' '$tmp/sph/summary.md'"
 expect 0 "bench sphere: a finished study is not run again" "runs=37 to_run=0 " -- "$bin" bench sphere $sph_tiny --out "$tmp/sph"
+expect 0 "bench sphere --methods: only those methods' runs (and the held-out policy)" "runs=13 to_run=13 " -- \
+    "$bin" bench sphere --figures 13 --seeds 1 --methods topk,sphere --dry-run --out "$tmp/sph-plan"
+expect 2 "bench sphere --methods: an unknown method is named with the valid ones" "unknown method 'lnn' \(ppo,topk," -- \
+    "$bin" bench sphere --methods topk,lnn --dry-run
+expect 0 "bench sphere --train 0: tables of the runs done so far, partial cells say n=" "^\| sphere \| [0-9.]+ \+- 0 \(n=1\) \|" -- \
+    sh -c "'$bin' bench sphere $sph_tiny --seeds 2 --train 0 --out '$tmp/sph' && [ ! -e '$tmp/sph/reach/crl/sphere/s2' ]"
 expect 0 "rl train: an Impala residual block in --arch" "^rl-train env=minatar/breakout agent=dqn frames=300 " -- \
     "$bin" rl train --env minatar/breakout --agent dqn --frames 300 --arch conv:8:3:1:1,res:8,act,dense:16 --out "$tmp/rl_res"
 expect 2 "rl train: a residual block whose channels differ from its input's is refused" "layers.1: a residual module needs its output shape equal to its input's" -- \

@@ -79,8 +79,8 @@ typedef struct {
 } sp_method;
 
 typedef struct {
-    const char *tier, *figures, *families, *rhos, *out;
-    int seeds, jobs, episodes, states, width, experts, dry_run;
+    const char *tier, *figures, *families, *rhos, *out, *methods;
+    int seeds, jobs, episodes, states, width, experts, dry_run, train;
     long frames;
     double rho;
     sp_sl_opts sl;
@@ -162,6 +162,7 @@ static void build_methods(sp_opts *o) {
 static int method_protocols(const sp_opts *o, int i) {
     const char *n = o->m[i].name;
     int p = 0;
+    if (o->methods && !cli_in_list(o->methods, n)) return 0;
     for (int k = 0; kFig2[k]; k++)
         if (cli_in_list(o->figures, "2") && !strcmp(kFig2[k], n)) p |= 3;
     for (int k = 0; kFig3[k]; k++)
@@ -445,7 +446,7 @@ typedef struct {
 enum { Q_SCORE, Q_FINAL, Q_ENTK, Q_FSRANK };
 
 /* The value of one seed: quantity q of (family, method, protocol) at task t (t < 0: the mean over the
- * sequence). NAN when the run is missing. */
+ * sequence). NAN when the run is missing (t < 0: when any task's run is). */
 static double seed_value(const sp_report *R, int fam, int meth, int proto, int t, int seed, int q) {
     double s = 0;
     int k = 0;
@@ -462,6 +463,7 @@ static double seed_value(const sp_report *R, int fam, int meth, int proto, int t
         s += q == Q_SCORE ? e->score : q == Q_ENTK ? e->entk : e->fsrank;
         k++;
     }
+    if (t < 0 && q != Q_FINAL && k < SEQ) return NAN; /* a mean over the sequence needs every task */
     return k ? s / k : NAN;
 }
 
@@ -471,7 +473,8 @@ static void cell(const sp_report *R, cJSON *row, const char *key, int fam, int m
     for (int s = 0; s < ns; s++) v[s] = seed_value(R, fam, meth, proto, t, s + 1, q);
     double mean, sd;
     mean_std(v, ns, &mean, &sd, &k);
-    if (k) cli_bprintf(R->md, " %.3g +- %.2g |", mean, sd);
+    if (k && k < ns) cli_bprintf(R->md, " %.3g +- %.2g (n=%d) |", mean, sd, k); /* a study still running */
+    else if (k) cli_bprintf(R->md, " %.3g +- %.2g |", mean, sd);
     else cli_bprintf(R->md, " - |");
     cJSON *c = cJSON_AddObjectToObject(row, key);
     put_num(c, "mean", mean), put_num(c, "std", sd);
@@ -505,10 +508,11 @@ static void table(const sp_report *R, int fam, const char *id, const char *title
     }
     int rows_m[MAX_METHODS], nr = 0; /* the rows: the figure's methods, or Fig. 10's topk, sphere and the sweep */
     for (int i = 0; i < o->n_methods; i++)
-        if (fig == 10 && (!strncmp(o->m[i].name, "sphere-rho=", 11) || !strcmp(o->m[i].name, "sphere") || !strcmp(o->m[i].name, "topk")))
+        if (fig == 10 && method_protocols(o, i) && (!strncmp(o->m[i].name, "sphere-rho=", 11) || !strcmp(o->m[i].name, "sphere") || !strcmp(o->m[i].name, "topk")))
             rows_m[nr++] = i;
     for (int i = 0; fig != 10 && methods[i]; i++)
-        if (method_index(o, methods[i]) >= 0) rows_m[nr++] = method_index(o, methods[i]);
+        if (method_index(o, methods[i]) >= 0 && method_protocols(o, method_index(o, methods[i])))
+            rows_m[nr++] = method_index(o, methods[i]);
     for (int i = 0; i < nr; i++) {
         const int m = rows_m[i];
         cJSON *row = cJSON_CreateObject();
@@ -564,6 +568,8 @@ int exp_sphere_bench(int argc, char **argv) {
         {"jobs", FL_INT, &o.jobs, "2", "runs at once (one thread each)", 0},
         {"out", FL_STRING, &o.out, "runs/bench-sphere", "directory of the runs and tables", 0},
         {"dry-run", FL_BOOL, &o.dry_run, "0", "print the runs' command lines and stop", 0},
+        {"methods", FL_STRING, &o.methods, NULL, "comma list: only these methods' runs and rows (default: the figures' all)", 0},
+        {"train", FL_BOOL, &o.train, "1", "0: train nothing; evaluate and tabulate the runs done so far (cells with fewer seeds say n=)", 0},
         {"sl-tasks", FL_STRING, &o.sl.protocols, "split,permuted", "fmnist: split (5 x 2 classes, task-masked CE) and/or permuted", 0},
         {"sl-epochs", FL_INT, &o.sl.epochs, "0", "fmnist: epochs per task (0: the tier's: quick 2, full 5)", 0},
         {"sl-per-class", FL_INT, &o.sl.per_class, "-1", "fmnist: training examples per class (-1: the tier's: quick 1000, full all)", 0},
@@ -596,6 +602,15 @@ int exp_sphere_bench(int argc, char **argv) {
         }
     }
     build_methods(&o);
+    if (o.methods) {
+        char list[1024] = "", b[64];
+        for (int i = 0, used = 0; i < o.n_methods && used < (int)sizeof list; i++)
+            used += snprintf(list + used, sizeof list - (size_t)used, "%s%s", i ? "," : "", o.m[i].name);
+        if (cli_list_unknown(o.methods, list, b, sizeof b)) {
+            fprintf(stderr, "specmoe bench sphere: unknown method '%s' (%s)\n", b, list);
+            return CLI_EXIT_USAGE;
+        }
+    }
     int n_rhos = 1, room = MAX_METHODS - 1 - method_index(&o, "balance"); /* add_method stops at MAX_METHODS */
     for (const char *c = o.rhos; *c; c++) n_rhos += *c == ',';
     if (n_rhos > room) {
@@ -656,7 +671,7 @@ int exp_sphere_bench(int argc, char **argv) {
         free(runs), free(ev);
         return CLI_EXIT_RUNTIME;
     }
-    int failed = n ? run_all(runs, n, o.jobs) : 0;
+    int failed = n && o.train ? run_all(runs, n, o.jobs) : 0;
 
     /* evaluation: the held-out states of each family, then every run */
     cli_buf md = {0};
