@@ -246,9 +246,13 @@ for actor in mlp moe; do
     expect 0 "rl eval: the $actor actor with LayerNorm from its checkpoint" "^rl-eval env=mujoco/reach-0 " -- \
         "$bin" rl eval "$tmp/rl_ln_$actor/checkpoint.safetensors" --episodes 1
 done
-expect 2 "rl train: --layernorm with SPHERE is refused, naming the experts" "needs built-in MLP experts" -- \
+expect 0 "rl train: SPHERE on the LayerNorm experts (Table 11) reports its penalty" "sphere/penalty" -- \
+    sh -c "'$bin' rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:8,dense:8 --experts 3 --layernorm 1 \
+    --num-envs 2 --num-steps 64 --num-minibatches 2 --update-epochs 1 --sphere-rho 0.001 --frames 256 --out '$tmp/rl_ln_sphere' >/dev/null &&
+    cat '$tmp/rl_ln_sphere/metrics.jsonl'"
+expect 2 "rl train: the gradient Gram on the LayerNorm experts is refused, naming them" "not factory experts \\(LayerNorm experts\\)" -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:8,dense:8 --experts 3 --layernorm 1 \
-    --sphere-rho 0.001 --frames 256
+    --sphere-rho 0.001 --sphere-gram gradient --frames 256 --out "$tmp/rl_ln_sphere_gg"
 expect 2 "rl train: --layernorm 2 is refused" "--layernorm: invalid value '2'" -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --layernorm 2 --frames 256
 # SPHERE's actor kinds (--actor): refusals, and each kind trains, checkpoints and evaluates
@@ -838,10 +842,10 @@ expect 1 "rl eval: a task of other spaces is refused" "whose spaces differ" -- \
     "$bin" rl eval "$tmp/crl1/checkpoint.safetensors" --env mujoco/cheetah-run --episodes 2
 # bench sphere (experiments/sphere/): the plan of each tier, refusals, and a tiny study end to end, resumed
 expect 0 "bench sphere: the quick tier is the reach family, 2 seeds, a smoke test" \
-    "^bench-sphere tier=quick \(a smoke test.*families=reach seeds=2 frames_per_task=20480 runs=151 " -- \
+    "^bench-sphere tier=quick \(a smoke test.*families=reach seeds=2 frames_per_task=20480 runs=157 " -- \
     "$bin" bench sphere --dry-run --out "$tmp/sph-plan"
 expect 0 "bench sphere: the full tier is both families, 5 seeds, 1M frames per task" \
-    "^bench-sphere tier=full figures=.* families=cheetah,reach seeds=5 frames_per_task=1000000 runs=752 " -- \
+    "^bench-sphere tier=full figures=.* families=cheetah,reach seeds=5 frames_per_task=1000000 runs=782 " -- \
     "$bin" bench sphere --tier full --dry-run --out "$tmp/sph-plan"
 expect 0 "bench sphere: a CRL task starts from the previous task's checkpoint" \
     "--env mujoco/reach-1 .*--out .*/crl/topk/s1/1-reach-1 --actor moe --init-from .*/crl/topk/s1/0-reach-0/checkpoint.safetensors" -- \
@@ -849,10 +853,12 @@ expect 0 "bench sphere: a CRL task starts from the previous task's checkpoint" \
 expect 2 "bench sphere: an unknown figure is named with the valid ones" "unknown figure '9' \(2, 3, 13" -- "$bin" bench sphere --figures 2,9
 expect 0 "bench sphere: Table 6's baselines run under CRL at their defaults" "--actor moe --specreg 1e-3 .*--init-from" -- \
     "$bin" bench sphere --figures 6 --dry-run --out "$tmp/sph-plan6"
+expect 0 "bench sphere: Table 11's SPHERE with LayerNorm runs under CRL" "--actor moe --layernorm 1 --sphere-rho 0.001 --sphere-mode grad --init-from" -- \
+    "$bin" bench sphere --figures 11 --dry-run --out "$tmp/sph-plan11"
 expect 0 "bench sphere: load balancing overrides the plan's --balance 0" "--balance 0 .*--actor moe --balance 0.01" -- \
     "$bin" bench sphere --figures 6 --dry-run --out "$tmp/sph-plan6"
-expect 2 "bench sphere: a --rhos sweep longer than the method table is refused" "--rhos: at most 14 ratios, not 15" -- \
-    "$bin" bench sphere --rhos 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15 --dry-run
+expect 2 "bench sphere: a --rhos sweep longer than the method table is refused" "--rhos: at most 21 ratios, not 22" -- \
+    "$bin" bench sphere --rhos $(seq -s, 1 22) --dry-run
 expect 2 "bench sphere: an unknown family is refused" "unknown family 'humanoid'" -- "$bin" bench sphere --families humanoid
 sph_tiny="--figures 13,fmnist --seeds 1 --frames 2048 --episodes 2 --states 8 --width 8 --experts 4 --sl-per-class 20 --sl-permuted 2"
 expect 0 "bench sphere: a tiny study trains, evaluates and prints SPHERE vs Top-k and Fashion-MNIST" \

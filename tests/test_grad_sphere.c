@@ -312,6 +312,56 @@ Test(grad_sphere, regulariser_over_the_parameters) {
     check_reg(sc, "sphere.unweighted", 24);
 }
 
+/* SPHERE with LayerNorm (the paper's Table 11): the moehead's experts are then factory experts,
+ * Linear -> LayerNorm -> act blocks and an output layer (model.c), whose hidden features the layer
+ * gathers from the containers (moe.h feat_seq). The features are what the output layer reads - y_a =
+ * W_out h_a + b_out for every assignment - and grad L over every parameter (the LayerNorms' gains and
+ * biases included) matches finite differences, for each placement. tanh: no kinks. */
+Test(grad_sphere, layernorm_experts) {
+    for (int v = 0; v < 4; v++) {
+        sm_model_config cfg;
+        sm_model_config_default(&cfg);
+        sm_error err = {0};
+        cr_assert_eq(sm_model_parse_arch(&cfg, "dense:6,moehead:5:1:4", &err), SM_OK, "%s", err.msg);
+        cfg.in_dim = 4, cfg.n_classes = 3, cfg.hidden_ln = 1;
+        cfg.moe.router.E = 3, cfg.moe.router.k = 2;
+        tanh_balance(&cfg);
+        cfg.moe.act = SM_ACT_TANH, cfg.act = SM_ACT_TANH, cfg.moe.depth = 2;
+        sm_rng r;
+        sm_rng_seed(&r, 60 + v);
+        sm_model *m = sm_model_create(&cfg, 8, &r, &err);
+        cr_assert(m, "%s", err.msg);
+        sm_moe *moe = sm_model_moe(m, 0);
+        cr_assert(moe->experts && moe->feat_seq, "LayerNorm experts are factory experts laid out as feat_seq");
+        cr_assert_eq(moe->L, 2);
+        cr_assert_eq(moe->H, 5);
+        float x[6 * 4];
+        draw_states(x, 6, 1.5, &r, 160 + v);
+        sm_model_forward(m, x, 6, NULL, 1);
+        const sm_real *h = sm_moe_features(moe, NULL);
+        cr_assert(h);
+        double worst = 0;
+        for (int e = 0; e < 3; e++) {
+            char nw[64], nb[64];
+            snprintf(nw, sizeof nw, "layers.1.experts.%d.2.weight", e);
+            snprintf(nb, sizeof nb, "layers.1.experts.%d.2.bias", e);
+            const int iw = sm_params_find(&m->params, nw), ib = sm_params_find(&m->params, nb);
+            cr_assert(iw >= 0 && ib >= 0, "%s", nw);
+            const sm_real *W = sm_params_data(&m->params, iw), *b = sm_params_data(&m->params, ib);
+            for (int a = moe->route.offset[e]; a < moe->route.offset[e + 1]; a++)
+                for (int o = 0; o < 3; o++) {
+                    double y = b[o];
+                    for (int i = 0; i < 5; i++) y += (double)W[o * 5 + i] * h[(size_t)a * 5 + i];
+                    worst = fmax(worst, fabs(y - moe->y[(size_t)a * 3 + o]));
+                }
+        }
+        cr_expect(worst < 1e-5, "the gathered features are not the output layer's inputs (off by %g)", worst);
+        sm_sphere_config sc = {.rho = 1, .mode = SM_SPHERE_GRAD, .all_layers = v == 1, .per_expert = v == 2, .unweighted = v == 3};
+        static const char *const what[4] = {"ln.last", "ln.all_layers", "ln.per_expert", "ln.unweighted"};
+        check_reg_on(m, sc, what[v], 70 + v);
+    }
+}
+
 /* The App. A.3 combination: after sm_sphere_step the gradients equal g_base + c grad L with grad L
  * from central differences of L alone and c from the formula over the global norms (a second
  * parameter set stands in for the critic) or the losses - never the gradient of L_base + c(theta) L,
@@ -890,6 +940,20 @@ Test(grad_sphere, gradient_gram_refusals) {
     cr_expect(strstr(err.msg, "last hidden expert layer only"), "%s", err.msg);
     sc.all_layers = 0;
     sm_sphere_reg *rg = sm_sphere_reg_create(&sc, m, &err);
+    cr_expect(rg, "%s", err.msg);
+    sm_sphere_reg_free(rg);
+    sm_model_free(m);
+    /* LayerNorm's factory experts: the feature Gram reads them, the gradient Gram (built-in w2) does not */
+    sm_model_config cfg;
+    sm_model_config_default(&cfg);
+    cr_assert_eq(sm_model_parse_arch(&cfg, "dense:6,moehead:5", &err), SM_OK, "%s", err.msg);
+    cfg.in_dim = 4, cfg.n_classes = 3, cfg.hidden_ln = 1, cfg.moe.router.E = 3, cfg.moe.router.k = 2;
+    cfg.moe.act = SM_ACT_RELU, cfg.moe.depth = 2;
+    m = sm_model_create(&cfg, 8, NULL, &err);
+    cr_assert(m, "%s", err.msg);
+    cr_expect_null(sm_sphere_reg_create(&sc, m, &err));
+    cr_expect(strstr(err.msg, "not factory experts"), "%s", err.msg);
+    rg = sm_sphere_reg_create(&feature, m, &err);
     cr_expect(rg, "%s", err.msg);
     sm_sphere_reg_free(rg);
     sm_model_free(m);

@@ -24,11 +24,13 @@
  *   ablations sphere-all-layers, sphere-per-expert, sphere-unweighted, sphere-gradient-gram (Eq. 26 on
  *   the backprop vectors' Gram of Eq. 20, src/methods/sphere/gradgram.c), sphere-rho=R for the
  *   Fig. 10 sweep (--rhos), and the mitigation baselines on the Top-k actor at their flags' defaults:
- *   ppo10x, ln, pw, cchain, cbp, sn, redo, specreg (1e-3), balance (0.01).
+ *   ppo10x, ln, pw, cchain, cbp, sn, redo, specreg (1e-3), balance (0.01); sphere-ln (SPHERE on the
+ *   LN actor's experts, Table 11).
  * Figures (--figures): 2 (RL vs CRL: ppo, topk, dense-moe, ds-moe), 3 (eNTK rank after each CRL task:
  *   those and sphere), 13 (per task under CRL, Tables 13-16's columns: ppo, ppo10x, topk, ln, dense-moe,
  *   ds-moe, sphere, pw, cchain, cbp), 6 (Table 6's sn, redo, specreg and Table 4's load balancing,
- *   beside topk and sphere, under CRL), 1 (ablations), 10 (rho sweep), fmnist (the supervised
+ *   beside topk and sphere, under CRL), 1 (ablations), 10 (rho sweep), 11 (SPHERE with LayerNorm,
+ *   beside topk, ln and sphere, under CRL), fmnist (the supervised
  *   continual sequences of sphere_sl.c).
  *
  * Tiers: --tier quick (the default) is a smoke test of the whole pipeline within 30 minutes on 2
@@ -71,7 +73,7 @@ static const sp_family kFamilies[] = {
 };
 #define N_FAMILIES ((int)(sizeof kFamilies / sizeof kFamilies[0]))
 
-#define MAX_METHODS 32
+#define MAX_METHODS 40
 typedef struct {
     char name[40];
     char args[160]; /* rl train flags of the method */
@@ -123,6 +125,8 @@ static const char *const kFig3[] = {"ppo", "topk", "dense-moe", "ds-moe", "spher
  * CBP); Table 6's spectral and plasticity baselines (App. J.2.1) with Table 4's load balancing */
 static const char *const kT13[] = {"ppo", "ppo10x", "topk", "ln", "dense-moe", "ds-moe", "sphere", "pw", "cchain", "cbp", NULL};
 static const char *const kT6[] = {"topk", "sn", "redo", "specreg", "balance", "sphere", NULL};
+/* Table 11 (App. J.6.1): SPHERE with LayerNorm, beside each alone */
+static const char *const kT11[] = {"topk", "ln", "sphere", "sphere-ln", NULL};
 static const char *const kT1[] = {"topk",           "sphere", "sphere-all-layers", "sphere-per-expert", "sphere-unweighted",
                                   "sphere-gradient-gram", NULL};
 
@@ -137,6 +141,7 @@ static void build_methods(sp_opts *o) {
     add_method(o, "sphere-per-expert", "--actor moe --sphere-per-expert 1", o->rho);
     add_method(o, "sphere-unweighted", "--actor moe --sphere-unweighted 1", o->rho);
     add_method(o, "sphere-gradient-gram", "--actor moe --sphere-gram gradient", o->rho);
+    add_method(o, "sphere-ln", "--actor moe --layernorm 1", o->rho); /* LN's factory experts: moe.h feat_seq */
     /* the mitigation baselines on the same Top-k actor, each at its flag's default (README,
      * "Baselines"); spectral regularisation has no default: 1e-3, as the README's example; load
      * balancing at the top-k router's 0.01 (the later --balance wins over the plan's --balance 0) */
@@ -173,6 +178,8 @@ static int method_protocols(const sp_opts *o, int i) {
         if (cli_in_list(o->figures, "6") && !strcmp(kT6[k], n)) p |= 2;
     for (int k = 0; kT1[k]; k++)
         if (cli_in_list(o->figures, "1") && !strcmp(kT1[k], n)) p |= 2;
+    for (int k = 0; kT11[k]; k++)
+        if (cli_in_list(o->figures, "11") && !strcmp(kT11[k], n)) p |= 2;
     if (cli_in_list(o->figures, "10") && (!strncmp(n, "sphere-rho=", 11) || !strcmp(n, "sphere") || !strcmp(n, "topk"))) p |= 2;
     return p;
 }
@@ -555,7 +562,7 @@ int exp_sphere_bench(int argc, char **argv) {
     int seeds = 0;
     fl_flag fl[] = {
         {"tier", FL_STRING, &o.tier, "quick", "quick (a smoke test, < 30 min on 2 cores) | full", 0},
-        {"figures", FL_STRING, &figures, NULL, "comma list of 2,3,13,6,1,10,fmnist (default: all)", 0},
+        {"figures", FL_STRING, &figures, NULL, "comma list of 2,3,13,6,1,10,11,fmnist (default: all)", 0},
         {"families", FL_STRING, &families, NULL, "comma list of cheetah,reach (quick: reach; full: both)", 0},
         {"seeds", FL_INT, &seeds, "0", "seeds (0: the tier's: quick 2, full 5)", 0},
         {"frames", FL_LONG, &frames, "0", "frames per task (0: the tier's: quick 20480, full 1000000)", 0},
@@ -579,7 +586,7 @@ int exp_sphere_bench(int argc, char **argv) {
     int full;
     int rc = cli_parse_study(fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, "sphere", &o.tier, &full);
     if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
-    o.figures = figures ? figures : "2,3,13,6,1,10,fmnist";
+    o.figures = figures ? figures : "2,3,13,6,1,10,11,fmnist";
     o.families = families ? families : full ? "cheetah,reach" : "reach";
     o.seeds = seeds > 0 ? seeds : full ? 5 : 2;
     o.frames = frames > 0 ? frames : full ? 1000000 : 20480;
@@ -593,11 +600,11 @@ int exp_sphere_bench(int argc, char **argv) {
         return CLI_EXIT_USAGE;
     }
     for (int which = 0; which < 2; which++) {
-        static const char *const known[2] = {"2,3,13,6,1,10,fmnist", "cheetah,reach"};
+        static const char *const known[2] = {"2,3,13,6,1,10,11,fmnist", "cheetah,reach"};
         char b[64];
         if (cli_list_unknown(which ? o.families : o.figures, known[which], b, sizeof b)) {
             fprintf(stderr, "specmoe bench sphere: unknown %s '%s' (%s)\n", which ? "family" : "figure", b,
-                    which ? "cheetah, reach" : "2, 3, 13, 6, 1, 10, fmnist");
+                    which ? "cheetah, reach" : "2, 3, 13, 6, 1, 10, 11, fmnist");
             return CLI_EXIT_USAGE;
         }
     }
@@ -713,6 +720,7 @@ int exp_sphere_bench(int argc, char **argv) {
         if (cli_in_list(o.figures, "6"))
             table(&R, f, "Tables 4 and 6", "the spectral and plasticity baselines and load balancing under CRL", kT6, 6);
         if (cli_in_list(o.figures, "1")) table(&R, f, "Table 1", "ablations under CRL", kT1, 1);
+        if (cli_in_list(o.figures, "11")) table(&R, f, "Table 11", "SPHERE with LayerNorm under CRL", kT11, 11);
         if (cli_in_list(o.figures, "10")) table(&R, f, "Fig. 10", "SPHERE's ratio rho under CRL", NULL, 10);
     }
     free(states);

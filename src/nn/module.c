@@ -156,18 +156,25 @@ static void seq_forward(sm_module *m, sm_real *out, const sm_real *in, int B, co
 
 /* din of child i is the previous child's dout (zeroed first: backwards accumulate) or, for the first
  * child, the caller's din (accumulated into, may be NULL). */
-static void seq_backward(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx) {
+void sm_seq_backward_extra(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx,
+                           const sm_real *const *extra) {
     seq_mod *s = (seq_mod *)m;
     for (int i = s->n - 1; i >= 0; i--) {
         sm_module *c = s->child[i];
         const sm_real *x = i ? s->out[i - 1] : in, *dy = i == s->n - 1 ? dout : s->dout[i];
         sm_real *dx = i ? s->dout[i - 1] : din;
         size_t nin = (size_t)B * sm_shape_numel(c->in);
+        if (extra && i < s->n - 1 && extra[i])
+            for (size_t j = 0, n = (size_t)B * sm_shape_numel(c->out); j < n; j++) s->dout[i][j] += extra[i][j];
         if (i) memset(dx, 0, sizeof(sm_real) * nin);
         sm_module_backward(c, dx, dy, x, B, ctx);
         if (dx && c->residual)
             for (size_t j = 0; j < nin; j++) dx[j] += dy[j];
     }
+}
+
+static void seq_backward(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx) {
+    sm_seq_backward_extra(m, din, dout, in, B, ctx, NULL);
 }
 
 static void seq_to_json(const sm_module *m, cJSON *o) {

@@ -95,6 +95,7 @@ void sm_moe_free(sm_moe *m) {
 
 /* Factory experts: expert e under "<prefix>.experts.<e>", one row of d in, one row of O out, O the
  * same for all (and cfg.out_dim when set); the layer's O becomes theirs. */
+#define MOE_FEAT_MAX 64 /* hidden blocks of a factory expert whose features the layer reads */
 static sm_status declare_module_experts(sm_moe *m, sm_params *ps, const char *prefix, sm_error *err) {
     for (int e = 0; e < m->E; e++) {
         sm_module *x = m->experts[e];
@@ -114,6 +115,18 @@ static sm_status declare_module_experts(sm_moe *m, sm_params *ps, const char *pr
                            e ? "expert 0 outputs" : "the layer's out_dim is", want);
         m->O = o.c;
     }
+    /* m->feat_seq (moe.h): every expert a container of hidden blocks of one width, then its output map */
+    int L = sm_seq_count(m->experts[0]) - 1, H = L >= 1 ? sm_shape_width(sm_seq_child(m->experts[0], 0)->out) : 0;
+    int ok = L >= 1 && L <= MOE_FEAT_MAX && m->router->ops->kind == SM_ROUTE_SPARSE;
+    for (int e = 0; e < m->E && ok; e++) {
+        ok = sm_seq_count(m->experts[e]) == L + 1;
+        for (int j = 0; j < L && ok; j++) {
+            sm_shape o = sm_seq_child(m->experts[e], j)->out;
+            ok = o.rows == 1 && o.h == 1 && o.w == 1 && o.c == H;
+        }
+    }
+    m->feat_seq = ok;
+    if (ok) m->L = L, m->H = H;
     return SM_OK;
 }
 
@@ -183,10 +196,13 @@ static void act_sizes(const sm_moe *m, int max_T, int max_A, size_t sizes[MOE_N_
     size_t A = (size_t)max_A, T = (size_t)max_T, d = (size_t)m->d, O = (size_t)m->O, H = (size_t)m->H;
     size_t S = (size_t)m->S, dh_rows = A > T ? A : T;
     size_t L = (size_t)m->L;
-    if (m->experts) H = 0; /* factory experts keep their own activations (in the module's arena) */
+    /* factory experts keep their own activations (in the module's arena); the layer holds their hidden
+     * features, gathered, and the features' extra gradients only when it can read them (feat_seq) */
+    const size_t Hf = m->experts && !m->feat_seq ? 0 : H;
+    if (m->experts) H = 0;
     const size_t slot_t = m->router->ops->kind == SM_ROUTE_SOFT ? A * (d > O ? d : O) : 0;
-    size_t s[MOE_N_ACT] = {A * d, L * A * H, L * A * H, A * O, A * O, A * d, dh_rows * H, S * T * H, S * T * H, T * O,
-                           L > 1 ? A * H : 0, L * A * H, slot_t};
+    size_t s[MOE_N_ACT] = {A * d, L * A * H, L * A * Hf, A * O, A * O, A * d, dh_rows * H, S * T * H, S * T * H, T * O,
+                           L > 1 ? A * H : 0, L * A * Hf, slot_t};
     memcpy(sizes, s, sizeof s);
 }
 
@@ -320,8 +336,16 @@ static void module_expert_backward(sm_moe *m, int e, int a0, int n) {
     expert_taps t = {{expert_taps_linear, NULL, NULL}, m->taps, m->route.token + a0};
     /* SOFT slot rows mix tokens: there is no token of a row to report, so no taps */
     c.taps = m->taps && m->taps->expert_linear && m->route.kind == SM_ROUTE_SPARSE ? &t.t : NULL;
-    sm_module_backward(m->experts[e], m->dxg + (size_t)a0 * m->d, m->dy + (size_t)a0 * m->O, m->xg + (size_t)a0 * m->d,
-                       n, &c);
+    sm_real *dx = m->dxg + (size_t)a0 * m->d;
+    const sm_real *dy = m->dy + (size_t)a0 * m->O, *x = m->xg + (size_t)a0 * m->d;
+    if (!m->dfeat_used) {
+        sm_module_backward(m->experts[e], dx, dy, x, n, &c);
+        return;
+    }
+    /* the hidden features' extra gradients (sm_moe_features_at) into the container's children */
+    const sm_real *extra[MOE_FEAT_MAX] = {NULL};
+    for (int j = 0; j < m->L; j++) extra[j] = m->dfeat + (size_t)j * m->max_A * m->H + (size_t)a0 * m->H;
+    sm_seq_backward_extra(m->experts[e], dx, dy, x, n, &c, extra);
 }
 
 /* The only expert-specific step of the layer: expert e on its gathered rows [a0, a0+n). */
@@ -338,11 +362,15 @@ static void expert_backward(sm_moe *m, int e, int a0, int n) {
 static int experts_in_parallel(const sm_moe *m) { return !m->experts || !(m->ctx->train && m->ctx->rng); }
 
 const sm_real *sm_moe_features_at(sm_moe *m, int j, sm_real **dfeat) {
-    if (m->experts || j < 0 || j >= m->L) {
+    if ((m->experts && !m->feat_seq) || j < 0 || j >= m->L) {
         if (dfeat) *dfeat = NULL;
         return NULL;
     }
     const size_t off = (size_t)j * m->max_A * m->H;
+    for (int e = 0; m->experts && e < m->E; e++) { /* gathered from child j of each container */
+        const int a0 = m->route.offset[e], n = m->route.offset[e + 1] - a0;
+        if (n > 0) memcpy(m->h + off + (size_t)a0 * m->H, sm_seq_output(m->experts[e], j), sizeof(sm_real) * (size_t)n * m->H);
+    }
     if (dfeat) {
         *dfeat = m->dfeat + off;
         m->dfeat_used = 1; /* the backward now adds it in */

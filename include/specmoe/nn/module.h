@@ -199,6 +199,11 @@ const sm_real *sm_seq_output(const sm_module *seq, int i);
 /* Forward / backward of children [first, last) only: in is child first's input. */
 void sm_seq_forward_range(sm_module *seq, int first, int last, sm_real *out, const sm_real *in, int B,
                           const sm_ctx *ctx);
+/* The container's backward with extra gradients on its children's outputs: extra[i] (B * out rows of
+ * child i, or NULL) is added to child i's output gradient before child i's backward, for i < n - 1
+ * (the last child's is dout). extra NULL: the plain backward. */
+void sm_seq_backward_extra(sm_module *seq, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx,
+                           const sm_real *const *extra);
 
 #ifdef __cplusplus
 }

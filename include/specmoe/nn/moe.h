@@ -80,6 +80,9 @@ typedef struct {
      * the module; their activations live in its arena, for expert_rows rows each. */
     sm_module **experts; /* (E) */
     int expert_rows;     /* the most rows one expert gets: max_T (SPARSE) or its slot rows (SOFT) */
+    int feat_seq;        /* factory experts whose hidden features the layer reads (sm_moe_features_at): each a
+                          * sequential container of L + 1 children, child j < L giving hidden layer j (H wide;
+                          * L and H above are then taken from them), the last the output map */
     const sm_ctx *ctx;   /* set by the module for one forward / backward: the experts' call context */
 } sm_moe;
 
@@ -97,15 +100,17 @@ void sm_moe_forward(sm_moe *m, sm_real *out, const sm_real *x, int T, sm_rng *rn
 /* dx (T,d) += ..., parameter gradients += ..., given dout (T,O) and the same x as the forward. */
 void sm_moe_backward(sm_moe *m, sm_real *dx, const sm_real *dout, const sm_real *x, int T);
 
-/* The experts' last hidden features of the last forward (built-in experts only: NULL, and *dfeat =
- * NULL, for factory experts, whose insides the layer does not know), one row per assignment in the route's
+/* The experts' last hidden features of the last forward, one row per assignment in the route's
  * expert-major order (route.token / route.weight say whose and how much): (A,H) with A =
- * route.n_assign. dfeat (A,H), zeroed by every forward, takes an extra gradient on them (e.g. a
+ * route.n_assign. Built-in experts, and factory experts laid out as m->feat_seq says (gathered from
+ * their containers' outputs at the call); NULL, and *dfeat = NULL, for other factory experts, whose
+ * insides the layer does not know. dfeat (A,H), zeroed by every forward, takes an extra gradient on them (e.g. a
  * penalty on routing-weighted expert features, SPHERE); the backward adds it in. */
 const sm_real *sm_moe_features(sm_moe *m, sm_real **dfeat);
 /* The same for hidden layer j (0 <= j < L; L-1 is sm_moe_features), after its activation: (A,H)
  * rows in the same order, with its own extra-gradient buffer dfeat (A,H), zeroed by every forward
- * and added in before layer j's activation backward. NULL for factory experts or j out of range. */
+ * and added in before layer j's activation backward (factory experts: to child j's output gradient).
+ * NULL for factory experts not laid out so, or j out of range. */
 const sm_real *sm_moe_features_at(sm_moe *m, int j, sm_real **dfeat);
 /* A router reading gate input g (T,dg) instead of x: the layer is built with sm_moe_create_gated,
  * and forward/backward take g and its gradient dg (T,dg) += ... (dg may alias dx when g is x). */
@@ -133,7 +138,10 @@ sm_module *sm_moe_module_gated(const char *name, const sm_moe_config *cfg, sm_mo
  * gate (may be NULL, owned) is a gate network as in sm_moe_module_gated.
  * Taps: under SPARSE routes an expert's own linear taps are reported as taps->expert_linear(param,
  * block 0, token map of its rows, ...) with param the expert's tensor name; under SOFT routes (slot
- * rows mix tokens) they are not reported. sm_moe_features gives NULL.
+ * rows mix tokens) they are not reported. sm_moe_features reads them when each expert is a
+ * sequential container (sm_seq_module) of hidden blocks of one width H followed by its output map -
+ * hidden layer j the output of child j, so a block with several modules (Linear -> LayerNorm -> act)
+ * must be one child - and the route is SPARSE; otherwise it gives NULL.
  * Experts run one per thread, except while training with an RNG (a stochastic expert must draw in
  * a fixed order): then one after another.
  * JSON: the description holds expert 0's ("expert"), with the names its parent gave it removed;

@@ -12,7 +12,9 @@ sm_status sm_sphere_features_at(sm_moe *m, int j, int weighted, sm_real *phi, sm
     if (r->kind != SM_ROUTE_SPARSE) return sm_fail(err, SM_ERR_ARG, "sphere: needs a top-k (sparse) route, not a soft one");
     sm_real *dfeat = NULL;
     const sm_real *h = sm_moe_features_at(m, j, &dfeat);
-    if (!h) return sm_fail(err, SM_ERR_ARG, "sphere: needs the layer's built-in MLP experts (hidden layer %d of %d)", j, m->L);
+    if (!h)
+        return sm_fail(err, SM_ERR_ARG, "sphere: needs built-in MLP experts, or factory experts that are containers of hidden "
+                       "blocks (moe.h, feat_seq) (hidden layer %d of %d)", j, m->L);
     const int E = m->E, H = m->H, T = r->T;
     memset(dfeat, 0, sizeof(sm_real) * (size_t)r->n_assign * H); /* the backward below adds into it */
     memset(phi, 0, sizeof(sm_real) * (size_t)T * E * H);

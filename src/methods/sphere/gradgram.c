@@ -51,8 +51,8 @@ sm_status sm_sphere_grad_features(sm_moe *m, const sm_real *u, int weighted, sm_
     const sm_route *r = &m->route;
     if (r->kind != SM_ROUTE_SPARSE) return sm_fail(err, SM_ERR_ARG, "sphere: needs a top-k (sparse) route, not a soft one");
     sm_real *dfeat = NULL;
-    const sm_real *h = sm_moe_features_at(m, m->L - 1, &dfeat);
-    if (!h) return sm_fail(err, SM_ERR_ARG, "sphere: the gradient Gram needs the layer's built-in MLP experts");
+    const sm_real *h = m->experts ? NULL : sm_moe_features_at(m, m->L - 1, &dfeat); /* it reads w2 below */
+    if (!h) return sm_fail(err, SM_ERR_ARG, "sphere: the gradient Gram needs the layer's built-in MLP experts (their output weights)");
     if (m->cfg.act != SM_ACT_RELU)
         return sm_fail(err, SM_ERR_ARG, "sphere: the gradient Gram is exact for ReLU experts only (relu' piecewise constant); "
                        "the experts' activation is %s", sm_act_name(m->cfg.act));

@@ -89,13 +89,16 @@ sm_sphere_reg *sm_sphere_reg_create(const sm_sphere_config *c, sm_model *m, sm_e
     size_t wide = 0, H_max = 0, work = 0;
     for (int i = c->all_layers ? 0 : n_moe - 1; i < n_moe; i++) {
         sm_moe *moe = sm_model_moe(m, i);
-        if (moe->experts || moe->router->ops->kind != SM_ROUTE_SPARSE) {
-            sm_fail(err, SM_ERR_ARG, "sphere: MoE layer %d needs built-in MLP experts and a top-k (sparse) router (router %s)", i,
+        if ((moe->experts && !moe->feat_seq) || moe->router->ops->kind != SM_ROUTE_SPARSE) {
+            sm_fail(err, SM_ERR_ARG, "sphere: MoE layer %d needs a top-k (sparse) router (router %s) and built-in MLP experts or "
+                    "factory experts whose hidden features it can read (containers of hidden blocks, moe.h feat_seq)", i,
                     moe->router->cfg.name);
             sm_sphere_reg_free(r);
             return NULL;
         }
         const char *why = sm_sphere_gram_refusal(c, &m->cfg);
+        if (!why && c->gram == SM_SPHERE_GRAM_GRADIENT && moe->experts)
+            why = "the gradient Gram reads the built-in experts' output weights, not factory experts' (LayerNorm experts)";
         if (!why && c->gram == SM_SPHERE_GRAM_GRADIENT && moe->cfg.act != SM_ACT_RELU) /* the layer's own, to be sure */
             why = "the gradient Gram is exact for ReLU experts only (relu' piecewise constant)";
         if (why) {

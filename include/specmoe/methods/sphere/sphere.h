@@ -43,7 +43,8 @@ double sm_sphere_penalty(const sm_real *phi, int T, int D, sm_real *dphi, sm_rea
 /* SPHERE's features of an MoE layer after its forward (sparse routes; its experts the built-in MLPs):
  * phi (T, E H), row t = concat_e p_e(x_t) h_e(x_t), h_e the last hidden layer of expert e (after the
  * activation) and p_e the combine weight of the assignment (t, e), 0 where e was not selected.
- * Refused for soft routes and factory experts. */
+ * Refused for soft routes and factory experts not laid out as moe.h's feat_seq says (LayerNorm's
+ * experts are: Linear -> LayerNorm -> act blocks, then the output layer). */
 sm_status sm_sphere_features(sm_moe *m, sm_real *phi, sm_error *err);
 /* Its backward before the layer's: dphi (T, E H) -> the features' gradient (sm_moe_features' dfeat,
  * which the layer's backward adds in) and the combine weights' (route.dweight, which the router's
