@@ -58,7 +58,7 @@ CLI_OBJ := $(CLI_SRC:cli/%.c=$(BUILD)/obj/cli_%.o)
 EXP_OBJ := $(EXP_SRC:experiments/%.c=$(BUILD)/obj/exp/%.o)
 TESTS   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test debug fuzz bench-peer install install-check clean
+.PHONY: all test tools debug fuzz bench-peer install install-check clean
 all: $(BUILD)/specmoe $(BUILD)/libspecmoe.a $(BUILD)/libspecmoe.so $(BUILD)/specmoe.pc
 
 # the stamp of the MPI setting the objects were built with (every object depends on it via HDRS)
@@ -118,8 +118,14 @@ $(BUILD)/tests/mpi_check: tests/mpi_check.c $(BUILD)/libspecmoe.a
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(OMP) -o $@ $< $(BUILD)/libspecmoe.a $(LIBS)
 
+# the measuring tools of BENCHMARKS.md that link the library (built by `make test`, so they keep compiling)
+TOOLS := $(BUILD)/penalty_time $(BUILD)/step_time
+$(BUILD)/%_time: tools/sphere/%_time.c tools/sphere/cpu_time.h $(BUILD)/libspecmoe.a
+	$(CC) $(CPPFLAGS) -I. $(WARN) $(CFLAGS) $(OMP) -o $@ $< $(BUILD)/libspecmoe.a $(LIBS)
+tools: $(TOOLS)
+
 # `make test` builds everything and runs every test binary plus the CLI and MPI checks.
-test: all $(TESTS) $(BUILD)/tests/hf_gen $(BUILD)/tests/mpi_check install-check
+test: all $(TESTS) $(TOOLS) $(BUILD)/tests/hf_gen $(BUILD)/tests/mpi_check install-check
 	@SPECMOE_BIN=$(abspath $(BUILD)/specmoe) SPECMOE_HF_GEN=$(abspath $(BUILD)/tests/hf_gen) \
 	  SPECMOE_MPI=$(MPI) SPECMOE_MPI_CHECK=$(abspath $(BUILD)/tests/mpi_check) tests/run_tests.sh $(TESTS)
 

@@ -264,7 +264,7 @@ static int build_model_config(opts *o, router_flags *rf, const fl_flag *fl, int 
         return sm_fail(err, SM_ERR_ARG, "--spectral-alpha, --diversity-beta, --sigma-t, --rho-t and --sphere-rho must be >= 0");
     sm_sphere_mode sm;
     if (sm_sphere_mode_parse(o->sphere_mode, &sm))
-        return sm_fail(err, SM_ERR_ARG, "--sphere-mode: '%s' is not grad or loss", o->sphere_mode);
+        return sm_fail(err, SM_ERR_ARG, "--sphere-mode: '%s' is not grad, loss or fixed", o->sphere_mode);
     sm_sphere_gram sg;
     if (sm_sphere_gram_parse(o->sphere_gram, &sg))
         return sm_fail(err, SM_ERR_ARG, "--sphere-gram: '%s' is not feature or gradient", o->sphere_gram);
@@ -563,7 +563,7 @@ static int train_main(int argc, char **argv, train_keep *keep) {
         {"penalty-target", FL_STRING, &o.penalty_target, "gate", "gate (linear map feeding the router) or prototypes", 0},
         {"sphere-rho", FL_DOUBLE, &o.sphere_rho, "0",
          "SPHERE (Eq. 26, App. A.3): ratio rho of the penalty on the last MoE layer's routing-weighted expert features; 0 = off", 0},
-        {"sphere-mode", FL_STRING, &o.sphere_mode, "grad", "SPHERE's coefficient: grad (rho ||g|| / ||grad L||) or loss (rho |L| / L_sphere)", 0},
+        {"sphere-mode", FL_STRING, &o.sphere_mode, "grad", "SPHERE's coefficient: grad (rho ||g|| / ||grad L||), loss (rho |L| / L_sphere) or fixed (rho)", 0},
         {"sphere-gram", FL_STRING, &o.sphere_gram, "feature",
          "SPHERE's Gram: feature (Eq. 19) or gradient (Table 1's ablation, Eq. 20: the last hidden expert layer's backprop vectors of "
          "u^T logits, u a fixed unit direction from --seed; needs a last moehead layer with relu experts)", 0},

@@ -135,7 +135,7 @@ expect 2 "rl train --resume refuses another router" "--router topk conflicts wit
 # SPHERE on a PPO actor (App. A.3): bad values refused before any work, a short run logs the penalty
 expect 2 "rl train: --sphere-rho < 0 is refused" "sphere_rho must be >= 0 \(got -1\)" -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --sphere-rho -1 --frames 256
-expect 2 "rl train: an unknown --sphere-mode names the two" "sphere_mode must be grad or loss \(got 'foo'\)" -- \
+expect 2 "rl train: an unknown --sphere-mode names the two" "sphere_mode must be grad, loss or fixed \(got 'foo'\)" -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --sphere-mode foo --frames 256
 expect 2 "rl train: --sphere-rho on an actor with no MoE layer is refused" "needs an MoE actor" -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --sphere-rho 0.01 --frames 256
@@ -337,7 +337,7 @@ expect 0 "train --sphere-rho: SPHERE changes the training of an MoE classifier" 
            [ -n \"\$a\" ] && [ \"\$a\" != \"\$b\" ] && echo different"
 expect 2 "train --sphere-rho on a soft router is refused" "needs built-in MLP experts and a top-k \(sparse\) router" -- \
     "$bin" train --router soft --sphere-rho 0.01 --per-class 5 --epochs 1 --out "$tmp/sph2"
-expect 2 "train --sphere-mode: an unknown mode is refused" "--sphere-mode: 'foo' is not grad or loss" -- \
+expect 2 "train --sphere-mode: an unknown mode is refused" "--sphere-mode: 'foo' is not grad, loss or fixed" -- \
     "$bin" train --sphere-mode foo --per-class 5 --epochs 1 --out "$tmp/sph3"
 expect 0 "train --help lists --sphere-gram" "--sphere-gram STR +SPHERE's Gram: feature \(Eq. 19\) or gradient" -- "$bin" train --help
 expect 2 "train --sphere-gram: an unknown Gram is refused" "--sphere-gram: 'grad' is not feature or gradient" -- \

@@ -411,7 +411,9 @@ static void check_step(sm_sphere_mode mode, sm_sphere_gram gram) {
     }
     for (int i = 0; i < 5; i++) nb += (double)other.grad[i] * other.grad[i];
     double L = reg_loss(&c);
-    double coef = mode == SM_SPHERE_GRAD ? 0.3 * sqrt(nb) / (sqrt(np) + 1e-8) : 0.3 * fabs(L_base) / (L + 1e-8);
+    double coef = mode == SM_SPHERE_GRAD   ? 0.3 * sqrt(nb) / (sqrt(np) + 1e-8)
+                  : mode == SM_SPHERE_LOSS ? 0.3 * fabs(L_base) / (L + 1e-8)
+                                           : 0.3; /* fixed: rho itself */
     cr_expect(fabs(st.coef - coef) <= 1e-6 * coef, "coefficient %.10g, formula %.10g", st.coef, coef);
     cr_expect(fabs(st.penalty - L) <= 1e-9 * (L + 1), "penalty %.10g vs %.10g", st.penalty, L);
     double worst = 0;
@@ -420,7 +422,7 @@ static void check_step(sm_sphere_mode mode, sm_sphere_gram gram) {
         worst = d > worst ? d : worst;
     }
     cr_expect(worst <= 1, "combined gradient off the formula by %.3g times the tolerance", worst);
-    if (mode == SM_SPHERE_LOSS) { /* sm_sphere_inject: one backward carries both, the same gradient */
+    if (mode != SM_SPHERE_GRAD) { /* sm_sphere_inject: one backward carries both, the same gradient */
         sm_real *two = malloc(sizeof(sm_real) * P);
         memcpy(two, m->params.grad, sizeof(sm_real) * P);
         sm_model_forward(m, x, T, NULL, 1);
@@ -467,6 +469,7 @@ static void check_step(sm_sphere_mode mode, sm_sphere_gram gram) {
 
 Test(grad_sphere, combination_grad_mode) { check_step(SM_SPHERE_GRAD, SM_SPHERE_GRAM_FEATURE); }
 Test(grad_sphere, combination_loss_mode) { check_step(SM_SPHERE_LOSS, SM_SPHERE_GRAM_FEATURE); }
+Test(grad_sphere, combination_fixed_mode) { check_step(SM_SPHERE_FIXED, SM_SPHERE_GRAM_FEATURE); }
 Test(grad_sphere, gradient_gram_combination_grad_mode) { check_step(SM_SPHERE_GRAD, SM_SPHERE_GRAM_GRADIENT); }
 Test(grad_sphere, gradient_gram_combination_loss_mode) { check_step(SM_SPHERE_LOSS, SM_SPHERE_GRAM_GRADIENT); }
 
@@ -479,6 +482,10 @@ Test(grad_sphere, coefficient_and_refusals) {
     cr_expect_eq(sm_sphere_mode_parse("loss", &md), 0);
     cr_expect_eq(md, SM_SPHERE_LOSS);
     cr_expect_eq(sm_sphere_mode_parse("Grad", &md), -1);
+    cr_expect_eq(sm_sphere_mode_parse("fixed", &md), 0);
+    cr_expect_eq(md, SM_SPHERE_FIXED);
+    sc.mode = SM_SPHERE_FIXED;
+    cr_expect(fabs(sm_sphere_coef(&sc, 4, 2, -10, 3) - 0.5) < 1e-15, "fixed: the coefficient is rho");
     /* a network with no MoE layer, and rho <= 0 */
     sm_model_config cfg;
     sm_model_config_default(&cfg);

@@ -72,7 +72,8 @@ static const sm_opt kOpts[] = {
     ROW("total_timesteps", SM_OPT_U64, total_timesteps, "0", "horizon of the learning-rate anneal (0: the frame budget)"),
     ROW("checkpoint_every", SM_OPT_INT, checkpoint_every, "0", "updates between checkpoints (0: at the end only)"),
     ROW("sphere_rho", SM_OPT_NUM, sphere_rho, "0", "SPHERE on the actor's expert features: the ratio rho (0: off; paper 0.001 grad, 0.05 loss)"),
-    SM_OPT_STR_ROW(sm_ppo_config, "sphere_mode", sphere_mode, "grad", "SPHERE coefficient: grad (s = rho |g_base| / |grad L|) or loss (rho |L_base| / L)"),
+    SM_OPT_STR_ROW(sm_ppo_config, "sphere_mode", sphere_mode, "grad",
+                   "SPHERE coefficient: grad (s = rho |g_base| / |grad L|), loss (rho |L_base| / L) or fixed (rho: L_base + rho L directly, Table 24's large-E runs)"),
     ROW("sphere_all_layers", SM_OPT_BOOL, sphere_all_layers, "0", "SPHERE ablation: every hidden expert layer, not only the last"),
     ROW("sphere_per_expert", SM_OPT_BOOL, sphere_per_expert, "0", "SPHERE ablation: a sum of per-expert penalties (no cross-expert terms)"),
     ROW("sphere_unweighted", SM_OPT_BOOL, sphere_unweighted, "0", "SPHERE ablation: features h_e without the routing weight p_e"),
@@ -259,7 +260,7 @@ static sm_status ppo_check(const void *vcfg, const sm_env_spec *env, sm_error *e
                        "spectral regularisation's term and gradient are zero: two alternatives for the same matrices; use one of them");
     if (c->cbp_maturity < 0) return sm_fail(err, SM_ERR_ARG, "ppo: cbp_maturity must be >= 0 (got %d)", c->cbp_maturity);
     if (sm_sphere_mode_parse(c->sphere_mode, &mode))
-        return sm_fail(err, SM_ERR_ARG, "ppo: sphere_mode must be grad or loss (got '%s')", c->sphere_mode);
+        return sm_fail(err, SM_ERR_ARG, "ppo: sphere_mode must be grad, loss or fixed (got '%s')", c->sphere_mode);
     sm_sphere_gram gram;
     if (sm_sphere_gram_parse(c->sphere_gram, &gram))
         return sm_fail(err, SM_ERR_ARG, "ppo: sphere_gram must be feature or gradient (got '%s')", c->sphere_gram);
@@ -661,7 +662,7 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
         sm_error e;
         if (!(p->sphere = sm_sphere_reg_create(&sc, p->actor, &e)))
             return sm_fail(err, e.code, "ppo: sphere_rho %g: %s", c->sphere_rho, e.msg);
-        p->sphere_inject = sc.mode == SM_SPHERE_LOSS;
+        p->sphere_inject = sc.mode != SM_SPHERE_GRAD; /* loss and fixed: the coefficient is known before the backward */
     }
     if (c->pw || c->redo || c->cbp || c->cchain || c->sn || c->specreg > 0) {
         sm_baselines_config bc = {.pw = c->pw, .pw_coef = c->pw_coef, .pw_scale = c->pw_scale, .redo = c->redo,

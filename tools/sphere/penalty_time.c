@@ -2,8 +2,8 @@
  * (src/methods/sphere/features.c), on the paper's actor size: one minibatch of T = 64 states, the
  * last hidden expert layer of 10 experts of width 256, top-2 (issue 15, Table 24's overhead).
  *
- *   cc -O3 -march=x86-64-v2 -mtune=native -fopenmp -Iinclude tools/sphere/penalty_time.c build/libspecmoe.a \
- *      -L/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -llapacke -lcjson -lmujoco -lz -lm -o build/penalty_time
+ *   cc -O3 -march=x86-64-v2 -mtune=native -fopenmp -Iinclude -I. tools/sphere/penalty_time.c build/libspecmoe.a \
+ *      -L/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -llapacke -lcjson -lmujoco -lz -lm $(mpicc --showme:link) -o build/penalty_time
  *   OMP_NUM_THREADS=1 build/penalty_time [REPS]
  *
  * dense: sm_sphere_features_at + sm_sphere_penalty (64 x 64 Gram of the 64 x 2560 features) +
@@ -13,21 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "specmoe/methods/sphere/sphere.h"
 #include "specmoe/nn/model.h"
+#include "tools/sphere/cpu_time.h"
 
-static double cpu_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 500;
@@ -68,10 +58,9 @@ int main(int argc, char **argv) {
         sm_sphere_penalty_routed_backward(moe, j, 1, 0, 1, rwork);
         tr[it] = cpu_now() - t0;
     }
-    qsort(td, reps, sizeof(double), cmp);
-    qsort(tr, reps, sizeof(double), cmp);
+    const double md = median(td, reps), mr = median(tr, reps);
     printf("sphere-penalty T=%d E=%d H=%d k=%d dense_us=%.1f routed_us=%.1f speedup=%.2f L_dense=%.6g L_routed=%.6g\n", T,
-           moe->E, moe->H, cfg.moe.router.k, 1e6 * td[reps / 2], 1e6 * tr[reps / 2], td[reps / 2] / tr[reps / 2], Ld, Lr);
+           moe->E, moe->H, cfg.moe.router.k, 1e6 * md, 1e6 * mr, md / mr, Ld, Lr);
     free(phi), free(dphi), free(work), free(rwork), free(td), free(tr);
     sm_model_free(m);
     return 0;

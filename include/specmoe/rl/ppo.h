@@ -49,7 +49,7 @@ typedef struct {
     int checkpoint_every;        /* updates between checkpoints (0: only at the end / on stop) */
     /* SPHERE on the actor (include/specmoe/methods/sphere/sphere.h, App. A.3): rho 0 is off */
     double sphere_rho;
-    char sphere_mode[8];         /* grad | loss */
+    char sphere_mode[8];         /* grad | loss | fixed */
     int sphere_all_layers, sphere_per_expert, sphere_unweighted; /* Table 1's ablations */
     char sphere_gram[12];        /* feature | gradient (Table 1's gradient-Gram ablation) */
     /* the plasticity baselines of SPHERE's comparison on the actor (methods/sphere/baselines.h) */

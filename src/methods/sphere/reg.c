@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "specmoe/core/optim.h"
 #include "specmoe/nn/router.h"
 
 #define MAX_SITES 64
@@ -28,6 +29,7 @@ struct sm_sphere_reg {
 int sm_sphere_mode_parse(const char *s, sm_sphere_mode *mode) {
     if (!strcmp(s, "grad")) *mode = SM_SPHERE_GRAD;
     else if (!strcmp(s, "loss")) *mode = SM_SPHERE_LOSS;
+    else if (!strcmp(s, "fixed")) *mode = SM_SPHERE_FIXED;
     else return -1;
     return 0;
 }
@@ -62,6 +64,7 @@ const char *sm_sphere_gram_refusal(const sm_sphere_config *c, const sm_model_con
 double sm_sphere_coef(const sm_sphere_config *c, double gnorm_base, double gnorm_pen, double loss_base, double loss_pen) {
     /* App. A.3: both are plain numbers, computed from this minibatch and then held fixed */
     if (c->mode == SM_SPHERE_LOSS) return c->rho * fabs(loss_base) / (loss_pen + 1e-8);
+    if (c->mode == SM_SPHERE_FIXED) return c->rho;
     return c->rho * gnorm_base / (gnorm_pen + 1e-8);
 }
 
@@ -241,23 +244,20 @@ double sm_sphere_inject(sm_sphere_reg *r, double loss_base, int T, sm_sphere_sta
     return L;
 }
 
-static double sq_norm(const sm_real *g, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
-    return s;
-}
-
 void sm_sphere_step(sm_sphere_reg *r, sm_params *const *others, int n_others, double loss_base, int T, sm_sphere_stats *out) {
     sm_params *ps = &r->m->params;
     const size_t P = ps->total;
-    double nb = sq_norm(ps->grad, P);
-    for (int i = 0; i < n_others; i++) nb += sq_norm(others[i]->grad, others[i]->total);
+    /* the norms over the parameters the step updates (frozen ones are not), in eight partial sums:
+     * a plain running sum over the 1.5M gradients of the paper's actor is a chain of dependent adds
+     * that cost as much as the penalty's backward */
+    double nb = sm_grad_sq_sum(ps, 0, 0);
+    for (int i = 0; i < n_others; i++) nb += sm_grad_sq_sum(others[i], 0, 0);
     memset(r->gpen, 0, sizeof(sm_real) * P);
     sm_params view = sm_params_view(ps, r->gpen);
     sm_sphere_stats s = {0};
     s.penalty = sm_sphere_reg_grad(r, &view, T);
     s.gnorm_base = sqrt(nb);
-    s.gnorm_pen = sqrt(sq_norm(r->gpen, P));
+    s.gnorm_pen = sqrt(sm_grad_sq_sum(&view, 0, 0));
     s.coef = sm_sphere_coef(&r->c, s.gnorm_base, s.gnorm_pen, loss_base, s.penalty);
     for (size_t i = 0; i < P; i++) ps->grad[i] += (sm_real)(s.coef * r->gpen[i]);
     if (out) *out = s;

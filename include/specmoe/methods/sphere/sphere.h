@@ -81,11 +81,13 @@ void sm_sphere_grad_features_backward(sm_moe *m, const sm_real *u, int weighted,
 
 /* ---- SPHERE in training (App. A.3) ------------------------------------------------------------
  * The penalty's gradient is kept apart from the base loss's and combined per minibatch:
- *   "grad": g = g_base + s grad L,       s      = rho ||g_base|| / (||grad L|| + 1e-8)
- *   "loss": g = g_base + lambda grad L,  lambda = rho |L_base| / (L + 1e-8)
+ *   "grad":  g = g_base + s grad L,       s      = rho ||g_base|| / (||grad L|| + 1e-8)
+ *   "loss":  g = g_base + lambda grad L,  lambda = rho |L_base| / (L + 1e-8)
+ *   "fixed": g = g_base + rho grad L      (L_base + rho L optimised directly: App. J.12's footnote,
+ *                                          the large-E runs of the paper's Table 24)
  * with s and lambda constants (no gradient flows through them) and the norms global over every
  * parameter the step updates (grad L is zero outside the regularised network). */
-typedef enum { SM_SPHERE_GRAD = 0, SM_SPHERE_LOSS } sm_sphere_mode;
+typedef enum { SM_SPHERE_GRAD = 0, SM_SPHERE_LOSS, SM_SPHERE_FIXED } sm_sphere_mode;
 /* Which Gram Eq. 26 shapes: the routing-weighted features' (Eq. 19, SPHERE itself) or, for Table 1's
  * "gradient-Gram" ablation, the concatenated expert backprop vectors' (Eq. 20; defined at
  * sm_sphere_grad_features below) with the feature Gram left alone. */
@@ -112,10 +114,10 @@ const char *sm_sphere_gram_refusal(const sm_sphere_config *c, const sm_model_con
  * draws from an RNG of its own seeded with seed ^ 0x5350484552 ("SPHER"), normalised. */
 void sm_sphere_direction(uint64_t seed, sm_real *u, int n);
 
-/* "grad" or "loss" into *mode; -1 for anything else */
+/* "grad", "loss" or "fixed" into *mode; -1 for anything else */
 int sm_sphere_mode_parse(const char *s, sm_sphere_mode *mode);
-/* The coefficient of grad L above: s from the two global gradient norms (mode grad) or lambda
- * from the two losses (mode loss). */
+/* The coefficient of grad L above: s from the two global gradient norms (mode grad), lambda
+ * from the two losses (mode loss), or rho itself (mode fixed). */
 double sm_sphere_coef(const sm_sphere_config *c, double gnorm_base, double gnorm_pen, double loss_base,
                       double loss_pen);
 
