@@ -250,6 +250,10 @@ expect 0 "rl train: SPHERE on the LayerNorm experts (Table 11) reports its penal
     sh -c "'$bin' rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:8,dense:8 --experts 3 --layernorm 1 \
     --num-envs 2 --num-steps 64 --num-minibatches 2 --update-epochs 1 --sphere-rho 0.001 --frames 256 --out '$tmp/rl_ln_sphere' >/dev/null &&
     cat '$tmp/rl_ln_sphere/metrics.jsonl'"
+expect 0 "rl train: diagnostics on the LayerNorm moe actor (its features and specialisation metrics)" "diag/entk_srank" -- \
+    sh -c "'$bin' rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:8,dense:8 --experts 3 --layernorm 1 \
+    --num-envs 2 --num-steps 64 --num-minibatches 2 --update-epochs 1 --diag-every 1 --frames 256 --out '$tmp/rl_ln_diag' >/dev/null &&
+    cat '$tmp/rl_ln_diag/metrics.jsonl'"
 expect 2 "rl train: the gradient Gram on the LayerNorm experts is refused, naming them" "not factory experts \\(LayerNorm experts\\)" -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:8,dense:8 --experts 3 --layernorm 1 \
     --sphere-rho 0.001 --sphere-gram gradient --frames 256 --out "$tmp/rl_ln_sphere_gg"
@@ -871,7 +875,8 @@ expect 0 "bench sphere --methods: only those methods' runs (and the held-out pol
 expect 2 "bench sphere --methods: an unknown method is named with the valid ones" "unknown method 'lnn' \(ppo,topk," -- \
     "$bin" bench sphere --methods topk,lnn --dry-run
 expect 0 "bench sphere --train 0: tables of the runs done so far, partial cells say n=" "^\| sphere \| [0-9.]+ \+- 0 \(n=1\) \|" -- \
-    sh -c "'$bin' bench sphere $sph_tiny --seeds 2 --train 0 --out '$tmp/sph' && [ ! -e '$tmp/sph/reach/crl/sphere/s2' ]"
+    sh -c "'$bin' bench sphere $sph_tiny --seeds 2 --train 0 --out '$tmp/sph' && [ ! -e '$tmp/sph/reach/crl/sphere/s2' ] &&
+    [ ! -e '$tmp/sph/fmnist/split-topk-s2.json' ]"
 expect 0 "rl train: an Impala residual block in --arch" "^rl-train env=minatar/breakout agent=dqn frames=300 " -- \
     "$bin" rl train --env minatar/breakout --agent dqn --frames 300 --arch conv:8:3:1:1,res:8,act,dense:16 --out "$tmp/rl_res"
 expect 2 "rl train: a residual block whose channels differ from its input's is refused" "layers.1: a residual module needs its output shape equal to its input's" -- \

@@ -413,8 +413,8 @@ Test(grad_module, extra_gradient_on_expert_features) {
     gc_fill_normal(f.F, 64 * 4, 1.0, &f.c.rng);
     sm_moe *moe = sm_moe_of(f.c.m);
     sm_real *dfeat;
-    sm_moe_features(moe, &dfeat);
     floss(&f);
+    sm_moe_features(moe, &dfeat); /* after the forward: a request lasts until the next one */
     for (int a = 0; a < moe->route.n_assign; a++)
         for (int h = 0; h < moe->H; h++) dfeat[a * moe->H + h] = f.F[(moe->route.token[a] % 8) * moe->H + h];
     sm_params_zero_grad(&f.c.ps);

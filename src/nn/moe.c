@@ -456,7 +456,10 @@ void sm_moe_forward_gated(sm_moe *m, sm_real *out, const sm_real *x, const sm_re
     sm_route *r = &m->route;
     m->router->ops->forward(m->router, r, gx, T, rng, train);
     memset(r->dprobs, 0, sizeof(sm_real) * (size_t)T * E);
-    if (m->dfeat_used) memset(m->dfeat, 0, sizeof(sm_real) * (size_t)m->L * m->max_A * H);
+    if (m->dfeat_used) { /* a request of sm_moe_features_at lasts until the next forward */
+        memset(m->dfeat, 0, sizeof(sm_real) * (size_t)m->L * m->max_A * H);
+        m->dfeat_used = 0;
+    }
     const int A = r->n_assign;
     /* penalties may add to the combine weights' gradient before the backward adds the output's */
     if (r->kind == SM_ROUTE_SPARSE) memset(r->dweight, 0, sizeof(sm_real) * (size_t)A);

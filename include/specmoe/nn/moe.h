@@ -104,7 +104,8 @@ void sm_moe_backward(sm_moe *m, sm_real *dx, const sm_real *dout, const sm_real 
  * expert-major order (route.token / route.weight say whose and how much): (A,H) with A =
  * route.n_assign. Built-in experts, and factory experts laid out as m->feat_seq says (gathered from
  * their containers' outputs at the call); NULL, and *dfeat = NULL, for other factory experts, whose
- * insides the layer does not know. dfeat (A,H), zeroed by every forward, takes an extra gradient on them (e.g. a
+ * insides the layer does not know. Asking for dfeat makes the next backward add it in; the next
+ * forward zeroes it and ends the request (a layer nobody asks pays nothing). dfeat (A,H), zeroed by every forward, takes an extra gradient on them (e.g. a
  * penalty on routing-weighted expert features, SPHERE); the backward adds it in. */
 const sm_real *sm_moe_features(sm_moe *m, sm_real **dfeat);
 /* The same for hidden layer j (0 <= j < L; L-1 is sm_moe_features), after its activation: (A,H)
