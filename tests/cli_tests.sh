@@ -254,7 +254,7 @@ expect 0 "rl train: diagnostics on the LayerNorm moe actor (its features and spe
     sh -c "'$bin' rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:8,dense:8 --experts 3 --layernorm 1 \
     --num-envs 2 --num-steps 64 --num-minibatches 2 --update-epochs 1 --diag-every 1 --frames 256 --out '$tmp/rl_ln_diag' >/dev/null &&
     cat '$tmp/rl_ln_diag/metrics.jsonl'"
-expect 2 "rl train: the gradient Gram on the LayerNorm experts is refused, naming them" "not factory experts \\(LayerNorm experts\\)" -- \
+expect 2 "rl train: the gradient Gram on the LayerNorm experts is refused, naming them" "not factory experts. \\(LayerNorm experts\\)" -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:8,dense:8 --experts 3 --layernorm 1 \
     --sphere-rho 0.001 --sphere-gram gradient --frames 256 --out "$tmp/rl_ln_sphere_gg"
 expect 2 "rl train: --layernorm 2 is refused" "--layernorm: invalid value '2'" -- \
@@ -339,7 +339,7 @@ expect 0 "train --sphere-rho: SPHERE changes the training of an MoE classifier" 
     sh -c "'$bin' train $sph_train --out '$tmp/sph0' >/dev/null && '$bin' train $sph_train --sphere-rho 0.01 --out '$tmp/sph1' >/dev/null &&
            a=\$(grep -o '\"loss\":[^,]*' '$tmp/sph0/metrics.jsonl' | tail -1) && b=\$(grep -o '\"loss\":[^,]*' '$tmp/sph1/metrics.jsonl' | tail -1) &&
            [ -n \"\$a\" ] && [ \"\$a\" != \"\$b\" ] && echo different"
-expect 2 "train --sphere-rho on a soft router is refused" "needs built-in MLP experts and a top-k \(sparse\) router" -- \
+expect 2 "train --sphere-rho on a soft router is refused" "needs a top-k \(sparse\) router \(router soft\)" -- \
     "$bin" train --router soft --sphere-rho 0.01 --per-class 5 --epochs 1 --out "$tmp/sph2"
 expect 2 "train --sphere-mode: an unknown mode is refused" "--sphere-mode: 'foo' is not grad, loss or fixed" -- \
     "$bin" train --sphere-mode foo --per-class 5 --epochs 1 --out "$tmp/sph3"
