@@ -514,12 +514,15 @@ static void table(const sp_report *R, int fam, const char *id, const char *title
         cli_bprintf(R->md, "\n");
     }
     int rows_m[MAX_METHODS], nr = 0; /* the rows: the figure's methods, or Fig. 10's topk, sphere and the sweep */
-    for (int i = 0; i < o->n_methods; i++)
-        if (fig == 10 && method_protocols(o, i) && (!strncmp(o->m[i].name, "sphere-rho=", 11) || !strcmp(o->m[i].name, "sphere") || !strcmp(o->m[i].name, "topk")))
+    for (int i = 0; i < o->n_methods; i++) {
+        const char *n = o->m[i].name;
+        if (fig == 10 && method_protocols(o, i) && (!strncmp(n, "sphere-rho=", 11) || !strcmp(n, "sphere") || !strcmp(n, "topk")))
             rows_m[nr++] = i;
-    for (int i = 0; fig != 10 && methods[i]; i++)
-        if (method_index(o, methods[i]) >= 0 && method_protocols(o, method_index(o, methods[i])))
-            rows_m[nr++] = method_index(o, methods[i]);
+    }
+    for (int i = 0; fig != 10 && methods[i]; i++) {
+        const int mi = method_index(o, methods[i]);
+        if (mi >= 0 && method_protocols(o, mi)) rows_m[nr++] = mi;
+    }
     for (int i = 0; i < nr; i++) {
         const int m = rows_m[i];
         cJSON *row = cJSON_CreateObject();

@@ -198,7 +198,7 @@ static void act_sizes(const sm_moe *m, int max_T, int max_A, size_t sizes[MOE_N_
     size_t L = (size_t)m->L;
     /* factory experts keep their own activations (in the module's arena); the layer holds their hidden
      * features, gathered, and the features' extra gradients only when it can read them (feat_seq) */
-    const size_t Hf = m->experts && !m->feat_seq ? 0 : H;
+    const size_t Hf = sm_moe_has_features(m) ? H : 0;
     if (m->experts) H = 0;
     const size_t slot_t = m->router->ops->kind == SM_ROUTE_SOFT ? A * (d > O ? d : O) : 0;
     size_t s[MOE_N_ACT] = {A * d, L * A * H, L * A * Hf, A * O, A * O, A * d, dh_rows * H, S * T * H, S * T * H, T * O,
@@ -361,8 +361,10 @@ static void expert_backward(sm_moe *m, int e, int a0, int n) {
 /* a stochastic factory expert would draw from the call's RNG: then experts run in a fixed order */
 static int experts_in_parallel(const sm_moe *m) { return !m->experts || !(m->ctx->train && m->ctx->rng); }
 
+int sm_moe_has_features(const sm_moe *m) { return !m->experts || m->feat_seq; }
+
 const sm_real *sm_moe_features_at(sm_moe *m, int j, sm_real **dfeat) {
-    if ((m->experts && !m->feat_seq) || j < 0 || j >= m->L) {
+    if (!sm_moe_has_features(m) || j < 0 || j >= m->L) {
         if (dfeat) *dfeat = NULL;
         return NULL;
     }

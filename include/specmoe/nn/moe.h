@@ -104,12 +104,16 @@ void sm_moe_backward(sm_moe *m, sm_real *dx, const sm_real *dout, const sm_real 
  * expert-major order (route.token / route.weight say whose and how much): (A,H) with A =
  * route.n_assign. Built-in experts, and factory experts laid out as m->feat_seq says (gathered from
  * their containers' outputs at the call); NULL, and *dfeat = NULL, for other factory experts, whose
- * insides the layer does not know. Asking for dfeat makes the next backward add it in; the next
- * forward zeroes it and ends the request (a layer nobody asks pays nothing). dfeat (A,H), zeroed by every forward, takes an extra gradient on them (e.g. a
- * penalty on routing-weighted expert features, SPHERE); the backward adds it in. */
+ * insides the layer does not know (sm_moe_has_features says which). dfeat (A,H) takes an extra
+ * gradient on them (e.g. a penalty on routing-weighted expert features, SPHERE): asking for it makes
+ * the next backward add it in; the next forward zeroes it and ends the request (a layer nobody asks
+ * pays nothing). */
 const sm_real *sm_moe_features(sm_moe *m, sm_real **dfeat);
+/* Whether sm_moe_features can read m's experts: built-in MLPs, or factory experts laid out as
+ * feat_seq says. */
+int sm_moe_has_features(const sm_moe *m);
 /* The same for hidden layer j (0 <= j < L; L-1 is sm_moe_features), after its activation: (A,H)
- * rows in the same order, with its own extra-gradient buffer dfeat (A,H), zeroed by every forward
+ * rows in the same order, with its own extra-gradient buffer dfeat (A,H), requested as above
  * and added in before layer j's activation backward (factory experts: to child j's output gradient).
  * NULL for factory experts not laid out so, or j out of range. */
 const sm_real *sm_moe_features_at(sm_moe *m, int j, sm_real **dfeat);

@@ -18,7 +18,7 @@ sm_status sm_sphere_diagnose(sm_model *m, const float *x, int N, const sm_real *
     if (st != SM_OK) return st;
     const int n_moe = sm_model_n_moe(m);
     sm_moe *moe = n_moe ? sm_model_moe(m, n_moe - 1) : NULL;
-    if (!moe || (moe->experts && !moe->feat_seq) || moe->router->ops->kind != SM_ROUTE_SPARSE) return SM_OK;
+    if (!moe || !sm_moe_has_features(moe) || moe->router->ops->kind != SM_ROUTE_SPARSE) return SM_OK;
     sm_model_forward(m, x, N, NULL, 0);
     const int D = moe->E * moe->H;
     sm_real *phi = malloc(sizeof(sm_real) * (size_t)N * D), *work = malloc(sizeof(sm_real) * sm_sphere_work_values(N, D));

@@ -92,7 +92,7 @@ sm_sphere_reg *sm_sphere_reg_create(const sm_sphere_config *c, sm_model *m, sm_e
     size_t wide = 0, H_max = 0, work = 0;
     for (int i = c->all_layers ? 0 : n_moe - 1; i < n_moe; i++) {
         sm_moe *moe = sm_model_moe(m, i);
-        if ((moe->experts && !moe->feat_seq) || moe->router->ops->kind != SM_ROUTE_SPARSE) {
+        if (!sm_moe_has_features(moe) || moe->router->ops->kind != SM_ROUTE_SPARSE) {
             sm_fail(err, SM_ERR_ARG, "sphere: MoE layer %d needs a top-k (sparse) router (router %s) and built-in MLP experts or "
                     "factory experts whose hidden features it can read (containers of hidden blocks, moe.h feat_seq)", i,
                     moe->router->cfg.name);

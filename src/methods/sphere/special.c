@@ -44,7 +44,7 @@ sm_status sm_sphere_specialisation(sm_model *m, const float *x, int N, int knn, 
     for (int l = 0; l < m->n_layers; l++)
         if (m->layers[l].moe) li = l;
     sm_moe *moe = li >= 0 ? m->layers[li].moe : NULL;
-    if (!moe || (moe->experts && !moe->feat_seq) || moe->router->ops->kind != SM_ROUTE_SPARSE)
+    if (!moe || !sm_moe_has_features(moe) || moe->router->ops->kind != SM_ROUTE_SPARSE)
         return sm_fail(err, SM_ERR_ARG, "specialisation: needs an MoE layer whose expert features it can read (built-in MLP "
                        "experts, or factory experts laid out as moe.h's feat_seq) and a top-k route");
     sm_model_forward(m, x, N, NULL, 0);
