@@ -819,8 +819,10 @@ fi
 # study end to end (three DER runs of Fig. 5 on Breakout, then the report of the figure)
 expect 0 "bench tokenize: the quick tier is 6 variants x 2 games" "^bench-tokenize tier=quick .* runs=12 jobs=2 " -- \
     "$bin" bench tokenize --dry-run --out "$tmp/tk-plan"
-expect 0 "bench tokenize: the full tier is every figure on five games, 3 seeds" "^bench-tokenize tier=full .*seeds=3 frames=1000000 .* runs=360 " -- \
+expect 0 "bench tokenize: the full tier is every figure on five games, 3 seeds, on Rainbow-lite" "^bench-tokenize tier=full .*seeds=3 frames=1000000 agent=rainbow .* runs=420 " -- \
     "$bin" bench tokenize --tier full --dry-run --out "$tmp/tk-plan"
+expect 0 "bench tokenize: Fig. 11 runs its resets under DER and Rainbow-lite, as the paper" "--agent der .*softmoe-4-reset/breakout-s1 .*--agent rainbow .*softmoe-4-reset/breakout-s1 " -- \
+    sh -c '"$0" bench tokenize --tier full --figures 11 --games breakout --seeds 1 --dry-run --out "$1" | tr "\n" " "' "$bin" "$tmp/tk-plan"
 expect 0 "bench tokenize --encoder impala puts residual blocks in front" "--arch conv:16:3:1:1,maxpool:2:2,res:16,res:16,.*,act,dense:128\$" -- \
     "$bin" bench tokenize --encoder impala --figures 5 --games breakout --dry-run --out "$tmp/tk-plan"
 expect 2 "bench tokenize: an unknown figure is named with the valid ones" "unknown figure '9' \(1, 7, 5" -- "$bin" bench tokenize --figures 1,9

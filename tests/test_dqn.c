@@ -180,3 +180,40 @@ Test(agents, defaults_and_presets_parse) {
         free(cfg);
     }
 }
+
+static int gave_train_freq(const void *user, const char *key) {
+    (void)user;
+    return !strcmp(key, "train_freq");
+}
+
+/* Rainbow-lite on images runs Hessel et al.'s schedule in agent steps (the SoftMoE-in-RL paper's
+ * "update periods": an update every 4 steps, target every 8000, learning after 20000, epsilon to
+ * 0.01 over 250k); DQN keeps MinAtar's (an update per frame); a setting the user gave stays. */
+Test(agents, rainbow_runs_its_own_schedule_on_images) {
+    const sm_env_spec *img = sm_env_find("minatar/breakout"), *vec = sm_env_find("classic/cartpole");
+    cr_assert(img && vec);
+    const sm_agent_kind *rb = sm_agent_find("rainbow"), *dqn = sm_agent_find("dqn");
+    sm_dqn_config c;
+    cr_assert_eq(sm_opt_defaults(rb->opts, rb->n_opts, &c), 0);
+    rb->env_defaults(&c, img, NULL, NULL);
+    cr_assert_eq(c.train_freq, 4);
+    cr_assert_eq(c.target_update, 8000);
+    cr_assert_eq(c.learning_starts, 20000);
+    cr_assert_eq(c.eps_frames, 250000);
+    cr_assert_float_eq(c.eps_end, 0.01, 1e-12);
+    cr_assert_eq(c.n_step, 3);
+    cr_assert_eq(c.atoms, 51);
+    cr_assert_eq(sm_opt_defaults(rb->opts, rb->n_opts, &c), 0);
+    c.train_freq = 2;
+    rb->env_defaults(&c, img, gave_train_freq, NULL);
+    cr_assert_eq(c.train_freq, 2, "a given train_freq was overwritten");
+    cr_assert_eq(c.target_update, 8000);
+    cr_assert_eq(sm_opt_defaults(rb->opts, rb->n_opts, &c), 0);
+    rb->env_defaults(&c, vec, NULL, NULL);
+    cr_assert_eq(c.train_freq, 10); /* vectors: CleanRL's, as for DQN */
+    cr_assert_eq(c.learning_starts, 10000);
+    cr_assert_eq(sm_opt_defaults(dqn->opts, dqn->n_opts, &c), 0);
+    dqn->env_defaults(&c, img, NULL, NULL);
+    cr_assert_eq(c.train_freq, 1);
+    cr_assert_eq(c.target_update, 1000);
+}

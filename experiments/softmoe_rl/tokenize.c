@@ -29,9 +29,13 @@
  *                    the run, or one at 1/5 and one at 4/5 of it (Fig. 19; sm_model_prune_last)
  *   Fig. 10 runs baseline and softmoe-4 under DQN and DER.
  *
- * Agents: DER by default (data-efficient Rainbow: Adam 1e-4, eps 1.5e-4, batch 32, 10-step
- * returns, an update per step; `--agent rainbow` for Rainbow-lite with Adam 6.25e-5), their
- * settings as src/rl/dqn.c gives them for images.
+ * Agents: the paper runs every figure but Figs. 10 and 11 on Rainbow, so the full tier does too:
+ * Rainbow-lite (C51, 3-step, prioritised, double Q, Adam 6.25e-5 / 1.5e-4, batch 32, an update
+ * every 4 steps, target every 8000, learning after 20000 steps: Hessel et al.'s schedule in agent
+ * steps). Fig. 10 runs DQN and DER, Fig. 11 DER and Rainbow-lite, as in the paper. The quick tier's
+ * 10k frames end before Rainbow's first update, so it runs DER (the same C51 / prioritised update,
+ * learning after 1600 frames, an update per step: Adam 1e-4, 10-step returns). Settings as
+ * src/rl/dqn.c gives them for images; `--agent` overrides the main agent.
  *
  * Tiers. --tier quick (the default) is a smoke test of the whole pipeline that finishes within 30
  * minutes on 2 cores: Figs. 1 and 5, games breakout and asterix, one seed, 10k frames; its tables
@@ -107,7 +111,8 @@ static const tk_figure kFigures[] = {
     {"12", "Fig. 12: expert choice vs token choice", {"softmoe-4", "expert-choice-4", "token-choice-4"}, NULL},
     {"15", "Fig. 15: global average pooling", {"baseline", "gap", "softmoe-4"}, NULL},
     {"10", "Fig. 10: other agents (DQN, DER)", {"baseline", "softmoe-4"}, "dqn,der"},
-    {"11", "Fig. 11: resets and shrink-and-perturb of the experts", {"softmoe-4", "softmoe-4-reset", "softmoe-4-sp"}, NULL},
+    {"11", "Fig. 11: resets and shrink-and-perturb of the experts", {"softmoe-4", "softmoe-4-reset", "softmoe-4-sp"},
+     "der,rainbow"},
     {"19", "Fig. 19: two of SoftMoE-4's experts pruned during training, once or gradually",
      {"softmoe-4", "softmoe-4-prune-once", "softmoe-4-prune-gradual"}, NULL},
 };
@@ -226,7 +231,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
         {"games", FL_STRING, &games, NULL, "comma list of MinAtar games (quick: breakout,asterix; full: all five)", 0},
         {"seeds", FL_INT, &seeds, "0", "seeds per variant and game (0: the tier's: quick 1, full 3)", 0},
         {"frames", FL_LONG, &frames, "0", "frames per run (0: the tier's: quick 10000, full 1000000)", 0},
-        {"agent", FL_STRING, &o.agent, "der", "der | rainbow | dqn: the agent of every figure but Fig. 10", 0},
+        {"agent", FL_STRING, &o.agent, NULL, "der | rainbow | dqn: the agent of every figure but Figs. 10 and 11 (quick: der, full: rainbow)", 0},
         {"encoder", FL_STRING, &o.encoder, "minatar", "minatar | nature | impala (scaled to 10 x 10)", 0},
         {"jobs", FL_INT, &o.jobs, "2", "runs at once (one thread each)", 0},
         {"reps", FL_INT, &o.reps, "2000", "bootstrap replicates of the reports", 0},
@@ -240,6 +245,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
     o.games = games ? games : full ? "breakout,asterix,freeway,seaquest,space_invaders" : "breakout,asterix";
     o.seeds = seeds > 0 ? seeds : full ? 3 : 1;
     o.frames = frames > 0 ? frames : full ? 1000000 : 10000;
+    if (!o.agent) o.agent = full ? "rainbow" : "der";
     if (o.jobs < 1 || o.jobs > 64 || o.reps < 100 || o.seeds > 100 || seeds < 0 || frames < 0) {
         fprintf(stderr, "specmoe bench tokenize: need --jobs in [1, 64], --reps >= 100, --seeds in [0, 100], --frames >= 0\n");
         return CLI_EXIT_USAGE;

@@ -198,12 +198,22 @@ static void dqn_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(con
 }
 
 /* Rainbow-lite (Hessel et al. 2018 without noisy nets and dueling): C51 with 51 atoms, 3-step
- * returns, prioritised replay (alpha 0.5, beta 0.4 -> 1), double Q, Adam (lr 6.25e-5, eps 1.5e-4). */
+ * returns, prioritised replay (alpha 0.5, beta 0.4 -> 1), double Q, Adam (lr 6.25e-5, eps 1.5e-4).
+ * On images also the schedule of their Table 1 (Dopamine's rainbow.gin, which the SoftMoE-in-RL
+ * paper runs), counted in agent steps, which are MinAtar's frames (no frame skip): an update every
+ * 4 steps, the target every 8000, learning after 20000 random steps, epsilon 1 -> 0.01 over 250k.
+ * The replay stays MinAtar's 100k (Rainbow's 1M is sized for 200M Atari frames). On vectors the
+ * schedule is CleanRL's, as for DQN. */
 static void rainbow_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(const void *, const char *),
                                  const void *user) {
     const char *kv[][2] = {{"atoms", "51"}, {"n_step", "3"}, {"prioritized", "1"}, {"double_q", "1"}, {"optimizer", "adam"},
                            {"lr", "6.25e-5"}, {"adam_eps", "1.5e-4"}};
     for (size_t i = 0; i < SM_LEN(kv); i++) kind_default(cfg, kv[i][0], kv[i][1], given, user);
+    if (is_image(env)) {
+        const char *sched[][2] = {{"train_freq", "4"}, {"target_update", "8000"}, {"learning_starts", "20000"},
+                                  {"eps_end", "0.01"}, {"eps_frames", "250000"}};
+        for (size_t i = 0; i < SM_LEN(sched); i++) kind_default(cfg, sched[i][0], sched[i][1], given, user);
+    }
     fill_auto(cfg, env);
 }
 
