@@ -879,6 +879,10 @@ expect 2 "bench sphere --methods: an unknown method is named with the valid ones
 expect 0 "bench sphere --train 0: tables of the runs done so far, partial cells say n=" "^\| sphere \| [0-9.]+ \+- 0 \(n=1\) \|" -- \
     sh -c "'$bin' bench sphere $sph_tiny --seeds 2 --train 0 --out '$tmp/sph' && [ ! -e '$tmp/sph/reach/crl/sphere/s2' ] &&
     [ ! -e '$tmp/sph/fmnist/split-topk-s2.json' ]"
+expect 0 "bench sphere: another --states takes the eNTK rank again and keeps the scores" "eNTK srank at the end \(12 states\)" -- \
+    sh -c "r='$tmp/sph/reach/crl/topk/s1/2-reach-2/eval.json'; before=\$(grep '\"return\"' \$r) &&
+    grep -q '\"entk_states\":\s*8,' \$r && '$bin' bench sphere $sph_tiny --train 0 --states 12 --out '$tmp/sph' &&
+    grep -q '\"entk_states\":\s*12,' \$r && [ \"\$(grep '\"return\"' \$r)\" = \"\$before\" ]"
 expect 0 "rl train: an Impala residual block in --arch" "^rl-train env=minatar/breakout agent=dqn frames=300 " -- \
     "$bin" rl train --env minatar/breakout --agent dqn --frames 300 --arch conv:8:3:1:1,res:8,act,dense:16 --out "$tmp/rl_res"
 expect 2 "rl train: a residual block whose channels differ from its input's is refused" "layers.1: a residual module needs its output shape equal to its input's" -- \

@@ -36,9 +36,10 @@
  * Tiers: --tier quick (the default) is a smoke test of the whole pipeline within 30 minutes on 2
  * cores: the reach family, 2 seeds, 20480 frames per task; its tables decide no claim and say so.
  * --tier full: both families, 5 seeds, 1M frames per task (its time: BENCHMARKS.md). Flags override
- * either. Resumable: a run directory with a `done` file is not run again and an `eval.json` is not
- * evaluated again, so an interrupted study continues with what is missing (a run cut short is
- * started again from its beginning).
+ * either. Resumable: a run directory with a `done` file is not run again and an `eval.json` made with
+ * the same --episodes and --states is not evaluated again (another --states takes only the eNTK rank
+ * again), so an interrupted study continues with what is missing (a run cut short is started again
+ * from its beginning).
  *
  * Output under --out: the run directories (train.log, metrics.jsonl, checkpoint, done, eval.json),
  * runs.jsonl (one record per evaluated run), summary.json (every table's numbers, mean and sample
@@ -379,6 +380,8 @@ static cJSON *eval_json(const sp_opts *o, const sp_run *r, const sp_eval *e) {
     cJSON_AddStringToObject(j, "dir", r->dir);
     put_num(j, "return", e->ret), put_num(j, "success", e->success), put_num(j, "score", e->score);
     put_num(j, "entk_srank", e->entk), put_num(j, "feature_srank", e->fsrank);
+    cJSON_AddNumberToObject(j, "entk_states", o->states);
+    cJSON_AddNumberToObject(j, "episodes", o->episodes);
     if (isfinite(e->final[0])) {
         cJSON *f = cJSON_AddArrayToObject(j, "final_scores");
         for (int t = 0; t < SEQ; t++) cJSON_AddItemToArray(f, cJSON_CreateNumber(e->final[t]));
@@ -386,13 +389,17 @@ static cJSON *eval_json(const sp_opts *o, const sp_run *r, const sp_eval *e) {
     return j;
 }
 
-/* Evaluates run r (or reads its eval.json from an earlier session). */
+/* Evaluates run r, or reads its eval.json from an earlier session when that was made with the same
+ * settings: a file of another --episodes is evaluated again, and one whose eNTK rank was taken on
+ * another number of held-out states (or does not say: files written before 2026-11-24) keeps its
+ * scores and has only the rank taken again, which costs N backward passes, not episodes. */
 static sm_status evaluate_run(const sp_opts *o, const sp_run *r, const float *states, sp_eval *e, cJSON **out,
                               sm_error *err) {
     char path[600], ckpt[600];
     snprintf(path, sizeof path, "%s/eval.json", r->dir);
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", r->dir);
     for (int t = 0; t < SEQ; t++) e->final[t] = NAN;
+    int scored = 0; /* the scores came from the file */
     FILE *f = fopen(path, "rb");
     if (f) {
         char buf[4096];
@@ -400,20 +407,28 @@ static sm_status evaluate_run(const sp_opts *o, const sp_run *r, const float *st
         fclose(f);
         buf[n] = 0;
         cJSON *j = cJSON_Parse(buf);
-        if (j) {
+        const double episodes = get_num(j, "episodes"); /* NAN before 2026-11-24: every run used the default, 16 */
+        if (j && (isnan(episodes) ? o->episodes == 16 : episodes == o->episodes)) {
             e->ret = get_num(j, "return"), e->success = get_num(j, "success"), e->score = get_num(j, "score");
             e->entk = get_num(j, "entk_srank"), e->fsrank = get_num(j, "feature_srank");
             const cJSON *fs = cJSON_GetObjectItemCaseSensitive(j, "final_scores");
             for (int t = 0; t < SEQ && cJSON_GetArrayItem(fs, t); t++) e->final[t] = cJSON_GetArrayItem(fs, t)->valuedouble;
-            *out = j;
-            return SM_OK;
+            if (get_num(j, "entk_states") == o->states && isnan(episodes) == 0) {
+                *out = j;
+                return SM_OK;
+            }
+            scored = 1;
         }
+        cJSON_Delete(j);
     }
     const sp_family *F = &kFamilies[r->fam];
-    sm_status st = eval_policy_on(ckpt, F->tasks[r->task], o->episodes, r->seed, &e->ret, &e->success, err);
-    if (st == SM_OK) e->score = score_of(F, e->ret, e->success);
+    sm_status st = SM_OK;
+    if (!scored) {
+        st = eval_policy_on(ckpt, F->tasks[r->task], o->episodes, r->seed, &e->ret, &e->success, err);
+        if (st == SM_OK) e->score = score_of(F, e->ret, e->success);
+    }
     if (st == SM_OK) st = eval_entk(ckpt, states, o->states, &e->entk, &e->fsrank, err);
-    for (int t = 0; st == SM_OK && r->proto == P_CRL && r->task == SEQ - 1 && t < SEQ; t++) {
+    for (int t = 0; !scored && st == SM_OK && r->proto == P_CRL && r->task == SEQ - 1 && t < SEQ; t++) {
         double ret, suc;
         st = eval_policy_on(ckpt, F->tasks[t], o->episodes, r->seed, &ret, &suc, err);
         e->final[t] = score_of(F, ret, suc);
@@ -509,7 +524,7 @@ static void table(const sp_report *R, int fam, const char *id, const char *title
     } else {
         cli_bprintf(R->md, "| method |");
         for (int u = 0; u < SEQ; u++) cli_bprintf(R->md, " CRL %s |", strchr(F->tasks[u], '/') + 1);
-        cli_bprintf(R->md, " CRL mean | CRL final on all | eNTK srank at the end |\n|---|");
+        cli_bprintf(R->md, " CRL mean | CRL final on all | eNTK srank at the end (%d states) |\n|---|", o->states);
         for (int u = 0; u < SEQ + 3; u++) cli_bprintf(R->md, "---|");
         cli_bprintf(R->md, "\n");
     }
@@ -718,7 +733,9 @@ int exp_sphere_bench(int argc, char **argv) {
         }
         const sp_report R = {&o, runs, ev, n, &md, json};
         if (cli_in_list(o.figures, "2")) table(&R, f, "Fig. 2", "RL vs CRL", kFig2, 2);
-        if (cli_in_list(o.figures, "3")) table(&R, f, "Fig. 3", "eNTK effective rank through CRL (held-out states)", kFig3, 3);
+        char f3[96];
+        snprintf(f3, sizeof f3, "eNTK effective rank through CRL (%d held-out states)", o.states);
+        if (cli_in_list(o.figures, "3")) table(&R, f, "Fig. 3", f3, kFig3, 3);
         if (cli_in_list(o.figures, "13")) table(&R, f, "Tables 13-16", "SPHERE vs Top-k and the baselines under CRL", kT13, 13);
         if (cli_in_list(o.figures, "6"))
             table(&R, f, "Tables 4 and 6", "the spectral and plasticity baselines and load balancing under CRL", kT6, 6);
