@@ -823,6 +823,17 @@ expect 0 "bench tokenize: the full tier is every figure on five games, 3 seeds, 
     "$bin" bench tokenize --tier full --dry-run --out "$tmp/tk-plan"
 expect 0 "bench tokenize: Fig. 11 runs its resets under DER and Rainbow-lite, as the paper" "--agent der .*softmoe-4-reset/breakout-s1 .*--agent rainbow .*softmoe-4-reset/breakout-s1 " -- \
     sh -c '"$0" bench tokenize --tier full --figures 11 --games breakout --seeds 1 --dry-run --out "$1" | tr "\n" " "' "$bin" "$tmp/tk-plan"
+expect 0 "bench tokenize: DQN and Rainbow-lite run the paper's Table 1 (--preset dopamine), DER its own" \
+    "--agent rainbow --preset dopamine .*--agent dqn --preset dopamine .*--agent der --frames " -- \
+    sh -c '"$0" bench tokenize --tier full --figures 10,1 --games breakout --seeds 1 --dry-run --out "$1" | tr "\n" " "' "$bin" "$tmp/tk-plan"
+expect 0 "bench tokenize: the quick tier's Fig. 11 leaves out Rainbow-lite, which would not learn in 10k frames" \
+    "^bench-tokenize note: Fig. 11 leaves out rainbow" -- "$bin" bench tokenize --figures 11 --dry-run --out "$tmp/tk-plan"
+expect 2 "bench tokenize: a main agent that would not learn within --frames is refused" "--agent rainbow learns after 20000 frames" -- \
+    "$bin" bench tokenize --agent rainbow --dry-run --out "$tmp/tk-plan"
+expect 0 "rl train --preset dopamine: the paper's Table 1 on Rainbow-lite (update every 4, no double Q, C51 kept)" \
+    "^rl-train env=minatar/breakout agent=rainbow frames=20100 updates=26 " -- sh -c '"$0" rl train --env minatar/breakout --agent rainbow \
+    --preset dopamine --frames 20100 --out "$1" && grep -q "\"double_q\":\s*0," "$1/settings.json" && grep -q "\"atoms\":\s*51," "$1/settings.json" &&
+    grep -q "\"lr\":\s*6.25e-05," "$1/settings.json"' "$bin" "$tmp/rl_dopamine"
 expect 0 "bench tokenize --encoder impala puts residual blocks in front" "--arch conv:16:3:1:1,maxpool:2:2,res:16,res:16,.*,act,dense:128\$" -- \
     "$bin" bench tokenize --encoder impala --figures 5 --games breakout --dry-run --out "$tmp/tk-plan"
 expect 2 "bench tokenize: an unknown figure is named with the valid ones" "unknown figure '9' \(1, 7, 5" -- "$bin" bench tokenize --figures 1,9

@@ -29,13 +29,14 @@
  *                    the run, or one at 1/5 and one at 4/5 of it (Fig. 19; sm_model_prune_last)
  *   Fig. 10 runs baseline and softmoe-4 under DQN and DER.
  *
- * Agents: the paper runs every figure but Figs. 10 and 11 on Rainbow, so the full tier does too:
- * Rainbow-lite (C51, 3-step, prioritised, double Q, Adam 6.25e-5 / 1.5e-4, batch 32, an update
- * every 4 steps, target every 8000, learning after 20000 steps: Hessel et al.'s schedule in agent
- * steps). Fig. 10 runs DQN and DER, Fig. 11 DER and Rainbow-lite, as in the paper. The quick tier's
- * 10k frames end before Rainbow's first update, so it runs DER (the same C51 / prioritised update,
- * learning after 1600 frames, an update per step: Adam 1e-4, 10-step returns). Settings as
- * src/rl/dqn.c gives them for images; `--agent` overrides the main agent.
+ * Agents: the paper runs every figure but Figs. 10 and 11 on Rainbow, so the full tier does too.
+ * DQN and Rainbow-lite run the paper's Table 1 (`rl train --preset dopamine`: Adam 6.25e-5 / 1.5e-4,
+ * batch 32, an update every 4 steps, target every 8000, learning after 20000, epsilon 1 -> 0.01
+ * over 250k, MSE, no double Q; Rainbow-lite adds C51, 3-step returns and prioritised replay);
+ * DER its own column (`der`'s defaults: Adam 1e-4, an update per step, 10-step returns, learning
+ * after 1600). Fig. 10 runs DQN and DER, Fig. 11 DER and Rainbow-lite, as in the paper. The quick
+ * tier's 10k frames end before Rainbow's first update, so it runs DER; a figure's own agent that
+ * would not learn within --frames is left out with a note. `--agent` overrides the main agent.
  *
  * Tiers. --tier quick (the default) is a smoke test of the whole pipeline that finishes within 30
  * minutes on 2 cores: Figs. 1 and 5, games breakout and asterix, one seed, 10k frames; its tables
@@ -159,9 +160,16 @@ typedef struct {
     double t0;
 } tk_run;
 
-/* 1 if figure F is selected and runs under agent kAgents[a] (its own agents, or the bench's) */
+/* DQN and Rainbow-lite run the paper's Table 1 (`rl train --preset dopamine`): they learn after
+ * this many frames; DER after 1600. */
+#define TK_DOPAMINE_START 20000
+static int agent_learns(const char *agent, long frames) { return strcmp(agent, "der") ? frames > TK_DOPAMINE_START : frames > 1600; }
+
+/* 1 if figure F is selected and runs under agent kAgents[a] (its own agents, or the bench's); a
+ * figure's own agent whose learning would start after the run's last frame is left out */
 static int fig_runs(const tk_figure *F, const tk_opts *o, int a) {
-    return cli_in_list(o->figures, F->id) && cli_in_list(F->agents ? F->agents : o->agent, kAgents[a]);
+    return cli_in_list(o->figures, F->id) && cli_in_list(F->agents ? F->agents : o->agent, kAgents[a]) &&
+           agent_learns(kAgents[a], o->frames);
 }
 
 /* the run's command line: a fresh run or the resumption of its checkpoint */
@@ -182,6 +190,7 @@ static int plan_run(tk_run *r, const tk_opts *o, const char *self) {
     snprintf(num, sizeof num, "minatar/%s", r->game);
     bad |= cli_argv_push(a, "--env") | cli_argv_push(a, num) | cli_argv_push(a, "--agent") |
            cli_argv_push(a, r->agent);
+    if (strcmp(r->agent, "der")) bad |= cli_argv_push(a, "--preset") | cli_argv_push(a, "dopamine");
     snprintf(num, sizeof num, "%ld", o->frames);
     bad |= cli_argv_push(a, "--frames") | cli_argv_push(a, num);
     snprintf(num, sizeof num, "%d", r->seed);
@@ -254,6 +263,17 @@ int exp_softmoe_tokenize(int argc, char **argv) {
         fprintf(stderr, "specmoe bench tokenize: --agent must be der, rainbow or dqn (got '%s')\n", o.agent);
         return CLI_EXIT_USAGE;
     }
+    if (!agent_learns(o.agent, o.frames)) {
+        fprintf(stderr, "specmoe bench tokenize: --agent %s learns after %d frames; --frames %ld ends before\n", o.agent,
+                strcmp(o.agent, "der") ? TK_DOPAMINE_START : 1600, o.frames);
+        return CLI_EXIT_USAGE;
+    }
+    for (int f = 0; f < N_FIGURES; f++)
+        for (int a = 0; a < 3 && kFigures[f].agents; a++)
+            if (cli_in_list(o.figures, kFigures[f].id) && cli_in_list(kFigures[f].agents, kAgents[a]) &&
+                !agent_learns(kAgents[a], o.frames))
+                printf("bench-tokenize note: Fig. %s leaves out %s, which learns after %d frames (--frames %ld)\n", kFigures[f].id,
+                       kAgents[a], TK_DOPAMINE_START, o.frames);
     o.enc_arch = NULL;
     for (size_t e = 0; e < sizeof kEncoders / sizeof kEncoders[0]; e++)
         if (!strcmp(o.encoder, kEncoders[e][0])) o.enc_arch = kEncoders[e][1];
