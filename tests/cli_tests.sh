@@ -93,7 +93,7 @@ expect 2 "rl train: an unknown agent is named with the valid ones" "unknown agen
 expect 2 "rl train: dqn refuses box actions with the reason" "cannot run on classic/pendulum: .*discrete actions" -- "$bin" rl train --env classic/pendulum --agent dqn
 expect 2 "rl train: a batch larger than the buffer is refused" "batch_size 512 is larger than the replay buffer_size 100" -- "$bin" rl train --env classic/cartpole --batch-size 512 --buffer-size 100
 expect 2 "rl train: n-step 0 is refused" "n_step must be >= 1" -- "$bin" rl train --env classic/cartpole --n-step 0
-expect 2 "rl train: an unknown preset names the valid ones" "no preset 'x' \(presets: minatar, cleanrl\)" -- "$bin" rl train --env classic/cartpole --preset x
+expect 2 "rl train: an unknown preset names the valid ones" "no preset 'x' \(presets: minatar, cleanrl, dopamine\)" -- "$bin" rl train --env classic/cartpole --preset x
 expect 2 "rl train: a bad option value is refused" "--lr: invalid value 'fast'" -- "$bin" rl train --env classic/cartpole --lr fast
 rl_out="$tmp/rl_dqn"
 expect 0 "rl train: a short DQN run on cartpole writes its run directory" "^rl-train env=classic/cartpole agent=dqn frames=3000 " -- \
