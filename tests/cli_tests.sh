@@ -824,7 +824,7 @@ expect 0 "bench tokenize: the full tier is every figure on five games, 3 seeds, 
 expect 0 "bench tokenize: Fig. 11 runs its resets under DER and Rainbow-lite, as the paper" "--agent der .*softmoe-4-reset/breakout-s1 .*--agent rainbow .*softmoe-4-reset/breakout-s1 " -- \
     sh -c '"$0" bench tokenize --tier full --figures 11 --games breakout --seeds 1 --dry-run --out "$1" | tr "\n" " "' "$bin" "$tmp/tk-plan"
 expect 0 "bench tokenize: DQN and Rainbow-lite run the paper's Table 1 (--preset dopamine), DER its own" \
-    "--agent rainbow --preset dopamine .*--agent dqn --preset dopamine .*--agent der --frames " -- \
+    "--agent rainbow --preset dopamine .*--agent dqn --preset dopamine .*--agent der --sticky 0 --frames " -- \
     sh -c '"$0" bench tokenize --tier full --figures 10,1 --games breakout --seeds 1 --dry-run --out "$1" | tr "\n" " "' "$bin" "$tmp/tk-plan"
 expect 0 "bench tokenize: the quick tier's Fig. 11 leaves out Rainbow-lite, which would not learn in 10k frames" \
     "^bench-tokenize note: Fig. 11 leaves out rainbow" -- "$bin" bench tokenize --figures 11 --dry-run --out "$tmp/tk-plan"

@@ -34,7 +34,7 @@
  * batch 32, an update every 4 steps, target every 8000, learning after 20000, epsilon 1 -> 0.01
  * over 250k, MSE, no double Q; Rainbow-lite adds C51, 3-step returns and prioritised replay);
  * DER its own column (`der`'s defaults: Adam 1e-4, an update per step, 10-step returns, learning
- * after 1600). Fig. 10 runs DQN and DER, Fig. 11 DER and Rainbow-lite, as in the paper. The quick
+ * after 1600; no sticky actions, as Table 1 and the Atari 100k protocol). Fig. 10 runs DQN and DER, Fig. 11 DER and Rainbow-lite, as in the paper. The quick
  * tier's 10k frames end before Rainbow's first update, so it runs DER; a figure's own agent that
  * would not learn within --frames is left out with a note. `--agent` overrides the main agent.
  *
@@ -191,6 +191,7 @@ static int plan_run(tk_run *r, const tk_opts *o, const char *self) {
     bad |= cli_argv_push(a, "--env") | cli_argv_push(a, num) | cli_argv_push(a, "--agent") |
            cli_argv_push(a, r->agent);
     if (strcmp(r->agent, "der")) bad |= cli_argv_push(a, "--preset") | cli_argv_push(a, "dopamine");
+    else bad |= cli_argv_push(a, "--sticky") | cli_argv_push(a, "0"); /* Table 1: DER without sticky actions */
     snprintf(num, sizeof num, "%ld", o->frames);
     bad |= cli_argv_push(a, "--frames") | cli_argv_push(a, num);
     snprintf(num, sizeof num, "%d", r->seed);
