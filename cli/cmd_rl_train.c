@@ -47,7 +47,7 @@ static const char *find_arg(int argc, char **argv, const char *name) {
 typedef struct {
     sm_safetensors st;
     int open;
-    const char *agent, *env, *settings, *model, *frames_total, *seed;
+    const char *agent, *env, *settings, *model, *frames_total, *seed, *sticky;
 } ckpt_meta;
 
 static int read_ckpt_meta(ckpt_meta *m, const char *path) {
@@ -62,6 +62,7 @@ static int read_ckpt_meta(ckpt_meta *m, const char *path) {
     if (!m->model) m->model = sm_safetensors_meta(&m->st, "network");
     m->frames_total = sm_safetensors_meta(&m->st, "frames_total");
     m->seed = sm_safetensors_meta(&m->st, "seed");
+    m->sticky = sm_safetensors_meta(&m->st, "sticky"); /* absent before 2026-11-24: the environment's default */
     if (!m->agent || !m->env || !m->settings) {
         fprintf(stderr, "specmoe: %s: not a checkpoint of specmoe rl train (no agent, env or settings in its metadata)\n", path);
         return CLI_EXIT_USAGE;
@@ -393,6 +394,7 @@ static int rl_train_main(int argc, char **argv, sm_dist *dist) {
             goto out;
         }
         if (!o.frames && cm.frames_total) o.frames = atol(cm.frames_total);
+        if (cm.sticky) o.sticky = atof(cm.sticky); /* settings.json keeps saying what the run uses */
         /* the run's seed (settings.json and the checkpoint name it); a typed one must agree */
         const fl_flag *sf = fl_find(fl, nfl, "seed");
         if (cm.seed) {

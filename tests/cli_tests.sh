@@ -834,6 +834,9 @@ expect 0 "rl train --preset dopamine: the paper's Table 1 on Rainbow-lite (updat
     "^rl-train env=minatar/breakout agent=rainbow frames=20100 updates=26 " -- sh -c '"$0" rl train --env minatar/breakout --agent rainbow \
     --preset dopamine --frames 20100 --out "$1" && grep -q "\"double_q\":\s*0," "$1/settings.json" && grep -q "\"atoms\":\s*51," "$1/settings.json" &&
     grep -q "\"lr\":\s*6.25e-05," "$1/settings.json"' "$bin" "$tmp/rl_dopamine"
+expect 0 "rl train --resume: settings.json keeps the run's --sticky 0 (the checkpoint carries it)" "^rl-train env=minatar/breakout agent=dqn frames=1200 " -- \
+    sh -c '"$0" rl train --env minatar/breakout --agent dqn --sticky 0 --frames 1200 --learning-starts 100 --stop-after 600 --out "$1" >/dev/null 2>&1 &&
+    "$0" rl train --resume "$1/checkpoint.safetensors" && grep -q "\"sticky\":\s*0," "$1/settings.json"' "$bin" "$tmp/rl_sticky"
 expect 0 "bench tokenize --encoder impala puts residual blocks in front" "--arch conv:16:3:1:1,maxpool:2:2,res:16,res:16,.*,act,dense:128\$" -- \
     "$bin" bench tokenize --encoder impala --figures 5 --games breakout --dry-run --out "$tmp/tk-plan"
 expect 2 "bench tokenize: an unknown figure is named with the valid ones" "unknown figure '9' \(1, 7, 5" -- "$bin" bench tokenize --figures 1,9

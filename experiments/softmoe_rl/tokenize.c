@@ -264,7 +264,9 @@ int exp_softmoe_tokenize(int argc, char **argv) {
         fprintf(stderr, "specmoe bench tokenize: --agent must be der, rainbow or dqn (got '%s')\n", o.agent);
         return CLI_EXIT_USAGE;
     }
-    if (!agent_learns(o.agent, o.frames)) {
+    int main_used = 0; /* a selected figure runs the main agent */
+    for (int f = 0; f < N_FIGURES; f++) main_used |= cli_in_list(o.figures, kFigures[f].id) && !kFigures[f].agents;
+    if (main_used && !agent_learns(o.agent, o.frames)) {
         fprintf(stderr, "specmoe bench tokenize: --agent %s learns after %d frames; --frames %ld ends before\n", o.agent,
                 strcmp(o.agent, "der") ? TK_DOPAMINE_START : 1600, o.frames);
         return CLI_EXIT_USAGE;

@@ -436,7 +436,11 @@ static sm_status evaluate_run(const sp_opts *o, const sp_run *r, const float *st
     if (st != SM_OK) return st;
     *out = eval_json(o, r, e);
     char *text = cJSON_Print(*out);
-    if (!text || cli_write_text(path, text)) st = sm_fail(err, SM_ERR_IO, "%s: cannot write", path);
+    if (!text || cli_write_text(path, text)) {
+        st = sm_fail(err, SM_ERR_IO, "%s: cannot write", path);
+        cJSON_Delete(*out);
+        *out = NULL;
+    }
     free(text);
     return st;
 }

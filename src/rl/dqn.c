@@ -282,7 +282,9 @@ static const char *const kPresets[] = {
      * counted in agent steps, which are MinAtar's frames: Adam 6.25e-5 / 1.5e-4, batch 32, an update
      * every 4 steps, target every 8000, learning after 20000, epsilon 1 -> 0.01 over 250k, MSE (the
      * paper's change from DQN's Huber), no double Q (its Rainbow-lite is C51, n-step and prioritised
-     * replay only). The replay stays MinAtar's 100k (Table 1: 1M, sized for 200M Atari frames). The
+     * replay only). Three deviations: the replay stays MinAtar's 100k (Table 1: 1M, sized for 200M
+     * Atari frames); rewards are not clipped (Table 1: clipped; MinAtar's rewards are small, but a
+     * Seaquest surfacing pays up to 10); sticky actions stay MinAtar's 0.1 (Dopamine's 0.25). The
      * network, n-step, atoms and prioritised replay are left to the agent: with `dqn` this is the
      * paper's DQN, with `rainbow` its Rainbow-lite; DER has its own column, `der`'s defaults. */
     "dopamine",
@@ -509,14 +511,16 @@ static sm_status write_ckpt_file(const char *dir, const sm_agent_kind *k, const 
     cJSON *set = sm_agent_config_to_json(k, c);
     char *set_s = set ? cJSON_PrintUnformatted(set) : NULL, *net_s = sm_model_config_to_json(&n->q->cfg);
     cJSON_Delete(set);
-    char frames[32], seed[32], total[32], ranks[16];
+    char frames[32], seed[32], total[32], ranks[16], sticky[32];
     snprintf(ranks, sizeof ranks, "%d", dist->size);
+    snprintf(sticky, sizeof sticky, "%.17g", run->env_opts.sticky);
     snprintf(frames, sizeof frames, "%ld", ct->frames);
     snprintf(total, sizeof total, "%ld", run->frames > 0 ? run->frames : (long)c->total_frames);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)run->seed);
     sm_st_meta meta[] = {{"format", "specmoe"}, {"agent", (char *)k->name}, {"env", (char *)run->env},
                          {"agent_settings", set_s}, {"model", net_s},        {"frames", frames},
-                         {"seed", seed},            {"frames_total", total},     {"ranks", ranks}};
+                         {"seed", seed},            {"frames_total", total},     {"sticky", sticky},
+                         {"ranks", ranks}};
     const int n_meta = (int)SM_LEN(meta) - (dist->size > 1 ? 0 : 1); /* "ranks" only when more than one */
     sm_ckpt_set sets[] = {{"", &n->q->params, (sm_optim *)opt}, {"target.", &n->qt->params, NULL}};
     ct->optim_step = opt->step;

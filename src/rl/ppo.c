@@ -910,16 +910,18 @@ static sm_status ppo_save(ppo *p, const char *path, const sm_rl_run *run, sm_err
     snprintf(up, sizeof up, "%ld", p->updates);
     snprintf(total, sizeof total, "%ld", p->horizon);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)p->seed);
-    enum { N_META = 10 };
+    char sticky[32];
+    snprintf(sticky, sizeof sticky, "%.17g", run->env_opts.sticky);
+    enum { N_META = 11 };
     sm_st_meta *meta = malloc(sizeof *meta * (size_t)(N_META + p->P));
     if (!settings || !network || !rs_hex || !ob_hex || bad_hex || !meta) {
         st = sm_fail(err, SM_ERR_NOMEM, "%s: out of memory", path);
     } else {
-        /* what `rl train --resume` reads: agent, env, agent_settings, network, frames_total, seed */
+        /* what `rl train --resume` reads: agent, env, agent_settings, network, frames_total, seed, sticky */
         const sm_st_meta base[N_META] = {{"agent", "ppo"},     {"env", (char *)run->env}, {"agent_settings", settings},
                                          {"network", network}, {"frames_total", total},   {"seed", seed},
                                          {"global_step", gs},  {"updates", up},           {"obs_rms", ob_hex},
-                                         {"run_state", rs_hex}};
+                                         {"run_state", rs_hex}, {"sticky", sticky}};
         memcpy(meta, base, sizeof base);
         int n_meta = N_META;
         if (p->P > 1) meta[n_meta++] = (sm_st_meta){"ranks", ranks}; /* absent: one process */

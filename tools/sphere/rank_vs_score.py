@@ -23,24 +23,29 @@ def pearson(x, y):
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
-    chains = defaultdict(dict)  # (method, seed) -> task index -> (score, rank)
+    chains = defaultdict(dict)  # (family, method, seed) -> task index -> (score, rank)
     states = set()
     with open(sys.argv[1]) as f:
         for line in f:
             r = json.loads(line)
             if r["protocol"] == "crl" and r.get("entk_srank") is not None:
-                chains[(r["method"], r["seed"])][r["task_index"]] = (r["score"], r["entk_srank"])
+                chains[(r["family"], r["method"], r["seed"])][r["task_index"]] = (r["score"], r["entk_srank"])
                 states.add(r.get("entk_states"))
-    tasks = 1 + max((k for t in chains.values() for k in t), default=0)
-    print("held-out states per rank: %s" % ", ".join(str(s) for s in sorted(states, key=str)))
-    for sel in (None, ("topk", "dense-moe", "ds-moe", "sphere")):
-        for k in range(tasks - 1):
-            x = [t[k][1] for (m, _), t in chains.items() if (not sel or m in sel) and k in t and k + 1 in t]
-            y = [t[k + 1][0] for (m, _), t in chains.items() if (not sel or m in sel) and k in t and k + 1 in t]
-            if len(x) < 3:
-                continue
-            print("methods=%s: eNTK rank after task %d vs the score on task %d: Pearson r = %.2f over %d chains"
-                  % (",".join(sel) if sel else "all", k, k + 1, pearson(x, y), len(x)))
+    if len(states) != 1:
+        sys.exit("%s: ranks taken on different numbers of held-out states (%s): evaluate every run with one --states"
+                 % (sys.argv[1], ", ".join(str(s) for s in sorted(states, key=str))))
+    print("held-out states per rank: %s" % states.pop())
+    for fam in sorted({c[0] for c in chains}):
+        fc = {(m, s): t for (f, m, s), t in chains.items() if f == fam}
+        tasks = 1 + max((k for t in fc.values() for k in t), default=0)
+        for sel in (None, ("topk", "dense-moe", "ds-moe", "sphere")):
+            for k in range(tasks - 1):
+                pairs = [(t[k][1], t[k + 1][0]) for (m, _), t in fc.items() if (not sel or m in sel) and k in t and k + 1 in t]
+                if len(pairs) < 3:
+                    continue
+                x, y = zip(*pairs)
+                print("family=%s methods=%s: eNTK rank after task %d vs the score on task %d: Pearson r = %.2f over %d chains"
+                      % (fam, ",".join(sel) if sel else "all", k, k + 1, pearson(x, y), len(x)))
 
 
 if __name__ == "__main__":
