@@ -186,7 +186,7 @@ static int gave_train_freq(const void *user, const char *key) {
     return !strcmp(key, "train_freq");
 }
 
-/* Rainbow-lite on images runs Hessel et al.'s schedule in agent steps (the SoftMoE-in-RL paper's
+/* Rainbow-lite on images runs Dopamine's schedule in agent steps (the SoftMoE-in-RL paper's
  * "update periods": an update every 4 steps, target every 8000, learning after 20000, epsilon to
  * 0.01 over 250k); DQN keeps MinAtar's (an update per frame); a setting the user gave stays. */
 Test(agents, rainbow_runs_its_own_schedule_on_images) {

@@ -34,9 +34,10 @@
  * batch 32, an update every 4 steps, target every 8000, learning after 20000, epsilon 1 -> 0.01
  * over 250k, MSE, no double Q; Rainbow-lite adds C51, 3-step returns and prioritised replay);
  * DER its own column (`der`'s defaults: Adam 1e-4, an update per step, 10-step returns, learning
- * after 1600; no sticky actions, as Table 1 and the Atari 100k protocol). Fig. 10 runs DQN and DER, Fig. 11 DER and Rainbow-lite, as in the paper. The quick
- * tier's 10k frames end before Rainbow's first update, so it runs DER; a figure's own agent that
- * would not learn within --frames is left out with a note. `--agent` overrides the main agent.
+ * after 1600; no sticky actions, as Table 1 and the Atari 100k protocol). Fig. 10 runs DQN and DER,
+ * Fig. 11 DER and Rainbow-lite, as in the paper. The quick tier's 10k frames end before Rainbow's
+ * first update, so it runs DER; a figure's own agent that would not learn within --frames is left
+ * out with a note. `--agent` overrides the main agent.
  *
  * Tiers. --tier quick (the default) is a smoke test of the whole pipeline that finishes within 30
  * minutes on 2 cores: Figs. 1 and 5, games breakout and asterix, one seed, 10k frames; its tables
@@ -160,10 +161,10 @@ typedef struct {
     double t0;
 } tk_run;
 
-/* DQN and Rainbow-lite run the paper's Table 1 (`rl train --preset dopamine`): they learn after
- * this many frames; DER after 1600. */
-#define TK_DOPAMINE_START 20000
-static int agent_learns(const char *agent, long frames) { return strcmp(agent, "der") ? frames > TK_DOPAMINE_START : frames > 1600; }
+/* The frame of an agent's first update: DQN and Rainbow-lite under `--preset dopamine`, DER under
+ * its defaults (src/rl/dqn.c). */
+static int learning_start(const char *agent) { return strcmp(agent, "der") ? 20000 : 1600; }
+static int agent_learns(const char *agent, long frames) { return frames > learning_start(agent); }
 
 /* 1 if figure F is selected and runs under agent kAgents[a] (its own agents, or the bench's); a
  * figure's own agent whose learning would start after the run's last frame is left out */
@@ -268,7 +269,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
     for (int f = 0; f < N_FIGURES; f++) main_used |= cli_in_list(o.figures, kFigures[f].id) && !kFigures[f].agents;
     if (main_used && !agent_learns(o.agent, o.frames)) {
         fprintf(stderr, "specmoe bench tokenize: --agent %s learns after %d frames; --frames %ld ends before\n", o.agent,
-                strcmp(o.agent, "der") ? TK_DOPAMINE_START : 1600, o.frames);
+                learning_start(o.agent), o.frames);
         return CLI_EXIT_USAGE;
     }
     for (int f = 0; f < N_FIGURES; f++)
@@ -276,7 +277,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
             if (cli_in_list(o.figures, kFigures[f].id) && cli_in_list(kFigures[f].agents, kAgents[a]) &&
                 !agent_learns(kAgents[a], o.frames))
                 printf("bench-tokenize note: Fig. %s leaves out %s, which learns after %d frames (--frames %ld)\n", kFigures[f].id,
-                       kAgents[a], TK_DOPAMINE_START, o.frames);
+                       kAgents[a], learning_start(kAgents[a]), o.frames);
     o.enc_arch = NULL;
     for (size_t e = 0; e < sizeof kEncoders / sizeof kEncoders[0]; e++)
         if (!strcmp(o.encoder, kEncoders[e][0])) o.enc_arch = kEncoders[e][1];

@@ -413,7 +413,7 @@ static sm_status evaluate_run(const sp_opts *o, const sp_run *r, const float *st
             e->entk = get_num(j, "entk_srank"), e->fsrank = get_num(j, "feature_srank");
             const cJSON *fs = cJSON_GetObjectItemCaseSensitive(j, "final_scores");
             for (int t = 0; t < SEQ && cJSON_GetArrayItem(fs, t); t++) e->final[t] = cJSON_GetArrayItem(fs, t)->valuedouble;
-            if (get_num(j, "entk_states") == o->states && isnan(episodes) == 0) {
+            if (get_num(j, "entk_states") == o->states && !isnan(episodes)) {
                 *out = j;
                 return SM_OK;
             }

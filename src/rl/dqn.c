@@ -184,12 +184,22 @@ static void fill_auto(sm_dqn_config *c, const sm_env_spec *env) {
     if (!c->loss[0]) strcpy(c->loss, img ? "huber" : "mse");
 }
 
-/* Sets key to text unless the user gave it. */
-static void kind_default(void *cfg, const char *key, const char *text, int (*given)(const void *, const char *),
-                         const void *user) {
-    for (size_t i = 0; i < SM_LEN(kOpts); i++)
-        if (!strcmp(kOpts[i].key, key) && !(given && given(user, key))) (void)sm_opt_set(&kOpts[i], cfg, text);
+/* Sets each "key=value" of a ';'-separated list (a preset's syntax) unless the user gave the key. */
+static void kind_defaults(void *cfg, const char *list, int (*given)(const void *, const char *), const void *user) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *kv = strtok_r(buf, ";", &save); kv; kv = strtok_r(NULL, ";", &save)) {
+        char *eq = strchr(kv, '=');
+        if (!eq) continue;
+        *eq = 0;
+        for (size_t i = 0; i < SM_LEN(kOpts); i++)
+            if (!strcmp(kOpts[i].key, kv) && !(given && given(user, kv))) (void)sm_opt_set(&kOpts[i], cfg, eq + 1);
+    }
 }
+
+/* Dopamine's schedule of DQN and Rainbow (the SoftMoE-in-RL paper's Table 1) in agent steps:
+ * Rainbow-lite's image defaults and part of `--preset dopamine`, so the two cannot drift apart. */
+#define DOPAMINE_SCHEDULE "learning_starts=20000;train_freq=4;target_update=8000;eps_start=1;eps_end=0.01;eps_frames=250000"
 
 static void dqn_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(const void *, const char *), const void *user) {
     (void)given;
@@ -207,14 +217,8 @@ static void dqn_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(con
  * a fixed 0.5); `--preset dopamine` turns double Q off. On vectors the schedule is CleanRL's. */
 static void rainbow_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(const void *, const char *),
                                  const void *user) {
-    const char *kv[][2] = {{"atoms", "51"}, {"n_step", "3"}, {"prioritized", "1"}, {"double_q", "1"}, {"optimizer", "adam"},
-                           {"lr", "6.25e-5"}, {"adam_eps", "1.5e-4"}};
-    for (size_t i = 0; i < SM_LEN(kv); i++) kind_default(cfg, kv[i][0], kv[i][1], given, user);
-    if (is_image(env)) {
-        const char *sched[][2] = {{"train_freq", "4"}, {"target_update", "8000"}, {"learning_starts", "20000"},
-                                  {"eps_end", "0.01"}, {"eps_frames", "250000"}};
-        for (size_t i = 0; i < SM_LEN(sched); i++) kind_default(cfg, sched[i][0], sched[i][1], given, user);
-    }
+    kind_defaults(cfg, "atoms=51;n_step=3;prioritized=1;double_q=1;optimizer=adam;lr=6.25e-5;adam_eps=1.5e-4", given, user);
+    if (is_image(env)) kind_defaults(cfg, DOPAMINE_SCHEDULE, given, user);
     fill_auto(cfg, env);
 }
 
@@ -223,10 +227,10 @@ static void rainbow_env_defaults(void *cfg, const sm_env_spec *env, int (*given)
  * update every 2000, epsilon 1 -> 0.01 over 2000 frames, Adam lr 1e-4 eps 1.5e-4, C51, prioritised,
  * double Q. Here exploration is epsilon-greedy: no noisy nets and no dueling head. */
 static void der_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(const void *, const char *), const void *user) {
-    const char *kv[][2] = {{"atoms", "51"}, {"n_step", "10"}, {"prioritized", "1"}, {"double_q", "1"}, {"optimizer", "adam"},
-                           {"lr", "1e-4"}, {"adam_eps", "1.5e-4"}, {"learning_starts", "1600"}, {"train_freq", "1"},
-                           {"target_update", "2000"}, {"eps_end", "0.01"}, {"eps_frames", "2000"}};
-    for (size_t i = 0; i < SM_LEN(kv); i++) kind_default(cfg, kv[i][0], kv[i][1], given, user);
+    kind_defaults(cfg,
+                  "atoms=51;n_step=10;prioritized=1;double_q=1;optimizer=adam;lr=1e-4;adam_eps=1.5e-4;learning_starts=1600;"
+                  "train_freq=1;target_update=2000;eps_end=0.01;eps_frames=2000",
+                  given, user);
     fill_auto(cfg, env);
 }
 
@@ -288,8 +292,8 @@ static const char *const kPresets[] = {
      * network, n-step, atoms and prioritised replay are left to the agent: with `dqn` this is the
      * paper's DQN, with `rainbow` its Rainbow-lite; DER has its own column, `der`'s defaults. */
     "dopamine",
-    "num_envs=1;buffer_size=100000;batch_size=32;learning_starts=20000;train_freq=4;target_update=8000;tau=1;gamma=0.99;"
-    "optimizer=adam;lr=6.25e-5;adam_eps=1.5e-4;eps_start=1;eps_end=0.01;eps_frames=250000;loss=mse;double_q=0",
+    "num_envs=1;buffer_size=100000;batch_size=32;tau=1;gamma=0.99;optimizer=adam;lr=6.25e-5;adam_eps=1.5e-4;loss=mse;double_q=0;"
+    DOPAMINE_SCHEDULE,
     NULL};
 
 /* ---- the agent ---- */
