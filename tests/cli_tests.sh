@@ -819,13 +819,18 @@ fi
 # study end to end (three DER runs of Fig. 5 on Breakout, then the report of the figure)
 expect 0 "bench tokenize: the quick tier is 6 variants x 2 games" "^bench-tokenize tier=quick .* runs=12 jobs=2 " -- \
     "$bin" bench tokenize --dry-run --out "$tmp/tk-plan"
-expect 0 "bench tokenize: the full tier is every figure on five games, 3 seeds, on Rainbow-lite" "^bench-tokenize tier=full .*seeds=3 frames=1000000 agent=rainbow .* runs=420 " -- \
+expect 0 "bench tokenize: the full tier is every figure on five games, 3 seeds, on Rainbow-lite" "^bench-tokenize tier=full .*seeds=3 frames=1000000 der_frames=250000 agent=rainbow .* runs=420 " -- \
     "$bin" bench tokenize --tier full --dry-run --out "$tmp/tk-plan"
 expect 0 "bench tokenize: Fig. 11 runs its resets under DER and Rainbow-lite, as the paper" "--agent der .*softmoe-4-reset/breakout-s1 .*--agent rainbow .*softmoe-4-reset/breakout-s1 " -- \
     sh -c '"$0" bench tokenize --tier full --figures 11 --games breakout --seeds 1 --dry-run --out "$1" | tr "\n" " "' "$bin" "$tmp/tk-plan"
 expect 0 "bench tokenize: DQN and Rainbow-lite run the paper's Table 1 (--preset dopamine), DER its own" \
     "--agent rainbow --preset dopamine .*--agent dqn --preset dopamine .*--agent der --sticky 0 --frames " -- \
     sh -c '"$0" bench tokenize --tier full --figures 10,1 --games breakout --seeds 1 --dry-run --out "$1" | tr "\n" " "' "$bin" "$tmp/tk-plan"
+expect 0 "bench tokenize: the full tier's DER runs a quarter of the frames (the paper: 50M against 200M), resets and checkpoints in them" \
+    "--agent der --sticky 0 --frames 250000 .*--ckpt-every 25000 --reset-every 41666 .*--agent rainbow --preset dopamine --frames 1000000 .*--ckpt-every 100000 --reset-every 166666 " -- \
+    sh -c '"$0" bench tokenize --tier full --figures 11 --games breakout --seeds 1 --dry-run --out "$1" | grep softmoe-4-reset | tr "\n" " "' "$bin" "$tmp/tk-plan"
+expect 2 "bench tokenize: a DER main agent that would not learn within --der-frames is refused" "--agent der learns after 1600 frames; --der-frames 1000 ends" -- \
+    "$bin" bench tokenize --der-frames 1000 --dry-run --out "$tmp/tk-plan"
 expect 0 "bench tokenize: the quick tier's Fig. 11 leaves out Rainbow-lite, which would not learn in 10k frames" \
     "^bench-tokenize note: Fig. 11 leaves out rainbow" -- "$bin" bench tokenize --figures 11 --dry-run --out "$tmp/tk-plan"
 expect 2 "bench tokenize: a main agent that would not learn within --frames is refused" "--agent rainbow learns after 20000 frames" -- \

@@ -39,10 +39,17 @@
  * first update, so it runs DER; a figure's own agent that would not learn within --frames is left
  * out with a note. `--agent` overrides the main agent.
  *
+ * DER's frames. The paper trains DER for 50M frames and Rainbow and DQN for 200M (Sec. 4.3, Sec. 3):
+ * with DER's update per agent step against Rainbow's every 4 steps, both make the same 12.5M
+ * updates. The full tier keeps that ratio: DER runs a quarter of --frames (250k at the tier's 1M,
+ * 250k updates, as Rainbow's 1M frames at an update every 4), which is --der-frames's default;
+ * the quick tier, whose main agent is DER, gives DER --frames. A DER run's checkpoints, resets and
+ * prunings are placed in its own frames.
+ *
  * Tiers. --tier quick (the default) is a smoke test of the whole pipeline that finishes within 30
  * minutes on 2 cores: Figs. 1 and 5, games breakout and asterix, one seed, 10k frames; its tables
  * decide nothing and say so. --tier full runs every figure on the five games with 3 seeds and 1M
- * frames per run; its time is in BENCHMARKS.md. Either tier's settings can be overridden by flag.
+ * frames per run (DER 250k); its time is in BENCHMARKS.md. Either tier's settings can be overridden by flag.
  * Runs are resumable: a run directory with a `done` file is skipped, one with a checkpoint resumes
  * it (`rl train --resume`, exact), so an interrupted study continues where it stopped.
  *
@@ -148,7 +155,7 @@ static const char *const kEncoders[][2] = {
 typedef struct {
     const char *tier, *figures, *games, *agent, *out, *encoder, *enc_arch;
     int seeds, jobs, dry_run, reps;
-    long frames;
+    long frames, der_frames; /* frames per run: DQN and Rainbow-lite, and DER */
 } tk_opts;
 
 typedef struct {
@@ -164,13 +171,15 @@ typedef struct {
 /* The frame of an agent's first update: DQN and Rainbow-lite under `--preset dopamine`, DER under
  * its defaults (src/rl/dqn.c). */
 static int learning_start(const char *agent) { return strcmp(agent, "der") ? 20000 : 1600; }
-static int agent_learns(const char *agent, long frames) { return frames > learning_start(agent); }
+/* the frames of one run of the agent */
+static long agent_frames(const tk_opts *o, const char *agent) { return strcmp(agent, "der") ? o->frames : o->der_frames; }
+static int agent_learns(const tk_opts *o, const char *agent) { return agent_frames(o, agent) > learning_start(agent); }
 
 /* 1 if figure F is selected and runs under agent kAgents[a] (its own agents, or the bench's); a
  * figure's own agent whose learning would start after the run's last frame is left out */
 static int fig_runs(const tk_figure *F, const tk_opts *o, int a) {
     return cli_in_list(o->figures, F->id) && cli_in_list(F->agents ? F->agents : o->agent, kAgents[a]) &&
-           agent_learns(kAgents[a], o->frames);
+           agent_learns(o, kAgents[a]);
 }
 
 /* the run's command line: a fresh run or the resumption of its checkpoint */
@@ -188,27 +197,28 @@ static int plan_run(tk_run *r, const tk_opts *o, const char *self) {
         return bad;
     }
     char num[48];
+    const long frames = agent_frames(o, r->agent);
     snprintf(num, sizeof num, "minatar/%s", r->game);
     bad |= cli_argv_push(a, "--env") | cli_argv_push(a, num) | cli_argv_push(a, "--agent") |
            cli_argv_push(a, r->agent);
     if (strcmp(r->agent, "der")) bad |= cli_argv_push(a, "--preset") | cli_argv_push(a, "dopamine");
     else bad |= cli_argv_push(a, "--sticky") | cli_argv_push(a, "0"); /* Table 1: DER without sticky actions */
-    snprintf(num, sizeof num, "%ld", o->frames);
+    snprintf(num, sizeof num, "%ld", frames);
     bad |= cli_argv_push(a, "--frames") | cli_argv_push(a, num);
     snprintf(num, sizeof num, "%d", r->seed);
     bad |= cli_argv_push(a, "--seed") | cli_argv_push(a, num) | cli_argv_push(a, "--threads") |
            cli_argv_push(a, "1") | cli_argv_push(a, "--out") | cli_argv_push(a, r->dir) |
            cli_argv_push(a, "--progress-every") | cli_argv_push(a, "60");
-    snprintf(num, sizeof num, "%ld", o->frames / 10 > 1000 ? o->frames / 10 : 1000); /* a checkpoint per tenth */
+    snprintf(num, sizeof num, "%ld", frames / 10 > 1000 ? frames / 10 : 1000); /* a checkpoint per tenth */
     bad |= cli_argv_push(a, "--ckpt-every") | cli_argv_push(a, num);
     if (r->v->reset) {
-        snprintf(num, sizeof num, "%ld", o->frames / 6 > 1 ? o->frames / 6 : 1);
+        snprintf(num, sizeof num, "%ld", frames / 6 > 1 ? frames / 6 : 1);
         bad |= cli_argv_push(a, "--reset-every") | cli_argv_push(a, num);
     }
     if (r->v->prune) {
-        snprintf(num, sizeof num, "%ld", r->v->prune == 1 ? o->frames / 2 : o->frames / 5);
+        snprintf(num, sizeof num, "%ld", r->v->prune == 1 ? frames / 2 : frames / 5);
         bad |= cli_argv_push(a, "--prune-from") | cli_argv_push(a, num);
-        snprintf(num, sizeof num, "%ld", r->v->prune == 1 ? o->frames / 2 : 4 * o->frames / 5);
+        snprintf(num, sizeof num, "%ld", r->v->prune == 1 ? frames / 2 : 4 * frames / 5);
         bad |= cli_argv_push(a, "--prune-to") | cli_argv_push(a, num);
     }
     char args[512];
@@ -234,14 +244,16 @@ int exp_softmoe_tokenize(int argc, char **argv) {
     tk_opts o;
     memset(&o, 0, sizeof o);
     const char *figures = NULL, *games = NULL;
-    long frames = 0;
+    long frames = 0, der_frames = 0;
     int seeds = 0;
     fl_flag fl[] = {
         {"tier", FL_STRING, &o.tier, "quick", "quick (a smoke test, < 30 min on 2 cores) | full (decides the claims)", 0},
         {"figures", FL_STRING, &figures, NULL, "comma list of figures (1,7,5,8,12,15,10,11,19; quick: 1,5; full: all)", 0},
         {"games", FL_STRING, &games, NULL, "comma list of MinAtar games (quick: breakout,asterix; full: all five)", 0},
         {"seeds", FL_INT, &seeds, "0", "seeds per variant and game (0: the tier's: quick 1, full 3)", 0},
-        {"frames", FL_LONG, &frames, "0", "frames per run (0: the tier's: quick 10000, full 1000000)", 0},
+        {"frames", FL_LONG, &frames, "0", "frames per run of DQN and Rainbow-lite (0: the tier's: quick 10000, full 1000000)", 0},
+        {"der-frames", FL_LONG, &der_frames, "0",
+         "frames per DER run (0: the tier's: quick --frames, full --frames / 4, the paper's 50M against 200M)", 0},
         {"agent", FL_STRING, &o.agent, NULL, "der | rainbow | dqn: the agent of every figure but Figs. 10 and 11 (quick: der, full: rainbow)", 0},
         {"encoder", FL_STRING, &o.encoder, "minatar", "minatar | nature | impala (scaled to 10 x 10)", 0},
         {"jobs", FL_INT, &o.jobs, "2", "runs at once (one thread each)", 0},
@@ -256,9 +268,10 @@ int exp_softmoe_tokenize(int argc, char **argv) {
     o.games = games ? games : full ? "breakout,asterix,freeway,seaquest,space_invaders" : "breakout,asterix";
     o.seeds = seeds > 0 ? seeds : full ? 3 : 1;
     o.frames = frames > 0 ? frames : full ? 1000000 : 10000;
+    o.der_frames = der_frames > 0 ? der_frames : full ? o.frames / 4 : o.frames;
     if (!o.agent) o.agent = full ? "rainbow" : "der";
-    if (o.jobs < 1 || o.jobs > 64 || o.reps < 100 || o.seeds > 100 || seeds < 0 || frames < 0) {
-        fprintf(stderr, "specmoe bench tokenize: need --jobs in [1, 64], --reps >= 100, --seeds in [0, 100], --frames >= 0\n");
+    if (o.jobs < 1 || o.jobs > 64 || o.reps < 100 || o.seeds > 100 || seeds < 0 || frames < 0 || der_frames < 0) {
+        fprintf(stderr, "specmoe bench tokenize: need --jobs in [1, 64], --reps >= 100, --seeds in [0, 100], --frames and --der-frames >= 0\n");
         return CLI_EXIT_USAGE;
     }
     if (strcmp(o.agent, "der") && strcmp(o.agent, "rainbow") && strcmp(o.agent, "dqn")) {
@@ -267,17 +280,17 @@ int exp_softmoe_tokenize(int argc, char **argv) {
     }
     int main_used = 0; /* a selected figure runs the main agent */
     for (int f = 0; f < N_FIGURES; f++) main_used |= cli_in_list(o.figures, kFigures[f].id) && !kFigures[f].agents;
-    if (main_used && !agent_learns(o.agent, o.frames)) {
-        fprintf(stderr, "specmoe bench tokenize: --agent %s learns after %d frames; --frames %ld ends before\n", o.agent,
-                learning_start(o.agent), o.frames);
+    if (main_used && !agent_learns(&o, o.agent)) {
+        fprintf(stderr, "specmoe bench tokenize: --agent %s learns after %d frames; --%s %ld ends before\n", o.agent,
+                learning_start(o.agent), strcmp(o.agent, "der") ? "frames" : "der-frames", agent_frames(&o, o.agent));
         return CLI_EXIT_USAGE;
     }
     for (int f = 0; f < N_FIGURES; f++)
         for (int a = 0; a < 3 && kFigures[f].agents; a++)
             if (cli_in_list(o.figures, kFigures[f].id) && cli_in_list(kFigures[f].agents, kAgents[a]) &&
-                !agent_learns(kAgents[a], o.frames))
-                printf("bench-tokenize note: Fig. %s leaves out %s, which learns after %d frames (--frames %ld)\n", kFigures[f].id,
-                       kAgents[a], learning_start(kAgents[a]), o.frames);
+                !agent_learns(&o, kAgents[a]))
+                printf("bench-tokenize note: Fig. %s leaves out %s, which learns after %d frames (--%s %ld)\n", kFigures[f].id,
+                       kAgents[a], learning_start(kAgents[a]), strcmp(kAgents[a], "der") ? "frames" : "der-frames", agent_frames(&o, kAgents[a]));
     o.enc_arch = NULL;
     for (size_t e = 0; e < sizeof kEncoders / sizeof kEncoders[0]; e++)
         if (!strcmp(o.encoder, kEncoders[e][0])) o.enc_arch = kEncoders[e][1];
@@ -348,9 +361,10 @@ int exp_softmoe_tokenize(int argc, char **argv) {
                 }
         }
     }
-    printf("bench-tokenize tier=%s%s figures=%s games=%s seeds=%d frames=%ld agent=%s encoder=%s runs=%d jobs=%d out=%s\n",
+    printf("bench-tokenize tier=%s%s figures=%s games=%s seeds=%d frames=%ld der_frames=%ld agent=%s encoder=%s runs=%d jobs=%d "
+           "out=%s\n",
            o.tier, full ? "" : " (a smoke test of the pipeline: these tables decide no claim)", o.figures, o.games, o.seeds,
-           o.frames, o.agent, o.encoder, n, o.jobs, o.out);
+           o.frames, o.der_frames, o.agent, o.encoder, n, o.jobs, o.out);
     if (o.dry_run) {
         for (int i = 0; i < n; i++) {
             printf("%s", runs[i].skip ? "# done: " : "");

@@ -3,13 +3,13 @@
 # tier runs 22,000 frames of Breakout (seed 1, one thread) with learning from frame 2,000 and
 # epsilon at 0.01 throughout (the greedy regime of most of a 1M-frame run), so 20,000 frames of
 # it learn: 5,000 updates for DQN and Rainbow-lite (an update every 4 frames), 20,000 for DER. The CPU time
-# (user + system) per frame, times the tier's frames per run (1M) and its 15 games and seeds, is the tier's cost;
+# (user + system) per frame, times the run's frames in the tier (1M; DER 250k) and its 15 games and seeds, is the tier's cost;
 # the random warm-up (20,000 frames of Rainbow's 1M) costs less than a learning frame, so it errs high.
 #
 #   tools/softmoe_rl/tier_cost.sh [BINARY] [SCRATCH_DIR]     (BINARY: build/specmoe)
 #   TC_FRAMES=2200 tools/softmoe_rl/tier_cost.sh              (a smoke test of the script: 10x shorter)
 #
-# Prints one line per (agent, variant): CPU seconds, frames per CPU second, CPU hours per 1M-frame run;
+# Prints one line per (agent, variant): CPU seconds, frames per CPU second, CPU hours per run of the tier;
 # then the tier's total in CPU hours.
 set -u
 F=${TC_FRAMES:-22000}
