@@ -842,6 +842,14 @@ expect 0 "rl train --preset dopamine: the paper's Table 1 on Rainbow-lite (updat
 expect 0 "rl train --resume: settings.json keeps the run's --sticky 0 (the checkpoint carries it)" "^rl-train env=minatar/breakout agent=dqn frames=1200 " -- \
     sh -c '"$0" rl train --env minatar/breakout --agent dqn --sticky 0 --frames 1200 --learning-starts 100 --stop-after 600 --out "$1" >/dev/null 2>&1 &&
     "$0" rl train --resume "$1/checkpoint.safetensors" && grep -q "\"sticky\":\s*0," "$1/settings.json"' "$bin" "$tmp/rl_sticky"
+# a checkpoint written before an option existed (here per_beta_end, taken out of its settings) resumes
+# with the option's default, which is the old behaviour
+expect 0 "rl train --resume: a checkpoint older than an option resumes with its default" "^rl-train env=minatar/breakout agent=rainbow frames=1200 " -- \
+    sh -c '"$0" rl train --env minatar/breakout --agent rainbow --frames 1200 --learning-starts 100 --stop-after 600 --out "$1" >/dev/null 2>&1 &&
+    /usr/bin/python3 -c "import json,struct,sys; p=sys.argv[1]; b=open(p,\"rb\").read(); n=struct.unpack(\"<Q\",b[:8])[0]; h=json.loads(b[8:8+n]);
+s=json.loads(h[\"__metadata__\"][\"agent_settings\"]); del s[\"per_beta_end\"]; h[\"__metadata__\"][\"agent_settings\"]=json.dumps(s);
+t=json.dumps(h).encode(); t+=b\" \"*((8-len(t)%8)%8); open(p,\"wb\").write(struct.pack(\"<Q\",len(t))+t+b[8+n:])" "$1/checkpoint.safetensors" &&
+    "$0" rl train --resume "$1/checkpoint.safetensors"' "$bin" "$tmp/rl_old_option"
 expect 0 "bench tokenize --encoder impala puts residual blocks in front" "--arch conv:16:3:1:1,maxpool:2:2,res:16,res:16,.*,act,dense:128\$" -- \
     "$bin" bench tokenize --encoder impala --figures 5 --games breakout --dry-run --out "$tmp/tk-plan"
 expect 2 "bench tokenize: an unknown figure is named with the valid ones" "unknown figure '9' \(1, 7, 5" -- "$bin" bench tokenize --figures 1,9

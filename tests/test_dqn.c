@@ -189,13 +189,54 @@ static int gave_train_freq(const void *user, const char *key) {
 /* Rainbow-lite on images runs Dopamine's schedule in agent steps (the SoftMoE-in-RL paper's
  * "update periods": an update every 4 steps, target every 8000, learning after 20000, epsilon to
  * 0.01 over 250k); DQN keeps MinAtar's (an update per frame); a setting the user gave stays. */
+/* kind k's defaults on env, none given by the user */
+static void defaults_on(const sm_agent_kind *k, const sm_env_spec *env, sm_dqn_config *c) {
+    cr_assert_eq(sm_opt_defaults(k->opts, k->n_opts, c), 0);
+    k->env_defaults(c, env, NULL, NULL);
+}
+
+/* Dopamine's C51 on MinAtar: the importance exponent fixed at 0.5, the support [-100, 100] */
+static void assert_dopamine_c51(const sm_dqn_config *c) {
+    cr_assert_float_eq(c->per_beta, 0.5, 1e-12);
+    cr_assert_float_eq(c->per_beta_end, 0.5, 1e-12);
+    cr_assert_float_eq(c->v_min, -100, 1e-12);
+    cr_assert_float_eq(c->v_max, 100, 1e-12);
+}
+
+/* DER's column of the SoftMoE-in-RL paper's Table 1 (every key of its defaults list applies: a
+ * misspelt key would be skipped silently), with Dopamine's C51 on MinAtar images only */
+Test(agents, der_runs_its_own_settings) {
+    const sm_env_spec *img = sm_env_find("minatar/breakout"), *vec = sm_env_find("classic/cartpole");
+    cr_assert(img && vec);
+    const sm_agent_kind *der = sm_agent_find("der");
+    cr_assert(der);
+    sm_dqn_config c;
+    defaults_on(der, img, &c);
+    cr_assert_eq(c.atoms, 51);
+    cr_assert_eq(c.n_step, 10);
+    cr_assert_eq(c.prioritized, 1);
+    cr_assert_eq(c.double_q, 1);
+    cr_assert_str_eq(c.optimizer, "adam");
+    cr_assert_float_eq(c.lr, 1e-4, 1e-15);
+    cr_assert_float_eq(c.adam_eps, 1.5e-4, 1e-15);
+    cr_assert_eq(c.learning_starts, 1600);
+    cr_assert_eq(c.train_freq, 1);
+    cr_assert_eq(c.target_update, 2000);
+    cr_assert_float_eq(c.eps_end, 0.01, 1e-12);
+    cr_assert_eq(c.eps_frames, 2000);
+    assert_dopamine_c51(&c);
+    defaults_on(der, vec, &c);
+    cr_assert_eq(c.n_step, 10);
+    cr_assert_float_eq(c.per_beta_end, 1, 1e-12);
+    cr_assert_float_eq(c.v_max, 10, 1e-12);
+}
+
 Test(agents, rainbow_runs_its_own_schedule_on_images) {
     const sm_env_spec *img = sm_env_find("minatar/breakout"), *vec = sm_env_find("classic/cartpole");
     cr_assert(img && vec);
     const sm_agent_kind *rb = sm_agent_find("rainbow"), *dqn = sm_agent_find("dqn");
     sm_dqn_config c;
-    cr_assert_eq(sm_opt_defaults(rb->opts, rb->n_opts, &c), 0);
-    rb->env_defaults(&c, img, NULL, NULL);
+    defaults_on(rb, img, &c);
     cr_assert_eq(c.train_freq, 4);
     cr_assert_eq(c.target_update, 8000);
     cr_assert_eq(c.learning_starts, 20000);
@@ -203,17 +244,18 @@ Test(agents, rainbow_runs_its_own_schedule_on_images) {
     cr_assert_float_eq(c.eps_end, 0.01, 1e-12);
     cr_assert_eq(c.n_step, 3);
     cr_assert_eq(c.atoms, 51);
+    assert_dopamine_c51(&c);
     cr_assert_eq(sm_opt_defaults(rb->opts, rb->n_opts, &c), 0);
     c.train_freq = 2;
     rb->env_defaults(&c, img, gave_train_freq, NULL);
     cr_assert_eq(c.train_freq, 2, "a given train_freq was overwritten");
     cr_assert_eq(c.target_update, 8000);
-    cr_assert_eq(sm_opt_defaults(rb->opts, rb->n_opts, &c), 0);
-    rb->env_defaults(&c, vec, NULL, NULL);
+    defaults_on(rb, vec, &c);
     cr_assert_eq(c.train_freq, 10); /* vectors: CleanRL's, as for DQN */
     cr_assert_eq(c.learning_starts, 10000);
-    cr_assert_eq(sm_opt_defaults(dqn->opts, dqn->n_opts, &c), 0);
-    dqn->env_defaults(&c, img, NULL, NULL);
+    cr_assert_float_eq(c.per_beta_end, 1, 1e-12); /* vectors: the annealed exponent and the support of 10 */
+    cr_assert_float_eq(c.v_max, 10, 1e-12);
+    defaults_on(dqn, img, &c);
     cr_assert_eq(c.train_freq, 1);
     cr_assert_eq(c.target_update, 1000);
 }

@@ -140,7 +140,8 @@ static const sm_opt kOpts[] = {
     ROW("v_max", SM_OPT_NUM, v_max, "10", "C51 support maximum"),
     ROW("prioritized", SM_OPT_BOOL, prioritized, "0", "prioritised replay (proportional)"),
     ROW("per_alpha", SM_OPT_NUM, per_alpha, "0.5", "priority exponent"),
-    ROW("per_beta", SM_OPT_NUM, per_beta, "0.4", "initial importance-sampling exponent (annealed to 1)"),
+    ROW("per_beta", SM_OPT_NUM, per_beta, "0.4", "initial importance-sampling exponent"),
+    ROW("per_beta_end", SM_OPT_NUM, per_beta_end, "1", "final importance-sampling exponent (linear from per_beta over the run; Dopamine: fixed 0.5)"),
     ROW("per_eps", SM_OPT_NUM, per_eps, "1e-6", "added to |TD error| priorities"),
     ROW("max_grad_norm", SM_OPT_NUM, max_grad_norm, "0", "global gradient-norm clip (0: none)"),
     ROW("log_every", SM_OPT_INT, log_every, "1000", "frames between loss records in metrics.jsonl"),
@@ -201,6 +202,13 @@ static void kind_defaults(void *cfg, const char *list, int (*given)(const void *
  * Rainbow-lite's image defaults and part of `--preset dopamine`, so the two cannot drift apart. */
 #define DOPAMINE_SCHEDULE "learning_starts=20000;train_freq=4;target_update=8000;eps_start=1;eps_end=0.01;eps_frames=250000"
 
+/* Dopamine's C51 on MinAtar: the importance exponent fixed at 0.5 (its prioritised replay weights
+ * are 1 / sqrt(P), over the batch maximum) and the support [-100, 100] of its MinAtar Rainbow
+ * configurations (labs/environments/minatar/rainbow_*.gin: vmax 100, the rewards unclipped; its
+ * Atari vmax 10 assumes rewards clipped to [-1, 1]). Rainbow-lite's and DER's image defaults and
+ * `--preset dopamine`. */
+#define DOPAMINE_C51 "per_beta=0.5;per_beta_end=0.5;v_min=-100;v_max=100"
+
 static void dqn_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(const void *, const char *), const void *user) {
     (void)given;
     (void)user;
@@ -212,25 +220,27 @@ static void dqn_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(con
  * On images also Dopamine's rainbow.gin schedule (the SoftMoE-in-RL paper's Table 1; Hessel et al.
  * explore by noisy nets, not epsilon), counted in agent steps, which are MinAtar's frames (no frame
  * skip): an update every 4 steps, the target every 8000, learning after 20000 random steps, epsilon
- * 1 -> 0.01 over 250k. The replay stays MinAtar's 100k (Rainbow's 1M is sized for 200M Atari
- * frames). Unlike Dopamine, double Q and the annealed importance exponent (Dopamine: no double Q,
- * a fixed 0.5); `--preset dopamine` turns double Q off. On vectors the schedule is CleanRL's. */
+ * 1 -> 0.01 over 250k; and Dopamine's C51 on MinAtar (DOPAMINE_C51: beta fixed at 0.5, support
+ * [-100, 100]). The replay stays MinAtar's 100k (Rainbow's 1M is sized for 200M Atari frames).
+ * Unlike Dopamine, double Q; `--preset dopamine` turns it off. On vectors the schedule is CleanRL's. */
 static void rainbow_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(const void *, const char *),
                                  const void *user) {
     kind_defaults(cfg, "atoms=51;n_step=3;prioritized=1;double_q=1;optimizer=adam;lr=6.25e-5;adam_eps=1.5e-4", given, user);
-    if (is_image(env)) kind_defaults(cfg, DOPAMINE_SCHEDULE, given, user);
+    if (is_image(env)) kind_defaults(cfg, DOPAMINE_SCHEDULE ";" DOPAMINE_C51, given, user);
     fill_auto(cfg, env);
 }
 
 /* Data-efficient Rainbow (van Hasselt et al. 2019; Dopamine's DER settings as used by the
  * SoftMoE-in-RL paper): 10-step returns, one update per step, learning after 1600 frames, target
  * update every 2000, epsilon 1 -> 0.01 over 2000 frames, Adam lr 1e-4 eps 1.5e-4, C51, prioritised,
- * double Q. Here exploration is epsilon-greedy: no noisy nets and no dueling head. */
+ * double Q; on images Dopamine's C51 on MinAtar (DOPAMINE_C51). Here exploration is epsilon-greedy:
+ * no noisy nets and no dueling head. */
 static void der_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(const void *, const char *), const void *user) {
     kind_defaults(cfg,
                   "atoms=51;n_step=10;prioritized=1;double_q=1;optimizer=adam;lr=1e-4;adam_eps=1.5e-4;learning_starts=1600;"
                   "train_freq=1;target_update=2000;eps_end=0.01;eps_frames=2000",
                   given, user);
+    if (is_image(env)) kind_defaults(cfg, DOPAMINE_C51, given, user);
     fill_auto(cfg, env);
 }
 
@@ -260,8 +270,9 @@ static sm_status dqn_check(const void *cfgv, const sm_env_spec *env, sm_error *e
         return sm_fail(err, SM_ERR_ARG, "optimizer must be adam or rmsprop (got '%s')", c->optimizer);
     if (strcmp(c->loss, "huber") && strcmp(c->loss, "mse"))
         return sm_fail(err, SM_ERR_ARG, "loss must be huber or mse (got '%s')", c->loss);
-    if (c->prioritized && !(c->per_alpha >= 0 && c->per_beta >= 0 && c->per_beta <= 1 && c->per_eps > 0))
-        return sm_fail(err, SM_ERR_ARG, "per_alpha >= 0, per_beta in [0, 1] and per_eps > 0 are needed");
+    if (c->prioritized &&
+        !(c->per_alpha >= 0 && c->per_beta >= 0 && c->per_beta <= 1 && c->per_beta_end >= 0 && c->per_beta_end <= 1 && c->per_eps > 0))
+        return sm_fail(err, SM_ERR_ARG, "per_alpha >= 0, per_beta and per_beta_end in [0, 1] and per_eps > 0 are needed");
     if (c->log_every < 1 || c->ckpt_every < 0) return sm_fail(err, SM_ERR_ARG, "log_every must be >= 1 and ckpt_every >= 0");
     if (c->reset_every < 0 || c->reset_experts < 0 || !isfinite(c->reset_shrink) || !isfinite(c->reset_perturb))
         return sm_fail(err, SM_ERR_ARG, "reset_every and reset_experts must be >= 0, reset_shrink and reset_perturb finite");
@@ -286,14 +297,16 @@ static const char *const kPresets[] = {
      * counted in agent steps, which are MinAtar's frames: Adam 6.25e-5 / 1.5e-4, batch 32, an update
      * every 4 steps, target every 8000, learning after 20000, epsilon 1 -> 0.01 over 250k, MSE (the
      * paper's change from DQN's Huber), no double Q (its Rainbow-lite is C51, n-step and prioritised
-     * replay only). Three deviations: the replay stays MinAtar's 100k (Table 1: 1M, sized for 200M
-     * Atari frames); rewards are not clipped (Table 1: clipped; MinAtar's rewards are small, but a
-     * Seaquest surfacing pays up to 10); sticky actions stay MinAtar's 0.1 (Dopamine's 0.25). The
+     * replay only), and for C51 Dopamine's MinAtar choices (DOPAMINE_C51: importance exponent fixed
+     * at 0.5, support [-100, 100]). Three deviations: the replay stays MinAtar's 100k (Table 1: 1M,
+     * sized for 200M Atari frames); rewards are not clipped (Table 1: clipped; MinAtar's rewards are
+     * small, but a Seaquest surfacing pays up to 10; Dopamine's own MinAtar configurations do not clip
+     * either, hence their support of 100); sticky actions stay MinAtar's 0.1 (Dopamine's 0.25). The
      * network, n-step, atoms and prioritised replay are left to the agent: with `dqn` this is the
      * paper's DQN, with `rainbow` its Rainbow-lite; DER has its own column, `der`'s defaults. */
     "dopamine",
     "num_envs=1;buffer_size=100000;batch_size=32;tau=1;gamma=0.99;optimizer=adam;lr=6.25e-5;adam_eps=1.5e-4;loss=mse;double_q=0;"
-    DOPAMINE_SCHEDULE,
+    DOPAMINE_SCHEDULE ";" DOPAMINE_C51,
     NULL};
 
 /* ---- the agent ---- */
@@ -592,12 +605,14 @@ static sm_status read_ckpt(const char *main_path, const sm_agent_kind *k, const 
                *set = sm_safetensors_meta(&st, "agent_settings"), *net = sm_safetensors_meta(&st, "model");
     cJSON *mine = sm_agent_config_to_json(k, c);
     char *mine_s = mine ? cJSON_PrintUnformatted(mine) : NULL, *net_s = sm_model_config_to_json(&n->q->cfg);
+    char *theirs = sm_agent_settings_canonical(k, set); /* a checkpoint older than an option: its default */
     cJSON_Delete(mine);
     if (!agent || strcmp(agent, k->name)) s = sm_fail(err, SM_ERR_MISMATCH, "%s: written by agent '%s', not %s", path, agent ? agent : "none", k->name);
     else if (!env || strcmp(env, run->env)) s = sm_fail(err, SM_ERR_MISMATCH, "%s: trained on %s, not %s", path, env ? env : "none", run->env);
-    else if (!set || !mine_s || strcmp(set, mine_s)) s = sm_fail(err, SM_ERR_MISMATCH, "%s: its agent settings differ from this run's (%s vs %s)", path, set ? set : "none", mine_s ? mine_s : "?");
+    else if (!theirs || !mine_s || strcmp(theirs, mine_s)) s = sm_fail(err, SM_ERR_MISMATCH, "%s: its agent settings differ from this run's (%s vs %s)", path, set ? set : "none", mine_s ? mine_s : "?");
     else if (!net || !net_s || strcmp(net, net_s)) s = sm_fail(err, SM_ERR_MISMATCH, "%s: its network differs from this run's", path);
     free(mine_s);
+    free(theirs);
     free(net_s);
     sm_ckpt_set sets[] = {{"", &n->q->params, opt}, {"target.", &n->qt->params, NULL}};
     if (s == SM_OK) s = sm_checkpoint_read_sets(&st, path, sets, 2, NULL, err);
@@ -995,7 +1010,7 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
             if ((st = sm_rl_log_record(&log, ct.frames, kEp, vals, 3, err)) != SM_OK) goto done;
         }
         if (ct.frames >= c.learning_starts && ct.vsteps % c.train_freq == 0 && sm_replay_size(&rb) > 0) {
-            double beta = c.per_beta + (1 - c.per_beta) * fmin(1.0, (double)ct.frames / (double)total), mq;
+            double beta = c.per_beta + (c.per_beta_end - c.per_beta) * fmin(1.0, (double)ct.frames / (double)total), mq;
             double L = NAN;
             n.poison = run->fault_nan_update > 0 && ct.updates + 1 == run->fault_nan_update &&
                        (run->fault_rank < 0 || run->fault_rank == rank);

@@ -26,6 +26,21 @@ sm_status sm_agent_config_from_json(const sm_agent_kind *k, void *cfg, const cJS
     return SM_OK;
 }
 
+char *sm_agent_settings_canonical(const sm_agent_kind *k, const char *json) {
+    cJSON *o = json ? cJSON_Parse(json) : NULL;
+    void *cfg = o ? calloc(1, k->cfg_bytes) : NULL;
+    sm_error e = {0};
+    char *out = NULL;
+    if (cfg && sm_agent_config_from_json(k, cfg, o, "agent_settings", &e) == SM_OK) {
+        cJSON *c = sm_agent_config_to_json(k, cfg);
+        out = c ? cJSON_PrintUnformatted(c) : NULL;
+        cJSON_Delete(c);
+    }
+    free(cfg);
+    cJSON_Delete(o);
+    return out;
+}
+
 sm_status sm_rl_log_open(sm_rl_log *l, const sm_rl_run *run, const sm_agent_kind *k, const void *cfg,
                          const sm_model_config *net, long frames0, sm_error *err) {
     memset(l, 0, sizeof *l);

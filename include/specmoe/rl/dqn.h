@@ -36,7 +36,8 @@ typedef struct {
     int atoms;             /* 1: expected Q; >= 2: C51 with `atoms` atoms on [v_min, v_max] */
     double v_min, v_max;
     int prioritized;
-    double per_alpha, per_beta, per_eps; /* beta annealed to 1 over the run */
+    double per_alpha, per_beta, per_eps; /* the importance exponent: per_beta -> per_beta_end, linear over the run */
+    double per_beta_end;
     double max_grad_norm;  /* 0: no clipping */
     int log_every;         /* frames between loss records */
     /* resets / shrink-and-perturb of the network's experts (SoftMoE-in-RL Sec. 6; methods/softmoe_rl/reset.h) */

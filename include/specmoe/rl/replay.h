@@ -3,7 +3,7 @@
  *
  * Layout: `rows` rows of N columns, one column per environment of the vector, so consecutive rows
  * of a column are consecutive steps of one environment (the n-step look-ahead follows the column).
- * Binary image observations are stored as bytes (a quarter of the memory). Each transition keeps
+ * Binary image observations are stored as bits (a 32nd of the memory). Each transition keeps
  * its own next observation, so a truncated episode bootstraps from its real last observation.
  *
  * n-step target of the transition at (row t, column i), m = min(n, steps to the episode's end):
@@ -57,7 +57,7 @@ typedef struct {
     double alpha, max_prio;
 } sm_replay;
 
-/* capacity transitions (rounded down to a multiple of N, at least n_step rows). */
+/* capacity transitions (rounded down to a multiple of N, at least n_step + 1 rows). */
 sm_status sm_replay_init(sm_replay *r, long capacity, int N, int D, int binary, int n_step, double gamma,
                          int prioritized, double alpha, sm_error *err);
 void sm_replay_free(sm_replay *r);

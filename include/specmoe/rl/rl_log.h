@@ -33,6 +33,11 @@ sm_status sm_rl_log_close(sm_rl_log *l, sm_error *err);
 struct cJSON *sm_agent_config_to_json(const sm_agent_kind *k, const void *cfg);
 sm_status sm_agent_config_from_json(const sm_agent_kind *k, void *cfg, const struct cJSON *o, const char *what,
                                     sm_error *err);
+/* Settings JSON as this build writes it: parsed (an option the text lacks takes its default) and
+ * printed again, unformatted; NULL when it does not parse. A checkpoint written before an option
+ * existed compares equal to a run that leaves it at its default, which is the old behaviour by the
+ * rule that a new option's default keeps what the code did before. The caller frees it. */
+char *sm_agent_settings_canonical(const sm_agent_kind *k, const char *json);
 
 #ifdef __cplusplus
 }
