@@ -223,3 +223,52 @@ Test(replay, binary_observations_are_bits_and_come_back_exactly) {
     sm_replay_free(&r);
     sm_replay_free(&r2);
 }
+
+/* Prioritised replay over a ring that has wrapped (8 rows, 3-step returns, 30 rows written):
+ *  - only rows with their whole look-ahead written are sampled (the 8 newest minus the last 2);
+ *  - importance weights are (size P)^-beta over the batch maximum (Schaul et al. Sec. 3.4);
+ *  - a row that becomes sampleable enters at the largest priority seen so far. */
+Test(replay, prioritised_wraps_weights_and_new_rows_at_max_priority) {
+    const double alpha = 0.5, beta = 0.5;
+    sm_replay r;
+    cr_assert_eq(sm_replay_init(&r, 8, 1, 1, 0, 3, 0.9, 1, alpha, NULL), SM_OK);
+    add_steps(&r, 0, 30, -1, 0);
+    cr_assert_eq(sm_replay_size(&r), 6);
+    /* known priorities for the six sampleable rows (observations 22..27 sit at rows 22 % 8 ..) */
+    long idx[6];
+    float prio[6];
+    for (int k = 0; k < 6; k++) idx[k] = (22 + k) % 8, prio[k] = (float)(k + 1);
+    sm_replay_update(&r, idx, prio, 6, 0);
+    double total = 0;
+    for (int k = 0; k < 6; k++) total += pow(k + 1, alpha);
+    cr_assert_float_eq(sm_sumtree_total(&r.tree), total, 1e-9, "the two rows still waiting hold no mass");
+    enum { B = 256 };
+    float buf[5 * B];
+    int act[B];
+    long bidx[B];
+    sm_replay_batch b = {.act = act, .idx = bidx, .obs = buf, .next = buf + B, .ret = buf + 2 * B, .disc = buf + 3 * B,
+                         .weight = buf + 4 * B};
+    sm_rng g;
+    sm_rng_seed(&g, 3);
+    cr_assert_eq(sm_replay_sample(&r, B, &g, beta, &b), 0);
+    /* the smallest priority gives the largest weight: (6 P_min)^-beta is the batch maximum when sampled */
+    double wmax = 0;
+    for (int k = 0; k < B; k++) {
+        int t = (int)b.obs[k];
+        cr_assert(t >= 22 && t <= 27, "row of observation %d sampled: its look-ahead is not written", t);
+        cr_assert_float_eq(b.ret[k], (t + 1) + 0.9 * (t + 2) + 0.81 * (t + 3), 1e-3);
+        double w = pow(6 * pow(t - 21, alpha) / total, -beta);
+        wmax = w > wmax ? w : wmax;
+    }
+    for (int k = 0; k < B; k++) {
+        int t = (int)b.obs[k];
+        double w = pow(6 * pow(t - 21, alpha) / total, -beta) / wmax;
+        cr_assert_float_eq(b.weight[k], w, 1e-5, "weight of observation %d", t);
+    }
+    cr_assert_float_eq(b.wmax, wmax, 1e-6 * wmax);
+    /* one more row: the row of observation 28 gets its look-ahead and enters at the maximum priority 6 */
+    add_steps(&r, 30, 31, -1, 0);
+    cr_assert_float_eq(sm_sumtree_get(&r.tree, 28 % 8), pow(6, alpha), 1e-9);
+    cr_assert_float_eq(sm_sumtree_get(&r.tree, 22 % 8), 0, 0, "the overwritten row of observation 22 left the tree");
+    sm_replay_free(&r);
+}
