@@ -883,6 +883,9 @@ expect 0 "bench sphere: the full tier is both families, 5 seeds, 1M frames per t
 expect 0 "bench sphere: a CRL task starts from the previous task's checkpoint" \
     "--env mujoco/reach-1 .*--out .*/crl/topk/s1/1-reach-1 --actor moe --init-from .*/crl/topk/s1/0-reach-0/checkpoint.safetensors" -- \
     "$bin" bench sphere --dry-run --out "$tmp/sph-plan"
+expect 0 "bench sphere: the reach family runs without observation and reward normalisers (MetaWorld's setting), the cheetah with them" \
+    "--env mujoco/reach-0 --norm-obs 0 --norm-reward 0 --out .*--env mujoco/cheetah-run --out " -- \
+    sh -c '"$0" bench sphere --tier full --figures 13 --methods topk --seeds 1 --dry-run --out "$1" | grep -E "crl/topk/s1/0-" | sort -r | tr "\n" " "' "$bin" "$tmp/sph-plan"
 expect 2 "bench sphere: an unknown figure is named with the valid ones" "unknown figure '9' \(2, 3, 13" -- "$bin" bench sphere --figures 2,9
 expect 0 "bench sphere: Table 6's baselines run under CRL at their defaults" "--actor moe --specreg 1e-3 .*--init-from" -- \
     "$bin" bench sphere --figures 6 --dry-run --out "$tmp/sph-plan6"

@@ -155,7 +155,7 @@ static void check_cchain(int moe, uint64_t seed) {
     cr_assert_eq(ns, 2);
     cr_expect_str_eq(keys[0], "cchain/churn");
     const double Lc = vals[0], coef = vals[1];
-    cr_expect(Lc > 0 && fabs(coef - 0.5 * 2.0 / (Lc + 1e-8)) < 1e-12 * coef, "coef %g for churn %g", coef, Lc);
+    cr_expect(Lc > 0 && coef == 100, "coef %g for churn %g: a launch's first updates run at 100", coef, Lc);
     sm_real *g = malloc(sizeof(sm_real) * P);
     for (size_t i = 0; i < P; i++) g[i] = (sm_real)(ps->grad[i] / coef);
     churn_ctx c = {m, prev, x, N, malloc(sizeof(sm_real) * N * 3)};
@@ -170,6 +170,48 @@ static void check_cchain(int moe, uint64_t seed) {
 Test(grad_baselines, cchain_gradient_and_coefficient) {
     check_cchain(0, 7);
     check_cchain(1, 8);
+}
+
+/* C-CHAIN's coefficient over a launch, as the authors' PPO code: 100 until 50 updates have ended,
+ * then after each update beta * mean |L_main| / (mean L_churn + 1e-8) * frac over the last 100
+ * updates' final steps (one step per update here) */
+Test(grad_baselines, cchain_coefficient_schedule) {
+    enum { N = 6, U = 130 };
+    sm_rng r;
+    sm_rng_seed(&r, 21);
+    sm_model *m = baselines_fixture(0, SM_ACT_TANH, N, &r);
+    float x[N * 4];
+    for (int i = 0; i < N * 4; i++) x[i] = (float)sm_rng_normal(&r);
+    sm_error err;
+    const double beta = 0.05, frac = 0.5;
+    sm_baselines_config bc = {.cchain = 1, .cchain_ratio = beta};
+    sm_baselines *b = sm_baselines_create(&bc, m, &r, &err);
+    cr_assert(b, "%s", err.msg);
+    double mains[U], churns[U];
+    const char *keys[SM_BASELINES_STATS];
+    double vals[SM_BASELINES_STATS];
+    for (int u = 0; u < U; u++) {
+        sm_baselines_churn(b, m, x, N);
+        sm_params_zero_grad(&m->params);
+        mains[u] = (u % 2 ? -1.0 : 1.0) * (0.5 + 0.01 * u); /* |L_main| enters */
+        sm_baselines_grad(b, m, mains[u]);
+        cr_assert_eq(sm_baselines_stats(b, keys, vals), 2);
+        churns[u] = u ? vals[0] : 0; /* the first step has no previous parameters: no churn */
+        if (u) {
+            double want = 100;
+            if (u >= 50) { /* the coefficient set after update u (u updates ended) */
+                const int n = u < 100 ? u : 100;
+                double sm = 0, sc = 0;
+                for (int k = u - n; k < u; k++) sm += fabs(mains[k]), sc += churns[k];
+                want = beta * (sm / n) / (sc / n + 1e-8) * frac;
+            }
+            cr_expect(fabs(vals[1] - want) <= 1e-12 * want, "update %d: coefficient %g, expected %g", u, vals[1], want);
+        }
+        sm_baselines_end_update(b, frac);
+        for (size_t i = 0; i < m->params.total; i++) m->params.data[i] += (sm_real)(0.01 * sm_rng_normal(&r));
+    }
+    sm_baselines_free(b);
+    sm_model_free(m);
 }
 
 /* SN: the raw gradient (G - <G, W_sn> u v^T) / sigma against finite differences of

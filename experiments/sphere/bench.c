@@ -66,11 +66,17 @@ typedef struct {
     const char *name;
     const char *tasks[SEQ + 1]; /* the sequence, then the held-out task */
     int success;                /* 1: scored by success rate, 0: by return */
+    const char *args;           /* the family's own rl train flags */
 } sp_family;
 
+/* Observation normalisation as the paper's two settings (App. A.4): HumanoidBench, which the cheetah
+ * stands in for, runs VecNormalize (the preset's running observation and reward normalisers);
+ * MetaWorld, which the reaching arm stands in for, none. The reach observation ends with the
+ * target's position, constant within a task: a normaliser carried into the next task would see its
+ * variance near 0 and feed the new target as an input clipped at +-10 for much of the task. */
 static const sp_family kFamilies[] = {
-    {"cheetah", {"mujoco/cheetah-run", "mujoco/cheetah-run-backward", "mujoco/cheetah-jump", "mujoco/cheetah-flip"}, 0},
-    {"reach", {"mujoco/reach-0", "mujoco/reach-1", "mujoco/reach-2", "mujoco/reach-3"}, 1},
+    {"cheetah", {"mujoco/cheetah-run", "mujoco/cheetah-run-backward", "mujoco/cheetah-jump", "mujoco/cheetah-flip"}, 0, ""},
+    {"reach", {"mujoco/reach-0", "mujoco/reach-1", "mujoco/reach-2", "mujoco/reach-3"}, 1, "--norm-obs 0 --norm-reward 0"},
 };
 #define N_FAMILIES ((int)(sizeof kFamilies / sizeof kFamilies[0]))
 
@@ -196,7 +202,7 @@ static int plan_run(sp_run *r, const sp_opts *o, const char *self, const sp_run 
              "--arch dense:%d,dense:%d,dense:%d --experts %d --topk 2 --temperature 1 --renorm 1 --balance 0 --threads 1 "
              "--progress-every 600 --frames %ld --seed %d --env %s",
              o->width, o->width, o->width, o->experts, o->frames, r->seed, F->tasks[r->task]);
-    bad |= cli_argv_words(a, b) | cli_argv_push(a, "--out") | cli_argv_push(a, r->dir);
+    bad |= cli_argv_words(a, b) | cli_argv_words(a, F->args) | cli_argv_push(a, "--out") | cli_argv_push(a, r->dir);
     const sp_method *m = &o->m[r->meth];
     bad |= cli_argv_words(a, m->args);
     if (m->rho > 0) {

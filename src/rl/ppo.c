@@ -92,13 +92,13 @@ static const sm_opt kOpts[] = {
     ROW("cbp", SM_OPT_BOOL, cbp, "0", "CBP baseline: continual backprop on the actor's hidden units (Dohare et al. 2024)"),
     ROW("cbp_rate", SM_OPT_NUM, cbp_rate, "1e-4", "CBP: replacement rate (fraction of mature units per step)"),
     ROW("cbp_decay", SM_OPT_NUM, cbp_decay, "0.99", "CBP: decay of the running utility"),
-    ROW("cbp_maturity", SM_OPT_INT, cbp_maturity, "100", "CBP: maturity threshold (steps before a unit may be replaced)"),
+    ROW("cbp_maturity", SM_OPT_INT, cbp_maturity, "10000", "CBP: maturity threshold (steps before a unit may be replaced; Dohare et al.'s PPO: 10000)"),
     ROW("sn", SM_OPT_BOOL, sn, "0", "SN baseline: spectral normalisation of the actor's hidden weight matrices (Miyato et al. 2018)"),
     ROW("specreg", SM_OPT_NUM, specreg, "0",
         "SR baseline: lambda of sum_W (sigma_max(W)^k - 1)^2 over every weight matrix of the actor (Lewandowski et al. 2025; 0: off)"),
     ROW("specreg_k", SM_OPT_NUM, specreg_k, "2", "SR: the exponent k"),
     ROW("cchain", SM_OPT_BOOL, cchain, "0", "C-CHAIN baseline: reduce the actor's churn on a reference batch (Tang et al. 2025)"),
-    ROW("cchain_ratio", SM_OPT_NUM, cchain_ratio, "0.1", "C-CHAIN: beta of the adaptive coefficient beta |L_policy| / L_churn"),
+    ROW("cchain_ratio", SM_OPT_NUM, cchain_ratio, "0.05", "C-CHAIN: beta of the coefficient beta mean |L_policy| / mean L_churn (100 for the first 50 updates)"),
     ROW("diag_every", SM_OPT_INT, diag_every, "0",
         "updates between diagnostics on a held-out batch (diag/: eNTK and feature effective ranks, feature norm, dormant ratio; 0: off)"),
     ROW("diag_states", SM_OPT_INT, diag_states, "32", "states in the held-out batch of the diagnostics (at most the minibatch)"),
@@ -1409,6 +1409,7 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
             break;
         }
         p.updates++;
+        sm_baselines_end_update(p.base, c->anneal_lr ? frac : 1.0); /* C-CHAIN's coefficient for the next update */
         double vals[] = {lr, s.v_loss, s.pg_loss, s.entropy, s.old_approx_kl, s.approx_kl, clipfrac,
                          explained_variance(p.b_val, p.b_ret, p.Bt), sm_rl_log_sps(&log, p.global_step),
                          p.sph_n ? p.sph_pen / p.sph_n : 0, p.sph_n ? p.sph_coef / p.sph_n : 0,

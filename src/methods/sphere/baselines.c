@@ -322,6 +322,9 @@ int sm_cbp_step(sm_cbp *c, sm_model *m, sm_optim *opt, int T, sm_rng *rng) {
 }
 
 /* ---- C-CHAIN (Tang et al. 2025; CHAIN, Tang & Berseth 2024: churn on a reference batch) ---------- */
+/* The coefficient's schedule of the authors' PPO code (baselines.h) */
+#define CCHAIN_INIT 100.0 /* lambda of a launch's first updates */
+#define CCHAIN_WARMUP 50  /* updates before the adaptive lambda */
 
 double sm_churn_loss(sm_real *dout, const sm_real *out, const sm_real *target, int n, int A) {
     double L = 0;
@@ -606,6 +609,8 @@ double sm_specreg_sigma_max(const sm_specreg *s) { return pow_sigma_max(&s->m); 
 
 /* ---- together --------------------------------------------------------------------------------- */
 
+#define CCHAIN_WINDOW 100 /* C-CHAIN: updates the adaptive lambda averages over */
+
 struct sm_baselines {
     sm_baselines_config c;
     sm_real *work;  /* PW scratch */
@@ -623,6 +628,10 @@ struct sm_baselines {
     double churn;         /* this step's L_churn (NAN: none) */
     double ch_sum, coef_sum;
     long ch_n;
+    double coef;          /* lambda of the coming steps */
+    double last_main, last_churn; /* the last step's |L_main| and L_churn */
+    long updates;         /* updates ended in this launch */
+    double win_main[CCHAIN_WINDOW], win_churn[CCHAIN_WINDOW]; /* the last updates' values, a ring */
 };
 
 sm_baselines *sm_baselines_create(const sm_baselines_config *c, sm_model *m, sm_rng *rng, sm_error *err) {
@@ -670,6 +679,7 @@ sm_baselines *sm_baselines_create(const sm_baselines_config *c, sm_model *m, sm_
             sm_fail(err, e.code, "cchain: the copy of the network: %s", e.msg);
             goto fail;
         }
+        b->coef = CCHAIN_INIT;
         b->gchurn = malloc(sizeof(sm_real) * m->params.total);
         b->target = malloc(sizeof(sm_real) * (size_t)m->max_T * m->cfg.n_classes);
         if (!b->gchurn || !b->target) {
@@ -717,14 +727,26 @@ void sm_baselines_grad(sm_baselines *b, sm_model *m, double loss_main) {
         b->sr_n++;
     }
     if (!b->prev) return;
+    b->last_main = fabs(loss_main), b->last_churn = isnan(b->churn) ? 0 : b->churn;
     if (!isnan(b->churn)) {
-        /* CHAIN's adaptive coefficient: the churn term kept at beta times the main loss's size */
-        const double coef = b->c.cchain_ratio * fabs(loss_main) / (b->churn + 1e-8);
-        for (size_t i = 0; i < m->params.total; i++) m->params.grad[i] += (sm_real)(coef * b->gchurn[i]);
-        b->ch_sum += b->churn, b->coef_sum += coef, b->ch_n++;
+        for (size_t i = 0; i < m->params.total; i++) m->params.grad[i] += (sm_real)(b->coef * b->gchurn[i]);
+        b->ch_sum += b->churn, b->coef_sum += b->coef, b->ch_n++;
     }
     memcpy(b->prev->params.data, m->params.data, sizeof(sm_real) * m->params.total);
     b->have_prev = 1;
+}
+
+void sm_baselines_end_update(sm_baselines *b, double frac) {
+    if (!b || !b->prev) return;
+    const int w = (int)(b->updates % CCHAIN_WINDOW);
+    b->win_main[w] = b->last_main, b->win_churn[w] = b->last_churn;
+    b->updates++;
+    if (b->updates < CCHAIN_WARMUP) return;
+    /* the churn term kept at beta times the main loss's size, over the last updates */
+    const long n = b->updates < CCHAIN_WINDOW ? b->updates : CCHAIN_WINDOW;
+    double sm = 0, sc = 0;
+    for (long i = 0; i < n; i++) sm += b->win_main[i], sc += b->win_churn[i];
+    b->coef = b->c.cchain_ratio * (sm / n) / (sc / n + 1e-8) * frac;
 }
 
 void sm_baselines_before_step(sm_baselines *b, sm_model *m) {
@@ -741,7 +763,7 @@ void sm_baselines_after_step(sm_baselines *b, sm_model *m, sm_optim *opt, int T,
 
 /* The state's pieces in one order for both directions: (pointer, bytes) pairs into parts (at most
  * STATE_PARTS). */
-#define STATE_PARTS 16
+#define STATE_PARTS 24
 static int state_parts(const sm_baselines *b, void **ptr, size_t *len) {
     int n = 0;
     ptr[n] = (void *)&b->steps, len[n++] = sizeof b->steps;
@@ -756,6 +778,10 @@ static int state_parts(const sm_baselines *b, void **ptr, size_t *len) {
     if (b->prev) {
         ptr[n] = (void *)&b->have_prev, len[n++] = sizeof b->have_prev;
         ptr[n] = b->prev->params.data, len[n++] = sizeof(sm_real) * b->prev->params.total;
+        ptr[n] = (void *)&b->coef, len[n++] = sizeof b->coef;
+        ptr[n] = (void *)&b->updates, len[n++] = sizeof b->updates;
+        ptr[n] = (void *)b->win_main, len[n++] = sizeof b->win_main;
+        ptr[n] = (void *)b->win_churn, len[n++] = sizeof b->win_churn;
     }
     return n;
 }

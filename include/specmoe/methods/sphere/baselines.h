@@ -18,7 +18,11 @@
  *         step, its gradient 2 lambda (sigma^k - 1) k sigma^(k-1) u v^T added to the parameter gradient.
  *   C-CHAIN  churn reduction (Tang et al. 2025): lambda * L_churn, the mean squared change of the
  *         outputs on a reference batch between the current parameters and those before the last
- *         optimiser step, lambda = beta |L_main| / (L_churn + 1e-8) per step (no gradient through it).
+ *         optimiser step (no gradient through lambda). lambda follows the authors' PPO code
+ *         (bluecontra/C-CHAIN, crl_dmc): 100 for the first 50 updates of a launch (each task of a
+ *         continual sequence is one), then after every update beta * mean |L_main| / (mean L_churn
+ *         + 1e-8) * frac over the last 100 updates' final minibatches, frac the learning rate's
+ *         annealing fraction (1 without annealing), beta 0.05 (their target_rel_loss_scale).
  *
  *   sm_baselines_config bc = {.pw = 1, .pw_coef = 1e-3, .pw_scale = 1};
  *   sm_baselines *b = sm_baselines_create(&bc, actor, &err);
@@ -161,7 +165,7 @@ typedef struct {
     double specreg;        /* spectral regularisation's lambda (0: off) */
     double specreg_k;      /* its exponent k */
     int cchain;            /* C-CHAIN churn reduction on */
-    double cchain_ratio;   /* beta: lambda = beta |L_main| / (L_churn + 1e-8) */
+    double cchain_ratio;   /* beta of lambda = beta mean |L_main| / mean L_churn */
 } sm_baselines_config;
 
 typedef struct sm_baselines sm_baselines;
@@ -177,6 +181,10 @@ void sm_baselines_churn(sm_baselines *b, sm_model *m, const float *x, int n);
  * with the main loss L_main that sets C-CHAIN's coefficient), and keeps the parameters the coming
  * optimiser step starts from (C-CHAIN's previous iterate). */
 void sm_baselines_grad(sm_baselines *b, sm_model *m, double loss_main);
+/* After an update's last minibatch (PPO: a rollout's epochs): C-CHAIN's coefficient for the next
+ * update, from the windows of the updates' last |L_main| and L_churn; frac scales it as the
+ * learning rate's annealing does (1 without annealing). */
+void sm_baselines_end_update(sm_baselines *b, double frac);
 /* Right before clipping and the optimiser step, after every gradient has been added: SN's raw
  * gradient and weights (sm_sn_to_raw). */
 void sm_baselines_before_step(sm_baselines *b, sm_model *m);
@@ -184,7 +192,7 @@ void sm_baselines_before_step(sm_baselines *b, sm_model *m);
  * activations of the step's forward of T examples. */
 void sm_baselines_after_step(sm_baselines *b, sm_model *m, sm_optim *opt, int T, sm_rng *rng);
 /* The state a resumed run needs to continue bit for bit (the step count, CBP's utilities, means and
- * ages, SN's and SR's u, v and sigma, C-CHAIN's previous parameters), as bytes of this build: its size, and
+ * ages, SN's and SR's u, v and sigma, C-CHAIN's previous parameters, coefficient and windows), as bytes of this build: its size, and
  * a copy out of b or into it (the network's shapes must be those it was taken from). */
 size_t sm_baselines_state_bytes(const sm_baselines *b);
 void sm_baselines_state_save(const sm_baselines *b, void *out);
