@@ -900,10 +900,14 @@ sph_tiny="--figures 13,fmnist --seeds 1 --frames 2048 --episodes 2 --states 8 --
 expect 0 "bench sphere: a tiny study trains, evaluates and prints SPHERE vs Top-k and Fashion-MNIST" \
     "^\| topk\+sphere \| [0-9.]+ \+- 0 \|" -- sh -c "'$bin' bench sphere $sph_tiny --out '$tmp/sph' && grep -q '\"smoke_test\":\s*true' '$tmp/sph/summary.json' &&
     grep -q '^| sphere | [0-9.]* +- 0 |' '$tmp/sph/summary.md' && [ \$(wc -l < '$tmp/sph/runs.jsonl') -eq 36 ] &&
-    grep -q '^| cbp | [0-9.]* +- 0 |' '$tmp/sph/summary.md'"
+    grep -q '^| cbp | [0-9.]* +- 0 |' '$tmp/sph/summary.md' && grep -q '^copy of .*/rl/topk/reach-0/s1' '$tmp/sph/reach/crl/topk/s1/0-reach-0/done' &&
+    cmp -s '$tmp/sph/reach/rl/topk/reach-0/s1/checkpoint.safetensors' '$tmp/sph/reach/crl/topk/s1/0-reach-0/checkpoint.safetensors'"
 expect 0 "bench sphere: a finished study is not run again" "runs=37 to_run=0 " -- "$bin" bench sphere $sph_tiny --out "$tmp/sph"
-expect 0 "bench sphere --methods: only those methods' runs (and the held-out policy)" "runs=13 to_run=13 " -- \
+expect 0 "bench sphere --methods: only those methods' runs (and the held-out policy); each CRL chain's first task is a copy" "runs=13 to_run=11 " -- \
     "$bin" bench sphere --figures 13 --seeds 1 --methods topk,sphere --dry-run --out "$tmp/sph-plan"
+expect 0 "bench sphere: a CRL chain's first task takes the files of its RL run (the same command but --out)" \
+    "^# copy of .*/reach/rl/topk/reach-0/s1: .*/reach/crl/topk/s1/0-reach-0\$" -- \
+    "$bin" bench sphere --figures 13 --seeds 1 --methods topk --dry-run --out "$tmp/sph-plan"
 expect 2 "bench sphere --methods: an unknown method is named with the valid ones" "unknown method 'lnn' \(ppo,topk," -- \
     "$bin" bench sphere --methods topk,lnn --dry-run
 expect 0 "bench sphere --train 0: tables of the runs done so far, partial cells say n=" "^\| sphere \| [0-9.]+ \+- 0 \(n=1\) \|" -- \

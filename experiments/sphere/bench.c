@@ -7,9 +7,13 @@
  *        schedule and the reward normaliser start fresh, as a new launch that loads the previous
  *        weights); each task scored right after its training, and the final policy scored on every
  *        task of the sequence (their average: Table 17's summary, App. J.8.1).
+ *   A CRL chain's first task and the RL run of that task are the same `rl train` command but --out:
+ *   when a method runs under both, it trains once and the other directory takes its files (`done`
+ *   says "copy of ..."; --dry-run prints "# copy of SRC: DST").
  *
  * Scores: the greedy policy's mean episodic return (cheetah) or success rate (reach) over
- * --episodes episodes. Spectral plasticity (Eq. 7): the exact eNTK effective rank of the actor mean
+ * --episodes episodes. Observation and reward normalisation as the paper's settings (App. A.4):
+ * the cheetah with them (HumanoidBench's VecNormalize), the reach family without (MetaWorld). Spectral plasticity (Eq. 7): the exact eNTK effective rank of the actor mean
  * projected on a fixed unit direction, on a fixed held-out batch of --states observations collected
  * by the greedy policy of dense PPO trained from scratch on a task left out of the sequence (the
  * paper's "Stair" policy), reused across checkpoints and methods; each policy sees them through its
@@ -105,6 +109,7 @@ typedef struct {
     cli_argv cmd;
     int fam, meth, proto, task, seed;
     int dep;   /* run that must end first (CRL's previous task; -1: none) */
+    int copy_of; /* a run of the same command but --out whose files this one takes (-1: none) */
     int state; /* 0 to run, 1 running, 2 ok, 3 failed */
     int pid;
     double t0;
@@ -220,7 +225,7 @@ static int add_run(sp_run *runs, int *n, const sp_opts *o, const char *self, int
                    int seed, int dep) {
     sp_run *r = &runs[*n];
     memset(r, 0, sizeof *r);
-    r->fam = fam, r->meth = meth, r->proto = proto, r->task = task, r->seed = seed, r->dep = dep;
+    r->fam = fam, r->meth = meth, r->proto = proto, r->task = task, r->seed = seed, r->dep = dep, r->copy_of = -1;
     const char *tn = strchr(kFamilies[fam].tasks[task], '/') + 1;
     if (proto == P_CRL)
         snprintf(r->dir, sizeof r->dir, "%s/%s/crl/%s/s%d/%d-%s", o->out, kFamilies[fam].name, o->m[meth].name, seed, task, tn);
@@ -238,6 +243,29 @@ static int add_run(sp_run *runs, int *n, const sp_opts *o, const char *self, int
 
 /* ---- running --------------------------------------------------------------------------------- */
 
+/* A run's files into dst (its `done` last): the checkpoint, metrics, log and settings. */
+static int copy_run(const char *src, const char *dst) {
+    static const char *const kFiles[] = {"checkpoint.safetensors", "metrics.jsonl", "train.log", "settings.json"};
+    if (cli_mkdirs(dst)) return -1;
+    for (size_t i = 0; i < sizeof kFiles / sizeof kFiles[0]; i++) {
+        char a[700], b[700];
+        snprintf(a, sizeof a, "%s/%s", src, kFiles[i]);
+        snprintf(b, sizeof b, "%s/%s", dst, kFiles[i]);
+        FILE *in = fopen(a, "rb"), *out = in ? fopen(b, "wb") : NULL;
+        int bad = !in || !out;
+        char buf[1 << 16];
+        for (size_t k; !bad && (k = fread(buf, 1, sizeof buf, in)) > 0;) bad = fwrite(buf, 1, k, out) != k;
+        bad |= in && ferror(in);
+        if (in) fclose(in);
+        if (out && fclose(out)) bad = 1;
+        if (bad) return -1;
+    }
+    char done[600], text[600];
+    snprintf(done, sizeof done, "%s/done", dst);
+    snprintf(text, sizeof text, "copy of %s\n", src);
+    return cli_write_text(done, text);
+}
+
 static int run_all(sp_run *runs, int n, int jobs) {
     int running = 0, failed = 0;
     const double t_start = sm_time_now();
@@ -250,6 +278,14 @@ static int run_all(sp_run *runs, int n, int jobs) {
                 continue;
             }
             if (r->dep >= 0 && runs[r->dep].state != 2) continue;
+            if (r->copy_of >= 0) { /* the same training ran under the other protocol: its files */
+                const int ok = copy_run(runs[r->copy_of].dir, r->dir) == 0;
+                r->state = ok ? 2 : 3;
+                failed += !ok;
+                printf("bench-sphere-run dir=%s status=%s copy_of=%s\n", r->dir, ok ? "copied" : "failed", runs[r->copy_of].dir);
+                fflush(stdout);
+                continue;
+            }
             if (cli_mkdirs(r->dir) || (r->pid = cli_spawn(&r->cmd, r->log)) < 0) {
                 fprintf(stderr, "specmoe bench sphere: cannot start %s\n", r->dir);
                 r->state = 3, failed++;
@@ -595,7 +631,7 @@ int exp_sphere_bench(int argc, char **argv) {
         {"seeds", FL_INT, &seeds, "0", "seeds (0: the tier's: quick 2, full 5)", 0},
         {"frames", FL_LONG, &frames, "0", "frames per task (0: the tier's: quick 20480, full 1000000)", 0},
         {"episodes", FL_INT, &o.episodes, "16", "evaluation episodes per score", 0},
-        {"states", FL_INT, &o.states, "32", "held-out states of the eNTK rank", 0},
+        {"states", FL_INT, &o.states, "0", "held-out states of the eNTK rank (0: the tier's: quick 32, full 256)", 0},
         {"width", FL_INT, &o.width, "64", "hidden width of the actors' 3 layers (the paper: 256)", 0},
         {"experts", FL_INT, &o.experts, "8", "experts of the MoE actors (the paper: 10)", 0},
         {"rho", FL_DOUBLE, &o.rho, "0.001", "SPHERE's ratio, grad mode (the paper's HumanoidBench setting)", 0},
@@ -618,6 +654,7 @@ int exp_sphere_bench(int argc, char **argv) {
     o.families = families ? families : full ? "cheetah,reach" : "reach";
     o.seeds = seeds > 0 ? seeds : full ? 5 : 2;
     o.frames = frames > 0 ? frames : full ? 1000000 : 20480;
+    if (o.states == 0) o.states = full ? 256 : 32;
     if (o.sl.epochs <= 0) o.sl.epochs = full ? 5 : 2;
     if (o.sl.per_class < 0) o.sl.per_class = full ? 0 : 1000;
     o.sl.seeds = o.seeds;
@@ -674,8 +711,17 @@ int exp_sphere_bench(int argc, char **argv) {
         for (int m = 0; m < o.n_methods && !bad; m++) {
             const int p = method_protocols(&o, m);
             for (int s = 1; s <= o.seeds && !bad; s++) {
+                const int rl0 = n;
                 for (int t = 0; t < SEQ && (p & 1); t++) bad |= add_run(runs, &n, &o, self, f, m, P_RL, t, s, -1);
+                const int crl0 = n;
                 for (int t = 0; t < SEQ && (p & 2); t++) bad |= add_run(runs, &n, &o, self, f, m, P_CRL, t, s, t ? n - 1 : -1);
+                /* a CRL chain's first task is its RL run of task 0 (the same command but --out): run
+                 * once, the other protocol takes its files */
+                if ((p & 3) == 3 && !bad) {
+                    sp_run *a = &runs[rl0], *c = &runs[crl0];
+                    if (c->state == 2 && a->state != 2) a->copy_of = a->dep = crl0;
+                    else if (c->state != 2) c->copy_of = c->dep = rl0;
+                }
             }
         }
     }
@@ -686,7 +732,7 @@ int exp_sphere_bench(int argc, char **argv) {
     }
     long planned = 0;
     int todo = 0;
-    for (int i = 0; i < n; i++) todo += runs[i].state == 0;
+    for (int i = 0; i < n; i++) todo += runs[i].state == 0 && runs[i].copy_of < 0;
     planned = (long)todo * o.frames;
     printf("bench-sphere tier=%s%s figures=%s families=%s seeds=%d frames_per_task=%ld runs=%d to_run=%d frames_to_run=%ld "
            "jobs=%d out=%s\n",
@@ -694,6 +740,10 @@ int exp_sphere_bench(int argc, char **argv) {
            o.frames, n, todo, planned, o.jobs, o.out);
     if (o.dry_run) {
         for (int i = 0; i < n; i++) {
+            if (runs[i].state != 2 && runs[i].copy_of >= 0) {
+                printf("# copy of %s: %s\n", runs[runs[i].copy_of].dir, runs[i].dir);
+                continue;
+            }
             printf("%s", runs[i].state == 2 ? "# done: " : "");
             for (int a = 0; a < runs[i].cmd.argc; a++) printf("%s%s", a ? " " : "", runs[i].cmd.argv[a]);
             printf("\n");
@@ -717,7 +767,12 @@ int exp_sphere_bench(int argc, char **argv) {
     cJSON_AddNumberToObject(json, "frames_per_task", (double)o.frames);
     cJSON_AddArrayToObject(json, "tables");
     cli_buf jl = {0};
-    float *states = malloc(sizeof(float) * (size_t)o.states * 64);
+    int Dmax = 1; /* the widest observation of the families */
+    for (int f = 0; f < N_FAMILIES; f++) {
+        const sm_env_spec *e = sm_env_find(kFamilies[f].tasks[SEQ]);
+        if (e && sm_env_obs_numel(e) > Dmax) Dmax = sm_env_obs_numel(e);
+    }
+    float *states = malloc(sizeof(float) * (size_t)o.states * Dmax);
     sm_error err = {0};
     for (int f = 0; f < N_FAMILIES && states; f++) {
         if (held[f] < 0 || runs[held[f]].state != 2) continue;
