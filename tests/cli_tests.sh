@@ -867,6 +867,13 @@ expect 0 "rl train --init-from: the next task starts from the previous task's ch
 expect 1 "rl train --init-from: a checkpoint of other settings is refused" "crl0/checkpoint.safetensors: its agent settings" -- \
     "$bin" rl train --env mujoco/reach-1 --agent ppo --num-envs 2 --num-steps 32 --num-minibatches 2 --frames 256 --out "$tmp/crl2" \
     --init-from "$tmp/crl0/checkpoint.safetensors"
+# SN after --init-from: the power iterations start from the loaded (normalised) weights, whose
+# sigma is 1, not from the fresh network's (about 1.5 here): the first sigma_max stays near 1
+expect 0 "rl train --init-from: spectral normalisation continues from the loaded weights" "^ok\$" -- sh -c '
+    A="--agent ppo --actor moe --arch dense:16,dense:16 --experts 2 --topk 1 --sn 1 --num-steps 1024"
+    "$0" rl train $A --env mujoco/reach-0 --frames 8192 --out "$1/sn0" >/dev/null 2>&1 &&
+    "$0" rl train $A --env mujoco/reach-1 --frames 2048 --out "$1/sn1" --init-from "$1/sn0/checkpoint.safetensors" >/dev/null 2>&1 &&
+    grep -o "\"sn/sigma_max\": [0-9.]*" "$1/sn1/metrics.jsonl" | head -1 | awk "{ print (\$2 < 1.3 ? \"ok\" : \"sigma_max \" \$2) }"' "$bin" "$tmp"
 expect 2 "rl train --init-from is refused with --resume" "--init-from starts a new ppo run" -- \
     "$bin" rl train --resume "$tmp/crl0/checkpoint.safetensors" --init-from "$tmp/crl0/checkpoint.safetensors"
 expect 0 "rl eval: a policy scored on another task of its family" "^rl-eval env=mujoco/reach-2 .*episodes=2 " -- \

@@ -599,6 +599,25 @@ static sm_status normalisers_update(ppo *p, int obs, int ret, sm_error *err) {
     return SM_OK;
 }
 
+/* The mitigation baselines on the actor as it is now (none switched on: p->base stays NULL): at
+ * set-up, and again after --init-from has loaded the previous task's actor, so that SN's and SR's
+ * power iterations start from the loaded weights, not the fresh network's (a new launch: CBP's,
+ * ReDo's and C-CHAIN's state start fresh either way). */
+static sm_status baselines_make(ppo *p, sm_error *err) {
+    const sm_ppo_config *c = &p->c;
+    sm_baselines_free(p->base);
+    p->base = NULL;
+    if (!(c->pw || c->redo || c->cbp || c->cchain || c->sn || c->specreg > 0)) return SM_OK;
+    sm_baselines_config bc = {.pw = c->pw, .pw_coef = c->pw_coef, .pw_scale = c->pw_scale, .redo = c->redo,
+                              .redo_every = c->redo_every, .redo_tau = c->redo_tau, .cbp = c->cbp,
+                              .cbp_rate = c->cbp_rate, .cbp_decay = c->cbp_decay, .cbp_maturity = c->cbp_maturity,
+                              .cchain = c->cchain, .cchain_ratio = c->cchain_ratio, .sn = c->sn,
+                              .specreg = c->specreg, .specreg_k = c->specreg_k};
+    sm_error e;
+    if (!(p->base = sm_baselines_create(&bc, p->actor, &p->rng, &e))) return sm_fail(err, e.code, "ppo: actor %s: %s", c->actor, e.msg);
+    return SM_OK;
+}
+
 static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_config *net, const sm_rl_run *run,
                             sm_error *err) {
     memset(p, 0, sizeof *p);
@@ -664,15 +683,7 @@ static sm_status ppo_create(ppo *p, const sm_ppo_config *c, const sm_model_confi
             return sm_fail(err, e.code, "ppo: sphere_rho %g: %s", c->sphere_rho, e.msg);
         p->sphere_inject = sc.mode != SM_SPHERE_GRAD; /* loss and fixed: the coefficient is known before the backward */
     }
-    if (c->pw || c->redo || c->cbp || c->cchain || c->sn || c->specreg > 0) {
-        sm_baselines_config bc = {.pw = c->pw, .pw_coef = c->pw_coef, .pw_scale = c->pw_scale, .redo = c->redo,
-                                  .redo_every = c->redo_every, .redo_tau = c->redo_tau, .cbp = c->cbp,
-                                  .cbp_rate = c->cbp_rate, .cbp_decay = c->cbp_decay, .cbp_maturity = c->cbp_maturity,
-                                  .cchain = c->cchain, .cchain_ratio = c->cchain_ratio, .sn = c->sn,
-                                  .specreg = c->specreg, .specreg_k = c->specreg_k};
-        sm_error e;
-        if (!(p->base = sm_baselines_create(&bc, p->actor, &p->rng, &e))) return sm_fail(err, e.code, "ppo: actor %s: %s", c->actor, e.msg);
-    }
+    if ((st = baselines_make(p, err)) != SM_OK) return st;
     /* the log-std parameter: zeros at the start (CleanRL's actor_logstd) */
     sm_params_init_table(&p->ls);
     int64_t sh[1] = {p->A};
@@ -1364,6 +1375,7 @@ static sm_status ppo_train(const void *vcfg, const sm_model_config *net, const s
     }
     if (st == SM_OK && (run->resume || run->init_from))
         st = run->resume ? ppo_load(&p, run->resume, run->env, 1, err) : ppo_load(&p, run->init_from, NULL, 0, err);
+    if (st == SM_OK && run->init_from && !run->resume && p.base) st = baselines_make(&p, err);
     /* rank 0 alone writes settings.json and metrics.jsonl and prints progress */
     sm_rl_run lrun = *run;
     if (p.rank != 0) lrun.out_dir = NULL, lrun.progress = NULL;
