@@ -9,9 +9,17 @@
  *   random     the mean return of a uniform random policy over --random-episodes episodes (seed 1),
  *              measured here with the same environments;
  *   reference  --reference GAME=SCORE,... (GAME as in `specmoe rl envs`, or its part after '/'); for
- *              a game not listed, the best run score of that game in this report (so the best run
- *              there scores 1: the table then compares the variants with each other, not with an
- *              outside standard - the report says which games were normalised that way).
+ *              a game not listed, the best run score of that game among the runs of --reference-runs
+ *              FILE (a directory per line: e.g. every run of one agent in a study, so that all its
+ *              figures share one scale), or else in this report (so the best run there scores 1: the
+ *              table then compares the variants with each other, not with an outside standard - the
+ *              report says which games were normalised that way). A reference equal to the random
+ *              policy's score is refused (no scale); one below it (every run worse than random play,
+ *              e.g. in a smoke test) would invert the game's order, so that game is scaled by
+ *              |reference - random| instead (its scores are then below 0) and the report says so.
+ * Variants are labelled by the settings that differ between them (top level, agent settings and the
+ * network's, its MoE layer's included), or with --labels dir by their runs' parent directory
+ * (`bench tokenize`'s layout: .../<variant>/<game>-s<seed>).
  * A variant needs the same number of runs R of every game (rliable's (R, G) matrix); with unequal
  * counts the first R of each game (in the order given) are used and the report says so.
  *
@@ -101,6 +109,14 @@ static int reference_ok(const char *list) {
     return 1;
 }
 
+/* level k of a run's settings: the top level, agent_settings, network, network.moe */
+static const cJSON *settings_level(const cJSON *o, int level) {
+    if (!o || level == 0) return o;
+    if (level == 1) return cJSON_GetObjectItemCaseSensitive(o, "agent_settings");
+    const cJSON *net = cJSON_GetObjectItemCaseSensitive(o, "network");
+    return level == 2 ? net : cJSON_GetObjectItemCaseSensitive(net, "moe");
+}
+
 /* The variants' labels: the settings that differ between them ("agent=dqn arch=..."), or the agent
  * when there is one variant. */
 static void variant_labels(char *const *keys, int nv, char labels[][96]) {
@@ -111,16 +127,16 @@ static void variant_labels(char *const *keys, int nv, char labels[][96]) {
     }
     for (int v = 0; v < nv; v++) {
         size_t at = 0;
-        /* top-level and agent_settings leaves */
-        for (int level = 0; level < 2 && o[v]; level++) {
-            const cJSON *obj = level ? cJSON_GetObjectItemCaseSensitive(o[v], "agent_settings") : o[v];
+        /* top-level, agent_settings, network and network.moe leaves */
+        for (int level = 0; level < 4 && o[v]; level++) {
+            const cJSON *obj = settings_level(o[v], level);
             for (const cJSON *it = obj ? obj->child : NULL; it; it = it->next) {
                 if (cJSON_IsObject(it)) continue;
                 /* a key every variant has, with another value in one of them (the agent always, when
                  * it differs or there is one variant); keys of one agent only follow from the agent */
                 int differs = !strcmp(it->string, "agent") && nv == 1, everywhere = 1, other_value = 0;
                 for (int u = 0; u < nv && !differs; u++) {
-                    const cJSON *other = o[u] ? (level ? cJSON_GetObjectItemCaseSensitive(o[u], "agent_settings") : o[u]) : NULL;
+                    const cJSON *other = settings_level(o[u], level);
                     const cJSON *w = other ? cJSON_GetObjectItemCaseSensitive(other, it->string) : NULL;
                     everywhere &= w != NULL;
                     other_value |= w && !cJSON_Compare(it, w, 1);
@@ -141,6 +157,57 @@ static void variant_labels(char *const *keys, int nv, char labels[][96]) {
             if (*p == '"' || *p == '\\' || *p == '\'') *p = '_';
     }
     for (int v = 0; v < nv; v++) cJSON_Delete(o[v]);
+}
+
+/* --labels dir: each variant by the parent directory of its first run (.../<variant>/<game>-s<seed>) */
+static void dir_labels(const run_score *runs, int n, int nv, char labels[][96]) {
+    for (int v = 0; v < nv; v++) {
+        snprintf(labels[v], 96, "variant %d", v + 1);
+        for (int r = 0; r < n; r++) {
+            if (runs[r].variant != v) continue;
+            char d[4096];
+            snprintf(d, sizeof d, "%s", runs[r].dir);
+            size_t k = strlen(d);
+            while (k > 1 && d[k - 1] == '/') d[--k] = 0;
+            char *slash = strrchr(d, '/');
+            if (slash) {
+                *slash = 0;
+                const char *base = strrchr(d, '/') ? strrchr(d, '/') + 1 : d;
+                if (*base) snprintf(labels[v], 96, "%s", base);
+            }
+            break;
+        }
+        for (char *p = labels[v]; *p; p++)
+            if (*p == '"' || *p == '\\' || *p == '\'') *p = '_';
+    }
+}
+
+/* --reference-runs FILE: per game of the report, the best score among the runs listed (NAN: none) */
+static int reference_pool(const char *file, char games[][64], int ng, double *best, sm_error *err) {
+    FILE *f = fopen(file, "r");
+    if (!f) {
+        sm_fail(err, SM_ERR_IO, "--reference-runs %s: %s", file, strerror(errno));
+        return -1;
+    }
+    char line[4200];
+    int rc = 0;
+    for (long n = 1; !rc && fgets(line, sizeof line, f); n++) {
+        size_t k = strlen(line);
+        while (k && (line[k - 1] == '\n' || line[k - 1] == '\r' || line[k - 1] == ' ')) line[--k] = 0;
+        if (!k) continue;
+        run_score r = {.dir = line};
+        if (run_score_of(&r, err)) {
+            char why[sizeof err->msg];
+            snprintf(why, sizeof why, "%s", err->msg);
+            sm_fail(err, SM_ERR_FORMAT, "--reference-runs %s:%ld: %s", file, n, why);
+            rc = -1;
+            break;
+        }
+        for (int g = 0; g < ng; g++)
+            if (!strcmp(games[g], r.env) && (isnan(best[g]) || r.score > best[g])) best[g] = r.score;
+    }
+    fclose(f);
+    return rc;
 }
 
 /* The interval plot: one panel per aggregate, a row per variant. */
@@ -194,14 +261,17 @@ static int draw(const char *out, const sm_interval (*ci)[SM_AGG_N], char labels[
 
 int cmd_report(int argc, char **argv) {
     struct {
-        const char *reference, *out;
+        const char *reference, *reference_runs, *labels, *out;
         int reps, random_episodes;
         double conf;
         uint64_t seed;
     } o;
     fl_flag fl[] = {
         {"reference", FL_STRING, &o.reference, NULL,
-         "reference scores GAME=SCORE,... (score 1); a game not listed: its best run in this report", 0},
+         "reference scores GAME=SCORE,... (score 1); a game not listed: its best run in --reference-runs, or in this report", 0},
+        {"reference-runs", FL_STRING, &o.reference_runs, NULL,
+         "a file of run directories, one per line, whose best score per game is the reference of a game not in --reference", 0},
+        {"labels", FL_STRING, &o.labels, "settings", "settings (what differs between the variants) | dir (their runs' parent directory)", 0},
         {"random-episodes", FL_INT, &o.random_episodes, "1000", "episodes of the uniform random policy (score 0) per game", 0},
         {"reps", FL_INT, &o.reps, "2000", "stratified-bootstrap replicates", 0},
         {"conf", FL_DOUBLE, &o.conf, "0.95", "coverage of the intervals", 0},
@@ -223,6 +293,10 @@ int cmd_report(int argc, char **argv) {
     }
     if (o.reference && !reference_ok(o.reference)) {
         fprintf(stderr, "specmoe report: --reference: '%s' is not GAME=SCORE,GAME=SCORE,...\n", o.reference);
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(o.labels, "settings") && strcmp(o.labels, "dir")) {
+        fprintf(stderr, "specmoe report: --labels must be settings or dir (got '%s')\n", o.labels);
         return CLI_EXIT_USAGE;
     }
     if (o.out && strpbrk(o.out, "'\"\\\n")) {
@@ -268,6 +342,10 @@ int cmd_report(int argc, char **argv) {
             runs[r].game = ng++;
         }
     }
+    /* per game: the best score among --reference-runs (NAN: none there) */
+    double pool[REPORT_MAX_GAMES];
+    for (int g = 0; g < REPORT_MAX_GAMES; g++) pool[g] = NAN;
+    if (!code && o.reference_runs && reference_pool(o.reference_runs, games, ng, pool, &err)) code = cli_fail(SM_ERR_FORMAT, &err);
     /* per game: the random policy's mean return and the reference */
     double rnd[REPORT_MAX_GAMES], ref[REPORT_MAX_GAMES];
     int ref_best[REPORT_MAX_GAMES];
@@ -280,10 +358,11 @@ int cmd_report(int argc, char **argv) {
         }
         rnd[g] = log.episode_return / (double)log.n;
         ref[g] = reference_of(o.reference, games[g]);
-        ref_best[g] = isnan(ref[g]);
-        for (int r = 0; ref_best[g] && r < npos; r++)
+        ref_best[g] = isnan(ref[g]) ? (isnan(pool[g]) ? 1 : 2) : 0;
+        if (ref_best[g] == 2) ref[g] = pool[g];
+        for (int r = 0; ref_best[g] == 1 && r < npos; r++)
             if (runs[r].game == g && (isnan(ref[g]) || runs[r].score > ref[g])) ref[g] = runs[r].score;
-        if (ref[g] == rnd[g]) {
+        if (!(ref[g] != rnd[g]) || !isfinite(ref[g])) {
             fprintf(stderr, "specmoe report: %s: the reference score %g equals the random policy's; no scale to normalise by\n",
                     games[g], ref[g]);
             code = CLI_EXIT_USAGE;
@@ -292,13 +371,15 @@ int cmd_report(int argc, char **argv) {
     sm_interval(*ci)[SM_AGG_N] = code ? NULL : calloc((size_t)nv, sizeof *ci);
     if (!code && !ci) code = cli_fail(sm_fail(&err, SM_ERR_NOMEM, "report: out of memory"), &err);
     if (!code) {
-        variant_labels(keys, nv, labels);
+        if (!strcmp(o.labels, "dir")) dir_labels(runs, npos, nv, labels);
+        else variant_labels(keys, nv, labels);
         printf("report: %d run%s, %d variant%s x %d game%s; score = mean episodic return over the last 10%% of frames, "
                "normalised (score - random) / (reference - random)\n",
                npos, npos == 1 ? "" : "s", nv, nv == 1 ? "" : "s", ng, ng == 1 ? "" : "s");
         for (int g = 0; g < ng; g++)
-            printf("  %s: random %.4f (%d episodes), reference %.4f%s\n", games[g], rnd[g], o.random_episodes, ref[g],
-                   ref_best[g] ? " (the best run in this report)" : "");
+            printf("  %s: random %.4f (%d episodes), reference %.4f%s%s\n", games[g], rnd[g], o.random_episodes, ref[g],
+                   ref_best[g] == 1 ? " (the best run in this report)" : ref_best[g] == 2 ? " (the best run of --reference-runs)" : "",
+                   ref[g] < rnd[g] ? "; below random play, so scaled by |reference - random| to keep the order (scores < 0)" : "");
         printf("\n| variant | runs x games | Median | IQM | Mean | Optimality gap |\n|---|---|---|---|---|---|\n");
     }
     for (int v = 0; v < nv && !code; v++) {
@@ -317,7 +398,9 @@ int cmd_report(int argc, char **argv) {
         for (int r = 0; s && r < npos; r++) {
             const run_score *x = &runs[r];
             if (x->variant != v || taken[x->game] >= R) continue;
-            s[(size_t)taken[x->game]++ * ng + x->game] = sm_rliable_normalise(x->score, rnd[x->game], ref[x->game]);
+            /* a reference below random play scales by |reference - random|, not inverting the order */
+            const double rf = ref[x->game] < rnd[x->game] ? 2 * rnd[x->game] - ref[x->game] : ref[x->game];
+            s[(size_t)taken[x->game]++ * ng + x->game] = sm_rliable_normalise(x->score, rnd[x->game], rf);
         }
         sm_status st = s ? sm_rliable(s, R, ng, o.reps, o.conf, o.seed, ci[v], &err) : sm_fail(&err, SM_ERR_NOMEM, "report: out of memory");
         free(s);

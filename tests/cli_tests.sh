@@ -819,16 +819,22 @@ fi
 # study end to end (three DER runs of Fig. 5 on Breakout, then the report of the figure)
 expect 0 "bench tokenize: the quick tier is 6 variants x 2 games" "^bench-tokenize tier=quick .* runs=12 jobs=2 " -- \
     "$bin" bench tokenize --dry-run --out "$tmp/tk-plan"
-expect 0 "bench tokenize: the full tier is every figure on five games, 3 seeds, on Rainbow-lite" "^bench-tokenize tier=full .*seeds=3 frames=1000000 der_frames=250000 agent=rainbow .* runs=420 " -- \
+expect 0 "bench tokenize: the full tier is every figure on five games, 3 seeds, on Rainbow-lite" "^bench-tokenize tier=full .*seeds=3 frames=1000000 der_frames=250000 agent=rainbow .* runs=540 " -- \
     "$bin" bench tokenize --tier full --dry-run --out "$tmp/tk-plan"
 expect 0 "bench tokenize: Fig. 11 runs its resets under DER and Rainbow-lite, as the paper" "--agent der .*softmoe-4-reset/breakout-s1 .*--agent rainbow .*softmoe-4-reset/breakout-s1 " -- \
     sh -c '"$0" bench tokenize --tier full --figures 11 --games breakout --seeds 1 --dry-run --out "$1" | tr "\n" " "' "$bin" "$tmp/tk-plan"
 expect 0 "bench tokenize: DQN and Rainbow-lite run the paper's Table 1 (--preset dopamine), DER its own" \
     "--agent rainbow --preset dopamine .*--agent dqn --preset dopamine .*--agent der --sticky 0 --frames " -- \
     sh -c '"$0" bench tokenize --tier full --figures 10,1 --games breakout --seeds 1 --dry-run --out "$1" | tr "\n" " "' "$bin" "$tmp/tk-plan"
-expect 0 "bench tokenize: the full tier's DER runs a quarter of the frames (the paper: 50M against 200M), resets and checkpoints in them" \
-    "--agent der --sticky 0 --frames 250000 .*--ckpt-every 25000 --reset-every 41666 .*--agent rainbow --preset dopamine --frames 1000000 .*--ckpt-every 100000 --reset-every 166666 " -- \
+expect 0 "bench tokenize: the full tier's DER runs a quarter of the frames (the paper: 50M against 200M), resets at the paper's share of a run" \
+    "--agent der --sticky 0 --frames 250000 .*--ckpt-every 25000 --reset-every 1000 .*--agent rainbow --preset dopamine --frames 1000000 .*--ckpt-every 100000 --reset-every 100000 " -- \
     sh -c '"$0" bench tokenize --tier full --figures 11 --games breakout --seeds 1 --dry-run --out "$1" | grep softmoe-4-reset | tr "\n" " "' "$bin" "$tmp/tk-plan"
+expect 0 "bench tokenize: Fig. 5's tokenised baselines pool after the per-token dense layer (not before it: that is gap)" \
+    "--arch conv:16:3:1:0,tokens,dense:128,toksum .*--arch conv:16:3:1:0,tokens,dense:128,tokmean" -- \
+    sh -c '"$0" bench tokenize --tier full --figures 5 --games breakout --seeds 1 --dry-run --out "$1" | tr "\n" " "' "$bin" "$tmp/tk-plan"
+expect 0 "bench tokenize: Fig. 12's token choice keeps the raw top-1 weight (a renormalised one has no gradient) and capacity 1" \
+    "token-choice-4/breakout-s1 .*--router topk --experts 4 --topk 1 --renorm 0 --capacity 1" -- \
+    "$bin" bench tokenize --tier full --figures 12 --games breakout --seeds 1 --dry-run --out "$tmp/tk-plan"
 expect 2 "bench tokenize: a DER main agent that would not learn within --der-frames is refused" "--agent der learns after 1600 frames; --der-frames 1000 ends" -- \
     "$bin" bench tokenize --der-frames 1000 --dry-run --out "$tmp/tk-plan"
 expect 0 "bench tokenize: the quick tier's Fig. 11 leaves out Rainbow-lite, which would not learn in 10k frames" \
@@ -844,6 +850,13 @@ expect 0 "rl train --resume: settings.json keeps the run's --sticky 0 (the check
     "$0" rl train --resume "$1/checkpoint.safetensors" && grep -q "\"sticky\":\s*0," "$1/settings.json"' "$bin" "$tmp/rl_sticky"
 # a checkpoint written before an option existed (here per_beta_end, taken out of its settings) resumes
 # with the option's default, which is the old behaviour
+# a run killed after its checkpoint had logged more records; its resumption drops them (and a line
+# cut off mid-write), so no episode is counted twice: global_step never goes back
+expect 0 "rl train --resume: records logged after the checkpoint by the stopped run are dropped" "^ok\$" -- sh -c '
+    "$0" rl train --env minatar/breakout --agent dqn --frames 1200 --learning-starts 100 --stop-after 600 --out "$1" >/dev/null 2>&1 &&
+    printf "{\"global_step\": 900, \"episodic_return\": 77}\n{\"global_step\": 9" >> "$1/metrics.jsonl" &&
+    "$0" rl train --resume "$1/checkpoint.safetensors" >/dev/null 2>&1 && ! grep -q "\"episodic_return\": 77" "$1/metrics.jsonl" &&
+    sed -n "s/^{\"global_step\": \([0-9]*\).*/\1/p" "$1/metrics.jsonl" | awk "\$1 < p { bad = 1 } { p = \$1 } END { print bad ? \"back\" : \"ok\" }"' "$bin" "$tmp/rl_killed"
 expect 0 "rl train --resume: a checkpoint older than an option resumes with its default" "^rl-train env=minatar/breakout agent=rainbow frames=1200 " -- \
     sh -c '"$0" rl train --env minatar/breakout --agent rainbow --frames 1200 --learning-starts 100 --stop-after 600 --out "$1" >/dev/null 2>&1 &&
     /usr/bin/python3 -c "import json,struct,sys; p=sys.argv[1]; b=open(p,\"rb\").read(); n=struct.unpack(\"<Q\",b[:8])[0]; h=json.loads(b[8:8+n]);
@@ -855,8 +868,11 @@ expect 0 "bench tokenize --encoder impala puts residual blocks in front" "--arch
 expect 2 "bench tokenize: an unknown figure is named with the valid ones" "unknown figure '9' \(1, 7, 5" -- "$bin" bench tokenize --figures 1,9
 expect 2 "bench tokenize: an unknown game is refused" "unknown game 'pong'" -- "$bin" bench tokenize --games pong
 expect 2 "bench tokenize: an unknown encoder is refused" "--encoder must be minatar, nature or impala" -- "$bin" bench tokenize --encoder vit
-expect 0 "bench tokenize: a tiny Fig. 5 study runs and reports its three variants" "^\| arch=conv:16:3:1:0,tokens,tokmean,dense:128 \| 1 x 1 " -- \
+expect 0 "bench tokenize: a tiny Fig. 5 study runs and reports its three variants, named" "^\| tok-mean \| 1 x 1 " -- \
     "$bin" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$tmp/tk"
+expect 0 "bench tokenize: the reports normalise by the agent's best finished run under --out" \
+    "minatar/breakout: random [0-9.]+ \(1000 episodes\), reference [0-9.]+ \(the best run of --reference-runs\)" -- \
+    sh -c '"$0" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$1" && [ "$(wc -l < "$1/der-minatar/reference-runs.txt")" -eq 3 ]' "$bin" "$tmp/tk"
 expect 0 "bench tokenize: a finished study is not run again" "status=done-before" -- \
     "$bin" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$tmp/tk"
 # continual RL (SPHERE Sec. 5.1): rl train --init-from, and a final policy scored on another task of its family

@@ -17,17 +17,25 @@
  *   *-perfeat, *-perpatch, *-shuffled: the same with PerFeat (16 tokens of 64), PerPatch (2x2
  *                    average-pooled patches: 16 tokens of 16) or Shuffled (a fixed random
  *                    permutation before PerConv) tokens
- *   tok-sum, tok-mean  PerConv tokens summed / averaged, then the baseline's dense 128 (Fig. 5)
+ *   tok-sum, tok-mean  the tokenised baseline of Fig. 5: PerConv tokens through the baseline's
+ *                    dense 128 one token at a time, then summed / averaged over the tokens before the
+ *                    final linear layer (Sec. 4.3: "prior to the final linear layer, we either sum ...
+ *                    or take their average"; pooling before the dense layer would be Fig. 15's gap)
  *   gap              global average pooling instead of flattening (Fig. 15)
- *   softmoe-4-slots10, softmoe-1-slot1  fewer slots: p = 2 (8 of 64 slots, about 10%) and a single
- *                    slot (Fig. 8)
+ *   softmoe-1-x4-slots10, softmoe-1-x4-slot1  Fig. 8: SoftMoE-1 with its expert scaled 4x, with 10% of
+ *                    its 64 slots (p = 6) and with a single slot; expert-choice-1-x4 and its 10%
+ *                    (capacity 0.1: 6 of 64 tokens), the paper's ExpertChoice-1 beside them
  *   expert-choice-4, token-choice-4  4 experts of 128 under expert choice (each picks within an
- *                    observation) and token-choice top-1 with capacity per observation (Fig. 12)
- *   *-reset, *-sp    SoftMoE-4 with all experts reset, or shrink-and-perturbed (0.5, 0.5), five
- *                    times in a run (Fig. 11)
+ *                    observation) and token-choice top-1 with capacity factor 1 per observation (16 of
+ *                    its 64 tokens per expert, the first kept) and the raw softmax weight (a top-1
+ *                    renormalised weight is 1 and gives the router no gradient) (Fig. 12)
+ *   *-reset, *-sp    SoftMoE-4 with all experts reset, or shrink-and-perturbed (0.5, 0.5);
+ *   *-reset-2, *-sp-2  the same on the 2 experts with the most dormant units (Fig. 11: all experts or
+ *                    the most dormant subset). The period is the paper's share of the run: every 10%
+ *                    for Rainbow-lite and DQN (20M of 200M frames), every 0.4% for DER (200K of 50M)
  *   *-prune-once, *-prune-gradual  SoftMoE-4 with two experts pruned during training: both at half
  *                    the run, or one at 1/5 and one at 4/5 of it (Fig. 19; sm_model_prune_last)
- *   Fig. 10 runs baseline and softmoe-4 under DQN and DER.
+ *   Fig. 10 runs baseline, softmoe-4 and softmoe-1-x4 under DQN and DER.
  *
  * Agents: the paper runs every figure but Figs. 10 and 11 on Rainbow, so the full tier does too.
  * DQN and Rainbow-lite run the paper's Table 1 (`rl train --preset dopamine`: Adam 6.25e-5 / 1.5e-4,
@@ -54,7 +62,11 @@
  * it (`rl train --resume`, exact), so an interrupted study continues where it stopped.
  *
  * Output: a line per run (bench-tokenize-run ...), then per figure a header line and the report's
- * table; run directories, train logs and figure PNGs under --out. */
+ * table; run directories, train logs and figure PNGs under --out. Each report's rows are named by
+ * variant (`report --labels dir`), and every figure of one agent shares one normalisation: per game,
+ * the best finished run of that agent anywhere under --out (`report --reference-runs`, the file
+ * <agent>-<encoder>/reference-runs.txt), so that the same runs score alike in every figure. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -72,7 +84,7 @@
 typedef struct {
     const char *name;
     const char *args; /* rl train flags of the network, space-separated */
-    int reset;        /* 1: add --reset-every frames/6 (five resets in a run) */
+    int reset;        /* 1: add --reset-every, the paper's share of the run (reset_period) */
     int prune;        /* 1: prune 2 experts at half the run; 2: one at 1/5, one at 4/5 of the run */
 } tk_variant;
 
@@ -88,16 +100,21 @@ static const tk_variant kVariants[] = {
     {"softmoe-1-x4-perfeat", "--arch ENC,perfeat,moe:512,flatten --router soft --experts 1", 0, 0},
     {"softmoe-1-x4-perpatch", "--arch ENC,avgpool:2:2,tokens,moe:512,flatten --router soft --experts 1", 0, 0},
     {"softmoe-1-x4-shuffled", "--arch ENC,shuffle:7,tokens,moe:512,flatten --router soft --experts 1", 0, 0},
-    {"tok-sum", "--arch ENC,tokens,toksum,dense:128", 0, 0},
-    {"tok-mean", "--arch ENC,tokens,tokmean,dense:128", 0, 0},
+    {"tok-sum", "--arch ENC,tokens,dense:128,toksum", 0, 0},
+    {"tok-mean", "--arch ENC,tokens,dense:128,tokmean", 0, 0},
     {"gap", "--arch ENC,gap,dense:128", 0, 0},
-    {"softmoe-4-slots10", "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --slots 2", 0, 0},
-    {"softmoe-1-slot1", "--arch ENC,tokens,moe:128,flatten --router soft --experts 1 --slots 1", 0, 0},
+    {"softmoe-1-x4-slots10", "--arch ENC,tokens,moe:512,flatten --router soft --experts 1 --slots 6", 0, 0},
+    {"softmoe-1-x4-slot1", "--arch ENC,tokens,moe:512,flatten --router soft --experts 1 --slots 1", 0, 0},
+    {"expert-choice-1-x4", "--arch ENC,tokens,moe:512,flatten --router expert-choice --experts 1", 0, 0},
+    {"expert-choice-1-x4-slots10", "--arch ENC,tokens,moe:512,flatten --router expert-choice --experts 1 --capacity 0.1", 0, 0},
     {"expert-choice-4", "--arch ENC,tokens,moe:128,flatten --router expert-choice --experts 4", 0, 0},
-    {"token-choice-4", "--arch ENC,tokens,moe:128,flatten --router topk --experts 4 --topk 1", 0, 0},
+    {"token-choice-4", "--arch ENC,tokens,moe:128,flatten --router topk --experts 4 --topk 1 --renorm 0 --capacity 1", 0, 0},
     {"softmoe-4-reset", "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --reset-experts 0", 1, 0},
     {"softmoe-4-sp",
      "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --reset-shrink 0.5 --reset-perturb 0.5", 1, 0},
+    {"softmoe-4-reset-2", "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --reset-experts 2", 1, 0},
+    {"softmoe-4-sp-2",
+     "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --reset-experts 2 --reset-shrink 0.5 --reset-perturb 0.5", 1, 0},
     {"softmoe-4-prune-once", "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --prune-experts 2", 0, 1},
     {"softmoe-4-prune-gradual", "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --prune-experts 2", 0, 2},
 };
@@ -116,12 +133,13 @@ static const tk_figure kFigures[] = {
       "softmoe-1-x4-perpatch", "softmoe-1-x4-shuffled"},
      NULL},
     {"5", "Fig. 5: tokenised baseline without experts", {"baseline", "tok-sum", "tok-mean"}, NULL},
-    {"8", "Fig. 8: fewer slots", {"softmoe-4", "softmoe-4-slots10", "softmoe-1-slot1"}, NULL},
+    {"8", "Fig. 8: fewer slots with a single scaled expert, SoftMoE and expert choice",
+     {"softmoe-1-x4", "softmoe-1-x4-slots10", "softmoe-1-x4-slot1", "expert-choice-1-x4", "expert-choice-1-x4-slots10"}, NULL},
     {"12", "Fig. 12: expert choice vs token choice", {"softmoe-4", "expert-choice-4", "token-choice-4"}, NULL},
     {"15", "Fig. 15: global average pooling", {"baseline", "gap", "softmoe-4"}, NULL},
-    {"10", "Fig. 10: other agents (DQN, DER)", {"baseline", "softmoe-4"}, "dqn,der"},
-    {"11", "Fig. 11: resets and shrink-and-perturb of the experts", {"softmoe-4", "softmoe-4-reset", "softmoe-4-sp"},
-     "der,rainbow"},
+    {"10", "Fig. 10: other agents (DQN, DER)", {"baseline", "softmoe-4", "softmoe-1-x4"}, "dqn,der"},
+    {"11", "Fig. 11: resets and shrink-and-perturb of all experts or the 2 most dormant",
+     {"softmoe-4", "softmoe-4-reset", "softmoe-4-sp", "softmoe-4-reset-2", "softmoe-4-sp-2"}, "der,rainbow"},
     {"19", "Fig. 19: two of SoftMoE-4's experts pruned during training, once or gradually",
      {"softmoe-4", "softmoe-4-prune-once", "softmoe-4-prune-gradual"}, NULL},
 };
@@ -174,6 +192,13 @@ static int learning_start(const char *agent) { return strcmp(agent, "der") ? 200
 /* the frames of one run of the agent */
 static long agent_frames(const tk_opts *o, const char *agent) { return strcmp(agent, "der") ? o->frames : o->der_frames; }
 static int agent_learns(const tk_opts *o, const char *agent) { return agent_frames(o, agent) > learning_start(agent); }
+/* Frames between resets: the paper's share of a run (B.5.2: Rainbow every 20M of 200M frames; DER
+ * every 200K of 50M), rounded up so that no reset falls at the run's last frame. */
+static long reset_period(const tk_opts *o, const char *agent) {
+    const long f = agent_frames(o, agent), parts = strcmp(agent, "der") ? 10 : 250;
+    const long p = (f + parts - 1) / parts;
+    return p > 1 ? p : 1;
+}
 
 /* 1 if figure F is selected and runs under agent kAgents[a] (its own agents, or the bench's); a
  * figure's own agent whose learning would start after the run's last frame is left out */
@@ -212,7 +237,7 @@ static int plan_run(tk_run *r, const tk_opts *o, const char *self) {
     snprintf(num, sizeof num, "%ld", frames / 10 > 1000 ? frames / 10 : 1000); /* a checkpoint per tenth */
     bad |= cli_argv_push(a, "--ckpt-every") | cli_argv_push(a, num);
     if (r->v->reset) {
-        snprintf(num, sizeof num, "%ld", frames / 6 > 1 ? frames / 6 : 1);
+        snprintf(num, sizeof num, "%ld", reset_period(o, r->agent));
         bad |= cli_argv_push(a, "--reset-every") | cli_argv_push(a, num);
     }
     if (r->v->prune) {
@@ -233,6 +258,31 @@ static int plan_run(tk_run *r, const tk_opts *o, const char *self) {
         }
     }
     return bad;
+}
+
+/* Every finished run of agent a under --out (<agent>-<encoder>/<variant>/<game>-s<seed>/done) into
+ * path, one directory per line: the pool whose best run per game is each report's reference. */
+static int write_reference_runs(const tk_opts *o, const char *agent, const char *path) {
+    char root[600];
+    snprintf(root, sizeof root, "%s/%s-%s", o->out, agent, o->encoder);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    DIR *d = opendir(root);
+    for (struct dirent *v; d && (v = readdir(d));) {
+        if (v->d_name[0] == '.') continue;
+        char vdir[900];
+        snprintf(vdir, sizeof vdir, "%s/%s", root, v->d_name);
+        DIR *e = opendir(vdir);
+        for (struct dirent *g; e && (g = readdir(e));) {
+            if (g->d_name[0] == '.') continue;
+            char done[1300];
+            snprintf(done, sizeof done, "%s/%s/done", vdir, g->d_name);
+            if (cli_file_exists(done)) fprintf(f, "%s/%s\n", vdir, g->d_name);
+        }
+        if (e) closedir(e);
+    }
+    if (d) closedir(d);
+    return fclose(f) ? -1 : 0;
 }
 
 static void print_cmd(FILE *f, const tk_run *r) {
@@ -433,7 +483,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
         for (int a = 0; a < 3; a++) {
             if (!fig_runs(F, &o, a)) continue;
             /* report RUN_DIR... --out PNG --reps R: the directories are the runs' own strings */
-            const char **av = calloc((size_t)n + 8, sizeof *av);
+            const char **av = calloc((size_t)n + 12, sizeof *av);
             if (!av) {
                 failed++;
                 continue;
@@ -447,13 +497,24 @@ int exp_softmoe_tokenize(int argc, char **argv) {
                 for (int vi = 0; F->variants[vi]; vi++) member |= !strcmp(F->variants[vi], runs[i].v->name);
                 if (member) av[ac++] = runs[i].dir;
             }
-            char png[600], reps[32];
+            char png[600], reps[32], pool[700];
             snprintf(png, sizeof png, "%s/fig%s-%s-%s.png", o.out, F->id, kAgents[a], o.encoder);
             snprintf(reps, sizeof reps, "%d", o.reps);
+            snprintf(pool, sizeof pool, "%s/%s-%s/reference-runs.txt", o.out, kAgents[a], o.encoder);
+            if (write_reference_runs(&o, kAgents[a], pool)) {
+                fprintf(stderr, "specmoe bench tokenize: cannot write %s\n", pool);
+                free(av);
+                failed++;
+                continue;
+            }
             av[ac++] = "--out";
             av[ac++] = png;
             av[ac++] = "--reps";
             av[ac++] = reps;
+            av[ac++] = "--labels";
+            av[ac++] = "dir";
+            av[ac++] = "--reference-runs";
+            av[ac++] = pool;
             av[ac] = NULL;
             printf("\nbench-tokenize-figure fig=%s agent=%s: %s%s\n", F->id, kAgents[a], F->what,
                    full ? "" : " [quick tier: a smoke test, decides nothing]");

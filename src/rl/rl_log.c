@@ -41,6 +41,41 @@ char *sm_agent_settings_canonical(const sm_agent_kind *k, const char *json) {
     return out;
 }
 
+/* A resumed run appends to metrics.jsonl from its checkpoint's frame: records written after that
+ * frame by the run that stopped (killed before it could checkpoint again) are dropped, and so is a
+ * last line cut off mid-write, so that no episode is counted twice. */
+static sm_status keep_records_to(const char *path, long frames0, sm_error *err) {
+    FILE *in = fopen(path, "r");
+    if (!in) return SM_OK; /* nothing logged yet */
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.resume", path);
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        fclose(in);
+        return sm_fail(err, SM_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    }
+    static const char kStep[] = "{\"global_step\": ";
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int bad = 0;
+    while (!bad && (n = getline(&line, &cap, in)) > 0) {
+        char *end = NULL;
+        if (line[n - 1] != '\n' || strncmp(line, kStep, sizeof kStep - 1)) continue; /* cut off, or not a record */
+        const long step = strtol(line + sizeof kStep - 1, &end, 10);
+        if (end != line + sizeof kStep - 1 && step <= frames0) bad = fputs(line, out) == EOF;
+    }
+    free(line);
+    bad |= ferror(in) != 0;
+    fclose(in);
+    if (fclose(out) != 0) bad = 1;
+    if (bad || rename(tmp, path) != 0) {
+        remove(tmp);
+        return sm_fail(err, SM_ERR_IO, "%s: cannot rewrite it from frame %ld: %s", path, frames0, strerror(errno));
+    }
+    return SM_OK;
+}
+
 sm_status sm_rl_log_open(sm_rl_log *l, const sm_rl_run *run, const sm_agent_kind *k, const void *cfg,
                          const sm_model_config *net, long frames0, sm_error *err) {
     memset(l, 0, sizeof *l);
@@ -78,6 +113,7 @@ sm_status sm_rl_log_open(sm_rl_log *l, const sm_rl_run *run, const sm_agent_kind
     free(text);
     if (bad) return sm_fail(err, SM_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     snprintf(l->path, sizeof l->path, "%s/metrics.jsonl", run->out_dir);
+    if (run->resume && (st = keep_records_to(l->path, frames0, err)) != SM_OK) return st;
     l->metrics = fopen(l->path, run->resume ? "a" : "w");
     if (!l->metrics) return sm_fail(err, SM_ERR_IO, "%s: cannot open: %s", l->path, strerror(errno));
     return SM_OK;
