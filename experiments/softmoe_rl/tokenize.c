@@ -21,6 +21,9 @@
  *                    dense 128 one token at a time, then summed / averaged over the tokens before the
  *                    final linear layer (Sec. 4.3: "prior to the final linear layer, we either sum ...
  *                    or take their average"; pooling before the dense layer would be Fig. 15's gap)
+ *   *-x4             the same with the penultimate layer 4x wider (512): Fig. 5's and Fig. 15's
+ *                    scaled rows; *-perfeat-* the tokenised baseline on PerFeat tokens (Fig. 5 runs
+ *                    PerConv and PerFeat, unscaled and scaled)
  *   gap              global average pooling instead of flattening (Fig. 15)
  *   softmoe-1-x4-slots10, softmoe-1-x4-slot1  Fig. 8: SoftMoE-1 with its expert scaled 4x, with 10% of
  *                    its 64 slots (p = 6) and with a single slot; expert-choice-1-x4 and its 10%
@@ -102,7 +105,14 @@ static const tk_variant kVariants[] = {
     {"softmoe-1-x4-shuffled", "--arch ENC,shuffle:7,tokens,moe:512,flatten --router soft --experts 1", 0, 0},
     {"tok-sum", "--arch ENC,tokens,dense:128,toksum", 0, 0},
     {"tok-mean", "--arch ENC,tokens,dense:128,tokmean", 0, 0},
+    {"tok-sum-x4", "--arch ENC,tokens,dense:512,toksum", 0, 0},
+    {"tok-mean-x4", "--arch ENC,tokens,dense:512,tokmean", 0, 0},
+    {"tok-perfeat-sum", "--arch ENC,perfeat,dense:128,toksum", 0, 0},
+    {"tok-perfeat-mean", "--arch ENC,perfeat,dense:128,tokmean", 0, 0},
+    {"tok-perfeat-sum-x4", "--arch ENC,perfeat,dense:512,toksum", 0, 0},
+    {"tok-perfeat-mean-x4", "--arch ENC,perfeat,dense:512,tokmean", 0, 0},
     {"gap", "--arch ENC,gap,dense:128", 0, 0},
+    {"gap-x4", "--arch ENC,gap,dense:512", 0, 0},
     {"softmoe-1-x4-slots10", "--arch ENC,tokens,moe:512,flatten --router soft --experts 1 --slots 6", 0, 0},
     {"softmoe-1-x4-slot1", "--arch ENC,tokens,moe:512,flatten --router soft --experts 1 --slots 1", 0, 0},
     {"expert-choice-1-x4", "--arch ENC,tokens,moe:512,flatten --router expert-choice --experts 1", 0, 0},
@@ -122,21 +132,25 @@ static const tk_variant kVariants[] = {
 
 typedef struct {
     const char *id, *what;
-    const char *variants[10]; /* NULL-terminated */
+    const char *variants[12]; /* NULL-terminated */
     const char *agents;       /* NULL: the bench's agent; else a comma list run for every variant */
 } tk_figure;
 
 static const tk_figure kFigures[] = {
-    {"1", "Figs. 1/6: scaling the penultimate layer vs SoftMoE", {"baseline", "baseline-x4", "softmoe-4", "softmoe-1-x4"}, NULL},
+    {"1", "Figs. 1/6: scaling the penultimate layer vs SoftMoE, and a single scaled expert under expert choice (Fig. 6)",
+     {"baseline", "baseline-x4", "softmoe-4", "softmoe-1-x4", "expert-choice-1-x4"}, NULL},
     {"7", "Fig. 7: tokenisation for SoftMoE-1, standard and scaled",
      {"softmoe-1", "softmoe-1-perfeat", "softmoe-1-perpatch", "softmoe-1-shuffled", "softmoe-1-x4", "softmoe-1-x4-perfeat",
       "softmoe-1-x4-perpatch", "softmoe-1-x4-shuffled"},
      NULL},
-    {"5", "Fig. 5: tokenised baseline without experts", {"baseline", "tok-sum", "tok-mean"}, NULL},
+    {"5", "Fig. 5: tokenised baseline without experts (PerConv and PerFeat, sum and mean, unscaled and scaled)",
+     {"baseline", "tok-sum", "tok-mean", "tok-perfeat-sum", "tok-perfeat-mean", "baseline-x4", "tok-sum-x4", "tok-mean-x4",
+      "tok-perfeat-sum-x4", "tok-perfeat-mean-x4"},
+     NULL},
     {"8", "Fig. 8: fewer slots with a single scaled expert, SoftMoE and expert choice",
      {"softmoe-1-x4", "softmoe-1-x4-slots10", "softmoe-1-x4-slot1", "expert-choice-1-x4", "expert-choice-1-x4-slots10"}, NULL},
     {"12", "Fig. 12: expert choice vs token choice", {"softmoe-4", "expert-choice-4", "token-choice-4"}, NULL},
-    {"15", "Fig. 15: global average pooling", {"baseline", "gap", "softmoe-4"}, NULL},
+    {"15", "Fig. 15: global average pooling, unscaled and scaled", {"baseline", "gap", "baseline-x4", "gap-x4", "softmoe-4"}, NULL},
     {"10", "Fig. 10: other agents (DQN, DER)", {"baseline", "softmoe-4", "softmoe-1-x4"}, "dqn,der"},
     {"11", "Fig. 11: resets and shrink-and-perturb of all experts or the 2 most dormant",
      {"softmoe-4", "softmoe-4-reset", "softmoe-4-sp", "softmoe-4-reset-2", "softmoe-4-sp-2"}, "der,rainbow"},
@@ -378,7 +392,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
     }
 
     /* the distinct runs of the selected figures: (agent, variant, game, seed) */
-    int cap = N_FIGURES * 10 * 2 * 5 * o.seeds, n = 0;
+    int cap = N_FIGURES * 12 * 2 * 5 * o.seeds, n = 0;
     tk_run *runs = calloc((size_t)cap, sizeof *runs);
     if (!runs) return CLI_EXIT_RUNTIME;
     for (int f = 0; f < N_FIGURES; f++) {
