@@ -173,7 +173,7 @@ static void dir_labels(const run_score *runs, int n, int nv, char labels[][96]) 
             if (slash) {
                 *slash = 0;
                 const char *base = strrchr(d, '/') ? strrchr(d, '/') + 1 : d;
-                if (*base) snprintf(labels[v], 96, "%s", base);
+                if (*base) snprintf(labels[v], 96, "%.95s", base);
             }
             break;
         }
