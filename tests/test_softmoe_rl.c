@@ -113,6 +113,34 @@ Test(softmoe_rl, dormant_per_layer_and_per_expert_of_a_model) {
     sm_model_free(m);
 }
 
+/* An expert that is weak throughout (its first layer scaled by 1e-3) is dormant against the layer:
+ * its units score about 1e-3 of the layer's mean, so the "most dormant" expert to reset is it (a
+ * score against the expert's own mean would call none of its units dormant). */
+Test(softmoe_rl, a_uniformly_weak_expert_is_dormant_against_its_layer) {
+    sm_rng r;
+    sm_rng_seed(&r, 5);
+    sm_model *m = small_moe(&r);
+    sm_moe *moe = sm_model_moe(m, 0);
+    const size_t blk = (size_t)moe->H * moe->d;
+    for (size_t i = 0; i < blk; i++) moe->w1[blk + i] *= (sm_real)1e-3; /* expert 1 */
+    if (moe->b1)
+        for (int i = 0; i < moe->H; i++) moe->b1[moe->H + i] *= (sm_real)1e-3;
+    float x[16 * 4];
+    for (int i = 0; i < 16 * 4; i++) x[i] = (float)sm_rng_normal(&r);
+    sm_model_forward(m, x, 16, NULL, 0);
+    sm_dormant_entry e[16];
+    int n = sm_model_dormant(m, 16, 0.1, e, 16);
+    int k = -1;
+    for (int i = 0; i < n; i++)
+        if (e[i].layer == 1 && e[i].expert == 1) k = i;
+    cr_assert(k >= 0);
+    cr_expect_eq(e[k].fraction, 1.0, "the weak expert's dormant fraction: %g", e[k].fraction);
+    int pick[1];
+    cr_assert_eq(sm_moe_most_dormant(e, n, 1, 1, pick), 1);
+    cr_expect_eq(pick[0], 1, "the most dormant expert: %d", pick[0]);
+    sm_model_free(m);
+}
+
 /* the pruning schedule of the DQN family's prune_* options */
 Test(softmoe_rl, prune_schedule) {
     cr_expect_eq(sm_prune_count(0, 0, 100, 50), 0);

@@ -549,20 +549,31 @@ int sm_model_dormant(sm_model *m, int T, double tau, sm_dormant_entry *out, int 
             if (!h) continue;
             const sm_route *r = &moe->route;
             const int E = moe->E, H = moe->H;
-            sm_real *all = calloc((size_t)E * H, sizeof *all); /* (E, H) mean |h| of each expert's units */
-            if (!all) continue;
-            for (int e = 0; e < E && n < max; e++) {
+            /* (E, H) mean |h| of each expert's units over its own rows; their scores against the
+             * whole layer's mean (Sokar et al.: a unit's activity relative to its layer's), so an
+             * expert that is weak throughout counts as dormant, as "the experts with the highest
+             * fraction of dormant neurons" (SoftMoE-in-RL Sec. 6) needs */
+            sm_real *all = calloc((size_t)E * H, sizeof *all);
+            double *score = malloc(sizeof(double) * (size_t)E * H);
+            if (!all || !score) {
+                free(all), free(score);
+                continue;
+            }
+            for (int e = 0; e < E; e++) {
                 /* an expert's rows: its assignments (sparse), or its slots of every group (soft) */
                 int a0 = r->kind == SM_ROUTE_SOFT ? e * r->groups * r->slots : r->offset[e];
                 int a1 = r->kind == SM_ROUTE_SOFT ? (e + 1) * r->groups * r->slots : r->offset[e + 1];
-                double f = sm_dormant_fraction(h + (size_t)a0 * H, a1 - a0, H, tau, NULL);
-                /* the layer's entry: every expert's units, each by its mean over its own rows */
                 for (int k = a0; k < a1; k++)
                     for (int u = 0; u < H; u++) all[(size_t)e * H + u] += (sm_real)(fabs((double)h[(size_t)k * H + u]) / (a1 - a0));
-                out[n++] = (sm_dormant_entry){i, e, a1 > a0 ? f : 1.0}; /* an expert with no rows: all dormant */
             }
-            if (n < max) out[n++] = (sm_dormant_entry){i, -1, sm_dormant_fraction(all, 1, E * H, tau, NULL)};
-            free(all);
+            const double layer = sm_dormant_fraction(all, 1, E * H, tau, score); /* an expert with no rows: all 0, dormant */
+            for (int e = 0; e < E && n < max; e++) {
+                int d = 0;
+                for (int u = 0; u < H; u++) d += score[(size_t)e * H + u] <= tau;
+                out[n++] = (sm_dormant_entry){i, e, (double)d / H};
+            }
+            if (n < max) out[n++] = (sm_dormant_entry){i, -1, layer};
+            free(all), free(score);
         }
     }
     return n;

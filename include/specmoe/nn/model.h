@@ -157,7 +157,8 @@ sm_status sm_model_set_dial(sm_model *m, const char *key, const char *value, sm_
 /* Dormant neurons (sm_dormant_fraction, Sokar et al. 2023) in the last forward of m over T examples:
  * an entry per layer with an activation - dense (its units), conv (a unit is a channel, averaged
  * over positions too) - and per MoE layer one entry per expert (the units of its last hidden layer,
- * over the rows routed to it; built-in MLP experts) plus the layer's (expert -1, all experts' units
+ * over the rows routed to it; built-in MLP experts; each unit scored against the whole layer's mean,
+ * so an expert weak throughout is dormant) plus the layer's (expert -1, all experts' units
  * together). Entries go to out (at most max); returns their number. */
 typedef struct {
     int layer, expert; /* expert -1: the whole layer */
