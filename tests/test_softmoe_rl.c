@@ -63,15 +63,19 @@ Test(softmoe_rl, shrink_and_perturb_one_expert) {
     sm_model_free(m);
 }
 
+/* expert e's first layer (weights and bias) times s: 0 silences it */
+static void scale_expert(sm_moe *moe, int e, sm_real s) {
+    const size_t blk = (size_t)moe->H * moe->d;
+    for (size_t i = 0; i < blk; i++) moe->w1[(size_t)e * blk + i] *= s;
+    for (int i = 0; moe->b1 && i < moe->H; i++) moe->b1[(size_t)e * moe->H + i] *= s;
+}
+
 /* the most dormant experts: expert 2 silenced (zero first layer) is picked first */
 Test(softmoe_rl, most_dormant_experts) {
     sm_rng r;
     sm_rng_seed(&r, 2);
     sm_model *m = small_moe(&r);
-    sm_moe *moe = sm_model_moe(m, 0);
-    const size_t blk = (size_t)moe->H * moe->d;
-    memset(moe->w1 + 2 * blk, 0, sizeof(sm_real) * blk);
-    if (moe->b1) memset(moe->b1 + 2 * moe->H, 0, sizeof(sm_real) * moe->H);
+    scale_expert(sm_model_moe(m, 0), 2, 0);
     float x[8 * 4];
     for (int i = 0; i < 32; i++) x[i] = (float)sm_rng_normal(&r);
     sm_model_forward(m, x, 8, NULL, 0);
@@ -120,11 +124,7 @@ Test(softmoe_rl, a_uniformly_weak_expert_is_dormant_against_its_layer) {
     sm_rng r;
     sm_rng_seed(&r, 5);
     sm_model *m = small_moe(&r);
-    sm_moe *moe = sm_model_moe(m, 0);
-    const size_t blk = (size_t)moe->H * moe->d;
-    for (size_t i = 0; i < blk; i++) moe->w1[blk + i] *= (sm_real)1e-3; /* expert 1 */
-    if (moe->b1)
-        for (int i = 0; i < moe->H; i++) moe->b1[moe->H + i] *= (sm_real)1e-3;
+    scale_expert(sm_model_moe(m, 0), 1, (sm_real)1e-3);
     float x[16 * 4];
     for (int i = 0; i < 16 * 4; i++) x[i] = (float)sm_rng_normal(&r);
     sm_model_forward(m, x, 16, NULL, 0);
