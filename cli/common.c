@@ -278,7 +278,7 @@ int cli_mkdirs(const char *path) {
 
 int cli_argv_push(cli_argv *a, const char *arg) {
     size_t n = strlen(arg) + 1;
-    if (a->argc >= 46 || a->used + n > sizeof a->buf) return -1;
+    if (a->argc >= CLI_ARGV_MAX || a->used + n > sizeof a->buf) return -1;
     memcpy(a->buf + a->used, arg, n);
     a->argv[a->argc++] = a->buf + a->used;
     a->used += n;

@@ -68,10 +68,11 @@ const char *cli_list_unknown(const char *list, const char *known, char *buf, siz
 int cli_file_exists(const char *path);
 /* mkdir -p; 0 on success */
 int cli_mkdirs(const char *path);
-/* A child's command line: up to 46 arguments copied into one buffer, argv NULL-terminated. */
+/* A child's command line: up to CLI_ARGV_MAX arguments copied into one buffer, argv NULL-terminated. */
+#define CLI_ARGV_MAX 94
 typedef struct {
-    char *argv[48];
-    char buf[2048];
+    char *argv[CLI_ARGV_MAX + 2];
+    char buf[4096];
     int argc;
     size_t used;
 } cli_argv;

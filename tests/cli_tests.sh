@@ -868,11 +868,11 @@ expect 0 "bench tokenize --encoder impala puts residual blocks in front" "--arch
 expect 2 "bench tokenize: an unknown figure is named with the valid ones" "unknown figure '9' \(1, 7, 5" -- "$bin" bench tokenize --figures 1,9
 expect 2 "bench tokenize: an unknown game is refused" "unknown game 'pong'" -- "$bin" bench tokenize --games pong
 expect 2 "bench tokenize: an unknown encoder is refused" "--encoder must be minatar, nature or impala" -- "$bin" bench tokenize --encoder vit
-expect 0 "bench tokenize: a tiny Fig. 5 study runs and reports its three variants, named" "^\| tok-mean \| 1 x 1 " -- \
+expect 0 "bench tokenize: a tiny Fig. 5 study runs and reports its ten variants, named" "^\| tok-mean \| 1 x 1 " -- \
     "$bin" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$tmp/tk"
 expect 0 "bench tokenize: the reports normalise by the agent's best finished run under --out" \
     "minatar/breakout: random [0-9.]+ \(1000 episodes\), reference [0-9.]+ \(the best run of --reference-runs\)" -- \
-    sh -c '"$0" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$1" && [ "$(wc -l < "$1/der-minatar/reference-runs.txt")" -eq 3 ]' "$bin" "$tmp/tk"
+    sh -c '"$0" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$1" && [ "$(wc -l < "$1/der-minatar/reference-runs.txt")" -eq 10 ]' "$bin" "$tmp/tk"
 expect 0 "bench tokenize: a finished study is not run again" "status=done-before" -- \
     "$bin" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$tmp/tk"
 # continual RL (SPHERE Sec. 5.1): rl train --init-from, and a final policy scored on another task of its family
@@ -908,7 +908,7 @@ expect 0 "bench sphere: a CRL task starts from the previous task's checkpoint" \
     "$bin" bench sphere --dry-run --out "$tmp/sph-plan"
 expect 0 "bench sphere: the reach family runs without observation and reward normalisers (MetaWorld's setting), the cheetah with them" \
     "--env mujoco/reach-0 --norm-obs 0 --norm-reward 0 --out .*--env mujoco/cheetah-run --out " -- \
-    sh -c '"$0" bench sphere --tier full --figures 13 --methods topk --seeds 1 --dry-run --out "$1" | grep -E "crl/topk/s1/0-" | sort -r | tr "\n" " "' "$bin" "$tmp/sph-plan"
+    sh -c '"$0" bench sphere --tier full --figures 13 --methods topk --seeds 1 --dry-run --out "$1" | grep -E "/rl/topk/(reach-0|cheetah-run)/s1 " | sort -r | tr "\n" " "' "$bin" "$tmp/sph-plan"
 expect 2 "bench sphere: an unknown figure is named with the valid ones" "unknown figure '9' \(2, 3, 13" -- "$bin" bench sphere --figures 2,9
 expect 0 "bench sphere: Table 6's baselines run under CRL at their defaults" "--actor moe --specreg 1e-3 .*--init-from" -- \
     "$bin" bench sphere --figures 6 --dry-run --out "$tmp/sph-plan6"
