@@ -827,7 +827,7 @@ expect 0 "bench tokenize: DQN and Rainbow-lite run the paper's Table 1 (--preset
     "--agent rainbow --preset dopamine .*--agent dqn --preset dopamine .*--agent der --sticky 0 --frames " -- \
     sh -c '"$0" bench tokenize --tier full --figures 10,1 --games breakout --seeds 1 --dry-run --out "$1" | tr "\n" " "' "$bin" "$tmp/tk-plan"
 expect 0 "bench tokenize: the full tier's DER runs a quarter of the frames (the paper: 50M against 200M), resets at the paper's share of a run" \
-    "--agent der --sticky 0 --frames 250000 .*--ckpt-every 25000 --reset-every 1000 .*--agent rainbow --preset dopamine --frames 1000000 .*--ckpt-every 100000 --reset-every 100000 " -- \
+    "--agent der --sticky 0 --frames 250000 .*--ckpt-every 25000 --reset-every 1001 .*--agent rainbow --preset dopamine --frames 1000000 .*--ckpt-every 100000 --reset-every 100001 " -- \
     sh -c '"$0" bench tokenize --tier full --figures 11 --games breakout --seeds 1 --dry-run --out "$1" | grep softmoe-4-reset | tr "\n" " "' "$bin" "$tmp/tk-plan"
 expect 0 "bench tokenize: Fig. 5's tokenised baselines pool after the per-token dense layer (not before it: that is gap)" \
     "--arch conv:16:3:1:0,tokens,dense:128,toksum .*--arch conv:16:3:1:0,tokens,dense:128,tokmean" -- \
@@ -852,10 +852,13 @@ expect 0 "rl train --resume: settings.json keeps the run's --sticky 0 (the check
 # with the option's default, which is the old behaviour
 # a run killed after its checkpoint had logged more records; its resumption drops them (and a line
 # cut off mid-write), so no episode is counted twice: global_step never goes back
-expect 0 "rl train --resume: records logged after the checkpoint by the stopped run are dropped" "^ok\$" -- sh -c '
+expect 0 "rl train --resume: records logged after the checkpoint by the stopped run are dropped, the earlier ones kept" "^ok\$" -- sh -c '
     "$0" rl train --env minatar/breakout --agent dqn --frames 1200 --learning-starts 100 --stop-after 600 --out "$1" >/dev/null 2>&1 &&
+    kept=$(grep -c "" "$1/metrics.jsonl") && [ "$kept" -gt 0 ] &&
     printf "{\"global_step\": 900, \"episodic_return\": 77}\n{\"global_step\": 9" >> "$1/metrics.jsonl" &&
     "$0" rl train --resume "$1/checkpoint.safetensors" >/dev/null 2>&1 && ! grep -q "\"episodic_return\": 77" "$1/metrics.jsonl" &&
+    [ "$(head -n "$kept" "$1/metrics.jsonl" | grep -c "")" -eq "$kept" ] && [ "$(grep -c "" "$1/metrics.jsonl")" -gt "$kept" ] &&
+    [ "$(sed -n "s/^{\"global_step\": \([0-9]*\).*/\1/p" "$1/metrics.jsonl" | awk "\$1 <= 600" | grep -c "")" -eq "$kept" ] &&
     sed -n "s/^{\"global_step\": \([0-9]*\).*/\1/p" "$1/metrics.jsonl" | awk "\$1 < p { bad = 1 } { p = \$1 } END { print bad ? \"back\" : \"ok\" }"' "$bin" "$tmp/rl_killed"
 expect 0 "rl train --resume: a checkpoint older than an option resumes with its default" "^rl-train env=minatar/breakout agent=rainbow frames=1200 " -- \
     sh -c '"$0" rl train --env minatar/breakout --agent rainbow --frames 1200 --learning-starts 100 --stop-after 600 --out "$1" >/dev/null 2>&1 &&

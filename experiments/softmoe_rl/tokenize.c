@@ -207,11 +207,11 @@ static int learning_start(const char *agent) { return strcmp(agent, "der") ? 200
 static long agent_frames(const tk_opts *o, const char *agent) { return strcmp(agent, "der") ? o->frames : o->der_frames; }
 static int agent_learns(const tk_opts *o, const char *agent) { return agent_frames(o, agent) > learning_start(agent); }
 /* Frames between resets: the paper's share of a run (B.5.2: Rainbow every 20M of 200M frames; DER
- * every 200K of 50M), rounded up so that no reset falls at the run's last frame. */
+ * every 200K of 50M), one frame more, so that the last reset falls before the run's last frame
+ * (parts - 1 resets; the final network is not a freshly reset one). */
 static long reset_period(const tk_opts *o, const char *agent) {
     const long f = agent_frames(o, agent), parts = strcmp(agent, "der") ? 10 : 250;
-    const long p = (f + parts - 1) / parts;
-    return p > 1 ? p : 1;
+    return f / parts + 1;
 }
 
 /* 1 if figure F is selected and runs under agent kAgents[a] (its own agents, or the bench's); a

@@ -935,9 +935,6 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
                              err)) != SM_OK)
         goto done;
     if ((st = bufs_alloc(&b, N, B, P, &n, err)) != SM_OK) goto done;
-    sm_rl_run lrun = *run; /* rank 0 alone writes settings.json and metrics.jsonl and prints */
-    if (rank != 0) lrun.out_dir = NULL, lrun.progress = NULL;
-    if ((st = sm_rl_log_open(&log, &lrun, k, &c, &n.q->cfg, 0, err)) != SM_OK) goto done;
     const int save_replay = c.save_replay;
 
     sm_vecenv_bind(&v, b.obs, b.act, NULL, b.rew, b.term, b.trunc, b.fin);
@@ -947,6 +944,10 @@ static sm_status dqn_train_kind(const sm_agent_kind *k, const void *cfgv, const 
     ct.next_ckpt = c.ckpt_every > 0 ? c.ckpt_every : -1;
     ct.next_target = c.target_update;
     if (run->resume && (st = read_ckpt(run->resume, k, &c, run, &n, &opt, &ct, &rb, &v, b.obs, dist, err)) != SM_OK) goto done;
+    /* the log opens at the checkpoint's frame: a resumed run keeps the records up to it (rl_log.c) */
+    sm_rl_run lrun = *run; /* rank 0 alone writes settings.json and metrics.jsonl and prints */
+    if (rank != 0) lrun.out_dir = NULL, lrun.progress = NULL;
+    if ((st = sm_rl_log_open(&log, &lrun, k, &c, &n.q->cfg, ct.frames, err)) != SM_OK) goto done;
     const long frames0 = ct.frames, tail_from = total - total / 10;
     /* the NaN guard names the last good checkpoint: the one resumed from, then each one written */
     char last_ckpt[4200] = "";
