@@ -362,7 +362,7 @@ int cmd_report(int argc, char **argv) {
         if (ref_best[g] == 2) ref[g] = pool[g];
         for (int r = 0; ref_best[g] == 1 && r < npos; r++)
             if (runs[r].game == g && (isnan(ref[g]) || runs[r].score > ref[g])) ref[g] = runs[r].score;
-        if (!(ref[g] != rnd[g]) || !isfinite(ref[g])) {
+        if (ref[g] == rnd[g] || !isfinite(ref[g])) {
             fprintf(stderr, "specmoe report: %s: the reference score %g equals the random policy's; no scale to normalise by\n",
                     games[g], ref[g]);
             code = CLI_EXIT_USAGE;

@@ -489,6 +489,17 @@ int exp_softmoe_tokenize(int argc, char **argv) {
     /* the reports still come, over the runs that finished (a failed run is left out of its figure,
      * which then says its counts are unequal); the exit status says that some failed */
 
+    /* each reporting agent's reference pool, written once (every figure of the agent reads it) */
+    char pools[3][700];
+    int pool_ok[3] = {0};
+    for (int a = 0; a < 3; a++) {
+        int used = 0;
+        for (int f = 0; f < N_FIGURES; f++) used |= fig_runs(&kFigures[f], &o, a);
+        snprintf(pools[a], sizeof pools[a], "%s/%s-%s/reference-runs.txt", o.out, kAgents[a], o.encoder);
+        if (used && !(pool_ok[a] = write_reference_runs(&o, kAgents[a], pools[a]) == 0))
+            fprintf(stderr, "specmoe bench tokenize: cannot write %s\n", pools[a]);
+    }
+
     /* a report per figure and agent over its runs */
     for (int f = 0; f < N_FIGURES; f++) {
         const tk_figure *F = &kFigures[f];
@@ -511,12 +522,10 @@ int exp_softmoe_tokenize(int argc, char **argv) {
                 for (int vi = 0; F->variants[vi]; vi++) member |= !strcmp(F->variants[vi], runs[i].v->name);
                 if (member) av[ac++] = runs[i].dir;
             }
-            char png[600], reps[32], pool[700];
+            char png[600], reps[32];
             snprintf(png, sizeof png, "%s/fig%s-%s-%s.png", o.out, F->id, kAgents[a], o.encoder);
             snprintf(reps, sizeof reps, "%d", o.reps);
-            snprintf(pool, sizeof pool, "%s/%s-%s/reference-runs.txt", o.out, kAgents[a], o.encoder);
-            if (write_reference_runs(&o, kAgents[a], pool)) {
-                fprintf(stderr, "specmoe bench tokenize: cannot write %s\n", pool);
+            if (!pool_ok[a]) {
                 free(av);
                 failed++;
                 continue;
@@ -528,7 +537,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
             av[ac++] = "--labels";
             av[ac++] = "dir";
             av[ac++] = "--reference-runs";
-            av[ac++] = pool;
+            av[ac++] = pools[a];
             av[ac] = NULL;
             printf("\nbench-tokenize-figure fig=%s agent=%s: %s%s\n", F->id, kAgents[a], F->what,
                    full ? "" : " [quick tier: a smoke test, decides nothing]");
