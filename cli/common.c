@@ -294,6 +294,55 @@ int cli_argv_words(cli_argv *a, const char *words) {
     return bad;
 }
 
+int cli_run_fingerprint(const cli_argv *a, const char *out, char *buf, size_t n) {
+    const size_t lo = out ? strlen(out) : 0;
+    size_t used = 0;
+    if (n) buf[0] = 0;
+    for (int i = 1; i < a->argc; i++) {
+        const char *s = a->argv[i];
+        if (!strcmp(s, "--out")) {
+            i++;
+            continue;
+        }
+        const int at_out = lo && !strncmp(s, out, lo) && (s[lo] == 0 || s[lo] == '/');
+        const int w = snprintf(buf + used, n - used, "%s%s%s", used ? " " : "", at_out ? "OUT" : "", at_out ? s + lo : s);
+        if (w < 0 || (size_t)w >= n - used) return -1;
+        used += (size_t)w;
+    }
+    return 0;
+}
+
+int cli_run_plan_check(const char *dir, const char *fp, char *other, size_t n) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/command", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    size_t k = n ? fread(other, 1, n - 1, f) : 0;
+    fclose(f);
+    if (n) other[k] = 0;
+    char *nl = n ? strchr(other, '\n') : NULL;
+    if (nl) *nl = 0;
+    return n && !strcmp(other, fp) ? 0 : -1;
+}
+
+void cli_run_plan_verify(const char *study, const char *dir, const char *fp, int *stale, int *unrecorded) {
+    char had[CLI_ARGV_BUF];
+    const int c = cli_run_plan_check(dir, fp, had, sizeof had);
+    *unrecorded += c == 1;
+    if (c < 0 && (*stale)++ < 5)
+        fprintf(stderr, "specmoe bench %s: %s ran another command than this plan's:\n  ran:     %s\n  planned: %s\n", study, dir,
+                had, fp);
+}
+
+int cli_run_plan_write(const char *dir, const char *fp) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/command", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    int bad = fprintf(f, "%s\n", fp) < 0;
+    return (fclose(f) != 0 || bad) ? -1 : 0;
+}
+
 int cli_spawn(const cli_argv *a, const char *log) {
     fflush(stdout);
     fflush(stderr);

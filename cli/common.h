@@ -70,9 +70,10 @@ int cli_file_exists(const char *path);
 int cli_mkdirs(const char *path);
 /* A child's command line: up to CLI_ARGV_MAX arguments copied into one buffer, argv NULL-terminated. */
 #define CLI_ARGV_MAX 94
+#define CLI_ARGV_BUF 4096 /* bytes of one command line, and of its fingerprint */
 typedef struct {
     char *argv[CLI_ARGV_MAX + 2];
-    char buf[4096];
+    char buf[CLI_ARGV_BUF];
     int argc;
     size_t used;
 } cli_argv;
@@ -80,6 +81,23 @@ typedef struct {
 int cli_argv_push(cli_argv *a, const char *arg);
 /* Appends every space-separated word of words. */
 int cli_argv_words(cli_argv *a, const char *words);
+/* A study's run directories remember the plan they ran (DIR/command), so that a finished run left by
+ * an earlier plan - other flags under the same variant name - is refused instead of tabulated.
+ * The fingerprint is the command line without argv[0] (the binary: a new build keeps a study's runs)
+ * and without --out and its value (a copied run keeps its source's), with the study's out directory
+ * written OUT wherever an argument starts with it (another spelling of --out keeps the runs). It
+ * covers the flags, not the defaults a binary gives the flags left out: BENCHMARKS.md says which
+ * builds a study may mix. 0, or -1 if it does not fit in n bytes. */
+int cli_run_fingerprint(const cli_argv *a, const char *out, char *buf, size_t n);
+/* dir's recorded plan against fp: 0 the same, 1 none recorded (a run from before fingerprints),
+ * -1 another (its first line in other, n bytes). */
+int cli_run_plan_check(const char *dir, const char *fp, char *other, size_t n);
+/* A study's check of one finished (or resumed) run against its plan: counts a run of another plan in
+ * *stale (printing the first five to stderr, "specmoe bench STUDY: DIR ran another command ...") and
+ * a run with none recorded in *unrecorded. */
+void cli_run_plan_verify(const char *study, const char *dir, const char *fp, int *stale, int *unrecorded);
+/* Records fp as dir's plan (DIR/command); 0 or -1. */
+int cli_run_plan_write(const char *dir, const char *fp);
 /* Starts argv[0] with stdout and stderr appended to log; the child's pid, or -1. */
 int cli_spawn(const cli_argv *a, const char *log);
 /* The path of the running specmoe executable (/proc/self/exe) into buf; -1 if unknown. */

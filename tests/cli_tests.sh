@@ -878,6 +878,8 @@ expect 0 "bench tokenize: the reports normalise by the agent's best finished run
     sh -c '"$0" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$1" && [ "$(wc -l < "$1/der-minatar/reference-runs.txt")" -eq 10 ]' "$bin" "$tmp/tk"
 expect 0 "bench tokenize: a finished study is not run again" "status=done-before" -- \
     "$bin" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$tmp/tk"
+expect 2 "bench tokenize: a finished run of another command under the same name is refused, not reported" \
+    "ran another command than this plan's" -- "$bin" bench tokenize --figures 5 --games breakout --frames 1900 --reps 100 --out "$tmp/tk"
 # continual RL (SPHERE Sec. 5.1): rl train --init-from, and a final policy scored on another task of its family
 expect 0 "rl train --init-from: the next task starts from the previous task's checkpoint" "^rl-train env=mujoco/reach-1 agent=ppo frames=256 " -- \
     sh -c "'$bin' rl train --env mujoco/reach-0 --agent ppo --num-envs 2 --num-steps 64 --num-minibatches 2 --frames 256 --out '$tmp/crl0' >/dev/null &&
@@ -929,6 +931,14 @@ expect 0 "bench sphere: a tiny study trains, evaluates and prints SPHERE vs Top-
     grep -q '^| cbp | [0-9.]* +- 0 |' '$tmp/sph/summary.md' && grep -q '^copy of .*/rl/topk/reach-0/s1' '$tmp/sph/reach/crl/topk/s1/0-reach-0/done' &&
     cmp -s '$tmp/sph/reach/rl/topk/reach-0/s1/checkpoint.safetensors' '$tmp/sph/reach/crl/topk/s1/0-reach-0/checkpoint.safetensors'"
 expect 0 "bench sphere: a finished study is not run again" "runs=37 to_run=0 " -- "$bin" bench sphere $sph_tiny --out "$tmp/sph"
+expect 0 "bench sphere: each run records its command, without the binary and --out; a copy has its source's" \
+    "^rl train --agent ppo .* --init-from OUT/reach/crl/topk/s1/0-reach-0/checkpoint.safetensors\$" -- \
+    sh -c "cmp -s '$tmp/sph/reach/rl/topk/reach-0/s1/command' '$tmp/sph/reach/crl/topk/s1/0-reach-0/command' &&
+    ! grep -q -- '--out' '$tmp/sph/reach/rl/topk/reach-0/s1/command' && cat '$tmp/sph/reach/crl/topk/s1/1-reach-1/command'"
+expect 2 "bench sphere: a finished run of another command under the same name is refused, not tabulated" \
+    "reach/rl/topk/reach-0/s1 ran another command than this plan's" -- "$bin" bench sphere $sph_tiny --frames 4096 --dry-run --out "$tmp/sph"
+expect 0 "bench sphere: another spelling of --out keeps the runs" "runs=37 to_run=0 " -- \
+    sh -c "cd '$tmp' && '$bin' bench sphere $sph_tiny --dry-run --out ./sph"
 expect 0 "bench sphere --methods: only those methods' runs (and the held-out policy); each CRL chain's first task is a copy" "runs=13 to_run=11 " -- \
     "$bin" bench sphere --figures 13 --seeds 1 --methods topk,sphere --dry-run --out "$tmp/sph-plan"
 expect 0 "bench sphere: a CRL chain's first task takes the files of its RL run (the same command but --out)" \

@@ -193,9 +193,10 @@ typedef struct {
 typedef struct {
     char dir[512], log[560];
     cli_argv cmd;
+    char fp[CLI_ARGV_BUF]; /* the fresh run's fingerprint (cli_run_fingerprint), kept in DIR/command */
     const tk_variant *v;
     char agent[16], game[32];
-    int seed, skip;
+    int seed, skip, resume;
     pid_t pid;
     double t0;
 } tk_run;
@@ -221,20 +222,10 @@ static int fig_runs(const tk_figure *F, const tk_opts *o, int a) {
            agent_learns(o, kAgents[a]);
 }
 
-/* the run's command line: a fresh run or the resumption of its checkpoint */
-static int plan_run(tk_run *r, const tk_opts *o, const char *self) {
-    cli_argv *a = &r->cmd;
-    char buf[600];
+/* the command line of the run from its start */
+static int fresh_command(cli_argv *a, const tk_run *r, const tk_opts *o, const char *self) {
     memset(a, 0, sizeof *a);
-    snprintf(buf, sizeof buf, "%s/done", r->dir);
-    r->skip = cli_file_exists(buf);
     int bad = cli_argv_push(a, self) | cli_argv_push(a, "rl") | cli_argv_push(a, "train");
-    snprintf(buf, sizeof buf, "%s/checkpoint.safetensors", r->dir);
-    if (cli_file_exists(buf)) {
-        bad |= cli_argv_push(a, "--resume") | cli_argv_push(a, buf) | cli_argv_push(a, "--threads") |
-               cli_argv_push(a, "1");
-        return bad;
-    }
     char num[48];
     const long frames = agent_frames(o, r->agent);
     snprintf(num, sizeof num, "minatar/%s", r->game);
@@ -270,6 +261,24 @@ static int plan_run(tk_run *r, const tk_opts *o, const char *self) {
         } else {
             bad |= cli_argv_push(a, t);
         }
+    }
+    return bad;
+}
+
+/* the run's command line: a fresh run, or the resumption of its checkpoint; either way the fresh
+ * command's fingerprint, which a finished or resumed run's directory must have recorded */
+static int plan_run(tk_run *r, const tk_opts *o, const char *self) {
+    char buf[600];
+    snprintf(buf, sizeof buf, "%s/done", r->dir);
+    r->skip = cli_file_exists(buf);
+    int bad = fresh_command(&r->cmd, r, o, self) || cli_run_fingerprint(&r->cmd, o->out, r->fp, sizeof r->fp);
+    snprintf(buf, sizeof buf, "%s/checkpoint.safetensors", r->dir);
+    r->resume = cli_file_exists(buf);
+    if (r->resume) {
+        cli_argv *a = &r->cmd;
+        memset(a, 0, sizeof *a);
+        bad |= cli_argv_push(a, self) | cli_argv_push(a, "rl") | cli_argv_push(a, "train") | cli_argv_push(a, "--resume") |
+               cli_argv_push(a, buf) | cli_argv_push(a, "--threads") | cli_argv_push(a, "1");
     }
     return bad;
 }
@@ -425,6 +434,21 @@ int exp_softmoe_tokenize(int argc, char **argv) {
                 }
         }
     }
+    /* a finished or resumed run must have started as this plan's run: a directory named by its
+     * variant alone would otherwise hand an earlier plan's run (other flags, the same name) to the
+     * reports, or continue it */
+    int stale = 0, unrecorded = 0;
+    for (int i = 0; i < n; i++)
+        if (runs[i].skip || runs[i].resume) cli_run_plan_verify("tokenize", runs[i].dir, runs[i].fp, &stale, &unrecorded);
+    if (stale) {
+        fprintf(stderr, "specmoe bench tokenize: %d finished or started run(s) under %s ran other commands: remove them to "
+                        "run them again, or choose another --out\n", stale, o.out);
+        free(runs);
+        return CLI_EXIT_USAGE;
+    }
+    if (unrecorded)
+        printf("bench-tokenize: %d finished or started run(s) have no recorded command (made before fingerprints) and are "
+               "taken as planned\n", unrecorded);
     printf("bench-tokenize tier=%s%s figures=%s games=%s seeds=%d frames=%ld der_frames=%ld agent=%s encoder=%s runs=%d jobs=%d "
            "out=%s\n",
            o.tier, full ? "" : " (a smoke test of the pipeline: these tables decide no claim)", o.figures, o.games, o.seeds,
@@ -449,8 +473,8 @@ int exp_softmoe_tokenize(int argc, char **argv) {
                        r->game, r->seed);
                 continue;
             }
-            if (cli_mkdirs(r->dir)) {
-                fprintf(stderr, "specmoe bench tokenize: cannot create %s\n", r->dir);
+            if (cli_mkdirs(r->dir) || (!r->resume && cli_run_plan_write(r->dir, r->fp))) {
+                fprintf(stderr, "specmoe bench tokenize: cannot create %s or its command file\n", r->dir);
                 failed++;
                 continue;
             }

@@ -107,6 +107,7 @@ static const char *const kProto[] = {"rl", "crl", "heldout"};
 typedef struct {
     char dir[512], log[560];
     cli_argv cmd;
+    char fp[CLI_ARGV_BUF]; /* the plan's fingerprint (cli_run_fingerprint), kept in DIR/command */
     int fam, meth, proto, task, seed;
     int dep;   /* run that must end first (CRL's previous task; -1: none) */
     int copy_of; /* a run of the same command but --out whose files this one takes (-1: none) */
@@ -236,21 +237,23 @@ static int add_run(sp_run *runs, int *n, const sp_opts *o, const char *self, int
     char done[600];
     snprintf(done, sizeof done, "%s/done", r->dir);
     r->state = cli_file_exists(done) ? 2 : 0;
-    if (plan_run(r, o, self, runs)) return -1;
+    if (plan_run(r, o, self, runs) || cli_run_fingerprint(&r->cmd, o->out, r->fp, sizeof r->fp)) return -1;
     (*n)++;
     return 0;
 }
 
 /* ---- running --------------------------------------------------------------------------------- */
 
-/* A run's files into dst (its `done` last): the checkpoint, metrics, log and settings. */
+/* A run's files into dst (its `done` last): the checkpoint, metrics, log and settings, and its
+ * recorded plan if it has one (the fingerprint leaves --out out, so it is the copy's plan too). */
 static int copy_run(const char *src, const char *dst) {
-    static const char *const kFiles[] = {"checkpoint.safetensors", "metrics.jsonl", "train.log", "settings.json"};
+    static const char *const kFiles[] = {"checkpoint.safetensors", "metrics.jsonl", "train.log", "settings.json", "command"};
     if (cli_mkdirs(dst)) return -1;
     for (size_t i = 0; i < sizeof kFiles / sizeof kFiles[0]; i++) {
         char a[700], b[700];
         snprintf(a, sizeof a, "%s/%s", src, kFiles[i]);
         snprintf(b, sizeof b, "%s/%s", dst, kFiles[i]);
+        if (!strcmp(kFiles[i], "command") && !cli_file_exists(a)) continue; /* a run from before fingerprints */
         FILE *in = fopen(a, "rb"), *out = in ? fopen(b, "wb") : NULL;
         int bad = !in || !out;
         char buf[1 << 16];
@@ -286,7 +289,7 @@ static int run_all(sp_run *runs, int n, int jobs) {
                 fflush(stdout);
                 continue;
             }
-            if (cli_mkdirs(r->dir) || (r->pid = cli_spawn(&r->cmd, r->log)) < 0) {
+            if (cli_mkdirs(r->dir) || cli_run_plan_write(r->dir, r->fp) || (r->pid = cli_spawn(&r->cmd, r->log)) < 0) {
                 fprintf(stderr, "specmoe bench sphere: cannot start %s\n", r->dir);
                 r->state = 3, failed++;
                 continue;
@@ -730,6 +733,20 @@ int exp_sphere_bench(int argc, char **argv) {
         free(runs), free(ev);
         return CLI_EXIT_RUNTIME;
     }
+    /* a finished run must have run this plan's command: a directory named by its variant alone would
+     * otherwise hand an earlier plan's run (other flags, the same name) to the tables */
+    int stale = 0, unrecorded = 0;
+    for (int i = 0; i < n; i++)
+        if (runs[i].state == 2) cli_run_plan_verify("sphere", runs[i].dir, runs[i].fp, &stale, &unrecorded);
+    if (stale) {
+        fprintf(stderr, "specmoe bench sphere: %d finished run(s) under %s ran other commands: remove them to run them again, "
+                        "or choose another --out\n", stale, o.out);
+        free(runs), free(ev);
+        return CLI_EXIT_USAGE;
+    }
+    if (unrecorded)
+        printf("bench-sphere: %d finished run(s) have no recorded command (made before fingerprints) and are taken as "
+               "planned\n", unrecorded);
     long planned = 0;
     int todo = 0;
     for (int i = 0; i < n; i++) todo += runs[i].state == 0 && runs[i].copy_of < 0;
