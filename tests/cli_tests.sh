@@ -266,6 +266,13 @@ expect 2 "rl train: --actor moe needs arch = dense:W repeated" "must then be den
     "$bin" rl train --env mujoco/reach-0 --agent ppo --actor moe --arch dense:16,dense:8 --frames 256
 expect 2 "rl train: --actor ds-moe needs topk >= 2" "ds-moe splits each expert in two .*topk >= 2" -- \
     "$bin" rl train --env mujoco/reach-0 --agent ppo --actor ds-moe --topk 1 --frames 256
+# DS-MoE's fine-grained split keeps Top-k's parameters (DeepSeekMoE's segmentation): halving the
+# width of 3-layer experts left 55% of them
+expect 0 "rl train --actor ds-moe: as many parameters as the Top-k actor (within 5%)" "^same\$" -- sh -c '
+    for k in moe ds-moe; do "$0" rl train --env mujoco/cheetah-run --agent ppo --actor $k --arch dense:64,dense:64,dense:64 --experts 8 \
+        --topk 2 --num-steps 64 --num-minibatches 2 --update-epochs 1 --frames 64 --out "$1/dsp-$k" >/dev/null 2>&1 || exit 1
+        "$0" info "$1/dsp-$k/checkpoint.safetensors" | sed -n "s/^model parameters: //p"; done | paste -sd" " |
+    awk "{ r = \$2 / \$1; print (r > 0.95 && r < 1.05 ? \"same\" : \"ratio \" r) }"' "$bin" "$tmp"
 for kind in moe dense-moe ds-moe mlp10x; do
     expect 0 "rl train --actor $kind: a short run" "^rl-train env=mujoco/reach-0 agent=ppo frames=256 " -- \
         "$bin" rl train --env mujoco/reach-0 --agent ppo --actor $kind --arch dense:8,dense:8 --experts 3 --topk 2 \
@@ -914,10 +921,17 @@ expect 0 "bench sphere: a CRL task starts from the previous task's checkpoint" \
 expect 0 "bench sphere: the reach family runs without observation and reward normalisers (MetaWorld's setting), the cheetah with them" \
     "--env mujoco/reach-0 --norm-obs 0 --norm-reward 0 --out .*--env mujoco/cheetah-run --out " -- \
     sh -c '"$0" bench sphere --tier full --figures 13 --methods topk --seeds 1 --dry-run --out "$1" | grep -E "/rl/topk/(reach-0|cheetah-run)/s1 " | sort -r | tr "\n" " "' "$bin" "$tmp/sph-plan"
+expect 0 "bench sphere: SPHERE's ratio is each family's paper setting (cheetah 0.001 as HumanoidBench, reach 0.1 as MetaWorld)" \
+    "cheetah-run/s1 --actor moe --sphere-rho 0.001 .*/reach-0/s1 --actor moe --sphere-rho 0.1 " -- \
+    sh -c '"$0" bench sphere --tier full --figures 13 --methods sphere --seeds 1 --dry-run --out "$1" | grep "/rl/sphere/.*-run/s1 \|/rl/sphere/reach-0/s1 " | tr "\n" " "' "$bin" "$tmp/sph-plan"
+expect 0 "bench sphere: Fig. 10 sweeps each family's ratios (reach: HumanoidBench's 0.001 among them; no sweep run repeats the main one)" \
+    "^cheetah:sphere-rho=0.0001,sphere-rho=0.01, reach:sphere-rho=0.001,sphere-rho=0.01, \$" -- \
+    sh -c 'for f in cheetah reach; do printf "%s:" $f; "$0" bench sphere --tier full --figures 10 --families $f --seeds 1 --dry-run --out "$1" |
+        grep -o "/crl/sphere-rho=[0-9.e-]*/s1/0-" | sed "s#/crl/##; s#/s1/0-##" | sort -u | tr "\n" ","; printf " "; done' "$bin" "$tmp/sph-plan"
 expect 2 "bench sphere: an unknown figure is named with the valid ones" "unknown figure '9' \(2, 3, 13" -- "$bin" bench sphere --figures 2,9
 expect 0 "bench sphere: Table 6's baselines run under CRL at their defaults" "--actor moe --specreg 1e-3 .*--init-from" -- \
     "$bin" bench sphere --figures 6 --dry-run --out "$tmp/sph-plan6"
-expect 0 "bench sphere: Table 11's SPHERE with LayerNorm runs under CRL" "--actor moe --layernorm 1 --sphere-rho 0.001 --sphere-mode grad --init-from" -- \
+expect 0 "bench sphere: Table 11's SPHERE with LayerNorm runs under CRL" "--actor moe --layernorm 1 --sphere-rho 0.1 --sphere-mode grad --init-from" -- \
     "$bin" bench sphere --figures 11 --dry-run --out "$tmp/sph-plan11"
 expect 0 "bench sphere: load balancing overrides the plan's --balance 0" "--balance 0 .*--actor moe --balance 0.01" -- \
     "$bin" bench sphere --figures 6 --dry-run --out "$tmp/sph-plan6"

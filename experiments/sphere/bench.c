@@ -24,7 +24,8 @@
  *   reach    mujoco/reach-0, reach-1, reach-2;          held out: reach-3        score: success
  * Methods (the paper's actor shape at --width, ReLU, 3 layers; --experts experts, top-2, temperature
  * 1, subset softmax, no balance loss; CleanRL's continuous PPO settings):
- *   ppo, topk (MoE actor), dense-moe, ds-moe, sphere (topk + SPHERE, grad mode, --rho), the Table 1
+ *   ppo, topk (MoE actor), dense-moe, ds-moe, sphere (topk + SPHERE, grad mode, --rho: by default the
+ *   family's, kFamilies), the Table 1
  *   ablations sphere-all-layers, sphere-per-expert, sphere-unweighted, sphere-gradient-gram (Eq. 26 on
  *   the backprop vectors' Gram of Eq. 20, src/methods/sphere/gradgram.c), sphere-rho=R for the
  *   Fig. 10 sweep (--rhos), and the mitigation baselines on the Top-k actor at their flags' defaults:
@@ -71,6 +72,8 @@ typedef struct {
     const char *tasks[SEQ + 1]; /* the sequence, then the held-out task */
     int success;                /* 1: scored by success rate, 0: by return */
     const char *args;           /* the family's own rl train flags */
+    double rho;                 /* SPHERE's ratio (grad mode) in the paper's benchmark this family stands in for */
+    const char *rhos;           /* Fig. 10's other ratios around it */
 } sp_family;
 
 /* Observation normalisation as the paper's two settings (App. A.4): HumanoidBench, which the cheetah
@@ -78,9 +81,16 @@ typedef struct {
  * MetaWorld, which the reaching arm stands in for, none. The reach observation ends with the
  * target's position, constant within a task: a normaliser carried into the next task would see its
  * variance near 0 and feed the new target as an input clipped at +-10 for much of the task. */
+/* SPHERE's ratio as the paper's two settings: HumanoidBench rho = 0.001 (REFERENCE-NOTES, grad mode),
+ * MetaWorld "two orders of magnitude" larger (App. J.10.3: the HumanoidBench ratio on MetaWorld is
+ * "two orders of magnitude smaller than our default MetaWorld setting in Table 2"), so 0.1. Fig. 10's
+ * sweep spans a decade either side of the cheetah's and two below the reach's, which holds the
+ * paper's cross-benchmark check (HumanoidBench's ratio on MetaWorld). */
 static const sp_family kFamilies[] = {
-    {"cheetah", {"mujoco/cheetah-run", "mujoco/cheetah-run-backward", "mujoco/cheetah-jump", "mujoco/cheetah-flip"}, 0, ""},
-    {"reach", {"mujoco/reach-0", "mujoco/reach-1", "mujoco/reach-2", "mujoco/reach-3"}, 1, "--norm-obs 0 --norm-reward 0"},
+    {"cheetah", {"mujoco/cheetah-run", "mujoco/cheetah-run-backward", "mujoco/cheetah-jump", "mujoco/cheetah-flip"}, 0, "",
+     0.001, "0.0001,0.01"},
+    {"reach", {"mujoco/reach-0", "mujoco/reach-1", "mujoco/reach-2", "mujoco/reach-3"}, 1, "--norm-obs 0 --norm-reward 0",
+     0.1, "0.001,0.01"},
 };
 #define N_FAMILIES ((int)(sizeof kFamilies / sizeof kFamilies[0]))
 
@@ -88,14 +98,15 @@ static const sp_family kFamilies[] = {
 typedef struct {
     char name[40];
     char args[160]; /* rl train flags of the method */
-    double rho;     /* SPHERE's ratio, 0: off */
+    double rho;     /* SPHERE's ratio: 0 off, < 0 the family's (method_rho) */
+    unsigned fams;  /* the families it runs on (bit f: kFamilies[f]) */
 } sp_method;
 
 typedef struct {
     const char *tier, *figures, *families, *rhos, *out, *methods;
     int seeds, jobs, episodes, states, width, experts, dry_run, train;
     long frames;
-    double rho;
+    double rho; /* 0: each family's */
     sp_sl_opts sl;
     sp_method m[MAX_METHODS];
     int n_methods;
@@ -123,12 +134,32 @@ static int method_index(const sp_opts *o, const char *name) {
     return -1;
 }
 
-static void add_method(sp_opts *o, const char *name, const char *args, double rho) {
-    if (o->n_methods >= MAX_METHODS || method_index(o, name) >= 0) return;
+#define ALL_FAMILIES ((1u << N_FAMILIES) - 1)
+static void add_method(sp_opts *o, const char *name, const char *args, double rho, unsigned fams) {
+    const int have = method_index(o, name);
+    if (have >= 0) { /* a sweep ratio two families share */
+        o->m[have].fams |= fams;
+        return;
+    }
+    if (o->n_methods >= MAX_METHODS) return;
     sp_method *m = &o->m[o->n_methods++];
     snprintf(m->name, sizeof m->name, "%s", name);
     snprintf(m->args, sizeof m->args, "%s", args);
     m->rho = rho;
+    m->fams = fams;
+}
+
+/* SPHERE's ratio of method m on family f (0: no SPHERE) */
+static double method_rho(const sp_opts *o, const sp_method *m, int f) {
+    return m->rho >= 0 ? m->rho : o->rho > 0 ? o->rho : kFamilies[f].rho;
+}
+
+/* 1 if method i runs on family f: its families, and a sweep ratio is not the family's own (that is
+ * the row `sphere`) */
+static int method_on_family(const sp_opts *o, int i, int f) {
+    const sp_method *m = &o->m[i];
+    if (!(m->fams >> f & 1u)) return 0;
+    return strncmp(m->name, "sphere-rho=", 11) || method_rho(o, m, f) != method_rho(o, &o->m[method_index(o, "sphere")], f);
 }
 
 /* The figures' methods (the order of the tables' rows). */
@@ -145,34 +176,37 @@ static const char *const kT1[] = {"topk",           "sphere", "sphere-all-layers
 
 static void build_methods(sp_opts *o) {
     o->n_methods = 0;
-    add_method(o, "ppo", "--actor mlp", 0);
-    add_method(o, "topk", "--actor moe", 0);
-    add_method(o, "dense-moe", "--actor dense-moe", 0);
-    add_method(o, "ds-moe", "--actor ds-moe", 0);
-    add_method(o, "sphere", "--actor moe", o->rho);
-    add_method(o, "sphere-all-layers", "--actor moe --sphere-all-layers 1", o->rho);
-    add_method(o, "sphere-per-expert", "--actor moe --sphere-per-expert 1", o->rho);
-    add_method(o, "sphere-unweighted", "--actor moe --sphere-unweighted 1", o->rho);
-    add_method(o, "sphere-gradient-gram", "--actor moe --sphere-gram gradient", o->rho);
-    add_method(o, "sphere-ln", "--actor moe --layernorm 1", o->rho); /* LN's factory experts: moe.h feat_seq */
+    const unsigned A = ALL_FAMILIES;
+    add_method(o, "ppo", "--actor mlp", 0, A);
+    add_method(o, "topk", "--actor moe", 0, A);
+    add_method(o, "dense-moe", "--actor dense-moe", 0, A);
+    add_method(o, "ds-moe", "--actor ds-moe", 0, A);
+    add_method(o, "sphere", "--actor moe", -1, A);
+    add_method(o, "sphere-all-layers", "--actor moe --sphere-all-layers 1", -1, A);
+    add_method(o, "sphere-per-expert", "--actor moe --sphere-per-expert 1", -1, A);
+    add_method(o, "sphere-unweighted", "--actor moe --sphere-unweighted 1", -1, A);
+    add_method(o, "sphere-gradient-gram", "--actor moe --sphere-gram gradient", -1, A);
+    add_method(o, "sphere-ln", "--actor moe --layernorm 1", -1, A); /* LN's factory experts: moe.h feat_seq */
     /* the mitigation baselines on the same Top-k actor, each at its flag's default (README,
      * "Baselines"); spectral regularisation has no default: 1e-3, as the README's example; load
      * balancing at the top-k router's 0.01 (the later --balance wins over the plan's --balance 0) */
-    add_method(o, "ppo10x", "--actor mlp10x", 0);
-    add_method(o, "ln", "--actor moe --layernorm 1", 0);
-    add_method(o, "pw", "--actor moe --pw 1", 0);
-    add_method(o, "cchain", "--actor moe --cchain 1", 0);
-    add_method(o, "cbp", "--actor moe --cbp 1", 0);
-    add_method(o, "sn", "--actor moe --sn 1", 0);
-    add_method(o, "redo", "--actor moe --redo 1", 0);
-    add_method(o, "specreg", "--actor moe --specreg 1e-3", 0);
-    add_method(o, "balance", "--actor moe --balance 0.01", 0);
-    char b[256];
-    snprintf(b, sizeof b, "%s", o->rhos);
-    for (char *save = NULL, *t = strtok_r(b, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        char name[40];
-        snprintf(name, sizeof name, "sphere-rho=%g", atof(t));
-        add_method(o, name, "--actor moe", atof(t));
+    add_method(o, "ppo10x", "--actor mlp10x", 0, A);
+    add_method(o, "ln", "--actor moe --layernorm 1", 0, A);
+    add_method(o, "pw", "--actor moe --pw 1", 0, A);
+    add_method(o, "cchain", "--actor moe --cchain 1", 0, A);
+    add_method(o, "cbp", "--actor moe --cbp 1", 0, A);
+    add_method(o, "sn", "--actor moe --sn 1", 0, A);
+    add_method(o, "redo", "--actor moe --redo 1", 0, A);
+    add_method(o, "specreg", "--actor moe --specreg 1e-3", 0, A);
+    add_method(o, "balance", "--actor moe --balance 0.01", 0, A);
+    for (int f = 0; f < N_FAMILIES; f++) { /* Fig. 10's sweep: --rhos on every family, or each family's own */
+        char b[256];
+        snprintf(b, sizeof b, "%s", o->rhos ? o->rhos : kFamilies[f].rhos);
+        for (char *save = NULL, *t = strtok_r(b, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            char name[40];
+            snprintf(name, sizeof name, "sphere-rho=%g", atof(t));
+            add_method(o, name, "--actor moe", atof(t), 1u << f);
+        }
     }
 }
 
@@ -211,8 +245,9 @@ static int plan_run(sp_run *r, const sp_opts *o, const char *self, const sp_run 
     bad |= cli_argv_words(a, b) | cli_argv_words(a, F->args) | cli_argv_push(a, "--out") | cli_argv_push(a, r->dir);
     const sp_method *m = &o->m[r->meth];
     bad |= cli_argv_words(a, m->args);
-    if (m->rho > 0) {
-        snprintf(b, sizeof b, "--sphere-rho %g --sphere-mode grad", m->rho);
+    const double rho = method_rho(o, m, r->fam);
+    if (rho > 0) {
+        snprintf(b, sizeof b, "--sphere-rho %g --sphere-mode grad", rho);
         bad |= cli_argv_words(a, b);
     }
     if (r->proto == P_CRL && r->dep >= 0) {
@@ -580,18 +615,18 @@ static void table(const sp_report *R, int fam, const char *id, const char *title
     int rows_m[MAX_METHODS], nr = 0; /* the rows: the figure's methods, or Fig. 10's topk, sphere and the sweep */
     for (int i = 0; i < o->n_methods; i++) {
         const char *n = o->m[i].name;
-        if (fig == 10 && method_protocols(o, i) && (!strncmp(n, "sphere-rho=", 11) || !strcmp(n, "sphere") || !strcmp(n, "topk")))
+        if (fig == 10 && method_protocols(o, i) && method_on_family(o, i, fam) && (!strncmp(n, "sphere-rho=", 11) || !strcmp(n, "sphere") || !strcmp(n, "topk")))
             rows_m[nr++] = i;
     }
     for (int i = 0; fig != 10 && methods[i]; i++) {
         const int mi = method_index(o, methods[i]);
-        if (mi >= 0 && method_protocols(o, mi)) rows_m[nr++] = mi;
+        if (mi >= 0 && method_protocols(o, mi) && method_on_family(o, mi, fam)) rows_m[nr++] = mi;
     }
     for (int i = 0; i < nr; i++) {
         const int m = rows_m[i];
         cJSON *row = cJSON_CreateObject();
         cJSON_AddStringToObject(row, "method", o->m[m].name);
-        put_num(row, "rho", o->m[m].rho);
+        put_num(row, "rho", method_rho(o, &o->m[m], fam));
         cli_bprintf(R->md, "| %s |", o->m[m].name);
         char key[48];
         if (fig == 2) {
@@ -637,8 +672,8 @@ int exp_sphere_bench(int argc, char **argv) {
         {"states", FL_INT, &o.states, "0", "held-out states of the eNTK rank (0: the tier's: quick 32, full 256)", 0},
         {"width", FL_INT, &o.width, "64", "hidden width of the actors' 3 layers (the paper: 256)", 0},
         {"experts", FL_INT, &o.experts, "8", "experts of the MoE actors (the paper: 10)", 0},
-        {"rho", FL_DOUBLE, &o.rho, "0.001", "SPHERE's ratio, grad mode (the paper's HumanoidBench setting)", 0},
-        {"rhos", FL_STRING, &o.rhos, "0.0001,0.01", "Fig. 10's other ratios", 0},
+        {"rho", FL_DOUBLE, &o.rho, "0", "SPHERE's ratio, grad mode (0: the family's paper setting - cheetah 0.001 as HumanoidBench, reach 0.1 as MetaWorld)", 0},
+        {"rhos", FL_STRING, &o.rhos, NULL, "Fig. 10's other ratios (default: the family's - cheetah 0.0001,0.01; reach 0.001,0.01)", 0},
         {"jobs", FL_INT, &o.jobs, "2", "runs at once (one thread each)", 0},
         {"out", FL_STRING, &o.out, "runs/bench-sphere", "directory of the runs and tables", 0},
         {"dry-run", FL_BOOL, &o.dry_run, "0", "print the runs' command lines and stop", 0},
@@ -662,9 +697,9 @@ int exp_sphere_bench(int argc, char **argv) {
     if (o.sl.per_class < 0) o.sl.per_class = full ? 0 : 1000;
     o.sl.seeds = o.seeds;
     if (o.jobs < 1 || o.jobs > 64 || o.seeds > 100 || seeds < 0 || frames < 0 || o.episodes < 1 || o.states < 2 ||
-        o.states > 512 || o.width < 1 || o.experts < 2 || !(o.rho > 0) || o.sl.n_permuted < 1 || o.sl.n_permuted > 20) {
+        o.states > 512 || o.width < 1 || o.experts < 2 || o.rho < 0 || o.sl.n_permuted < 1 || o.sl.n_permuted > 20) {
         fprintf(stderr, "specmoe bench sphere: need --jobs in [1, 64], --seeds in [0, 100], --frames >= 0, --episodes >= 1, "
-                        "--states in [2, 512], --width >= 1, --experts >= 2, --rho > 0, --sl-permuted in [1, 20]\n");
+                        "--states in [2, 512], --width >= 1, --experts >= 2, --rho >= 0, --sl-permuted in [1, 20]\n");
         return CLI_EXIT_USAGE;
     }
     for (int which = 0; which < 2; which++) {
@@ -687,7 +722,7 @@ int exp_sphere_bench(int argc, char **argv) {
         }
     }
     int n_rhos = 1, room = MAX_METHODS - 1 - method_index(&o, "balance"); /* add_method stops at MAX_METHODS */
-    for (const char *c = o.rhos; *c; c++) n_rhos += *c == ',';
+    for (const char *c = o.rhos ? o.rhos : ""; *c; c++) n_rhos += *c == ',';
     if (n_rhos > room) {
         fprintf(stderr, "specmoe bench sphere: --rhos: at most %d ratios, not %d\n", room, n_rhos);
         return CLI_EXIT_USAGE;
@@ -707,12 +742,12 @@ int exp_sphere_bench(int argc, char **argv) {
         held[f] = -1;
         if (!cli_in_list(o.families, kFamilies[f].name)) continue;
         int any = 0;
-        for (int m = 0; m < o.n_methods; m++) any |= method_protocols(&o, m);
+        for (int m = 0; m < o.n_methods; m++) any |= method_on_family(&o, m, f) ? method_protocols(&o, m) : 0;
         if (!any) continue;
         held[f] = n;
         bad |= add_run(runs, &n, &o, self, f, method_index(&o, "ppo"), P_HELD, SEQ, 1, -1);
         for (int m = 0; m < o.n_methods && !bad; m++) {
-            const int p = method_protocols(&o, m);
+            const int p = method_on_family(&o, m, f) ? method_protocols(&o, m) : 0;
             for (int s = 1; s <= o.seeds && !bad; s++) {
                 const int rl0 = n;
                 for (int t = 0; t < SEQ && (p & 1); t++) bad |= add_run(runs, &n, &o, self, f, m, P_RL, t, s, -1);

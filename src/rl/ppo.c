@@ -143,6 +143,14 @@ static void ppo_env_defaults(void *cfg, const sm_env_spec *env, int (*given)(con
 /* Parameters of a dense stack D -> W (L layers) -> A with biases. */
 static double mlp_params(double D, double W, int L, double A) { return D * W + W + (L - 1) * (W * W + W) + W * A + A; }
 
+/* The width W' of the same stack with `factor` times its parameters: the positive root of
+ * mlp_params(D, W', L, A) = factor mlp_params(D, W, L, A), rounded. */
+static int width_for_params(double D, int W, int L, double A, double factor) {
+    const double a = L - 1, b = D + 1 + (L - 1) + A, c = A - factor * mlp_params(D, W, L, A);
+    const double w = a > 0 ? (-b + sqrt(b * b - 4 * a * c)) / (2 * a) : -c / b;
+    return (int)lround(w);
+}
+
 /* The actor kinds of SPHERE's baselines (Sec. 5.1, App. A.4), built from the hidden stack arch = L dense
  * layers of width W (the paper: 3 x 256):
  *   mlp10x     the stack widened to W' with about ten times the parameters (the positive root of
@@ -160,9 +168,8 @@ static sm_status actor_kind(sm_model_config *mc, const sm_ppo_config *c, sm_erro
             return sm_fail(err, SM_ERR_ARG, "ppo: actor %s builds its networks from arch, which must then be dense:W repeated "
                            "(got '%s')", c->actor, c->arch);
     if (!strcmp(c->actor, "mlp10x")) {
-        const double D = mc->in_dim, A = mc->n_classes, a = L - 1, b = D + 1 + (L - 1) + A, cc = A - 10 * mlp_params(D, W, L, A);
-        const double w = a > 0 ? (-b + sqrt(b * b - 4 * a * cc)) / (2 * a) : -cc / b;
-        for (int i = 0; i < L; i++) mc->layers[i].width = (int)lround(w);
+        const int w = width_for_params(mc->in_dim, W, L, mc->n_classes, 10);
+        for (int i = 0; i < L; i++) mc->layers[i].width = w;
         return SM_OK;
     }
     const int ds = !strcmp(c->actor, "ds-moe");
@@ -175,9 +182,13 @@ static sm_status actor_kind(sm_model_config *mc, const sm_ppo_config *c, sm_erro
     if (!strcmp(c->actor, "dense-moe")) mc->moe.router.k = mc->moe.router.E;
     if (ds) {
         /* DeepSeekMoE's fine-grained split (Dai et al. 2024) at factor 2: each of the E experts becomes two
-         * of width W/2 (2E in all); the two halves of one are shared (every state, weight 1) and the 2k - 2
-         * others a state uses are routed among the remaining 2E - 2 by the ds router - the same active
-         * width as top-k of E */
+         * with half its parameters (2E in all); the two halves of one are shared (every state, weight 1)
+         * and the 2k - 2 others a state uses are routed among the remaining 2E - 2 by the ds router. As
+         * DeepSeekMoE's segmentation, this keeps the experts' total and active parameters: its experts
+         * are one-hidden-layer FFNs, split by halving the hidden width; ours have L hidden layers, whose
+         * W x W matrices a halved width would quarter (W/2 gave 55% of Top-k's parameters), so the
+         * half-expert's width is the root of mlp_params(W') = mlp_params(W) / 2 (64 -> 44 on the cheetah,
+         * 256 -> 180 at the paper's width). */
         sm_router_config *rc = &mc->moe.router;
         const int E = rc->E, k = rc->k;
         if (k < 2 || W < 2)
@@ -187,7 +198,8 @@ static sm_status actor_kind(sm_model_config *mc, const sm_ppo_config *c, sm_erro
         if (st != SM_OK) return st;
         rc->E = 2 * E, rc->k = 2 * k - 2;
         sm_ds_opts(rc)->ds_shared = 2;
-        mc->layers[0].width = W / 2;
+        mc->layers[0].width = width_for_params(mc->in_dim, W, L, mc->n_classes, 0.5);
+        if (mc->layers[0].width < 1) mc->layers[0].width = 1;
     }
     return SM_OK;
 }
