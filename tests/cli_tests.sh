@@ -913,7 +913,7 @@ expect 0 "bench sphere: the quick tier is the reach family, 2 seeds, a smoke tes
     "^bench-sphere tier=quick \(a smoke test.*families=reach seeds=2 frames_per_task=20480 runs=157 " -- \
     "$bin" bench sphere --dry-run --out "$tmp/sph-plan"
 expect 0 "bench sphere: the full tier is both families, 5 seeds, 1M frames per task" \
-    "^bench-sphere tier=full figures=.* families=cheetah,reach seeds=5 frames_per_task=1000000 runs=782 " -- \
+    "^bench-sphere tier=full figures=.* families=cheetah,reach seeds=5 frames_per_task=1000000 runs=632 " -- \
     "$bin" bench sphere --tier full --dry-run --out "$tmp/sph-plan"
 expect 0 "bench sphere: a CRL task starts from the previous task's checkpoint" \
     "--env mujoco/reach-1 .*--out .*/crl/topk/s1/1-reach-1 --actor moe --init-from .*/crl/topk/s1/0-reach-0/checkpoint.safetensors" -- \
@@ -926,8 +926,11 @@ expect 0 "bench sphere: SPHERE's ratio is each family's paper setting (cheetah 0
     sh -c '"$0" bench sphere --tier full --figures 13 --methods sphere --seeds 1 --dry-run --out "$1" | grep "/rl/sphere/.*-run/s1 \|/rl/sphere/reach-0/s1 " | tr "\n" " "' "$bin" "$tmp/sph-plan"
 expect 0 "bench sphere: Fig. 10 sweeps each family's ratios (reach: HumanoidBench's 0.001 among them; no sweep run repeats the main one)" \
     "^cheetah:sphere-rho=0.0001,sphere-rho=0.01, reach:sphere-rho=0.001,sphere-rho=0.01, \$" -- \
-    sh -c 'for f in cheetah reach; do printf "%s:" $f; "$0" bench sphere --tier full --figures 10 --families $f --seeds 1 --dry-run --out "$1" |
+    sh -c 'for f in cheetah reach; do printf "%s:" $f; "$0" bench sphere --figures 10 --families $f --seeds 1 --dry-run --out "$1" |
         grep -o "/crl/sphere-rho=[0-9.e-]*/s1/0-" | sed "s#/crl/##; s#/s1/0-##" | sort -u | tr "\n" ","; printf " "; done' "$bin" "$tmp/sph-plan"
+expect 0 "bench sphere: the full tier runs Table 1, Tables 4/6 and Fig. 10 on the cheetah alone, as the paper on HumanoidBench" \
+    "^note cheetah-runs=36 reach-runs=0\$" -- sh -c '"$0" bench sphere --tier full --figures 1,6,10 --seeds 1 --dry-run --out "$1" > "$1.txt" &&
+    echo "$(grep -q "^bench-sphere note: the full tier runs Table 1" "$1.txt" && echo note) cheetah-runs=$(grep -c "/cheetah/crl/" "$1.txt") reach-runs=$(grep -c "/reach/" "$1.txt")"' "$bin" "$tmp/sph-plan-paper"
 expect 2 "bench sphere: an unknown figure is named with the valid ones" "unknown figure '9' \(2, 3, 13" -- "$bin" bench sphere --figures 2,9
 expect 0 "bench sphere: Table 6's baselines run under CRL at their defaults" "--actor moe --specreg 1e-3 .*--init-from" -- \
     "$bin" bench sphere --figures 6 --dry-run --out "$tmp/sph-plan6"

@@ -210,24 +210,35 @@ static void build_methods(sp_opts *o) {
     }
 }
 
-/* Which protocols method i runs under the selected figures: bit 0 RL, bit 1 CRL. */
-static int method_protocols(const sp_opts *o, int i) {
+/* 1 if figure id is selected and runs on family f. The full tier runs Table 1, Tables 4 and 6 and
+ * Fig. 10 where the paper does, on HumanoidBench alone (Sec. 5.3: "We ablate ... on HumanoidBench";
+ * App. J.2.1; J.10.3), which the cheetah stands in for; the quick tier, a smoke test on the reach,
+ * runs every figure there. */
+static int fig_sel(const sp_opts *o, const char *id, int f) {
+    if (!cli_in_list(o->figures, id)) return 0;
+    if (!strcmp(o->tier, "full") && (!strcmp(id, "1") || !strcmp(id, "6") || !strcmp(id, "10")))
+        return !strcmp(kFamilies[f].name, "cheetah");
+    return 1;
+}
+
+/* Which protocols method i runs on family f under the selected figures: bit 0 RL, bit 1 CRL. */
+static int method_protocols(const sp_opts *o, int i, int f) {
     const char *n = o->m[i].name;
     int p = 0;
     if (o->methods && !cli_in_list(o->methods, n)) return 0;
     for (int k = 0; kFig2[k]; k++)
-        if (cli_in_list(o->figures, "2") && !strcmp(kFig2[k], n)) p |= 3;
+        if (fig_sel(o, "2", f) && !strcmp(kFig2[k], n)) p |= 3;
     for (int k = 0; kFig3[k]; k++)
-        if (cli_in_list(o->figures, "3") && !strcmp(kFig3[k], n)) p |= 2;
+        if (fig_sel(o, "3", f) && !strcmp(kFig3[k], n)) p |= 2;
     for (int k = 0; kT13[k]; k++) /* Top-k and SPHERE also from scratch (RL); the others under CRL only */
-        if (cli_in_list(o->figures, "13") && !strcmp(kT13[k], n)) p |= !strcmp(n, "topk") || !strcmp(n, "sphere") ? 3 : 2;
+        if (fig_sel(o, "13", f) && !strcmp(kT13[k], n)) p |= !strcmp(n, "topk") || !strcmp(n, "sphere") ? 3 : 2;
     for (int k = 0; kT6[k]; k++)
-        if (cli_in_list(o->figures, "6") && !strcmp(kT6[k], n)) p |= 2;
+        if (fig_sel(o, "6", f) && !strcmp(kT6[k], n)) p |= 2;
     for (int k = 0; kT1[k]; k++)
-        if (cli_in_list(o->figures, "1") && !strcmp(kT1[k], n)) p |= 2;
+        if (fig_sel(o, "1", f) && !strcmp(kT1[k], n)) p |= 2;
     for (int k = 0; kT11[k]; k++)
-        if (cli_in_list(o->figures, "11") && !strcmp(kT11[k], n)) p |= 2;
-    if (cli_in_list(o->figures, "10") && (!strncmp(n, "sphere-rho=", 11) || !strcmp(n, "sphere") || !strcmp(n, "topk"))) p |= 2;
+        if (fig_sel(o, "11", f) && !strcmp(kT11[k], n)) p |= 2;
+    if (fig_sel(o, "10", f) && (!strncmp(n, "sphere-rho=", 11) || !strcmp(n, "sphere") || !strcmp(n, "topk"))) p |= 2;
     return p;
 }
 
@@ -615,12 +626,12 @@ static void table(const sp_report *R, int fam, const char *id, const char *title
     int rows_m[MAX_METHODS], nr = 0; /* the rows: the figure's methods, or Fig. 10's topk, sphere and the sweep */
     for (int i = 0; i < o->n_methods; i++) {
         const char *n = o->m[i].name;
-        if (fig == 10 && method_protocols(o, i) && method_on_family(o, i, fam) && (!strncmp(n, "sphere-rho=", 11) || !strcmp(n, "sphere") || !strcmp(n, "topk")))
+        if (fig == 10 && method_protocols(o, i, fam) && method_on_family(o, i, fam) && (!strncmp(n, "sphere-rho=", 11) || !strcmp(n, "sphere") || !strcmp(n, "topk")))
             rows_m[nr++] = i;
     }
     for (int i = 0; fig != 10 && methods[i]; i++) {
         const int mi = method_index(o, methods[i]);
-        if (mi >= 0 && method_protocols(o, mi) && method_on_family(o, mi, fam)) rows_m[nr++] = mi;
+        if (mi >= 0 && method_protocols(o, mi, fam) && method_on_family(o, mi, fam)) rows_m[nr++] = mi;
     }
     for (int i = 0; i < nr; i++) {
         const int m = rows_m[i];
@@ -742,12 +753,12 @@ int exp_sphere_bench(int argc, char **argv) {
         held[f] = -1;
         if (!cli_in_list(o.families, kFamilies[f].name)) continue;
         int any = 0;
-        for (int m = 0; m < o.n_methods; m++) any |= method_on_family(&o, m, f) ? method_protocols(&o, m) : 0;
+        for (int m = 0; m < o.n_methods; m++) any |= method_on_family(&o, m, f) ? method_protocols(&o, m, f) : 0;
         if (!any) continue;
         held[f] = n;
         bad |= add_run(runs, &n, &o, self, f, method_index(&o, "ppo"), P_HELD, SEQ, 1, -1);
         for (int m = 0; m < o.n_methods && !bad; m++) {
-            const int p = method_on_family(&o, m, f) ? method_protocols(&o, m) : 0;
+            const int p = method_on_family(&o, m, f) ? method_protocols(&o, m, f) : 0;
             for (int s = 1; s <= o.seeds && !bad; s++) {
                 const int rl0 = n;
                 for (int t = 0; t < SEQ && (p & 1); t++) bad |= add_run(runs, &n, &o, self, f, m, P_RL, t, s, -1);
@@ -782,6 +793,10 @@ int exp_sphere_bench(int argc, char **argv) {
     if (unrecorded)
         printf("bench-sphere: %d finished run(s) have no recorded command (made before fingerprints) and are taken as "
                "planned\n", unrecorded);
+    if (full && cli_in_list(o.families, "reach") &&
+        (cli_in_list(o.figures, "1") || cli_in_list(o.figures, "6") || cli_in_list(o.figures, "10")))
+        printf("bench-sphere note: the full tier runs Table 1, Tables 4 and 6 and Fig. 10 on the cheetah alone, as the paper "
+               "on HumanoidBench alone\n");
     long planned = 0;
     int todo = 0;
     for (int i = 0; i < n; i++) todo += runs[i].state == 0 && runs[i].copy_of < 0;
@@ -849,16 +864,16 @@ int exp_sphere_bench(int argc, char **argv) {
             cJSON_Delete(j);
         }
         const sp_report R = {&o, runs, ev, n, &md, json};
-        if (cli_in_list(o.figures, "2")) table(&R, f, "Fig. 2", "RL vs CRL", kFig2, 2);
+        if (fig_sel(&o, "2", f)) table(&R, f, "Fig. 2", "RL vs CRL", kFig2, 2);
         char f3[96];
         snprintf(f3, sizeof f3, "eNTK effective rank through CRL (%d held-out states)", o.states);
-        if (cli_in_list(o.figures, "3")) table(&R, f, "Fig. 3", f3, kFig3, 3);
-        if (cli_in_list(o.figures, "13")) table(&R, f, "Tables 13-16", "SPHERE vs Top-k and the baselines under CRL", kT13, 13);
-        if (cli_in_list(o.figures, "6"))
+        if (fig_sel(&o, "3", f)) table(&R, f, "Fig. 3", f3, kFig3, 3);
+        if (fig_sel(&o, "13", f)) table(&R, f, "Tables 13-16", "SPHERE vs Top-k and the baselines under CRL", kT13, 13);
+        if (fig_sel(&o, "6", f))
             table(&R, f, "Tables 4 and 6", "the spectral and plasticity baselines and load balancing under CRL", kT6, 6);
-        if (cli_in_list(o.figures, "1")) table(&R, f, "Table 1", "ablations under CRL", kT1, 1);
-        if (cli_in_list(o.figures, "11")) table(&R, f, "Table 11", "SPHERE with LayerNorm under CRL", kT11, 11);
-        if (cli_in_list(o.figures, "10")) table(&R, f, "Fig. 10", "SPHERE's ratio rho under CRL", NULL, 10);
+        if (fig_sel(&o, "1", f)) table(&R, f, "Table 1", "ablations under CRL", kT1, 1);
+        if (fig_sel(&o, "11", f)) table(&R, f, "Table 11", "SPHERE with LayerNorm under CRL", kT11, 11);
+        if (fig_sel(&o, "10", f)) table(&R, f, "Fig. 10", "SPHERE's ratio rho under CRL", NULL, 10);
     }
     free(states);
     if (cli_in_list(o.figures, "fmnist") && !o.train) /* sp_fmnist trains what is missing */
