@@ -304,7 +304,9 @@ int cli_run_fingerprint(const cli_argv *a, const char *out, char *buf, size_t n)
             i++;
             continue;
         }
-        const int at_out = lo && !strncmp(s, out, lo) && (s[lo] == 0 || s[lo] == '/');
+        /* the out directory only in a path argument's value (--init-from), so that a short --out such as
+         * "1" or "mujoco" cannot rewrite a number or an environment name */
+        const int at_out = lo && i > 1 && !strcmp(a->argv[i - 1], "--init-from") && !strncmp(s, out, lo) && s[lo] == '/';
         const int w = snprintf(buf + used, n - used, "%s%s%s", used ? " " : "", at_out ? "OUT" : "", at_out ? s + lo : s);
         if (w < 0 || (size_t)w >= n - used) return -1;
         used += (size_t)w;

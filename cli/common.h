@@ -85,7 +85,7 @@ int cli_argv_words(cli_argv *a, const char *words);
  * an earlier plan - other flags under the same variant name - is refused instead of tabulated.
  * The fingerprint is the command line without argv[0] (the binary: a new build keeps a study's runs)
  * and without --out and its value (a copied run keeps its source's), with the study's out directory
- * written OUT wherever an argument starts with it (another spelling of --out keeps the runs). It
+ * written OUT at the start of an --init-from path (another spelling of --out keeps the runs). It
  * covers the flags, not the defaults a binary gives the flags left out: BENCHMARKS.md says which
  * builds a study may mix. 0, or -1 if it does not fit in n bytes. */
 int cli_run_fingerprint(const cli_argv *a, const char *out, char *buf, size_t n);

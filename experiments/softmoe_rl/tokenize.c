@@ -62,7 +62,9 @@
  * decide nothing and say so. --tier full runs every figure on the five games with 3 seeds and 1M
  * frames per run (DER 250k); its time is in BENCHMARKS.md. Either tier's settings can be overridden by flag.
  * Runs are resumable: a run directory with a `done` file is skipped, one with a checkpoint resumes
- * it (`rl train --resume`, exact), so an interrupted study continues where it stopped.
+ * it (`rl train --resume`, exact), so an interrupted study continues where it stopped. Each run
+ * records its fresh command (DIR/command, cli_run_fingerprint); a finished or resumable run that
+ * recorded another command than the plan's is refused before any work (exit 2).
  *
  * Output: a line per run (bench-tokenize-run ...), then per figure a header line and the report's
  * table; run directories, train logs and figure PNGs under --out. Each report's rows are named by

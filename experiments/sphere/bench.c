@@ -40,15 +40,18 @@
  *
  * Tiers: --tier quick (the default) is a smoke test of the whole pipeline within 30 minutes on 2
  * cores: the reach family, 2 seeds, 20480 frames per task; its tables decide no claim and say so.
- * --tier full: both families, 5 seeds, 1M frames per task (its time: BENCHMARKS.md). Flags override
- * either. Resumable: a run directory with a `done` file is not run again and an `eval.json` made with
- * the same --episodes and --states is not evaluated again (another --states takes only the eNTK rank
- * again), so an interrupted study continues with what is missing (a run cut short is started again
- * from its beginning).
+ * --tier full: both families, 5 seeds, 1M frames per task, Table 1 and Tables 4 and 6 on the cheetah
+ * alone (fig_sel; its time: BENCHMARKS.md). Flags override either. Resumable: a run directory with a
+ * `done` file is not run again and an `eval.json` made with the same --episodes and --states is not
+ * evaluated again (another --states takes only the eNTK rank again), so an interrupted study continues
+ * with what is missing (a run cut short is started again from its beginning). Each run records its
+ * command (DIR/command, cli_run_fingerprint); a finished run that recorded another command than the
+ * plan's is refused before any work (exit 2), as it would otherwise be tabulated under this plan.
  *
  * Output under --out: the run directories (train.log, metrics.jsonl, checkpoint, done, eval.json),
  * runs.jsonl (one record per evaluated run), summary.json (every table's numbers, mean and sample
  * std over seeds) and summary.md (the printed tables). */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,13 +87,13 @@ typedef struct {
 /* SPHERE's ratio as the paper's two settings: HumanoidBench rho = 0.001 (REFERENCE-NOTES, grad mode),
  * MetaWorld "two orders of magnitude" larger (App. J.10.3: the HumanoidBench ratio on MetaWorld is
  * "two orders of magnitude smaller than our default MetaWorld setting in Table 2"), so 0.1. Fig. 10's
- * sweep spans a decade either side of the cheetah's and two below the reach's, which holds the
- * paper's cross-benchmark check (HumanoidBench's ratio on MetaWorld). */
+ * sweep (on HumanoidBench in the paper) spans a decade either side of the cheetah's; on the reach it
+ * is the paper's cross-benchmark check, HumanoidBench's ratio on MetaWorld. */
 static const sp_family kFamilies[] = {
     {"cheetah", {"mujoco/cheetah-run", "mujoco/cheetah-run-backward", "mujoco/cheetah-jump", "mujoco/cheetah-flip"}, 0, "",
      0.001, "0.0001,0.01"},
     {"reach", {"mujoco/reach-0", "mujoco/reach-1", "mujoco/reach-2", "mujoco/reach-3"}, 1, "--norm-obs 0 --norm-reward 0",
-     0.1, "0.001,0.01"},
+     0.1, "0.001"},
 };
 #define N_FAMILIES ((int)(sizeof kFamilies / sizeof kFamilies[0]))
 
@@ -210,14 +213,14 @@ static void build_methods(sp_opts *o) {
     }
 }
 
-/* 1 if figure id is selected and runs on family f. The full tier runs Table 1, Tables 4 and 6 and
- * Fig. 10 where the paper does, on HumanoidBench alone (Sec. 5.3: "We ablate ... on HumanoidBench";
- * App. J.2.1; J.10.3), which the cheetah stands in for; the quick tier, a smoke test on the reach,
- * runs every figure there. */
+/* 1 if figure id is selected and runs on family f. The full tier runs Table 1 and Tables 4 and 6
+ * where the paper does, on HumanoidBench alone (Sec. 5.3: "We ablate key design choices of SPHERE on
+ * HumanoidBench under CRL"; App. J.2.1), which the cheetah stands in for; the quick tier, a smoke test
+ * on the reach, runs every figure there. Fig. 10 runs on both: its sweep on the cheetah, and on the
+ * reach the paper's cross-benchmark check (J.10.3: HumanoidBench's ratio on MetaWorld). */
 static int fig_sel(const sp_opts *o, const char *id, int f) {
     if (!cli_in_list(o->figures, id)) return 0;
-    if (!strcmp(o->tier, "full") && (!strcmp(id, "1") || !strcmp(id, "6") || !strcmp(id, "10")))
-        return !strcmp(kFamilies[f].name, "cheetah");
+    if (!strcmp(o->tier, "full") && (!strcmp(id, "1") || !strcmp(id, "6"))) return !strcmp(kFamilies[f].name, "cheetah");
     return 1;
 }
 
@@ -299,7 +302,10 @@ static int copy_run(const char *src, const char *dst) {
         char a[700], b[700];
         snprintf(a, sizeof a, "%s/%s", src, kFiles[i]);
         snprintf(b, sizeof b, "%s/%s", dst, kFiles[i]);
-        if (!strcmp(kFiles[i], "command") && !cli_file_exists(a)) continue; /* a run from before fingerprints */
+        if (!strcmp(kFiles[i], "command") && !cli_file_exists(a)) { /* a run from before fingerprints: no record either */
+            if (remove(b) && errno != ENOENT) return -1;
+            continue;
+        }
         FILE *in = fopen(a, "rb"), *out = in ? fopen(b, "wb") : NULL;
         int bad = !in || !out;
         char buf[1 << 16];
@@ -708,7 +714,7 @@ int exp_sphere_bench(int argc, char **argv) {
     if (o.sl.per_class < 0) o.sl.per_class = full ? 0 : 1000;
     o.sl.seeds = o.seeds;
     if (o.jobs < 1 || o.jobs > 64 || o.seeds > 100 || seeds < 0 || frames < 0 || o.episodes < 1 || o.states < 2 ||
-        o.states > 512 || o.width < 1 || o.experts < 2 || o.rho < 0 || o.sl.n_permuted < 1 || o.sl.n_permuted > 20) {
+        o.states > 512 || o.width < 1 || o.experts < 2 || !(o.rho >= 0 && isfinite(o.rho)) || o.sl.n_permuted < 1 || o.sl.n_permuted > 20) {
         fprintf(stderr, "specmoe bench sphere: need --jobs in [1, 64], --seeds in [0, 100], --frames >= 0, --episodes >= 1, "
                         "--states in [2, 512], --width >= 1, --experts >= 2, --rho >= 0, --sl-permuted in [1, 20]\n");
         return CLI_EXIT_USAGE;
@@ -734,6 +740,17 @@ int exp_sphere_bench(int argc, char **argv) {
     }
     int n_rhos = 1, room = MAX_METHODS - 1 - method_index(&o, "balance"); /* add_method stops at MAX_METHODS */
     for (const char *c = o.rhos ? o.rhos : ""; *c; c++) n_rhos += *c == ',';
+    if (o.rhos) { /* each a positive number (a sweep row is SPHERE at that ratio) */
+        char b[256], *end;
+        snprintf(b, sizeof b, "%s", o.rhos);
+        for (char *save = NULL, *t = strtok_r(b, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            const double r = strtod(t, &end);
+            if (end == t || *end || !(r > 0 && isfinite(r))) {
+                fprintf(stderr, "specmoe bench sphere: --rhos: '%s' is not a positive ratio\n", t);
+                return CLI_EXIT_USAGE;
+            }
+        }
+    }
     if (n_rhos > room) {
         fprintf(stderr, "specmoe bench sphere: --rhos: at most %d ratios, not %d\n", room, n_rhos);
         return CLI_EXIT_USAGE;
@@ -793,10 +810,18 @@ int exp_sphere_bench(int argc, char **argv) {
     if (unrecorded)
         printf("bench-sphere: %d finished run(s) have no recorded command (made before fingerprints) and are taken as "
                "planned\n", unrecorded);
-    if (full && cli_in_list(o.families, "reach") &&
-        (cli_in_list(o.figures, "1") || cli_in_list(o.figures, "6") || cli_in_list(o.figures, "10")))
-        printf("bench-sphere note: the full tier runs Table 1, Tables 4 and 6 and Fig. 10 on the cheetah alone, as the paper "
-               "on HumanoidBench alone\n");
+    if (full && cli_in_list(o.families, "reach") && (cli_in_list(o.figures, "1") || cli_in_list(o.figures, "6")))
+        printf("bench-sphere note: the full tier runs Table 1 and Tables 4 and 6 on the cheetah alone, as the paper on "
+               "HumanoidBench alone\n");
+    int rl_figures = 0; /* a selected figure of RL runs (fmnist is not) */
+    for (const char *const *id = (const char *const[]){"2", "3", "13", "6", "1", "10", "11", NULL}; *id; id++)
+        rl_figures |= cli_in_list(o.figures, *id);
+    if (rl_figures && n == 0) {
+        fprintf(stderr, "specmoe bench sphere: nothing to run or tabulate: no selected method runs on the selected families "
+                        "under figures %s%s\n", o.figures, full ? " (the full tier runs Table 1 and Tables 4 and 6 on the cheetah alone)" : "");
+        free(runs), free(ev);
+        return CLI_EXIT_USAGE;
+    }
     long planned = 0;
     int todo = 0;
     for (int i = 0; i < n; i++) todo += runs[i].state == 0 && runs[i].copy_of < 0;
