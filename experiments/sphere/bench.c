@@ -224,11 +224,12 @@ static int fig_sel(const sp_opts *o, const char *id, int f) {
     return 1;
 }
 
-/* Which protocols method i runs on family f under the selected figures: bit 0 RL, bit 1 CRL. */
+/* Which protocols method i runs on family f under the selected figures: bit 0 RL, bit 1 CRL (0: it
+ * does not run there). */
 static int method_protocols(const sp_opts *o, int i, int f) {
     const char *n = o->m[i].name;
     int p = 0;
-    if (o->methods && !cli_in_list(o->methods, n)) return 0;
+    if ((o->methods && !cli_in_list(o->methods, n)) || !method_on_family(o, i, f)) return 0;
     for (int k = 0; kFig2[k]; k++)
         if (fig_sel(o, "2", f) && !strcmp(kFig2[k], n)) p |= 3;
     for (int k = 0; kFig3[k]; k++)
@@ -632,12 +633,12 @@ static void table(const sp_report *R, int fam, const char *id, const char *title
     int rows_m[MAX_METHODS], nr = 0; /* the rows: the figure's methods, or Fig. 10's topk, sphere and the sweep */
     for (int i = 0; i < o->n_methods; i++) {
         const char *n = o->m[i].name;
-        if (fig == 10 && method_protocols(o, i, fam) && method_on_family(o, i, fam) && (!strncmp(n, "sphere-rho=", 11) || !strcmp(n, "sphere") || !strcmp(n, "topk")))
+        if (fig == 10 && method_protocols(o, i, fam) && (!strncmp(n, "sphere-rho=", 11) || !strcmp(n, "sphere") || !strcmp(n, "topk")))
             rows_m[nr++] = i;
     }
     for (int i = 0; fig != 10 && methods[i]; i++) {
         const int mi = method_index(o, methods[i]);
-        if (mi >= 0 && method_protocols(o, mi, fam) && method_on_family(o, mi, fam)) rows_m[nr++] = mi;
+        if (mi >= 0 && method_protocols(o, mi, fam)) rows_m[nr++] = mi;
     }
     for (int i = 0; i < nr; i++) {
         const int m = rows_m[i];
@@ -690,7 +691,7 @@ int exp_sphere_bench(int argc, char **argv) {
         {"width", FL_INT, &o.width, "64", "hidden width of the actors' 3 layers (the paper: 256)", 0},
         {"experts", FL_INT, &o.experts, "8", "experts of the MoE actors (the paper: 10)", 0},
         {"rho", FL_DOUBLE, &o.rho, "0", "SPHERE's ratio, grad mode (0: the family's paper setting - cheetah 0.001 as HumanoidBench, reach 0.1 as MetaWorld)", 0},
-        {"rhos", FL_STRING, &o.rhos, NULL, "Fig. 10's other ratios (default: the family's - cheetah 0.0001,0.01; reach 0.001,0.01)", 0},
+        {"rhos", FL_STRING, &o.rhos, NULL, "Fig. 10's other ratios (default: the family's - cheetah 0.0001,0.01; reach 0.001)", 0},
         {"jobs", FL_INT, &o.jobs, "2", "runs at once (one thread each)", 0},
         {"out", FL_STRING, &o.out, "runs/bench-sphere", "directory of the runs and tables", 0},
         {"dry-run", FL_BOOL, &o.dry_run, "0", "print the runs' command lines and stop", 0},
@@ -738,12 +739,11 @@ int exp_sphere_bench(int argc, char **argv) {
             return CLI_EXIT_USAGE;
         }
     }
-    int n_rhos = 1, room = MAX_METHODS - 1 - method_index(&o, "balance"); /* add_method stops at MAX_METHODS */
-    for (const char *c = o.rhos ? o.rhos : ""; *c; c++) n_rhos += *c == ',';
-    if (o.rhos) { /* each a positive number (a sweep row is SPHERE at that ratio) */
+    int n_rhos = 0, room = MAX_METHODS - 1 - method_index(&o, "balance"); /* add_method stops at MAX_METHODS */
+    if (o.rhos) { /* each a positive number (a sweep row is SPHERE at that ratio); the families' own fit */
         char b[256], *end;
         snprintf(b, sizeof b, "%s", o.rhos);
-        for (char *save = NULL, *t = strtok_r(b, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        for (char *save = NULL, *t = strtok_r(b, ",", &save); t; t = strtok_r(NULL, ",", &save), n_rhos++) {
             const double r = strtod(t, &end);
             if (end == t || *end || !(r > 0 && isfinite(r))) {
                 fprintf(stderr, "specmoe bench sphere: --rhos: '%s' is not a positive ratio\n", t);
@@ -770,12 +770,12 @@ int exp_sphere_bench(int argc, char **argv) {
         held[f] = -1;
         if (!cli_in_list(o.families, kFamilies[f].name)) continue;
         int any = 0;
-        for (int m = 0; m < o.n_methods; m++) any |= method_on_family(&o, m, f) ? method_protocols(&o, m, f) : 0;
+        for (int m = 0; m < o.n_methods; m++) any |= method_protocols(&o, m, f);
         if (!any) continue;
         held[f] = n;
         bad |= add_run(runs, &n, &o, self, f, method_index(&o, "ppo"), P_HELD, SEQ, 1, -1);
         for (int m = 0; m < o.n_methods && !bad; m++) {
-            const int p = method_on_family(&o, m, f) ? method_protocols(&o, m, f) : 0;
+            const int p = method_protocols(&o, m, f);
             for (int s = 1; s <= o.seeds && !bad; s++) {
                 const int rl0 = n;
                 for (int t = 0; t < SEQ && (p & 1); t++) bad |= add_run(runs, &n, &o, self, f, m, P_RL, t, s, -1);
@@ -813,10 +813,8 @@ int exp_sphere_bench(int argc, char **argv) {
     if (full && cli_in_list(o.families, "reach") && (cli_in_list(o.figures, "1") || cli_in_list(o.figures, "6")))
         printf("bench-sphere note: the full tier runs Table 1 and Tables 4 and 6 on the cheetah alone, as the paper on "
                "HumanoidBench alone\n");
-    int rl_figures = 0; /* a selected figure of RL runs (fmnist is not) */
-    for (const char *const *id = (const char *const[]){"2", "3", "13", "6", "1", "10", "11", NULL}; *id; id++)
-        rl_figures |= cli_in_list(o.figures, *id);
-    if (rl_figures && n == 0) {
+    char other[64]; /* a selected figure of RL runs: any but fmnist (the figures are known ones) */
+    if (n == 0 && cli_list_unknown(o.figures, "fmnist", other, sizeof other)) {
         fprintf(stderr, "specmoe bench sphere: nothing to run or tabulate: no selected method runs on the selected families "
                         "under figures %s%s\n", o.figures, full ? " (the full tier runs Table 1 and Tables 4 and 6 on the cheetah alone)" : "");
         free(runs), free(ev);
