@@ -1,14 +1,15 @@
 /* The convolution's packed path (src/core/conv.c, "The packed path": im2col into 16-pixel panels, the
- * GEMMs on the AVX2 register tile) against a double-precision reference, next to the OpenBLAS path
- * (sm_gemm_tiny_set_simd(0) turns the packed path off):
+ * GEMMs on the register tile: AVX-512 where the CPU has it, and AVX2) against a double-precision
+ * reference, next to the OpenBLAS path (sm_gemm_tiny_set_simd(0) turns the packed path off):
  *   forward  out = conv(inp, weight) + bias   (every entry overwritten)
  *   backward dweight += ..., dbias += ..., dinp += ... (accumulating into what is there)
  * over shapes that take the packed path (OC and OH*OW multiples of 16: MinAtar's 10 x 10 x 4 -> 16,
  * padding, stride 2, rows of 10 and 16 pixels that do and do not tile a panel, C*K*K not a multiple
- * of the tile's 6 rows) and one that does not (P = 49). Both paths must match the reference, and
- * the packed one must give the same bits when run twice. */
+ * of the tiles' 6 or 12 rows) and one that does not (P = 49). Both paths must match the reference,
+ * the packed one must give the same bits when run twice, and the AVX-512 tile the AVX2 tile's bits. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -129,8 +130,9 @@ static const shape kPacked[] = {
 };
 
 Test(conv_packed, matches_the_reference_on_both_paths) {
-    for (int simd = 1; simd >= 0; simd--) {
-        sm_gemm_tiny_set_simd(simd);
+    /* the CPU's tile (AVX-512 where there is one), the AVX2 tile, then the OpenBLAS path */
+    for (int isa = SM_ISA_AVX512; isa >= SM_ISA_NONE; isa--) {
+        sm_gemm_tiny_set_isa(isa);
         for (size_t i = 0; i < sizeof kPacked / sizeof kPacked[0]; i++) check(&kPacked[i], 1);
         const shape other = {2, 3, 7, 7, 16, 3, 1, 1}; /* P = 49: never packed */
         check(&other, 0);
@@ -144,4 +146,36 @@ Test(conv_packed, the_minatar_layer_takes_the_packed_path_on_avx2) {
     /* the point of the path: on an AVX2 + FMA CPU the DQN's conv must not fall back to OpenBLAS */
     cr_assert_eq(sm_conv2d_packed(16, 8, 8), sm_gemm_tiny_simd());
     cr_assert(!sm_conv2d_packed(16, 7, 7) && !sm_conv2d_packed(8, 8, 8));
+}
+
+Test(conv_packed, avx512_and_avx2_tiles_give_the_same_bits) {
+    if (sm_gemm_tiny_isa() < SM_ISA_AVX512) {
+        fprintf(stderr, "conv_packed: no AVX-512 on this CPU: nothing to compare\n");
+        return;
+    }
+    for (size_t k = 0; k < sizeof kPacked / sizeof kPacked[0]; k++) {
+        const shape *s = &kPacked[k];
+        int OH, OW;
+        cr_assert(sm_conv2d_shape(s->H, s->W, s->K, s->K, s->S, s->P, &OH, &OW, NULL) == SM_OK);
+        const size_t nout = (size_t)s->B * s->OC * OH * OW, nin = (size_t)s->B * s->C * s->H * s->W;
+        const size_t nw = (size_t)s->OC * s->C * s->K * s->K;
+        sm_rng g;
+        sm_rng_seed(&g, 9);
+        float *x = randv(nin, &g), *w = randv(nw, &g), *b = randv(s->OC, &g), *dy = randv(nout, &g), *dx0 = randv(nin, &g),
+              *dw0 = randv(nw, &g), *db0 = randv(s->OC, &g);
+        float *r[2][4];
+        for (int v = 0; v < 2; v++) {
+            sm_gemm_tiny_set_isa(v ? SM_ISA_AVX512 : SM_ISA_AVX2);
+            r[v][0] = malloc(sizeof(float) * nout), r[v][1] = malloc(sizeof(float) * nin),
+            r[v][2] = malloc(sizeof(float) * nw), r[v][3] = malloc(sizeof(float) * s->OC);
+            run(s, x, w, b, dy, dx0, dw0, db0, r[v][0], r[v][1], r[v][2], r[v][3]);
+        }
+        sm_gemm_tiny_set_simd(1);
+        const size_t n[4] = {nout, nin, nw, (size_t)s->OC};
+        for (int p = 0; p < 4; p++) {
+            cr_assert(!memcmp(r[0][p], r[1][p], sizeof(float) * n[p]), "shape %zu, output %d: AVX2 and AVX-512 differ", k, p);
+            free(r[0][p]), free(r[1][p]);
+        }
+        free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0);
+    }
 }

@@ -2,7 +2,8 @@
  * against a double-precision reference: every shape from 1 to past two tiles in each dimension
  * (the 6 x 16 tile's edges), A read as stored and transposed, leading dimensions wider than the
  * matrices, alpha and beta; the entries of C outside the M x N block untouched; beta = 0 never
- * reads C (NaN there does not leak). Prints which kernel ran (AVX2 or the portable loops). */
+ * reads C (NaN there does not leak). Prints which kernel ran (AVX-512, AVX2 or the portable loops);
+ * on an AVX-512 CPU the sweep also runs capped at AVX2, and the two kernels must give the same bits. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -51,15 +52,53 @@ static void check_case(int M, int N, int K, int transA, float alpha, float beta,
     free(A), free(B), free(C), free(C0);
 }
 
-Test(gemm_tiny, every_edge_against_a_double_reference) {
-    fprintf(stderr, "gemm_tiny: %s kernel\n", sm_gemm_tiny_simd() ? "AVX2" : "portable loops");
+static void edge_sweep(void) {
+    fprintf(stderr, "gemm_tiny: %s kernel\n",
+            sm_gemm_tiny_isa() >= SM_ISA_AVX512 ? "AVX-512" : sm_gemm_tiny_simd() ? "AVX2" : "portable loops");
     sm_rng g;
     sm_rng_seed(&g, 7);
     static const float alphas[] = {1, -0.5f}, betas[] = {0, 1, 0.25f};
-    for (int M = 1; M <= 14; M++)
+    for (int M = 1; M <= 18; M++)
         for (int N = 1; N <= 35; N += (N < 18 ? 1 : 5))
             for (int K = 0; K <= 20; K += (K < 3 ? 1 : 6))
                 for (int t = 0; t < 2; t++) check_case(M, N, K, t, alphas[(M + N) % 2], betas[(M + N + K) % 3], &g);
+}
+
+Test(gemm_tiny, every_edge_against_a_double_reference) { edge_sweep(); }
+
+Test(gemm_tiny, every_edge_capped_at_avx2) {
+    sm_gemm_tiny_set_isa(SM_ISA_AVX2);
+    edge_sweep();
+    sm_gemm_tiny_set_simd(1);
+}
+
+/* each output one FMA chain over k in order, then alpha *, then + beta C, in both kernels */
+Test(gemm_tiny, avx512_and_avx2_give_the_same_bits) {
+    if (sm_gemm_tiny_isa() < SM_ISA_AVX512) {
+        fprintf(stderr, "gemm_tiny: no AVX-512 on this CPU: nothing to compare\n");
+        return;
+    }
+    sm_rng g;
+    sm_rng_seed(&g, 9);
+    static const int shapes[][4] = {{16, 16, 64, 1}, {64, 16, 16, 0}, {64, 64, 16, 0}, {13, 37, 9, 1}, {7, 5, 30, 0}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], tr = shapes[s][3];
+        const int lda = (tr ? M : K) + 1, ldb = N + 3, ldc = N + 2;
+        float *A = malloc(sizeof(float) * (size_t)(tr ? K : M) * lda), *B = malloc(sizeof(float) * (size_t)K * ldb);
+        float *C0 = malloc(sizeof(float) * (size_t)M * ldc), *C[2];
+        for (int i = 0; i < (tr ? K : M) * lda; i++) A[i] = (float)sm_rng_normal(&g);
+        for (int i = 0; i < K * ldb; i++) B[i] = (float)sm_rng_normal(&g);
+        for (int i = 0; i < M * ldc; i++) C0[i] = (float)sm_rng_normal(&g);
+        for (int v = 0; v < 2; v++) {
+            sm_gemm_tiny_set_isa(v ? SM_ISA_AVX512 : SM_ISA_AVX2);
+            C[v] = malloc(sizeof(float) * (size_t)M * ldc);
+            memcpy(C[v], C0, sizeof(float) * (size_t)M * ldc);
+            sm_gemm_tiny(M, N, K, -0.75f, A, tr ? 1 : lda, tr ? lda : 1, B, ldb, 0.5f, C[v], ldc);
+        }
+        sm_gemm_tiny_set_simd(1);
+        cr_assert(!memcmp(C[0], C[1], sizeof(float) * (size_t)M * ldc), "M=%d N=%d K=%d: AVX2 and AVX-512 differ", M, N, K);
+        free(A), free(B), free(C0), free(C[0]), free(C[1]);
+    }
 }
 
 Test(gemm_tiny, softmoe_shapes) {

@@ -1,16 +1,20 @@
 /* The packed small-matrix products of a linear layer (src/core/linear_small.c) against a
- * double-precision reference, on the AVX2 tile and on the portable loops (sm_gemm_tiny_set_simd(0)):
+ * double-precision reference, on the AVX-512 tile (12 x 16 and its two-panel 12 x 32 form), the AVX2
+ * tile (sm_gemm_tiny_set_isa(SM_ISA_AVX2)) and the portable loops (sm_gemm_tiny_set_simd(0)):
  *   forward  out = inp @ weight^T + bias (with and without bias; out fully overwritten)
  *   dinp     dinp += dout @ weight        (accumulates into what is there)
  *   dweight  dweight += dout^T @ inp
- * over shapes that are and are not multiples of the 6 x 16 tile in every dimension, T = 1, C = 1,
+ * over shapes that are and are not multiples of the tiles in every dimension, T = 1, C = 1,
  * OC = 1, and the DQN's 32 x 1024 -> 128 and 32 x 128 -> 6. The workspace is surrounded by canaries
- * (nothing written past sm_linear_small_ws), and the results are the same bits when run twice. */
+ * (nothing written past sm_linear_small_ws), and the results are the same bits when run twice, and
+ * the same bits on the AVX2 and the AVX-512 tile (one FMA chain over k in order in both). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cblas.h>
 
 #include "specmoe.h"
 
@@ -90,9 +94,58 @@ static void sweep(unsigned seed) {
     check_shape(70, 200, 37, &g);
 }
 
-Test(linear_small, avx2_tile_against_a_double_reference) {
-    fprintf(stderr, "linear_small: %s\n", sm_gemm_tiny_simd() ? "AVX2 tile" : "no AVX2 here: portable loops");
+static const char *isa_name(int isa) {
+    return isa >= SM_ISA_AVX512 ? "AVX-512 tile" : isa == SM_ISA_AVX2 ? "AVX2 tile" : "portable loops";
+}
+
+Test(linear_small, cpu_tile_against_a_double_reference) {
+    fprintf(stderr, "linear_small: %s\n", isa_name(sm_gemm_tiny_isa()));
     sweep(11);
+}
+
+Test(linear_small, avx2_tile_against_a_double_reference) {
+    sm_gemm_tiny_set_isa(SM_ISA_AVX2);
+    fprintf(stderr, "linear_small capped at AVX2: %s\n", isa_name(sm_gemm_tiny_isa()));
+    cr_assert(sm_gemm_tiny_isa() <= SM_ISA_AVX2);
+    sweep(14);
+    sm_gemm_tiny_set_simd(1);
+}
+
+/* the AVX-512 tile and the AVX2 tile: the same bits for all three products (each output one FMA chain
+ * over k in order, then + bias, then + C, in both); shapes with one and two full panels, edges */
+Test(linear_small, avx512_and_avx2_tiles_give_the_same_bits) {
+    if (sm_gemm_tiny_isa() < SM_ISA_AVX512) {
+        fprintf(stderr, "linear_small: no AVX-512 on this CPU (%s): nothing to compare\n", isa_name(sm_gemm_tiny_isa()));
+        return;
+    }
+    static const int shapes[][3] = {{32, 1024, 128}, {32, 128, 6}, {33, 70, 37}, {12, 48, 25}, {70, 200, 13}, {5, 31, 12}};
+    sm_rng g;
+    sm_rng_seed(&g, 15);
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const int T = shapes[k][0], C = shapes[k][1], OC = shapes[k][2];
+        float *x = randv((size_t)T * C, &g), *w = randv((size_t)OC * C, &g), *b = randv(OC, &g),
+              *dy = randv((size_t)T * OC, &g), *dx0 = randv((size_t)T * C, &g), *dw0 = randv((size_t)OC * C, &g);
+        float *ws = malloc(sizeof(float) * sm_linear_small_ws(T, C, OC));
+        float *out[2][3];
+        for (int v = 0; v < 2; v++) {
+            sm_gemm_tiny_set_isa(v ? SM_ISA_AVX512 : SM_ISA_AVX2);
+            out[v][0] = malloc(sizeof(float) * T * OC), out[v][1] = malloc(sizeof(float) * T * C),
+            out[v][2] = malloc(sizeof(float) * OC * C);
+            memcpy(out[v][1], dx0, sizeof(float) * T * C);
+            memcpy(out[v][2], dw0, sizeof(float) * OC * C);
+            sm_linear_forward_small(out[v][0], x, w, b, T, C, OC, ws);
+            sm_linear_backward_small(out[v][1], out[v][2], dy, x, w, T, C, OC, ws);
+        }
+        sm_gemm_tiny_set_simd(1);
+        const size_t n[3] = {(size_t)T * OC, (size_t)T * C, (size_t)OC * C};
+        static const char *what[3] = {"forward", "dinp", "dweight"};
+        for (int p = 0; p < 3; p++) {
+            cr_assert(!memcmp(out[0][p], out[1][p], sizeof(float) * n[p]), "%s T=%d C=%d OC=%d: AVX2 and AVX-512 differ",
+                      what[p], T, C, OC);
+            free(out[0][p]), free(out[1][p]);
+        }
+        free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(ws);
+    }
 }
 
 Test(linear_small, portable_loops_against_a_double_reference) {
@@ -108,9 +161,18 @@ Test(linear_small, rule_and_openblas_agree) {
     sm_rng_seed(&g, 13);
     const int T = 32, C = 1024, OC = 128;
     const int all = SM_LINEAR_SMALL_FWD | SM_LINEAR_SMALL_DINP | SM_LINEAR_SMALL_DWEIGHT;
-    /* the DQN's dense layer: the forward only (its backward is at par with OpenBLAS's); its head: all */
-    cr_assert(sm_linear_small_use(T, C, OC) == (sm_gemm_tiny_simd() ? SM_LINEAR_SMALL_FWD : 0));
+    /* the DQN's dense layer: with AVX2 the forward only (its backward is at par with OpenBLAS's); with
+     * the AVX-512 tile against OpenBLAS's AVX2 kernels all three (1.3-2.3x, BENCHMARKS.md); its head: all */
+    const char *core = openblas_get_corename();
+    const int blas512 = core && (strstr(core, "kylakex") || strstr(core, "KYLAKEX") || strstr(core, "ooperlake") ||
+                                 strstr(core, "OOPERLAKE") || strstr(core, "apphire") || strstr(core, "APPHIRE"));
+    const int want = !sm_gemm_tiny_simd() ? 0 : sm_gemm_tiny_isa() >= SM_ISA_AVX512 && !blas512 ? all : SM_LINEAR_SMALL_FWD;
+    cr_assert(sm_linear_small_use(T, C, OC) == want, "OpenBLAS core %s, tile %s: rule %d", core ? core : "?",
+              isa_name(sm_gemm_tiny_isa()), sm_linear_small_use(T, C, OC));
     cr_assert(sm_linear_small_use(T, 128, 6) == (sm_gemm_tiny_simd() ? all : 0));
+    sm_gemm_tiny_set_isa(SM_ISA_AVX2); /* the AVX2 rule, whatever the CPU */
+    cr_assert(sm_linear_small_use(T, C, OC) == (sm_gemm_tiny_simd() ? SM_LINEAR_SMALL_FWD : 0));
+    sm_gemm_tiny_set_simd(1);
     cr_assert(!sm_linear_small_use(1, C, OC) && !sm_linear_small_use(512, C, OC));
     float *x = randv((size_t)T * C, &g), *w = randv((size_t)OC * C, &g), *b = randv(OC, &g);
     float *y1 = malloc(sizeof(float) * T * OC), *y2 = malloc(sizeof(float) * T * OC);

@@ -177,7 +177,7 @@ static sm_real sum8(const sm_real *restrict d, int n) {
  *         the bias: no tmp, no transpose pass;
  *   dweight  dweight^T (CKK, OC) += col (CKK, B*P) @ dout^T (B*P, OC): A = colp read by rows in
  *         chunks of 16 pixels (akc = CKK*16), B = dout^T packed into [n][16] panels of 16 channels in
- *         tmp by 8 x 8 register transposes; each 6 x 16 tile is added transposed into dweight.
+ *         tmp by 8 x 8 register transposes; each tile (6 or 12 rows x 16) is added transposed into dweight.
  * Every output is one FMA chain over k in order, on one thread, so results do not depend on the
  * thread count; they differ from OpenBLAS's in the last bits (another order). The input gradient
  * does not read col and keeps its per-image GEMM. Taken when sm_conv2d_packed says so: an AVX2 + FMA
@@ -275,13 +275,14 @@ static void conv_forward_packed(sm_real *out, sm_real *colp, const sm_real *inp,
     im2col_panels(colp, inp, B, C, H, W, KH, KW, stride, pad, OH, OW);
     const int P = OH * OW, CKK = C * KH * KW;
     const long NP = (long)B * P / 16;
+    const int mrt = sm_tile_rows();
 #pragma omp parallel for if ((size_t)NP * 16 * CKK * OC > SM_PAR_MIN) schedule(static)
     for (long t = 0; t < NP; t++) {
         const long n0 = t * 16, b = n0 / P, p0 = n0 % P;
         sm_real *y = out + (size_t)b * OC * P + p0; /* (OC, 16), rows P apart */
         const sm_real *Bp = colp + (size_t)t * CKK * 16;
-        for (int o = 0; o < OC; o += 6)
-            sm_tile6x16(OC - o < 6 ? OC - o : 6, CKK, weight + (size_t)o * CKK, CKK, 1, 16, Bp, bias ? bias + o : NULL,
+        for (int o = 0; o < OC; o += mrt)
+            sm_tile16(OC - o < mrt ? OC - o : mrt, CKK, weight + (size_t)o * CKK, CKK, 1, 16, Bp, bias ? bias + o : NULL,
                         y + (size_t)o * P, P, 16, 0);
     }
 }
@@ -299,12 +300,12 @@ static void conv_dweight_packed(sm_real *dweight, sm_real *dtp, const sm_real *d
                 for (int c8 = 0; c8 < 16; c8 += 8)
                     sm_transpose8x8(dtp + ((size_t)j * BP + (size_t)b * P + p0) * 16 + c8,
                                     dout + ((size_t)b * OC + (size_t)j * 16 + c8) * P + p0, P);
-    const int nr = (CKK + 5) / 6;
+    const int mrt = sm_tile_rows(), nr = (CKK + mrt - 1) / mrt;
 #pragma omp parallel for if ((size_t)OC * BP * CKK > SM_PAR_MIN) schedule(static)
     for (int w = 0; w < npan * nr; w++) {
-        const int j = w / nr, r0 = w % nr * 6, mr = CKK - r0 < 6 ? CKK - r0 : 6;
-        sm_real acc[6 * 16]; /* dweight^T rows r0 .. r0+mr, columns 16j .. 16j+15 */
-        sm_tile6x16(mr, (int)BP, colp + (size_t)r0 * 16, 16, 1, (ptrdiff_t)CKK * 16, dtp + (size_t)j * BP * 16, NULL, acc,
+        const int j = w / nr, r0 = w % nr * mrt, mr = CKK - r0 < mrt ? CKK - r0 : mrt;
+        sm_real acc[SM_TILE_MR_MAX * 16]; /* dweight^T rows r0 .. r0+mr, columns 16j .. 16j+15 */
+        sm_tile16(mr, (int)BP, colp + (size_t)r0 * 16, 16, 1, (ptrdiff_t)CKK * 16, dtp + (size_t)j * BP * 16, NULL, acc,
                     16, 16, 0);
         for (int r = 0; r < mr; r++)
             for (int c = 0; c < 16; c++) dweight[(size_t)(j * 16 + c) * CKK + r0 + r] += acc[r * 16 + c];

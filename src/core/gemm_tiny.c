@@ -5,7 +5,8 @@
  * "SoftMoE in the DQN update"). Here nothing is packed or allocated and nothing runs on other
  * threads:
  *
- *   a 6 x 16 tile of C lives in 12 AVX2 registers; per k, one row of B (2 vector loads, contiguous)
+ *   a 6 x 16 tile of C lives in 12 AVX2 registers (an 8 x 16 tile in 8 zmm registers on an AVX-512
+ *   CPU: the same bits); per k, one row of B (2 vector loads, contiguous)
  *   and 6 broadcasts of op(A)(i, k) = A[i * ars + k * acs], so A may be read transposed (acs = 1,
  *   ars = lda: C = A^T B) or not (ars = lda, acs = 1). Edges in M use the same code with fewer rows
  *   (a compile-time constant in each of the 6 versions), edges in N masked loads and stores, so no
@@ -133,22 +134,93 @@ static void gemm_rows(int M, int N, int K, float alpha, const float *A, ptrdiff_
 }
 
 
-static atomic_int g_allow_simd = 1; /* sm_gemm_tiny_set_simd: the tests' switch to the loops */
+/* The AVX-512 form: 8 rows x 16 columns, one zmm accumulator per row and one (masked) B load per k;
+ * per lane the same operations as rows_tile (FMA chain over k in order, then alpha *, then
+ * + beta * C by FMA), so the same bits. 8 rows: 16 and 64 (SoftMoE's slot and token counts) split
+ * evenly, and 8 independent chains cover the FMA latency at two a cycle. */
+#define SM_TARGETZ __attribute__((target("avx512f,avx2,fma")))
+enum { MRZ = 8 };
+SM_TARGETZ SM_INLINE void rows_tilez(int mr, int kc, float alpha, const float *A, ptrdiff_t ars, ptrdiff_t acs,
+                                    const float *B, ptrdiff_t ldb, float beta, float *C, ptrdiff_t ldc, __mmask16 m) {
+    __m512 c[MRZ];
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < mr; r++) c[r] = _mm512_setzero_ps();
+    for (int k = 0; k < kc; k++) {
+        const __m512 b = _mm512_maskz_loadu_ps(m, B + k * ldb);
+        const float *a = A + k * acs;
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < mr; r++) c[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * ars]), b, c[r]);
+    }
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < mr; r++) {
+        float *cr = C + r * ldc;
+        __m512 x = _mm512_mul_ps(va, c[r]);
+        if (beta != 0) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, cr), x);
+        _mm512_mask_storeu_ps(cr, m, x);
+    }
+}
 
-int sm_gemm_tiny_simd(void) {
+#define ROWSZ_FN(MR)                                                                                             \
+    SM_TARGETZ __attribute__((noinline)) static void rows_tilez_##MR(int kc, float alpha, const float *A,        \
+                                                                     ptrdiff_t ars, ptrdiff_t acs, const float *B, \
+                                                                     ptrdiff_t ldb, float beta, float *C,          \
+                                                                     ptrdiff_t ldc, int n) {                       \
+        rows_tilez(MR, kc, alpha, A, ars, acs, B, ldb, beta, C, ldc,                                             \
+                   n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1));                                   \
+    }
+ROWSZ_FN(1)
+ROWSZ_FN(2)
+ROWSZ_FN(3)
+ROWSZ_FN(4)
+ROWSZ_FN(5)
+ROWSZ_FN(6)
+ROWSZ_FN(7)
+ROWSZ_FN(8)
+static const rows_fn k_rowsz[MRZ + 1] = {0,           rows_tilez_1, rows_tilez_2, rows_tilez_3, rows_tilez_4,
+                                        rows_tilez_5, rows_tilez_6, rows_tilez_7, rows_tilez_8};
+
+/* C (M,N) = alpha * op(A) (M,K) @ B (K,N) + beta * C on the AVX-512 tile */
+static void gemm_rowsz(int M, int N, int K, float alpha, const float *A, ptrdiff_t ars, ptrdiff_t acs,
+                       const float *B, ptrdiff_t ldb, float beta, float *C, ptrdiff_t ldc) {
+    for (int j = 0; j < N; j += 16) {
+        const int n = N - j < 16 ? N - j : 16;
+        for (int i = 0; i < M; i += MRZ) {
+            const int mr = M - i < MRZ ? M - i : MRZ;
+            k_rowsz[mr](K, alpha, A + i * ars, ars, acs, B + j, ldb, beta, C + i * ldc + j, ldc, n);
+        }
+    }
+}
+
+static atomic_int g_max_isa = SM_ISA_AVX512; /* sm_gemm_tiny_set_isa: the tests' switch */
+
+/* what the CPU has, checked once: AVX2 + FMA, and AVX-512F on top */
+static int cpu_isa(void) {
     static atomic_int have = -1;
     int h = atomic_load(&have);
     if (h < 0) {
         __builtin_cpu_init();
-        h = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        h = !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? SM_ISA_NONE
+            : __builtin_cpu_supports("avx512f")                                ? SM_ISA_AVX512
+                                                                               : SM_ISA_AVX2;
         atomic_store(&have, h);
     }
-    return h && atomic_load(&g_allow_simd);
+    return h;
 }
 
-void sm_gemm_tiny_set_simd(int simd) { atomic_store(&g_allow_simd, simd ? 1 : 0); }
+int sm_gemm_tiny_isa(void) {
+    const int h = cpu_isa(), m = atomic_load(&g_max_isa);
+    return h < m ? h : m;
+}
+
+int sm_gemm_tiny_simd(void) { return sm_gemm_tiny_isa() >= SM_ISA_AVX2; }
+
+void sm_gemm_tiny_set_isa(int max_isa) { atomic_store(&g_max_isa, max_isa); }
+void sm_gemm_tiny_set_simd(int simd) { sm_gemm_tiny_set_isa(simd ? SM_ISA_AVX512 : SM_ISA_NONE); }
 #else
+int sm_gemm_tiny_isa(void) { return SM_ISA_NONE; }
 int sm_gemm_tiny_simd(void) { return 0; }
+void sm_gemm_tiny_set_isa(int max_isa) { (void)max_isa; }
 void sm_gemm_tiny_set_simd(int simd) { (void)simd; }
 #endif
 
@@ -157,7 +229,8 @@ void sm_gemm_tiny(int M, int N, int K, sm_real alpha, const sm_real *A, ptrdiff_
     if (M <= 0 || N <= 0) return;
 #ifdef SM_TINY_X86
     if (K > 0 && sm_gemm_tiny_simd()) {
-        gemm_rows(M, N, K, alpha, A, ars, acs, B, ldb, beta, C, ldc);
+        if (sm_gemm_tiny_isa() >= SM_ISA_AVX512) gemm_rowsz(M, N, K, alpha, A, ars, acs, B, ldb, beta, C, ldc);
+        else gemm_rows(M, N, K, alpha, A, ars, acs, B, ldb, beta, C, ldc);
         return;
     }
 #endif

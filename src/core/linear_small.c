@@ -1,6 +1,6 @@
 /* The three products of a linear layer at reinforcement-learning sizes (T = 2-256 rows, widths
- * 64-1024), packed the BLIS way onto a 6 x 16 AVX2 register tile (the tile of gemm_tiny.c, written
- * here for a packed B):
+ * 64-1024), packed the BLIS way onto a register tile: 6 x 16 with AVX2 (the tile of gemm_tiny.c,
+ * written here for a packed B), 12 x 16 or 12 x 32 (two panels at once) with AVX-512:
  *
  *   forward  out (T,OC) = inp (T,C) @ weight (OC,C)^T + bias
  *   dinp     dinp (T,C) += dout (T,OC) @ weight (OC,C)
@@ -32,6 +32,7 @@
  * Where the CPU lacks AVX2 + FMA, and in the double build, sm_gemm_tiny's plain loops run the same
  * packed products. sm_linear_small_use is the rule that picks this path over OpenBLAS by shape and
  * product (measured: BENCHMARKS.md, "DQN on MinAtar", "The packed small GEMM"). */
+#include <cblas.h>
 #include <string.h>
 
 #include "specmoe/core/ops.h"
@@ -58,23 +59,30 @@ static int round16(int n) { return (n + NR - 1) / NR * NR; }
  * the two B vectors and the broadcast live in 15 of the 16 registers. pf (A read along rows,
  * acs = 1, from L2 or beyond): each row's line 4 ahead is prefetched every 16 k, since rows 4 KB
  * apart cross a page per row and the hardware prefetcher restarts at every page. */
+/* C's rows, read after the k loop by a tile that accumulates: ask for their lines now, so they arrive
+ * during the loop (lines lines of each row: 2 for a row of 16 floats that may straddle two) */
+SM_INLINE void prefetch_c(int mr, const float *C, ptrdiff_t ldc, int lines) {
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < mr; r++)
+        for (int l = 0; l < lines; l++) _mm_prefetch((const char *)(C + r * ldc + l * (NR - 1)), _MM_HINT_T0);
+}
+
+/* each of the mr rows of A (ars apart) at the line 4 ahead of a */
+SM_INLINE void prefetch_a(int mr, const float *a, ptrdiff_t ars) {
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(a + r * ars + 4 * NR), _MM_HINT_T0);
+}
+
 SM_TARGET SM_INLINE void tile(int mr, int full, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc,
                               const float *restrict Bp, const float *radd, float *C, ptrdiff_t ldc, int n, int acc,
                               int pf) {
     __m256 c0[MR], c1[MR];
     _Pragma("GCC unroll 8")
     for (int r = 0; r < mr; r++) c0[r] = c1[r] = _mm256_setzero_ps();
-    if (acc) /* C is read after the k loop: ask for its lines now, so they arrive during the loop */
-        _Pragma("GCC unroll 8")
-        for (int r = 0; r < mr; r++) {
-            _mm_prefetch((const char *)(C + r * ldc), _MM_HINT_T0);
-            _mm_prefetch((const char *)(C + r * ldc + NR - 1), _MM_HINT_T0);
-        }
+    if (acc) prefetch_c(mr, C, ldc, 2);
     for (int k0 = 0; k0 < K; k0 += NR) {
         const float *a = A + (k0 / NR) * akc;
-        if (pf)
-            _Pragma("GCC unroll 8")
-            for (int r = 0; r < mr; r++) _mm_prefetch((const char *)(a + r * ars + 4 * NR), _MM_HINT_T0);
+        if (pf) prefetch_a(mr, a, ars);
         const int k1 = K - k0 < NR ? K - k0 : NR;
         for (int k = 0; k < k1; k++, a += acs, Bp += NR) {
             __m256 b0 = _mm256_loadu_ps(Bp), b1 = _mm256_loadu_ps(Bp + 8);
@@ -131,11 +139,140 @@ typedef void (*tile_fn)(int, const float *, ptrdiff_t, ptrdiff_t, ptrdiff_t, con
                         ptrdiff_t, int, int, int);
 static const tile_fn k_tile[MR + 1] = {0, tile_1, tile_2, tile_3, tile_4, tile_5, tile_6};
 
-void sm_tile6x16(int mr, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc, const float *Bp,
-                 const float *radd, float *C, ptrdiff_t ldc, int n, int acc) {
-    if (K > 0) k_tile[mr](K, A, ars, acs, akc, Bp, radd, C, ldc, n, acc, 0);
+/* The AVX-512 tile: the same contract as tile() above on the same packed panels (a panel's 16
+ * columns are one zmm), SM_TILE_MRZ rows: one accumulator per row, one B load and mr broadcasts per
+ * k. 12 rows, not more: the forward's A rows lie 4 KB apart (a 1024-wide weight), so all of them and
+ * their prefetched next lines share one set of the 12-way L1 (measured: BENCHMARKS.md, "DQN on
+ * MinAtar", the AVX-512 tile). Per lane the same FMA chain over k as the AVX2 tile, then + radd,
+ * then + C: the same bits. */
+#define SM_TARGETZ __attribute__((target("avx512f,avx2,fma")))
+SM_TARGETZ SM_INLINE void tilez(int mr, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc,
+                               const float *restrict Bp, const float *radd, float *C, ptrdiff_t ldc, int n, int acc,
+                               int pf) {
+    __m512 c[SM_TILE_MRZ];
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < mr; r++) c[r] = _mm512_setzero_ps();
+    if (acc) prefetch_c(mr, C, ldc, 1);
+    for (int k0 = 0; k0 < K; k0 += NR) {
+        const float *a = A + (k0 / NR) * akc;
+        if (pf) prefetch_a(mr, a, ars);
+        const int k1 = K - k0 < NR ? K - k0 : NR;
+        for (int k = 0; k < k1; k++, a += acs, Bp += NR) {
+            const __m512 b = _mm512_loadu_ps(Bp);
+            _Pragma("GCC unroll 16")
+            for (int r = 0; r < mr; r++) c[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * ars]), b, c[r]);
+        }
+    }
+    const __mmask16 m = n >= NR ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+    if (radd)
+        _Pragma("GCC unroll 16")
+        for (int r = 0; r < mr; r++) c[r] = _mm512_add_ps(c[r], _mm512_set1_ps(radd[r]));
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < mr; r++) {
+        float *cr = C + r * ldc;
+        if (acc) c[r] = _mm512_add_ps(_mm512_maskz_loadu_ps(m, cr), c[r]);
+        _mm512_mask_storeu_ps(cr, m, c[r]);
+    }
+}
+
+#define TILEZ_FN(R)                                                                                                \
+    SM_TARGETZ __attribute__((noinline)) static void tilez_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, \
+                                                               ptrdiff_t akc, const float *Bp, const float *radd,   \
+                                                               float *C, ptrdiff_t ldc, int n, int acc, int pf) {   \
+        tilez(R, K, A, ars, acs, akc, Bp, radd, C, ldc, n, acc, pf);                                               \
+    }
+TILEZ_FN(1)
+TILEZ_FN(2)
+TILEZ_FN(3)
+TILEZ_FN(4)
+TILEZ_FN(5)
+TILEZ_FN(6)
+TILEZ_FN(7)
+TILEZ_FN(8)
+TILEZ_FN(9)
+TILEZ_FN(10)
+TILEZ_FN(11)
+TILEZ_FN(12)
+_Static_assert(SM_TILE_MRZ == 12, "one tilez_R per row count up to SM_TILE_MRZ");
+static const tile_fn k_tilez[SM_TILE_MRZ + 1] = {0,       tilez_1, tilez_2, tilez_3, tilez_4,  tilez_5, tilez_6,
+                                                 tilez_7, tilez_8, tilez_9, tilez_10, tilez_11, tilez_12};
+
+/* The same over two panels at once, Bp and Bp + ps: C (mr x 32, both panels' 16 columns full) -
+ * 24 accumulators, two B loads and mr broadcasts per k, so each value of A is read once for 32
+ * columns (the forward's weight rows: once per 32 batch rows instead of once per 16; for 12 rows of
+ * 4 KB, all of L1, the second panel's pass read them from L2 again). Per lane the same FMA chain
+ * as tilez: the same bits. */
+SM_TARGETZ SM_INLINE void tilez2(int mr, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc,
+                                const float *restrict Bp, ptrdiff_t ps, float *C, ptrdiff_t ldc, int acc, int pf) {
+    __m512 c[SM_TILE_MRZ], d[SM_TILE_MRZ];
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < mr; r++) c[r] = d[r] = _mm512_setzero_ps();
+    if (acc) prefetch_c(mr, C, ldc, 3);
+    for (int k0 = 0; k0 < K; k0 += NR) {
+        const float *a = A + (k0 / NR) * akc;
+        if (pf) prefetch_a(mr, a, ars);
+        const int k1 = K - k0 < NR ? K - k0 : NR;
+        for (int k = 0; k < k1; k++, a += acs, Bp += NR) {
+            const __m512 b0 = _mm512_loadu_ps(Bp), b1 = _mm512_loadu_ps(Bp + ps);
+            _Pragma("GCC unroll 16")
+            for (int r = 0; r < mr; r++) {
+                const __m512 av = _mm512_set1_ps(a[r * ars]);
+                c[r] = _mm512_fmadd_ps(av, b0, c[r]);
+                d[r] = _mm512_fmadd_ps(av, b1, d[r]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < mr; r++) {
+        float *cr = C + r * ldc;
+        if (acc) c[r] = _mm512_add_ps(_mm512_loadu_ps(cr), c[r]), d[r] = _mm512_add_ps(_mm512_loadu_ps(cr + NR), d[r]);
+        _mm512_storeu_ps(cr, c[r]);
+        _mm512_storeu_ps(cr + NR, d[r]);
+    }
+}
+
+typedef void (*tile2_fn)(int, const float *, ptrdiff_t, ptrdiff_t, const float *, ptrdiff_t, float *, ptrdiff_t, int,
+                         int);
+#define TILEZ2_FN(R)                                                                                                  \
+    SM_TARGETZ __attribute__((noinline)) static void tilez2_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,   \
+                                                                const float *Bp, ptrdiff_t ps, float *C, ptrdiff_t ldc, \
+                                                                int acc, int pf) {                                     \
+        tilez2(R, K, A, ars, acs, NR * acs, Bp, ps, C, ldc, acc, pf);                                                 \
+    }
+TILEZ2_FN(1)
+TILEZ2_FN(2)
+TILEZ2_FN(3)
+TILEZ2_FN(4)
+TILEZ2_FN(5)
+TILEZ2_FN(6)
+TILEZ2_FN(7)
+TILEZ2_FN(8)
+TILEZ2_FN(9)
+TILEZ2_FN(10)
+TILEZ2_FN(11)
+TILEZ2_FN(12)
+static const tile2_fn k_tilez2[SM_TILE_MRZ + 1] = {0,        tilez2_1, tilez2_2, tilez2_3,  tilez2_4,  tilez2_5, tilez2_6,
+                                                   tilez2_7, tilez2_8, tilez2_9, tilez2_10, tilez2_11, tilez2_12};
+
+int sm_tile_rows(void) { return sm_gemm_tiny_isa() >= SM_ISA_AVX512 ? SM_TILE_MRZ : MR; }
+
+/* the tile of this CPU for mr rows (mr <= sm_tile_rows()) */
+static tile_fn pick_tile(int mr) { return sm_gemm_tiny_isa() >= SM_ISA_AVX512 ? k_tilez[mr] : k_tile[mr]; }
+
+void sm_tile16(int mr, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc, const float *Bp,
+               const float *radd, float *C, ptrdiff_t ldc, int n, int acc) {
+    if (K > 0) pick_tile(mr)(K, A, ars, acs, akc, Bp, radd, C, ldc, n, acc, 0);
 }
 #endif
+
+/* rows of one tile: the CPU's tile with simd, else 6 (sm_gemm_tiny's loops take any count) */
+static int tile_rows(int simd) {
+#ifdef SM_LS_X86
+    if (simd) return sm_tile_rows();
+#endif
+    (void)simd;
+    return MR;
+}
 
 /* C (mr rows, n columns, ldc apart) = [C +] op(A) (mr,K) @ Bp (K,16), one register tile; simd: the
  * AVX2 tile above, else sm_gemm_tiny (its portable loops when the CPU or the build has no AVX2). */
@@ -143,12 +280,26 @@ static void run_tile(int simd, int mr, int K, const sm_real *A, ptrdiff_t ars, p
                      sm_real *C, ptrdiff_t ldc, int n, int acc, int pf) {
 #ifdef SM_LS_X86
     if (simd && K > 0) {
-        k_tile[mr](K, A, ars, acs, NR * acs, Bp, NULL, C, ldc, n, acc, pf);
+        pick_tile(mr)(K, A, ars, acs, NR * acs, Bp, NULL, C, ldc, n, acc, pf);
         return;
     }
 #endif
     (void)simd, (void)pf;
     sm_gemm_tiny(mr, n, K, 1, A, ars, acs, Bp, NR, acc ? 1 : 0, C, ldc);
+}
+
+/* C (mr rows, 32 columns) = [C +] op(A) @ [Bp | Bp + ps], two full panels: one AVX-512 tile over
+ * both, else one tile per panel (the same sums either way) */
+static void run_tile2(int simd, int mr, int K, const sm_real *A, ptrdiff_t ars, ptrdiff_t acs, const sm_real *Bp,
+                      ptrdiff_t ps, sm_real *C, ptrdiff_t ldc, int acc, int pf) {
+#ifdef SM_LS_X86
+    if (simd && K > 0 && sm_gemm_tiny_isa() >= SM_ISA_AVX512) {
+        k_tilez2[mr](K, A, ars, acs, Bp, ps, C, ldc, acc, pf);
+        return;
+    }
+#endif
+    run_tile(simd, mr, K, A, ars, acs, Bp, C, ldc, NR, acc, pf);
+    run_tile(simd, mr, K, A, ars, acs, Bp + ps, C + NR, ldc, NR, acc, 0);
 }
 
 /* the backward packs its operands one window of CW columns at a time, so its workspace does not
@@ -166,6 +317,18 @@ size_t sm_linear_small_ws_for(int T, int C, int OC, int use) {
 
 size_t sm_linear_small_ws(int T, int C, int OC) {
     return sm_linear_small_ws_for(T, C, OC, SM_LINEAR_SMALL_FWD | SM_LINEAR_SMALL_DINP | SM_LINEAR_SMALL_DWEIGHT);
+}
+
+/* 1 when OpenBLAS runs AVX-512 kernels here (its core name: SkylakeX, Cooperlake, SapphireRapids):
+ * then the AVX-512 tile meets its equal, and the rule measured between equals (the AVX2 one) holds */
+static int blas_avx512(void) {
+    static int have = -1; /* a race writes the same value */
+    if (have < 0) {
+        const char *n = openblas_get_corename();
+        have = n && (strstr(n, "kylakex") || strstr(n, "KYLAKEX") || strstr(n, "ooperlake") || strstr(n, "OOPERLAKE") ||
+                     strstr(n, "apphire") || strstr(n, "APPHIRE"));
+    }
+    return have;
 }
 
 int sm_linear_small_use(int T, int C, int OC) {
@@ -186,6 +349,17 @@ int sm_linear_small_use(int T, int C, int OC) {
     if (!sm_gemm_tiny_simd() || T < 2 || T > 256 || C < 1 || OC < 1 || C > 4096 || OC > 4096) return 0;
     const int small_w = (long)C * OC <= 65536;
     int use = 0;
+    if (sm_gemm_tiny_isa() >= SM_ISA_AVX512 && !blas_avx512()) {
+        /* The AVX-512 tile against OpenBLAS's AVX2 kernels (BENCHMARKS.md, "DQN on MinAtar", the
+         * AVX-512 tile: `specmoe bench gemm` on a Zen 5 core, where OpenBLAS 0.3.21 runs its Haswell
+         * kernels), OpenBLAS time / packed time: forward 1.0-1.8x from 8 rows (0.9x once, 128 x 64
+         * -> 64), 1.8-2.3x for a Q head; dinp 1.2-1.8x at every row count except narrow outputs at
+         * 64+ rows (0.8-0.9x); dweight 1.2-1.8x from 32 rows, 0.9-1.1x at 8 rows, 0.6-0.9x at 2. */
+        if (T >= 8) use |= SM_LINEAR_SMALL_FWD;
+        if (T <= 32 || OC > 16) use |= SM_LINEAR_SMALL_DINP;
+        if (T >= 32 || (T >= 8 && (small_w || OC <= 16))) use |= SM_LINEAR_SMALL_DWEIGHT;
+        return use;
+    }
     if (T >= 16 && (T <= 48 || OC <= 16)) use |= SM_LINEAR_SMALL_FWD;
     if (T <= 4 || (T <= 32 && small_w)) use |= SM_LINEAR_SMALL_DINP;
     if (T >= 8 && ((T <= 32 && small_w) || OC <= 16)) use |= SM_LINEAR_SMALL_DWEIGHT;
@@ -266,15 +440,19 @@ static void pack_rows_t(sm_real *restrict dst, const sm_real *restrict src, ptrd
 void sm_linear_forward_small(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int T, int C,
                              int OC, sm_real *ws) {
     if (T <= 0 || OC <= 0) return;
-    const int simd = sm_gemm_tiny_simd(), Tp = round16(T);
+    const int simd = sm_gemm_tiny_simd(), Tp = round16(T), mrt = tile_rows(simd);
     sm_real *xp = ws;                          /* (Tp/16, C, 16) inp^T in panels */
     sm_real *yt = ws + (size_t)Tp * (size_t)C; /* (OC, Tp) out^T */
     for (int p = 0; p < Tp; p += NR) pack_rows_t(xp + (size_t)p * C, inp + (size_t)p * C, C, C, T - p < NR ? T - p : NR, simd);
     /* out^T (OC,Tp) = weight (OC,C) @ inp^T (C,Tp): 6 weight rows at a time against every panel, so
      * the rows are read from memory once and from L1 for the other panels */
-    for (int o = 0; o < OC; o += MR) {
-        const int mr = OC - o < MR ? OC - o : MR;
-        for (int p = 0; p < Tp; p += NR)
+    for (int o = 0; o < OC; o += mrt) {
+        const int mr = OC - o < mrt ? OC - o : mrt;
+        int p = 0;
+        for (; p + 2 * NR <= Tp; p += 2 * NR) /* two panels a tile (yt is Tp wide: padding columns too) */
+            run_tile2(simd, mr, C, weight + (size_t)o * C, C, 1, xp + (size_t)p * C, (ptrdiff_t)NR * C,
+                      yt + (size_t)o * Tp + p, Tp, 0, p == 0);
+        for (; p < Tp; p += NR)
             run_tile(simd, mr, C, weight + (size_t)o * C, C, 1, xp + (size_t)p * C, yt + (size_t)o * Tp + p, Tp, NR, 0,
                      p == 0);
     }
@@ -291,25 +469,34 @@ void sm_linear_forward_small(sm_real *out, const sm_real *inp, const sm_real *we
 void sm_linear_backward_small(sm_real *dinp, sm_real *dweight, const sm_real *dout, const sm_real *inp,
                               const sm_real *weight, int T, int C, int OC, sm_real *ws) {
     if (T <= 0 || OC <= 0) return;
-    const int simd = sm_gemm_tiny_simd();
+    const int simd = sm_gemm_tiny_simd(), mrt = tile_rows(simd);
     if (dinp) /* dinp[:, j:j+16] (T,16) += dout (T,OC) @ weight[:, j:j+16] (OC,16): a window of panels
-               * packed, then each panel's T / 6 tiles while it is in L1 */
+               * packed, then each panel's (or pair's, AVX-512) tiles of rows while it is in L1 */
         for (int j0 = 0; j0 < C; j0 += CW) {
             const int cw = C - j0 < CW ? C - j0 : CW;
             pack_panels(ws, weight + j0, C, OC, cw);
-            for (int j = 0; j < cw; j += NR)
-                for (int i = 0; i < T; i += MR)
-                    run_tile(simd, T - i < MR ? T - i : MR, OC, dout + (size_t)i * OC, OC, 1, ws + (size_t)j * OC,
+            int j = 0;
+            for (; j + 2 * NR <= cw; j += 2 * NR)
+                for (int i = 0; i < T; i += mrt)
+                    run_tile2(simd, T - i < mrt ? T - i : mrt, OC, dout + (size_t)i * OC, OC, 1, ws + (size_t)j * OC,
+                              (ptrdiff_t)NR * OC, dinp + (size_t)i * C + j0 + j, C, 1, 0);
+            for (; j < cw; j += NR)
+                for (int i = 0; i < T; i += mrt)
+                    run_tile(simd, T - i < mrt ? T - i : mrt, OC, dout + (size_t)i * OC, OC, 1, ws + (size_t)j * OC,
                              dinp + (size_t)i * C + j0 + j, C, cw - j < NR ? cw - j : NR, 1, 0);
         }
     if (dweight) /* dweight (OC,C) += dout^T (OC,T) @ inp (T,C): a window of inp packed, then dweight's
-                  * window walked 6 rows at a time from left to right */
+                  * window walked a tile of rows (6, or 12 with AVX-512) at a time from left to right */
         for (int j0 = 0; j0 < C; j0 += CW) {
             const int cw = C - j0 < CW ? C - j0 : CW;
             pack_panels(ws, inp + j0, C, T, cw);
-            for (int o = 0; o < OC; o += MR) {
-                const int mr = OC - o < MR ? OC - o : MR;
-                for (int j = 0; j < cw; j += NR)
+            for (int o = 0; o < OC; o += mrt) {
+                const int mr = OC - o < mrt ? OC - o : mrt;
+                int j = 0;
+                for (; j + 2 * NR <= cw; j += 2 * NR)
+                    run_tile2(simd, mr, T, dout + o, 1, OC, ws + (size_t)j * T, (ptrdiff_t)NR * T,
+                              dweight + (size_t)o * C + j0 + j, C, 1, 0);
+                for (; j < cw; j += NR)
                     run_tile(simd, mr, T, dout + o, 1, OC, ws + (size_t)j * T, dweight + (size_t)o * C + j0 + j, C,
                              cw - j < NR ? cw - j : NR, 1, 0);
             }

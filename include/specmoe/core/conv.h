@@ -69,7 +69,7 @@ size_t sm_conv2d_col_size(int C, int H, int W, int KH, int KW, int stride, int p
  *                             (in the packed path the same values in 16-pixel panels: treat col as
  *                             private to this forward/backward pair)
  *   tmp    (OC, B*OH*OW)      scratch, as many values as out (unused by the packed path)
- * Where sm_conv2d_packed(OC, OH, OW) says so, the GEMMs run on the AVX2 register tile of the packed
+ * Where sm_conv2d_packed(OC, OH, OW) says so, the GEMMs run on the register tile (AVX2 or AVX-512) of the packed
  * small GEMM (src/core/conv.c, "The packed path") instead of OpenBLAS: the same products, summed in
  * another order, so the last bits differ.
  *   inp    (B, C, H, W)

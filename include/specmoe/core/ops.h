@@ -26,8 +26,14 @@ void sm_gemm(int transA, int transB, int M, int N, int K, sm_real alpha, const s
 void sm_gemm_tiny(int M, int N, int K, sm_real alpha, const sm_real *A, ptrdiff_t ars, ptrdiff_t acs, const sm_real *B,
                   ptrdiff_t ldb, sm_real beta, sm_real *C, ptrdiff_t ldc);
 int sm_gemm_tiny_simd(void); /* 1 if sm_gemm_tiny runs its AVX2 kernels on this CPU */
-/* Tests only: simd = 0 makes sm_gemm_tiny (and so the sm_linear_*_small products) run the portable
- * loops on this CPU too; simd = 1 restores the CPU's choice. Not for use while other threads run. */
+/* The instruction set the register tiles use (sm_gemm_tiny and the packed products below): */
+enum { SM_ISA_NONE = 0, SM_ISA_AVX2 = 1, SM_ISA_AVX512 = 2 };
+int sm_gemm_tiny_isa(void); /* the CPU's best, capped by sm_gemm_tiny_set_isa */
+/* Tests and benchmarks only: cap the instruction set at max_isa (SM_ISA_NONE: the portable loops on
+ * this CPU too; SM_ISA_AVX2: the AVX2 tile on an AVX-512 CPU); sm_gemm_tiny_set_simd(0 / 1) is
+ * set_isa(SM_ISA_NONE / SM_ISA_AVX512), 1 restoring the CPU's choice. Not for use while other
+ * threads run. */
+void sm_gemm_tiny_set_isa(int max_isa);
 void sm_gemm_tiny_set_simd(int simd);
 
 /* One row: out (OC) = weight (OC,C) @ inp (C) + bias, through gemv (an agent acting on one
