@@ -15,7 +15,9 @@
 #      FLOPs against the FMA peak `specmoe bench layer` measures)
 #   B  dqn_minatar.py --update-only
 # SPS counts every frame of the run (warm-up included), as `specmoe rl train` prints it; learn_SPS
-# and learn CPU us/frame count the frames after the 5000-frame warm-up (one update each).
+# and learn CPU us/frame count the frames after the 5000-frame warm-up (one update each). The
+# compare-dqn line divides the two sides' medians; compare-dqn-paired takes each round's ratio and
+# their median (the figure to quote when the machine's speed drifts from round to round).
 # CPU time per frame is the figure that a neighbour's load barely moves; wall-clock SPS is not.
 #
 # Usage: tools/peers/compare_dqn.sh [--frames N] [--reps R] [--eps E] [--update-seconds S]
@@ -47,7 +49,7 @@ while [ $# -gt 0 ]; do
     --update-seconds) [ $# -ge 2 ] || die "--update-seconds needs a value"; useconds=$2; shift 2 ;;
     --bin) [ $# -ge 2 ] || die "--bin needs a value"; bin=$2; shift 2 ;;
     --python) [ $# -ge 2 ] || die "--python needs a value"; python=$2; shift 2 ;;
-    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -124,7 +126,14 @@ for r in $(seq 1 "$reps"); do
     echo "$A_sps $B_sps $A_cpuf $B_cpuf $A_lsps $B_lsps $A_lcpu $B_lcpu" >>"$tmp/rows"
 done
 col() { awk -v c="$1" '{print $c}' "$tmp/rows" | median; }
+# the ratio of each round's own pair (B over A for costs, A over B for rates), then their median: the
+# machine's speed drifts between rounds (both sides slow down together), and a ratio of the two
+# sides' medians can pair one side's fast round with the other's slow one
+pcol() { awk -v a="$1" -v b="$2" '{print $b / $a}' "$tmp/rows" | median; }
 a_sps=$(col 1) b_sps=$(col 2) a_cpuf=$(col 3) b_cpuf=$(col 4) a_lsps=$(col 5) b_lsps=$(col 6) a_lcpu=$(col 7) b_lcpu=$(col 8)
+echo "compare-dqn-paired reps=$reps ratio_SPS=$(calc "$(pcol 2 1)" 2) ratio_cpu=$(calc "$(pcol 3 4)" 2)" \
+     "learn_ratio_SPS=$(calc "$(pcol 6 5)" 2) learn_ratio_cpu=$(calc "$(pcol 7 8)" 2)" \
+     "learn_ratio_cpu_range=$(awk '{print $8 / $7}' "$tmp/rows" | sort -g | awk 'NR == 1 {lo = $1} {hi = $1} END {printf "%.2f-%.2f", lo, hi}')"
 echo "compare-dqn frames=$frames reps=$reps${eps:+ eps=$eps} specmoe_SPS=$a_sps pytorch_SPS=$b_sps ratio_SPS=$(calc "$a_sps / $b_sps" 2)" \
      "specmoe_cpu_us_per_frame=$a_cpuf pytorch_cpu_us_per_frame=$b_cpuf ratio_cpu=$(calc "$b_cpuf / $a_cpuf" 2)"
 echo "compare-dqn-learn frames=$((frames - 5000)) specmoe_learn_SPS=$a_lsps pytorch_learn_SPS=$b_lsps ratio_SPS=$(calc "$a_lsps / $b_lsps" 2)" \
