@@ -33,6 +33,7 @@
  * packed products. sm_linear_small_use is the rule that picks this path over OpenBLAS by shape and
  * product (measured: BENCHMARKS.md, "DQN on MinAtar", "The packed small GEMM"). */
 #include <cblas.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "specmoe/core/ops.h"
@@ -322,13 +323,15 @@ size_t sm_linear_small_ws(int T, int C, int OC) {
 /* 1 when OpenBLAS runs AVX-512 kernels here (its core name: SkylakeX, Cooperlake, SapphireRapids):
  * then the AVX-512 tile meets its equal, and the rule measured between equals (the AVX2 one) holds */
 static int blas_avx512(void) {
-    static int have = -1; /* a race writes the same value */
-    if (have < 0) {
+    static atomic_int have = -1; /* threads racing here store the same value */
+    int h = atomic_load(&have);
+    if (h < 0) {
         const char *n = openblas_get_corename();
-        have = n && (strstr(n, "kylakex") || strstr(n, "KYLAKEX") || strstr(n, "ooperlake") || strstr(n, "OOPERLAKE") ||
-                     strstr(n, "apphire") || strstr(n, "APPHIRE"));
+        h = n && (strstr(n, "kylakex") || strstr(n, "KYLAKEX") || strstr(n, "ooperlake") || strstr(n, "OOPERLAKE") ||
+                  strstr(n, "apphire") || strstr(n, "APPHIRE"));
+        atomic_store(&have, h);
     }
-    return have;
+    return h;
 }
 
 int sm_linear_small_use(int T, int C, int OC) {
