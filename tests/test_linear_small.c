@@ -35,7 +35,10 @@ static void check_shape(int T, int C, int OC, sm_rng *g) {
     float *x = randv((size_t)T * C, g), *w = randv((size_t)OC * C, g), *b = randv((size_t)OC, g);
     float *dy = randv((size_t)T * OC, g), *dx0 = randv((size_t)T * C, g), *dw0 = randv((size_t)OC * C, g);
     float *y = malloc(sizeof(float) * T * OC), *y2 = malloc(sizeof(float) * T * OC);
-    float *dx = malloc(sizeof(float) * T * C), *dw = malloc(sizeof(float) * OC * C);
+    const size_t cpad = 32; /* canaries after the accumulated outputs: a tile's column mask must hold */
+    float *dxb = malloc(sizeof(float) * ((size_t)T * C + cpad)), *dwb = malloc(sizeof(float) * ((size_t)OC * C + cpad));
+    float *dx = dxb, *dw = dwb;
+    for (size_t i = 0; i < cpad; i++) dx[(size_t)T * C + i] = dw[(size_t)OC * C + i] = -777.f;
     float *dx2 = malloc(sizeof(float) * T * C), *dw2 = malloc(sizeof(float) * OC * C);
     const size_t nws = sm_linear_small_ws(T, C, OC), pad = 64;
     float *wsb = malloc(sizeof(float) * (nws + 2 * pad)), *ws = wsb + pad;
@@ -68,6 +71,9 @@ static void check_shape(int T, int C, int OC, sm_rng *g) {
     for (size_t i = 0; i < pad; i++)
         cr_assert(wsb[i] == 12345.f && wsb[pad + nws + i] == 12345.f, "T=%d C=%d OC=%d: written outside the workspace", T,
                   C, OC);
+    for (size_t i = 0; i < cpad; i++)
+        cr_assert(dx[(size_t)T * C + i] == -777.f && dw[(size_t)OC * C + i] == -777.f,
+                  "T=%d C=%d OC=%d: written past dinp or dweight", T, C, OC);
     /* one product at a time (the other NULL), and the same bits on a second run */
     memcpy(dx2, dx0, sizeof(float) * T * C);
     memcpy(dw2, dw0, sizeof(float) * OC * C);
@@ -77,7 +83,7 @@ static void check_shape(int T, int C, int OC, sm_rng *g) {
     cr_assert(!memcmp(dx, dx2, sizeof(float) * T * C) && !memcmp(dw, dw2, sizeof(float) * OC * C) &&
                   !memcmp(y, y2, sizeof(float) * T * OC),
               "T=%d C=%d OC=%d: not the same bits on a second run", T, C, OC);
-    free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(y), free(y2), free(dx), free(dw), free(dx2),
+    free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(y), free(y2), free(dxb), free(dwb), free(dx2),
         free(dw2), free(wsb);
 }
 
@@ -152,6 +158,23 @@ Test(linear_small, portable_loops_against_a_double_reference) {
     sm_gemm_tiny_set_simd(0);
     cr_assert(!sm_gemm_tiny_simd());
     sweep(12);
+    sm_gemm_tiny_set_simd(1);
+}
+
+/* the dense module sizes its workspace by sm_linear_small_use_max: it must cover what the rule picks
+ * under every ISA cap (a cap raised after a model was built would otherwise overrun the workspace) */
+Test(linear_small, the_max_rule_covers_every_cap) {
+    static const int Ts[] = {2, 4, 8, 12, 16, 32, 48, 64, 128, 256}, Ws[][2] = {{64, 64}, {128, 6}, {1024, 128}, {512, 512}, {128, 16}, {100, 17}};
+    for (int isa = SM_ISA_NONE; isa <= SM_ISA_AVX512; isa++) {
+        sm_gemm_tiny_set_isa(isa);
+        for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++)
+            for (size_t w = 0; w < sizeof Ws / sizeof Ws[0]; w++) {
+                const int T = Ts[t], C = Ws[w][0], OC = Ws[w][1];
+                const int use = sm_linear_small_use(T, C, OC), max = sm_linear_small_use_max(T, C, OC);
+                cr_assert(!(use & ~max), "cap %d, T=%d C=%d OC=%d: rule %d outside the max rule %d", isa, T, C, OC, use, max);
+                cr_assert(sm_linear_small_ws_for(T, C, OC, use) <= sm_linear_small_ws_for(T, C, OC, max));
+            }
+    }
     sm_gemm_tiny_set_simd(1);
 }
 

@@ -275,14 +275,14 @@ static void conv_forward_packed(sm_real *out, sm_real *colp, const sm_real *inp,
     im2col_panels(colp, inp, B, C, H, W, KH, KW, stride, pad, OH, OW);
     const int P = OH * OW, CKK = C * KH * KW;
     const long NP = (long)B * P / 16;
-    const int mrt = sm_tile_rows();
+    const int isa = sm_gemm_tiny_isa(), mrt = sm_tile_rows(isa); /* read once: every tile of the call agrees */
 #pragma omp parallel for if ((size_t)NP * 16 * CKK * OC > SM_PAR_MIN) schedule(static)
     for (long t = 0; t < NP; t++) {
         const long n0 = t * 16, b = n0 / P, p0 = n0 % P;
         sm_real *y = out + (size_t)b * OC * P + p0; /* (OC, 16), rows P apart */
         const sm_real *Bp = colp + (size_t)t * CKK * 16;
         for (int o = 0; o < OC; o += mrt)
-            sm_tile16(OC - o < mrt ? OC - o : mrt, CKK, weight + (size_t)o * CKK, CKK, 1, 16, Bp, bias ? bias + o : NULL,
+            sm_tile16(isa, OC - o < mrt ? OC - o : mrt, CKK, weight + (size_t)o * CKK, CKK, 1, 16, Bp, bias ? bias + o : NULL,
                         y + (size_t)o * P, P, 16, 0);
     }
 }
@@ -300,12 +300,12 @@ static void conv_dweight_packed(sm_real *dweight, sm_real *dtp, const sm_real *d
                 for (int c8 = 0; c8 < 16; c8 += 8)
                     sm_transpose8x8(dtp + ((size_t)j * BP + (size_t)b * P + p0) * 16 + c8,
                                     dout + ((size_t)b * OC + (size_t)j * 16 + c8) * P + p0, P);
-    const int mrt = sm_tile_rows(), nr = (CKK + mrt - 1) / mrt;
+    const int isa = sm_gemm_tiny_isa(), mrt = sm_tile_rows(isa), nr = (CKK + mrt - 1) / mrt;
 #pragma omp parallel for if ((size_t)OC * BP * CKK > SM_PAR_MIN) schedule(static)
     for (int w = 0; w < npan * nr; w++) {
         const int j = w / nr, r0 = w % nr * mrt, mr = CKK - r0 < mrt ? CKK - r0 : mrt;
         sm_real acc[SM_TILE_MR_MAX * 16]; /* dweight^T rows r0 .. r0+mr, columns 16j .. 16j+15 */
-        sm_tile16(mr, (int)BP, colp + (size_t)r0 * 16, 16, 1, (ptrdiff_t)CKK * 16, dtp + (size_t)j * BP * 16, NULL, acc,
+        sm_tile16(isa, mr, (int)BP, colp + (size_t)r0 * 16, 16, 1, (ptrdiff_t)CKK * 16, dtp + (size_t)j * BP * 16, NULL, acc,
                     16, 16, 0);
         for (int r = 0; r < mr; r++)
             for (int c = 0; c < 16; c++) dweight[(size_t)(j * 16 + c) * CKK + r0 + r] += acc[r * 16 + c];

@@ -213,12 +213,15 @@ int sm_gemm_tiny_isa(void) {
     return h < m ? h : m;
 }
 
+int sm_gemm_tiny_cpu_isa(void) { return cpu_isa(); }
+
 int sm_gemm_tiny_simd(void) { return sm_gemm_tiny_isa() >= SM_ISA_AVX2; }
 
 void sm_gemm_tiny_set_isa(int max_isa) { atomic_store(&g_max_isa, max_isa); }
 void sm_gemm_tiny_set_simd(int simd) { sm_gemm_tiny_set_isa(simd ? SM_ISA_AVX512 : SM_ISA_NONE); }
 #else
 int sm_gemm_tiny_isa(void) { return SM_ISA_NONE; }
+int sm_gemm_tiny_cpu_isa(void) { return SM_ISA_NONE; }
 int sm_gemm_tiny_simd(void) { return 0; }
 void sm_gemm_tiny_set_isa(int max_isa) { (void)max_isa; }
 void sm_gemm_tiny_set_simd(int simd) { (void)simd; }

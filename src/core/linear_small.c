@@ -32,7 +32,6 @@
  * Where the CPU lacks AVX2 + FMA, and in the double build, sm_gemm_tiny's plain loops run the same
  * packed products. sm_linear_small_use is the rule that picks this path over OpenBLAS by shape and
  * product (measured: BENCHMARKS.md, "DQN on MinAtar", "The packed small GEMM"). */
-#include <cblas.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -41,6 +40,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(SPECMOE_DOUBLE)
 #define SM_LS_X86 1
+#include <cblas.h> /* openblas_get_corename */
 #include <immintrin.h>
 #endif
 
@@ -255,52 +255,53 @@ TILEZ2_FN(12)
 static const tile2_fn k_tilez2[SM_TILE_MRZ + 1] = {0,        tilez2_1, tilez2_2, tilez2_3,  tilez2_4,  tilez2_5, tilez2_6,
                                                    tilez2_7, tilez2_8, tilez2_9, tilez2_10, tilez2_11, tilez2_12};
 
-int sm_tile_rows(void) { return sm_gemm_tiny_isa() >= SM_ISA_AVX512 ? SM_TILE_MRZ : MR; }
+int sm_tile_rows(int isa) { return isa >= SM_ISA_AVX512 ? SM_TILE_MRZ : MR; }
 
-/* the tile of this CPU for mr rows (mr <= sm_tile_rows()) */
-static tile_fn pick_tile(int mr) { return sm_gemm_tiny_isa() >= SM_ISA_AVX512 ? k_tilez[mr] : k_tile[mr]; }
+/* the tile of instruction set isa (>= SM_ISA_AVX2) for mr <= sm_tile_rows(isa) rows. The callers
+ * read the ISA once per call and pass it down, so a row step and its tiles always agree. */
+static tile_fn pick_tile(int isa, int mr) { return isa >= SM_ISA_AVX512 ? k_tilez[mr] : k_tile[mr]; }
 
-void sm_tile16(int mr, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc, const float *Bp,
+void sm_tile16(int isa, int mr, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc, const float *Bp,
                const float *radd, float *C, ptrdiff_t ldc, int n, int acc) {
-    if (K > 0) pick_tile(mr)(K, A, ars, acs, akc, Bp, radd, C, ldc, n, acc, 0);
+    if (K > 0) pick_tile(isa, mr)(K, A, ars, acs, akc, Bp, radd, C, ldc, n, acc, 0);
 }
 #endif
 
-/* rows of one tile: the CPU's tile with simd, else 6 (sm_gemm_tiny's loops take any count) */
-static int tile_rows(int simd) {
+/* rows of one tile of instruction set isa (sm_gemm_tiny's loops, without SIMD, take any count: 6) */
+static int tile_rows(int isa) {
 #ifdef SM_LS_X86
-    if (simd) return sm_tile_rows();
+    if (isa >= SM_ISA_AVX2) return sm_tile_rows(isa);
 #endif
-    (void)simd;
+    (void)isa;
     return MR;
 }
 
-/* C (mr rows, n columns, ldc apart) = [C +] op(A) (mr,K) @ Bp (K,16), one register tile; simd: the
- * AVX2 tile above, else sm_gemm_tiny (its portable loops when the CPU or the build has no AVX2). */
-static void run_tile(int simd, int mr, int K, const sm_real *A, ptrdiff_t ars, ptrdiff_t acs, const sm_real *Bp,
+/* C (mr rows, n columns, ldc apart) = [C +] op(A) (mr,K) @ Bp (K,16), one register tile: isa's tile
+ * above, else (SM_ISA_NONE) sm_gemm_tiny's portable loops. */
+static void run_tile(int isa, int mr, int K, const sm_real *A, ptrdiff_t ars, ptrdiff_t acs, const sm_real *Bp,
                      sm_real *C, ptrdiff_t ldc, int n, int acc, int pf) {
 #ifdef SM_LS_X86
-    if (simd && K > 0) {
-        pick_tile(mr)(K, A, ars, acs, NR * acs, Bp, NULL, C, ldc, n, acc, pf);
+    if (isa >= SM_ISA_AVX2 && K > 0) {
+        pick_tile(isa, mr)(K, A, ars, acs, NR * acs, Bp, NULL, C, ldc, n, acc, pf);
         return;
     }
 #endif
-    (void)simd, (void)pf;
+    (void)isa, (void)pf;
     sm_gemm_tiny(mr, n, K, 1, A, ars, acs, Bp, NR, acc ? 1 : 0, C, ldc);
 }
 
 /* C (mr rows, 32 columns) = [C +] op(A) @ [Bp | Bp + ps], two full panels: one AVX-512 tile over
  * both, else one tile per panel (the same sums either way) */
-static void run_tile2(int simd, int mr, int K, const sm_real *A, ptrdiff_t ars, ptrdiff_t acs, const sm_real *Bp,
+static void run_tile2(int isa, int mr, int K, const sm_real *A, ptrdiff_t ars, ptrdiff_t acs, const sm_real *Bp,
                       ptrdiff_t ps, sm_real *C, ptrdiff_t ldc, int acc, int pf) {
 #ifdef SM_LS_X86
-    if (simd && K > 0 && sm_gemm_tiny_isa() >= SM_ISA_AVX512) {
+    if (isa >= SM_ISA_AVX512 && K > 0) {
         k_tilez2[mr](K, A, ars, acs, Bp, ps, C, ldc, acc, pf);
         return;
     }
 #endif
-    run_tile(simd, mr, K, A, ars, acs, Bp, C, ldc, NR, acc, pf);
-    run_tile(simd, mr, K, A, ars, acs, Bp + ps, C + NR, ldc, NR, acc, 0);
+    run_tile(isa, mr, K, A, ars, acs, Bp, C, ldc, NR, acc, pf);
+    run_tile(isa, mr, K, A, ars, acs, Bp + ps, C + NR, ldc, NR, acc, 0);
 }
 
 /* the backward packs its operands one window of CW columns at a time, so its workspace does not
@@ -320,6 +321,7 @@ size_t sm_linear_small_ws(int T, int C, int OC) {
     return sm_linear_small_ws_for(T, C, OC, SM_LINEAR_SMALL_FWD | SM_LINEAR_SMALL_DINP | SM_LINEAR_SMALL_DWEIGHT);
 }
 
+#ifdef SM_LS_X86
 /* 1 when OpenBLAS runs AVX-512 kernels here (its core name: SkylakeX, Cooperlake, SapphireRapids):
  * then the AVX-512 tile meets its equal, and the rule measured between equals (the AVX2 one) holds */
 static int blas_avx512(void) {
@@ -333,8 +335,18 @@ static int blas_avx512(void) {
     }
     return h;
 }
+#endif
 
-int sm_linear_small_use(int T, int C, int OC) {
+/* the rule for instruction set isa (below) */
+static int use_rule(int isa, int T, int C, int OC);
+
+int sm_linear_small_use(int T, int C, int OC) { return use_rule(sm_gemm_tiny_isa(), T, C, OC); }
+
+/* what the CPU's own ISA picks, whatever cap sm_gemm_tiny_set_isa sets: on an AVX-512 CPU its rule
+ * takes every product the AVX2 rule takes and more, so a workspace sized by it serves any cap */
+int sm_linear_small_use_max(int T, int C, int OC) { return use_rule(sm_gemm_tiny_cpu_isa(), T, C, OC); }
+
+static int use_rule(int isa, int T, int C, int OC) {
     /* Measured (BENCHMARKS.md, "The packed small GEMM": `specmoe bench gemm`, the fastest of
      * alternated batches of each, rows 2-256, widths 64-512 square, 1024 -> 128 and 128 -> 6, one
      * Zen 3 core under load), as the ratio OpenBLAS time / packed time:
@@ -349,10 +361,11 @@ int sm_linear_small_use(int T, int C, int OC) {
      * So: the forward from 16 to 48 rows or with OC <= 16; dinp at up to 4 rows, or up to 32 rows
      * of at most 64k weights; dweight from 8 rows, up to 32 rows of at most 64k weights or with
      * OC <= 16. The bounds on C and OC keep a call's workspace within 16 M reals. */
-    if (!sm_gemm_tiny_simd() || T < 2 || T > 256 || C < 1 || OC < 1 || C > 4096 || OC > 4096) return 0;
+    if (isa < SM_ISA_AVX2 || T < 2 || T > 256 || C < 1 || OC < 1 || C > 4096 || OC > 4096) return 0;
     const int small_w = (long)C * OC <= 65536;
     int use = 0;
-    if (sm_gemm_tiny_isa() >= SM_ISA_AVX512 && !blas_avx512()) {
+#ifdef SM_LS_X86
+    if (isa >= SM_ISA_AVX512 && !blas_avx512()) {
         /* The AVX-512 tile against OpenBLAS's AVX2 kernels (BENCHMARKS.md, "DQN on MinAtar", the
          * AVX-512 tile: `specmoe bench gemm` on a Zen 5 core, where OpenBLAS 0.3.21 runs its Haswell
          * kernels), OpenBLAS time / packed time: forward 1.0-1.8x from 8 rows (0.9x once, 128 x 64
@@ -363,6 +376,7 @@ int sm_linear_small_use(int T, int C, int OC) {
         if (T >= 32 || (T >= 8 && (small_w || OC <= 16))) use |= SM_LINEAR_SMALL_DWEIGHT;
         return use;
     }
+#endif
     if (T >= 16 && (T <= 48 || OC <= 16)) use |= SM_LINEAR_SMALL_FWD;
     if (T <= 4 || (T <= 32 && small_w)) use |= SM_LINEAR_SMALL_DINP;
     if (T >= 8 && ((T <= 32 && small_w) || OC <= 16)) use |= SM_LINEAR_SMALL_DWEIGHT;
@@ -443,7 +457,7 @@ static void pack_rows_t(sm_real *restrict dst, const sm_real *restrict src, ptrd
 void sm_linear_forward_small(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int T, int C,
                              int OC, sm_real *ws) {
     if (T <= 0 || OC <= 0) return;
-    const int simd = sm_gemm_tiny_simd(), Tp = round16(T), mrt = tile_rows(simd);
+    const int isa = sm_gemm_tiny_isa(), simd = isa >= SM_ISA_AVX2, Tp = round16(T), mrt = tile_rows(isa);
     sm_real *xp = ws;                          /* (Tp/16, C, 16) inp^T in panels */
     sm_real *yt = ws + (size_t)Tp * (size_t)C; /* (OC, Tp) out^T */
     for (int p = 0; p < Tp; p += NR) pack_rows_t(xp + (size_t)p * C, inp + (size_t)p * C, C, C, T - p < NR ? T - p : NR, simd);
@@ -453,10 +467,10 @@ void sm_linear_forward_small(sm_real *out, const sm_real *inp, const sm_real *we
         const int mr = OC - o < mrt ? OC - o : mrt;
         int p = 0;
         for (; p + 2 * NR <= Tp; p += 2 * NR) /* two panels a tile (yt is Tp wide: padding columns too) */
-            run_tile2(simd, mr, C, weight + (size_t)o * C, C, 1, xp + (size_t)p * C, (ptrdiff_t)NR * C,
+            run_tile2(isa, mr, C, weight + (size_t)o * C, C, 1, xp + (size_t)p * C, (ptrdiff_t)NR * C,
                       yt + (size_t)o * Tp + p, Tp, 0, p == 0);
         for (; p < Tp; p += NR)
-            run_tile(simd, mr, C, weight + (size_t)o * C, C, 1, xp + (size_t)p * C, yt + (size_t)o * Tp + p, Tp, NR, 0,
+            run_tile(isa, mr, C, weight + (size_t)o * C, C, 1, xp + (size_t)p * C, yt + (size_t)o * Tp + p, Tp, NR, 0,
                      p == 0);
     }
     /* out (T,OC) = out^T^T + bias, in 16-row strips so the strip's out lines stay in L1 */
@@ -472,7 +486,7 @@ void sm_linear_forward_small(sm_real *out, const sm_real *inp, const sm_real *we
 void sm_linear_backward_small(sm_real *dinp, sm_real *dweight, const sm_real *dout, const sm_real *inp,
                               const sm_real *weight, int T, int C, int OC, sm_real *ws) {
     if (T <= 0 || OC <= 0) return;
-    const int simd = sm_gemm_tiny_simd(), mrt = tile_rows(simd);
+    const int isa = sm_gemm_tiny_isa(), mrt = tile_rows(isa);
     if (dinp) /* dinp[:, j:j+16] (T,16) += dout (T,OC) @ weight[:, j:j+16] (OC,16): a window of panels
                * packed, then each panel's (or pair's, AVX-512) tiles of rows while it is in L1 */
         for (int j0 = 0; j0 < C; j0 += CW) {
@@ -481,11 +495,11 @@ void sm_linear_backward_small(sm_real *dinp, sm_real *dweight, const sm_real *do
             int j = 0;
             for (; j + 2 * NR <= cw; j += 2 * NR)
                 for (int i = 0; i < T; i += mrt)
-                    run_tile2(simd, T - i < mrt ? T - i : mrt, OC, dout + (size_t)i * OC, OC, 1, ws + (size_t)j * OC,
+                    run_tile2(isa, T - i < mrt ? T - i : mrt, OC, dout + (size_t)i * OC, OC, 1, ws + (size_t)j * OC,
                               (ptrdiff_t)NR * OC, dinp + (size_t)i * C + j0 + j, C, 1, 0);
             for (; j < cw; j += NR)
                 for (int i = 0; i < T; i += mrt)
-                    run_tile(simd, T - i < mrt ? T - i : mrt, OC, dout + (size_t)i * OC, OC, 1, ws + (size_t)j * OC,
+                    run_tile(isa, T - i < mrt ? T - i : mrt, OC, dout + (size_t)i * OC, OC, 1, ws + (size_t)j * OC,
                              dinp + (size_t)i * C + j0 + j, C, cw - j < NR ? cw - j : NR, 1, 0);
         }
     if (dweight) /* dweight (OC,C) += dout^T (OC,T) @ inp (T,C): a window of inp packed, then dweight's
@@ -497,10 +511,10 @@ void sm_linear_backward_small(sm_real *dinp, sm_real *dweight, const sm_real *do
                 const int mr = OC - o < mrt ? OC - o : mrt;
                 int j = 0;
                 for (; j + 2 * NR <= cw; j += 2 * NR)
-                    run_tile2(simd, mr, T, dout + o, 1, OC, ws + (size_t)j * T, (ptrdiff_t)NR * T,
+                    run_tile2(isa, mr, T, dout + o, 1, OC, ws + (size_t)j * T, (ptrdiff_t)NR * T,
                               dweight + (size_t)o * C + j0 + j, C, 1, 0);
                 for (; j < cw; j += NR)
-                    run_tile(simd, mr, T, dout + o, 1, OC, ws + (size_t)j * T, dweight + (size_t)o * C + j0 + j, C,
+                    run_tile(isa, mr, T, dout + o, 1, OC, ws + (size_t)j * T, dweight + (size_t)o * C + j0 + j, C,
                              cw - j < NR ? cw - j : NR, 1, 0);
             }
         }

@@ -18,17 +18,18 @@
 
 enum { SM_TILE_MRZ = 12, SM_TILE_MR_MAX = 12 }; /* the AVX-512 tile's rows; the most of any tile */
 
-/* rows of the tile this CPU runs (sm_gemm_tiny_isa): 6 (AVX2) or SM_TILE_MRZ (AVX-512) */
-int sm_tile_rows(void);
+/* rows of the tile of instruction set isa (SM_ISA_AVX2 or above; sm_gemm_tiny_isa() read once per
+ * call by the caller, which passes the same isa to sm_tile16): 6 (AVX2) or SM_TILE_MRZ (AVX-512) */
+int sm_tile_rows(int isa);
 
 /* C (mr rows ldc apart, first n <= 16 columns) = [C +] (A (mr, K) @ Bp (K, 16) [+ radd[r] on row r]),
- * 1 <= mr <= sm_tile_rows(), K >= 1, with
+ * 1 <= mr <= sm_tile_rows(isa), K >= 1, with
  *   Bp   a packed panel [K][16], contiguous;
  *   A    a(r, k) = A[(k / 16) * akc + r * ars + (k % 16) * acs] (akc = 16 acs: plain strides);
  *   radd NULL, or one value per row added after the whole sum (a bias);
  *   acc  1: C += the result, 0: C = the result.
  * The sum over k runs in order (k = 0, 1, ...), one FMA chain per output. */
-void sm_tile16(int mr, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc, const float *Bp,
+void sm_tile16(int isa, int mr, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc, const float *Bp,
                const float *radd, float *C, ptrdiff_t ldc, int n, int acc);
 
 /* dst[k * 16 + i] = src[i * ld + k] for i, k in [0, 8): an 8 x 8 block transposed in registers into

@@ -93,7 +93,7 @@ static void dense_reserve(sm_module *m, int B, sm_arena *a) {
     size_t nws = 0;
     l->ws_rows = 0;
     for (int T = 2; T <= maxT; T++) {
-        const int use = sm_linear_small_use(T, fin(m), l->width);
+        const int use = sm_linear_small_use_max(T, fin(m), l->width); /* whatever ISA cap runs later */
         const size_t n = sm_linear_small_ws_for(T, fin(m), l->width, use);
         if (use) l->ws_rows = T;
         nws = n > nws ? n : nws;

@@ -25,10 +25,11 @@ void sm_gemm(int transA, int transB, int M, int N, int K, sm_real alpha, const s
  * is not read. */
 void sm_gemm_tiny(int M, int N, int K, sm_real alpha, const sm_real *A, ptrdiff_t ars, ptrdiff_t acs, const sm_real *B,
                   ptrdiff_t ldb, sm_real beta, sm_real *C, ptrdiff_t ldc);
-int sm_gemm_tiny_simd(void); /* 1 if sm_gemm_tiny runs its AVX2 kernels on this CPU */
+int sm_gemm_tiny_simd(void); /* 1 if sm_gemm_tiny runs SIMD kernels (AVX2 or AVX-512) on this CPU */
 /* The instruction set the register tiles use (sm_gemm_tiny and the packed products below): */
 enum { SM_ISA_NONE = 0, SM_ISA_AVX2 = 1, SM_ISA_AVX512 = 2 };
-int sm_gemm_tiny_isa(void); /* the CPU's best, capped by sm_gemm_tiny_set_isa */
+int sm_gemm_tiny_isa(void);     /* the CPU's best, capped by sm_gemm_tiny_set_isa */
+int sm_gemm_tiny_cpu_isa(void); /* the CPU's best, whatever the cap */
 /* Tests and benchmarks only: cap the instruction set at max_isa (SM_ISA_NONE: the portable loops on
  * this CPU too; SM_ISA_AVX2: the AVX2 tile on an AVX-512 CPU); sm_gemm_tiny_set_simd(0 / 1) is
  * set_isa(SM_ISA_NONE / SM_ISA_AVX512), 1 restoring the CPU's choice. Not for use while other
@@ -60,6 +61,9 @@ enum { SM_LINEAR_SMALL_FWD = 1, SM_LINEAR_SMALL_DINP = 2, SM_LINEAR_SMALL_DWEIGH
 /* the shape rule (measured; linear_small.c): which products (SM_LINEAR_SMALL_* bits) take the packed
  * kernel at T rows of C -> OC; 0 without AVX2 (and in the double build) */
 int sm_linear_small_use(int T, int C, int OC);
+/* the same rule for the CPU's own ISA, whatever sm_gemm_tiny_set_isa's cap: it picks every product
+ * any capped rule picks, so a workspace sized by it (the dense module's) is never too small */
+int sm_linear_small_use_max(int T, int C, int OC);
 /* The packed products themselves, whatever the rule says (the tests call them on every shape):
  * out = inp @ weight^T + bias (bias may be NULL); dinp += dout @ weight, dweight += dout^T @ inp
  * (either may be NULL). ws: sm_linear_small_ws(T, C, OC) reals. */
