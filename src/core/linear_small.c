@@ -14,17 +14,18 @@
  * unpacked attempt ran dinp at 0.40x and dweight at 0.22x OpenBLAS's rate).
  *
  * So B, the operand read as vectors, is always packed into panels of 16 columns, [k][16], contiguous,
- * and A, the operand broadcast one value at a time, is read where it lies (6 rows at a time, each
- * walked in order, so only 6 lines are live):
+ * and A, the operand broadcast one value at a time, is read where it lies (a tile's rows at a time,
+ * 6 with AVX2 and 12 with AVX-512, each walked in order, so only that many lines are live):
  *
  *   forward  computed transposed, out^T (OC,T) = weight (OC,C) @ inp^T (C,T): A = the weight as
  *            stored (never packed: this is where OpenBLAS loses its time), B = inp^T in panels of 16
  *            rows of inp (8 x 8 register transposes), the result transposed back into out with the
- *            bias added; 6 weight rows meet every panel before the next 6 are read;
+ *            bias added; a tile's weight rows meet every panel (with AVX-512 two panels at once)
+ *            before the next rows are read;
  *   dinp     A = dout as stored, B = the weight in 16-column panels (one pass over it, eight rows at
- *            a time), each panel's T / 6 tiles run while it is in L1;
- *   dweight  A = dout^T (ars = 1, acs = OC), B = inp in 16-column panels; dweight is walked 6 rows
- *            at a time from left to right.
+ *            a time), each panel's (or pair's) tiles of rows run while it is in L1;
+ *   dweight  A = dout^T (ars = 1, acs = OC), B = inp in 16-column panels; dweight is walked a
+ *            tile's rows at a time from left to right.
  * The tile prefetches the weight rows it streams (forward) and the C it will accumulate into.
  *
  * Sums run over k in order in every tile, so a result does not depend on the call's history: same
