@@ -231,8 +231,9 @@ void sm_gemm_tiny(int M, int N, int K, sm_real alpha, const sm_real *A, ptrdiff_
                   ptrdiff_t ldb, sm_real beta, sm_real *C, ptrdiff_t ldc) {
     if (M <= 0 || N <= 0) return;
 #ifdef SM_TINY_X86
-    if (K > 0 && sm_gemm_tiny_simd()) {
-        if (sm_gemm_tiny_isa() >= SM_ISA_AVX512) gemm_rowsz(M, N, K, alpha, A, ars, acs, B, ldb, beta, C, ldc);
+    const int isa = sm_gemm_tiny_isa();
+    if (K > 0 && isa >= SM_ISA_AVX2) {
+        if (isa >= SM_ISA_AVX512) gemm_rowsz(M, N, K, alpha, A, ars, acs, B, ldb, beta, C, ldc);
         else gemm_rows(M, N, K, alpha, A, ars, acs, B, ldb, beta, C, ldc);
         return;
     }

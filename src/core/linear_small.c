@@ -142,46 +142,62 @@ typedef void (*tile_fn)(int, const float *, ptrdiff_t, ptrdiff_t, ptrdiff_t, con
 static const tile_fn k_tile[MR + 1] = {0, tile_1, tile_2, tile_3, tile_4, tile_5, tile_6};
 
 /* The AVX-512 tile: the same contract as tile() above on the same packed panels (a panel's 16
- * columns are one zmm), SM_TILE_MRZ rows: one accumulator per row, one B load and mr broadcasts per
- * k. 12 rows, not more: the forward's A rows lie 4 KB apart (a 1024-wide weight), so all of them and
- * their prefetched next lines share one set of the 12-way L1 (measured: BENCHMARKS.md, "DQN on
- * MinAtar", the AVX-512 tile). Per lane the same FMA chain over k as the AVX2 tile, then + radd,
- * then + C: the same bits. */
+ * columns are one zmm), SM_TILE_MRZ rows: one accumulator per row and panel, one B load per panel
+ * and mr broadcasts per k. np = 2 runs two panels at once, Bp and Bp + ps (C's 32 columns, both
+ * full; no radd): each value of A is then read once for 32 columns (the forward's weight rows: once
+ * per 32 batch rows instead of 16; 12 rows of 4 KB fill L1, so a second one-panel pass read them from
+ * L2 again). 12 rows, not more: the forward's A rows lie 4 KB apart (a 1024-wide weight), so all of
+ * them and their prefetched next lines share one set of the 12-way L1 (measured: BENCHMARKS.md, "DQN
+ * on MinAtar", the AVX-512 tiles). Per lane the same FMA chain over k as the AVX2 tile, then + radd,
+ * then + C: the same bits. mr and np are constants in every caller. */
 #define SM_TARGETZ __attribute__((target("avx512f,avx2,fma")))
-SM_TARGETZ SM_INLINE void tilez(int mr, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc,
-                               const float *restrict Bp, const float *radd, float *C, ptrdiff_t ldc, int n, int acc,
-                               int pf) {
-    __m512 c[SM_TILE_MRZ];
+SM_TARGETZ SM_INLINE void tilez(int mr, int np, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc,
+                               const float *restrict Bp, ptrdiff_t ps, const float *radd, float *C, ptrdiff_t ldc,
+                               int n, int acc, int pf) {
+    __m512 c[2][SM_TILE_MRZ];
     _Pragma("GCC unroll 16")
-    for (int r = 0; r < mr; r++) c[r] = _mm512_setzero_ps();
-    if (acc) prefetch_c(mr, C, ldc, 1);
+    for (int r = 0; r < mr; r++) c[0][r] = c[1][r] = _mm512_setzero_ps();
+    if (acc) prefetch_c(mr, C, ldc, 2 * np - 1);
     for (int k0 = 0; k0 < K; k0 += NR) {
         const float *a = A + (k0 / NR) * akc;
         if (pf) prefetch_a(mr, a, ars);
         const int k1 = K - k0 < NR ? K - k0 : NR;
         for (int k = 0; k < k1; k++, a += acs, Bp += NR) {
-            const __m512 b = _mm512_loadu_ps(Bp);
+            const __m512 b0 = _mm512_loadu_ps(Bp), b1 = np == 2 ? _mm512_loadu_ps(Bp + ps) : b0;
             _Pragma("GCC unroll 16")
-            for (int r = 0; r < mr; r++) c[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * ars]), b, c[r]);
+            for (int r = 0; r < mr; r++) {
+                const __m512 av = _mm512_set1_ps(a[r * ars]);
+                c[0][r] = _mm512_fmadd_ps(av, b0, c[0][r]);
+                if (np == 2) c[1][r] = _mm512_fmadd_ps(av, b1, c[1][r]);
+            }
         }
     }
     const __mmask16 m = n >= NR ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
     if (radd)
         _Pragma("GCC unroll 16")
-        for (int r = 0; r < mr; r++) c[r] = _mm512_add_ps(c[r], _mm512_set1_ps(radd[r]));
+        for (int r = 0; r < mr; r++) c[0][r] = _mm512_add_ps(c[0][r], _mm512_set1_ps(radd[r]));
     _Pragma("GCC unroll 16")
-    for (int r = 0; r < mr; r++) {
-        float *cr = C + r * ldc;
-        if (acc) c[r] = _mm512_add_ps(_mm512_maskz_loadu_ps(m, cr), c[r]);
-        _mm512_mask_storeu_ps(cr, m, c[r]);
-    }
+    for (int r = 0; r < mr; r++)
+        for (int q = 0; q < np; q++) {
+            float *cr = C + r * ldc + q * NR;
+            if (acc) c[q][r] = _mm512_add_ps(_mm512_maskz_loadu_ps(m, cr), c[q][r]);
+            _mm512_mask_storeu_ps(cr, m, c[q][r]);
+        }
 }
 
-#define TILEZ_FN(R)                                                                                                \
-    SM_TARGETZ __attribute__((noinline)) static void tilez_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, \
-                                                               ptrdiff_t akc, const float *Bp, const float *radd,   \
-                                                               float *C, ptrdiff_t ldc, int n, int acc, int pf) {   \
-        tilez(R, K, A, ars, acs, akc, Bp, radd, C, ldc, n, acc, pf);                                               \
+/* tilez_R: one panel, any n; tilez2_R: two full panels */
+typedef void (*tile2_fn)(int, const float *, ptrdiff_t, ptrdiff_t, const float *, ptrdiff_t, float *, ptrdiff_t, int,
+                         int);
+#define TILEZ_FN(R)                                                                                                  \
+    SM_TARGETZ __attribute__((noinline)) static void tilez_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,   \
+                                                               ptrdiff_t akc, const float *Bp, const float *radd,     \
+                                                               float *C, ptrdiff_t ldc, int n, int acc, int pf) {     \
+        tilez(R, 1, K, A, ars, acs, akc, Bp, 0, radd, C, ldc, n, acc, pf);                                           \
+    }                                                                                                                \
+    SM_TARGETZ __attribute__((noinline)) static void tilez2_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,  \
+                                                                const float *Bp, ptrdiff_t ps, float *C, ptrdiff_t ldc, \
+                                                                int acc, int pf) {                                     \
+        tilez(R, 2, K, A, ars, acs, NR * acs, Bp, ps, NULL, C, ldc, NR, acc, pf);                                    \
     }
 TILEZ_FN(1)
 TILEZ_FN(2)
@@ -195,64 +211,9 @@ TILEZ_FN(9)
 TILEZ_FN(10)
 TILEZ_FN(11)
 TILEZ_FN(12)
-_Static_assert(SM_TILE_MRZ == 12, "one tilez_R per row count up to SM_TILE_MRZ");
+_Static_assert(SM_TILE_MRZ == 12, "one tilez_R and tilez2_R per row count up to SM_TILE_MRZ");
 static const tile_fn k_tilez[SM_TILE_MRZ + 1] = {0,       tilez_1, tilez_2, tilez_3, tilez_4,  tilez_5, tilez_6,
                                                  tilez_7, tilez_8, tilez_9, tilez_10, tilez_11, tilez_12};
-
-/* The same over two panels at once, Bp and Bp + ps: C (mr x 32, both panels' 16 columns full) -
- * 24 accumulators, two B loads and mr broadcasts per k, so each value of A is read once for 32
- * columns (the forward's weight rows: once per 32 batch rows instead of once per 16; for 12 rows of
- * 4 KB, all of L1, the second panel's pass read them from L2 again). Per lane the same FMA chain
- * as tilez: the same bits. */
-SM_TARGETZ SM_INLINE void tilez2(int mr, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc,
-                                const float *restrict Bp, ptrdiff_t ps, float *C, ptrdiff_t ldc, int acc, int pf) {
-    __m512 c[SM_TILE_MRZ], d[SM_TILE_MRZ];
-    _Pragma("GCC unroll 16")
-    for (int r = 0; r < mr; r++) c[r] = d[r] = _mm512_setzero_ps();
-    if (acc) prefetch_c(mr, C, ldc, 3);
-    for (int k0 = 0; k0 < K; k0 += NR) {
-        const float *a = A + (k0 / NR) * akc;
-        if (pf) prefetch_a(mr, a, ars);
-        const int k1 = K - k0 < NR ? K - k0 : NR;
-        for (int k = 0; k < k1; k++, a += acs, Bp += NR) {
-            const __m512 b0 = _mm512_loadu_ps(Bp), b1 = _mm512_loadu_ps(Bp + ps);
-            _Pragma("GCC unroll 16")
-            for (int r = 0; r < mr; r++) {
-                const __m512 av = _mm512_set1_ps(a[r * ars]);
-                c[r] = _mm512_fmadd_ps(av, b0, c[r]);
-                d[r] = _mm512_fmadd_ps(av, b1, d[r]);
-            }
-        }
-    }
-    _Pragma("GCC unroll 16")
-    for (int r = 0; r < mr; r++) {
-        float *cr = C + r * ldc;
-        if (acc) c[r] = _mm512_add_ps(_mm512_loadu_ps(cr), c[r]), d[r] = _mm512_add_ps(_mm512_loadu_ps(cr + NR), d[r]);
-        _mm512_storeu_ps(cr, c[r]);
-        _mm512_storeu_ps(cr + NR, d[r]);
-    }
-}
-
-typedef void (*tile2_fn)(int, const float *, ptrdiff_t, ptrdiff_t, const float *, ptrdiff_t, float *, ptrdiff_t, int,
-                         int);
-#define TILEZ2_FN(R)                                                                                                  \
-    SM_TARGETZ __attribute__((noinline)) static void tilez2_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,   \
-                                                                const float *Bp, ptrdiff_t ps, float *C, ptrdiff_t ldc, \
-                                                                int acc, int pf) {                                     \
-        tilez2(R, K, A, ars, acs, NR * acs, Bp, ps, C, ldc, acc, pf);                                                 \
-    }
-TILEZ2_FN(1)
-TILEZ2_FN(2)
-TILEZ2_FN(3)
-TILEZ2_FN(4)
-TILEZ2_FN(5)
-TILEZ2_FN(6)
-TILEZ2_FN(7)
-TILEZ2_FN(8)
-TILEZ2_FN(9)
-TILEZ2_FN(10)
-TILEZ2_FN(11)
-TILEZ2_FN(12)
 static const tile2_fn k_tilez2[SM_TILE_MRZ + 1] = {0,        tilez2_1, tilez2_2, tilez2_3,  tilez2_4,  tilez2_5, tilez2_6,
                                                    tilez2_7, tilez2_8, tilez2_9, tilez2_10, tilez2_11, tilez2_12};
 

@@ -16,7 +16,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(SPECMOE_DOUBLE)
 #define SM_TILE_AVX2 1
 
-enum { SM_TILE_MRZ = 12, SM_TILE_MR_MAX = 12 }; /* the AVX-512 tile's rows; the most of any tile */
+enum { SM_TILE_MRZ = 12, SM_TILE_MR_MAX = SM_TILE_MRZ }; /* the AVX-512 tile's rows, the most of any tile (AVX2: 6) */
 
 /* rows of the tile of instruction set isa (SM_ISA_AVX2 or above; sm_gemm_tiny_isa() read once per
  * call by the caller, which passes the same isa to sm_tile16): 6 (AVX2) or SM_TILE_MRZ (AVX-512) */
