@@ -20,6 +20,20 @@ typedef struct {
     int B, C, H, W, OC, K, S, P;
 } shape;
 
+/* a shape's output size, and its input, output and weight counts */
+typedef struct {
+    int OH, OW;
+    size_t nin, nout, nw;
+} sizes;
+
+static sizes sizes_of(const shape *s) {
+    sizes z;
+    cr_assert(sm_conv2d_shape(s->H, s->W, s->K, s->K, s->S, s->P, &z.OH, &z.OW, NULL) == SM_OK);
+    z.nout = (size_t)s->B * s->OC * z.OH * z.OW, z.nin = (size_t)s->B * s->C * s->H * s->W;
+    z.nw = (size_t)s->OC * s->C * s->K * s->K;
+    return z;
+}
+
 static float *randv(size_t n, sm_rng *g) {
     float *v = malloc(sizeof(float) * (n ? n : 1));
     for (size_t i = 0; i < n; i++) v[i] = (float)sm_rng_normal(g);
@@ -155,10 +169,8 @@ Test(conv_packed, avx512_and_avx2_tiles_give_the_same_bits) {
     }
     for (size_t k = 0; k < sizeof kPacked / sizeof kPacked[0]; k++) {
         const shape *s = &kPacked[k];
-        int OH, OW;
-        cr_assert(sm_conv2d_shape(s->H, s->W, s->K, s->K, s->S, s->P, &OH, &OW, NULL) == SM_OK);
-        const size_t nout = (size_t)s->B * s->OC * OH * OW, nin = (size_t)s->B * s->C * s->H * s->W;
-        const size_t nw = (size_t)s->OC * s->C * s->K * s->K;
+        const sizes z = sizes_of(s);
+        const size_t nout = z.nout, nin = z.nin, nw = z.nw;
         sm_rng g;
         sm_rng_seed(&g, 9);
         float *x = randv(nin, &g), *w = randv(nw, &g), *b = randv(s->OC, &g), *dy = randv(nout, &g), *dx0 = randv(nin, &g),
@@ -178,4 +190,87 @@ Test(conv_packed, avx512_and_avx2_tiles_give_the_same_bits) {
         }
         free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0);
     }
+}
+
+/* The direct forward (no im2col: the tile reads B where it lies) must give the packed forward's bits,
+ * on both tiles, with and without a bias, overwriting out; sm_conv2d_columns must write the columns
+ * the forward writes (packed or not), so a backward after a direct forward is the usual one. */
+static const shape kDirect[] = {
+    {32, 4, 10, 10, 16, 3, 1, 0}, /* MinAtar: 8 x 8 outputs, two input rows per panel */
+    {3, 2, 6, 10, 32, 3, 1, 0},   /* OW = 8, OH = 4, two channel blocks */
+    {2, 3, 6, 18, 16, 3, 1, 0},   /* OW = 16: one input run of 16 per panel row */
+    {2, 5, 9, 9, 48, 2, 1, 0},    /* 2 x 2 kernel, C*K*K = 20, OC = 48 (16-row tiles, and 6-row ones) */
+    {1, 1, 17, 8, 16, 1, 1, 0},   /* 1 x 1 kernel, C*K*K = 1, OH = 17 odd: P = 136 is no multiple of 16 */
+};
+
+Test(conv_packed, the_direct_forward_gives_the_packed_bits_and_columns_the_forwards) {
+    cr_assert_eq(sm_conv2d_direct(4, 10, 10, 16, 3, 3, 1, 0), sm_gemm_tiny_simd(), "MinAtar's layer must take the direct path");
+    cr_assert(!sm_conv2d_direct(4, 10, 10, 16, 3, 3, 1, 1) && !sm_conv2d_direct(4, 10, 10, 16, 3, 3, 2, 0) &&
+              !sm_conv2d_direct(4, 12, 12, 16, 3, 3, 1, 0) && !sm_conv2d_direct(4, 10, 10, 24, 3, 3, 1, 0) &&
+              !sm_conv2d_direct(1, 17, 8, 16, 1, 1, 1, 0),
+              "padding, stride 2, rows of 10, OC = 24 and P % 16 != 0 are not direct");
+    for (int isa = SM_ISA_AVX512; isa >= SM_ISA_NONE; isa--) {
+        sm_gemm_tiny_set_isa(isa);
+        for (size_t k = 0; k < sizeof kDirect / sizeof kDirect[0]; k++) {
+            const shape *s = &kDirect[k];
+            const sizes z = sizes_of(s);
+            const size_t nout = z.nout, nin = z.nin, nw = z.nw;
+            const size_t ncol = (size_t)s->B * sm_conv2d_col_size(s->C, s->H, s->W, s->K, s->K, s->S, s->P);
+            sm_rng g;
+            sm_rng_seed(&g, 11 + k);
+            float *x = randv(nin, &g), *w = randv(nw, &g), *b = randv(s->OC, &g);
+            float *out = malloc(sizeof(float) * nout), *out2 = malloc(sizeof(float) * nout), *tmp = malloc(sizeof(float) * nout);
+            float *col = malloc(sizeof(float) * ncol), *col2 = malloc(sizeof(float) * ncol);
+            const int direct = sm_conv2d_direct(s->C, s->H, s->W, s->OC, s->K, s->K, s->S, s->P);
+            cr_assert_eq(direct, isa >= SM_ISA_AVX2 && k < 4, "isa %d shape %zu: sm_conv2d_direct = %d", isa, k, direct);
+            for (int wb = 0; wb < 2; wb++) {
+                const float *bias = wb ? b : NULL;
+                sm_conv2d_forward(out, col, tmp, x, w, bias, s->B, s->C, s->H, s->W, s->OC, s->K, s->K, s->S, s->P);
+                if (direct) {
+                    for (size_t i = 0; i < nout; i++) out2[i] = NAN;
+                    sm_conv2d_forward_direct(out2, x, w, bias, s->B, s->C, s->H, s->W, s->OC, s->K, s->K);
+                    cr_assert(!memcmp(out, out2, sizeof(float) * nout), "isa %d shape %zu bias %d: direct and packed forwards differ",
+                              isa, k, wb);
+                }
+            }
+            for (size_t i = 0; i < ncol; i++) col2[i] = NAN;
+            sm_conv2d_columns(col2, x, s->B, s->C, s->H, s->W, s->OC, s->K, s->K, s->S, s->P);
+            cr_assert(!memcmp(col, col2, sizeof(float) * ncol), "isa %d shape %zu: sm_conv2d_columns differs from the forward's",
+                      isa, k);
+            free(x), free(w), free(b), free(out), free(out2), free(tmp), free(col), free(col2);
+        }
+    }
+    sm_gemm_tiny_set_simd(1);
+}
+
+/* The conv module (src/nn/modules.c) takes the direct forward out of training and makes the columns
+ * in its backward when one follows after all: a train = 0 forward and then a backward must give the
+ * bits of a train = 1 forward and backward (outputs and every gradient), on the MinAtar DQN's shape. */
+Test(conv_packed, a_backward_after_a_direct_forward_gives_the_training_bits) {
+    sm_model_config cfg;
+    sm_model_config_default(&cfg);
+    sm_error err = {0};
+    cr_assert_eq(sm_model_parse_arch(&cfg, "conv:16:3:1:0,flatten,dense:32", &err), SM_OK, "%s", err.msg);
+    cfg.in_c = 4, cfg.in_h = cfg.in_w = 10, cfg.in_dim = 400, cfg.n_classes = 6;
+    sm_rng r;
+    sm_rng_seed(&r, 5);
+    const int T = 32;
+    sm_model *m = sm_model_create(&cfg, T, &r, &err);
+    cr_assert(m, "%s", err.msg);
+    float *x = malloc(sizeof(float) * T * 400), *y[2], *g[2];
+    for (int i = 0; i < T * 400; i++) x[i] = sm_rng_uniform(&r) < 0.1 ? 1.0f : 0.0f;
+    const size_t P = m->params.total;
+    for (int train = 0; train < 2; train++) {
+        sm_params_zero_grad(&m->params);
+        const sm_real *out = sm_model_forward(m, x, T, NULL, train);
+        y[train] = malloc(sizeof(float) * T * 6), g[train] = malloc(sizeof(float) * P);
+        memcpy(y[train], out, sizeof(float) * T * 6);
+        for (int i = 0; i < T * 6; i++) m->dlogits[i] = (sm_real)sin(0.1 * i);
+        sm_model_backward(m, T);
+        memcpy(g[train], m->params.grad, sizeof(float) * P);
+    }
+    cr_assert(!memcmp(y[0], y[1], sizeof(float) * T * 6), "the outputs differ");
+    cr_assert(!memcmp(g[0], g[1], sizeof(float) * P), "the gradients differ");
+    free(x), free(y[0]), free(y[1]), free(g[0]), free(g[1]);
+    sm_model_free(m);
 }

@@ -172,12 +172,14 @@ static sm_real sum8(const sm_real *restrict d, int n) {
  * GFLOP/s where the tile runs at 80-90 (BENCHMARKS.md, "DQN on MinAtar"). Here:
  *   colp  (B*P/16, CKK, 16): panel t holds the im2col columns of pixels n = 16t .. 16t+15 (n = b*P +
  *         i*OW + j), each of the CKK rows 16 floats, so a panel is the tile's packed B as written;
- *   forward  out[b, o, p0:p0+16] = weight (OC, CKK) @ colp[t] (CKK, 16), 6 weight rows per tile, the
- *         result written straight into out (P % 16 == 0: a panel never straddles two images), plus
- *         the bias: no tmp, no transpose pass;
+ *   forward  out[b, o, p0:p0+16] = weight (OC, CKK) @ colp[t] (CKK, 16), the weight packed k-major
+ *         (pack_weight below), 6 (AVX2) or 16 (AVX-512) weight rows per tile, the result written
+ *         straight into out (P % 16 == 0: a panel never straddles two images), plus the bias: no tmp,
+ *         no transpose pass; out of training the direct forward below skips colp altogether;
  *   dweight  dweight^T (CKK, OC) += col (CKK, B*P) @ dout^T (B*P, OC): A = colp read by rows in
- *         chunks of 16 pixels (akc = CKK*16), B = dout^T packed into [n][16] panels of 16 channels in
- *         tmp by 8 x 8 register transposes; each tile (6 or 12 rows x 16) is added transposed into dweight.
+ *         chunks of 16 pixels (akc = CKK*16, sm_tile16_panels), B = dout^T packed into [n][16] panels
+ *         of 16 channels in tmp by 8 x 8 register transposes; each tile (6 or 12 rows x 16) is added
+ *         transposed into dweight.
  * Every output is one FMA chain over k in order, on one thread, so results do not depend on the
  * thread count; they differ from OpenBLAS's in the last bits (another order). The input gradient
  * does not read col and keeps its per-image GEMM. Taken when sm_conv2d_packed says so: an AVX2 + FMA
@@ -269,21 +271,87 @@ static void im2col_panels(sm_real *restrict colp, const sm_real *restrict inp, i
     }
 }
 
+/* The forwards' A, the weight (OC, CKK), k-major in blocks of mr rows (sm_tile16_wp): block o .. o+n
+ * (n = mr, or what is left) at wp + o CKK, wp[o CKK + k n + r] = weight[o + r][k]. Read as stored, a
+ * tile's mr broadcasts per k come from mr rows CKK apart, and 16 row addresses do not fit the 16
+ * general registers: their spills held the MinAtar conv's 16-row tile at 40% of the FMA peak. The
+ * same values in the same order: the same bits. At most WP_MAX reals (on the stack): a larger weight
+ * is read as stored (and never takes the direct forward). */
+enum { WP_MAX = 16384 };
+
+static void pack_weight(sm_real *restrict wp, const sm_real *restrict weight, int OC, int CKK, int mr) {
+    for (int o = 0; o < OC; o += mr) {
+        const int n = OC - o < mr ? OC - o : mr;
+        sm_real *d = wp + (size_t)o * CKK;
+        for (int r = 0; r < n; r++)
+            for (int k = 0; k < CKK; k++) d[(size_t)k * n + r] = weight[(size_t)(o + r) * CKK + k];
+    }
+}
+
 static void conv_forward_packed(sm_real *out, sm_real *colp, const sm_real *inp, const sm_real *weight,
                                 const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW, int stride,
                                 int pad, int OH, int OW) {
     im2col_panels(colp, inp, B, C, H, W, KH, KW, stride, pad, OH, OW);
     const int P = OH * OW, CKK = C * KH * KW;
     const long NP = (long)B * P / 16;
-    const int isa = sm_gemm_tiny_isa(), mrt = sm_tile_rows(isa); /* read once: every tile of the call agrees */
+    /* the weight is a small block: packed, one tile of up to 16 rows a panel (AVX-512) */
+    const int isa = sm_gemm_tiny_isa(), mrt = sm_tile_rows_max(isa); /* read once: every tile of the call agrees */
+    sm_real wp[WP_MAX];
+    const int packw = (long)OC * CKK <= WP_MAX; /* else the weight as stored */
+    if (packw) pack_weight(wp, weight, OC, CKK, mrt);
 #pragma omp parallel for if ((size_t)NP * 16 * CKK * OC > SM_PAR_MIN) schedule(static)
     for (long t = 0; t < NP; t++) {
         const long n0 = t * 16, b = n0 / P, p0 = n0 % P;
         sm_real *y = out + (size_t)b * OC * P + p0; /* (OC, 16), rows P apart */
         const sm_real *Bp = colp + (size_t)t * CKK * 16;
+        for (int o = 0; o < OC; o += mrt) {
+            const int mr = OC - o < mrt ? OC - o : mrt;
+            if (packw)
+                sm_tile16_wp(isa, mr, CKK, wp + (size_t)o * CKK, Bp, NULL, 0, bias ? bias + o : NULL, y + (size_t)o * P, P, 0);
+            else
+                sm_tile16(isa, mr, CKK, weight + (size_t)o * CKK, CKK, 1, 16, Bp, bias ? bias + o : NULL, y + (size_t)o * P, P,
+                          16, 0);
+        }
+    }
+}
+
+/* The direct forward: conv_forward_packed's products with B read where it lies. With stride 1 and
+ * no padding the panel of pixels n0 .. n0+15 of image b is R = 16 / OW output rows from i0, and
+ * row r = (c, p, q) of its im2col block is x[c, i0 + p + i, q + j] for i < R, j < OW: for OW = 8 two
+ * runs of 8 input values W apart, for OW = 16 one run of 16. sm_tile16_gather loads those runs
+ * (boff[r] = c H W + p W + q from the panel's first input row), so nothing is written for B: the
+ * target network's forward and the agent's greedy step skip im2col (5% of a MinAtar DQN learning
+ * frame; BENCHMARKS.md, "DQN on MinAtar"). The same B values in the same order: the packed path's
+ * bits. */
+enum { DIRECT_CKK_MAX = 4096 }; /* boff on the stack: 16 KB */
+
+int sm_conv2d_direct(int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
+    const int OH = H - KH + 1, OW = W - KW + 1;
+    return stride == 1 && pad == 0 && OH >= 1 && (OW == 8 || OW == 16) && (long)C * KH * KW <= DIRECT_CKK_MAX &&
+           (long)OC * C * KH * KW <= WP_MAX && sm_conv2d_packed(OC, OH, OW);
+}
+
+static void conv_forward_direct(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int B,
+                                int C, int H, int W, int OC, int KH, int KW) {
+    const int OH = H - KH + 1, OW = W - KW + 1, P = OH * OW, CKK = C * KH * KW;
+    const ptrdiff_t bw = OW == 8 ? W : 8; /* the second run of a B row: the next input row, or 8 further */
+    int boff[DIRECT_CKK_MAX];
+    for (int r = 0; r < CKK; r++) {
+        const int c = r / (KH * KW), p = (r / KW) % KH, q = r % KW;
+        boff[r] = (c * H + p) * W + q;
+    }
+    const long NP = (long)B * P / 16;
+    const int isa = sm_gemm_tiny_isa(), mrt = sm_tile_rows_max(isa); /* read once: every tile of the call agrees */
+    sm_real wp[WP_MAX];
+    pack_weight(wp, weight, OC, CKK, mrt);
+#pragma omp parallel for if ((size_t)NP * 16 * CKK * OC > SM_PAR_MIN) schedule(static)
+    for (long t = 0; t < NP; t++) {
+        const long n0 = t * 16, b = n0 / P, p0 = n0 % P, i0 = p0 / OW;
+        sm_real *y = out + (size_t)b * OC * P + p0; /* (OC, 16), rows P apart */
+        const sm_real *x = inp + (size_t)b * C * H * W + (size_t)i0 * W;
         for (int o = 0; o < OC; o += mrt)
-            sm_tile16(isa, OC - o < mrt ? OC - o : mrt, CKK, weight + (size_t)o * CKK, CKK, 1, 16, Bp, bias ? bias + o : NULL,
-                        y + (size_t)o * P, P, 16, 0);
+            sm_tile16_wp(isa, OC - o < mrt ? OC - o : mrt, CKK, wp + (size_t)o * CKK, x, boff, bw, bias ? bias + o : NULL,
+                         y + (size_t)o * P, P, 0);
     }
 }
 
@@ -305,8 +373,7 @@ static void conv_dweight_packed(sm_real *dweight, sm_real *dtp, const sm_real *d
     for (int w = 0; w < npan * nr; w++) {
         const int j = w / nr, r0 = w % nr * mrt, mr = CKK - r0 < mrt ? CKK - r0 : mrt;
         sm_real acc[SM_TILE_MR_MAX * 16]; /* dweight^T rows r0 .. r0+mr, columns 16j .. 16j+15 */
-        sm_tile16(isa, mr, (int)BP, colp + (size_t)r0 * 16, 16, 1, (ptrdiff_t)CKK * 16, dtp + (size_t)j * BP * 16, NULL, acc,
-                    16, 16, 0);
+        sm_tile16_panels(isa, mr, (int)BP, colp + (size_t)r0 * 16, (ptrdiff_t)CKK * 16, dtp + (size_t)j * BP * 16, acc, 16);
         for (int r = 0; r < mr; r++)
             for (int c = 0; c < 16; c++) dweight[(size_t)(j * 16 + c) * CKK + r0 + r] += acc[r * 16 + c];
     }
@@ -346,6 +413,35 @@ void sm_conv2d_forward(sm_real *out, sm_real *col, sm_real *tmp, const sm_real *
                 for (int t = 0; t < P; t++) y[t] = s[t];
             }
         }
+}
+
+#ifndef SM_TILE_AVX2
+int sm_conv2d_direct(int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
+    (void)C, (void)H, (void)W, (void)OC, (void)KH, (void)KW, (void)stride, (void)pad;
+    return 0;
+}
+#endif
+
+void sm_conv2d_forward_direct(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int B, int C,
+                              int H, int W, int OC, int KH, int KW) {
+#ifdef SM_TILE_AVX2
+    conv_forward_direct(out, inp, weight, bias, B, C, H, W, OC, KH, KW);
+#else
+    (void)out, (void)inp, (void)weight, (void)bias, (void)B, (void)C, (void)H, (void)W, (void)OC, (void)KH, (void)KW;
+#endif
+}
+
+void sm_conv2d_columns(sm_real *col, const sm_real *inp, int B, int C, int H, int W, int OC, int KH, int KW, int stride,
+                       int pad) {
+    const int OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
+#ifdef SM_TILE_AVX2
+    if (sm_conv2d_packed(OC, OH, OW)) {
+        im2col_panels(col, inp, B, C, H, W, KH, KW, stride, pad, OH, OW);
+        return;
+    }
+#endif
+    (void)OC;
+    im2col(col, inp, B, C, H, W, KH, KW, stride, pad, OH, OW);
 }
 
 void sm_conv2d_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, sm_real *dcol, sm_real *tmp,

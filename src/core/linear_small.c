@@ -77,8 +77,9 @@ SM_INLINE void prefetch_a(int mr, const float *a, ptrdiff_t ars) {
 
 SM_TARGET SM_INLINE void tile(int mr, int full, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc,
                               const float *restrict Bp, const float *radd, float *C, ptrdiff_t ldc, int n, int acc,
-                              int pf) {
+                              int pf, const int *boff, ptrdiff_t bw) {
     __m256 c0[MR], c1[MR];
+    const float *const B0 = Bp; /* gathered rows are found from here */
     _Pragma("GCC unroll 8")
     for (int r = 0; r < mr; r++) c0[r] = c1[r] = _mm256_setzero_ps();
     if (acc) prefetch_c(mr, C, ldc, 2);
@@ -87,7 +88,9 @@ SM_TARGET SM_INLINE void tile(int mr, int full, int K, const float *A, ptrdiff_t
         if (pf) prefetch_a(mr, a, ars);
         const int k1 = K - k0 < NR ? K - k0 : NR;
         for (int k = 0; k < k1; k++, a += acs, Bp += NR) {
-            __m256 b0 = _mm256_loadu_ps(Bp), b1 = _mm256_loadu_ps(Bp + 8);
+            /* gathered (boff): row k's two halves at Bp + boff[k] and bw further; packed: Bp's next 16 */
+            const float *bk = boff ? B0 + boff[k0 + k] : Bp;
+            __m256 b0 = _mm256_loadu_ps(bk), b1 = _mm256_loadu_ps(bk + (boff ? bw : 8));
             /* keep both in registers: GCC otherwise folds b1's load into every FMA (13 loads per 12 FMAs) */
             __asm__("" : "+x"(b0), "+x"(b1));
             _Pragma("GCC unroll 8")
@@ -128,8 +131,18 @@ SM_TARGET SM_INLINE void tile(int mr, int full, int K, const float *A, ptrdiff_t
     SM_TARGET __attribute__((noinline)) static void tile_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, \
                                                              ptrdiff_t akc, const float *Bp, const float *radd,   \
                                                              float *C, ptrdiff_t ldc, int n, int acc, int pf) {   \
-        if (n == NR) tile(R, 1, K, A, ars, acs, akc, Bp, radd, C, ldc, n, acc, pf);                              \
-        else tile(R, 0, K, A, ars, acs, akc, Bp, radd, C, ldc, n, acc, pf);                                      \
+        if (n == NR) tile(R, 1, K, A, ars, acs, akc, Bp, radd, C, ldc, n, acc, pf, NULL, 0);                     \
+        else tile(R, 0, K, A, ars, acs, akc, Bp, radd, C, ldc, n, acc, pf, NULL, 0);                             \
+    }                                                                                                             \
+    SM_TARGET __attribute__((noinline)) static void tilex_##R(int K, const float *Ap, const float *B, const int *boff, \
+                                                              ptrdiff_t bw, const float *radd, float *C, ptrdiff_t ldc, \
+                                                              int acc) {                                              \
+        if (boff) tile(R, 1, K, Ap, 1, R, NR * R, B, radd, C, ldc, NR, acc, 0, boff, bw);                           \
+        else tile(R, 1, K, Ap, 1, R, NR * R, B, radd, C, ldc, NR, acc, 0, NULL, 0);                                 \
+    }                                                                                                             \
+    SM_TARGET __attribute__((noinline)) static void tilec_##R(int K, const float *A, ptrdiff_t akc, const float *Bp,  \
+                                                              float *C, ptrdiff_t ldc) {                             \
+        tile(R, 1, K, A, NR, 1, akc, Bp, NULL, C, ldc, NR, 0, 0, NULL, 0);                                        \
     }
 TILE_FN(1)
 TILE_FN(2)
@@ -140,6 +153,10 @@ TILE_FN(6)
 typedef void (*tile_fn)(int, const float *, ptrdiff_t, ptrdiff_t, ptrdiff_t, const float *, const float *, float *,
                         ptrdiff_t, int, int, int);
 static const tile_fn k_tile[MR + 1] = {0, tile_1, tile_2, tile_3, tile_4, tile_5, tile_6};
+typedef void (*tilex_fn)(int, const float *, const float *, const int *, ptrdiff_t, const float *, float *, ptrdiff_t, int);
+static const tilex_fn k_tilex[MR + 1] = {0, tilex_1, tilex_2, tilex_3, tilex_4, tilex_5, tilex_6};
+typedef void (*tilec_fn)(int, const float *, ptrdiff_t, const float *, float *, ptrdiff_t);
+static const tilec_fn k_tilec[MR + 1] = {0, tilec_1, tilec_2, tilec_3, tilec_4, tilec_5, tilec_6};
 
 /* The AVX-512 tile: the same contract as tile() above on the same packed panels (a panel's 16
  * columns are one zmm), SM_TILE_MRZ rows: one accumulator per row and panel, one B load per panel
@@ -153,8 +170,9 @@ static const tile_fn k_tile[MR + 1] = {0, tile_1, tile_2, tile_3, tile_4, tile_5
 #define SM_TARGETZ __attribute__((target("avx512f,avx2,fma")))
 SM_TARGETZ SM_INLINE void tilez(int mr, int np, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc,
                                const float *restrict Bp, ptrdiff_t ps, const float *radd, float *C, ptrdiff_t ldc,
-                               int n, int acc, int pf) {
-    __m512 c[2][SM_TILE_MRZ];
+                               int n, int acc, int pf, const int *boff, ptrdiff_t bw) {
+    __m512 c[2][SM_TILE_MR_MAX];
+    const float *const B0 = Bp; /* gathered rows are found from here */
     _Pragma("GCC unroll 16")
     for (int r = 0; r < mr; r++) c[0][r] = c[1][r] = _mm512_setzero_ps();
     if (acc) prefetch_c(mr, C, ldc, 2 * np - 1);
@@ -163,7 +181,14 @@ SM_TARGETZ SM_INLINE void tilez(int mr, int np, int K, const float *A, ptrdiff_t
         if (pf) prefetch_a(mr, a, ars);
         const int k1 = K - k0 < NR ? K - k0 : NR;
         for (int k = 0; k < k1; k++, a += acs, Bp += NR) {
-            const __m512 b0 = _mm512_loadu_ps(Bp), b1 = np == 2 ? _mm512_loadu_ps(Bp + ps) : b0;
+            __m512 b0;
+            if (boff) { /* gathered: row k's halves at B0 + boff[k] and bw further (AVX-512F's 64-bit insert) */
+                const float *bk = B0 + boff[k0 + k];
+                b0 = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(bk))),
+                                                         _mm256_castps_pd(_mm256_loadu_ps(bk + bw)), 1));
+            } else
+                b0 = _mm512_loadu_ps(Bp);
+            const __m512 b1 = np == 2 ? _mm512_loadu_ps(Bp + ps) : b0;
             _Pragma("GCC unroll 16")
             for (int r = 0; r < mr; r++) {
                 const __m512 av = _mm512_set1_ps(a[r * ars]);
@@ -192,40 +217,74 @@ typedef void (*tile2_fn)(int, const float *, ptrdiff_t, ptrdiff_t, const float *
     SM_TARGETZ __attribute__((noinline)) static void tilez_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,   \
                                                                ptrdiff_t akc, const float *Bp, const float *radd,     \
                                                                float *C, ptrdiff_t ldc, int n, int acc, int pf) {     \
-        tilez(R, 1, K, A, ars, acs, akc, Bp, 0, radd, C, ldc, n, acc, pf);                                           \
+        tilez(R, 1, K, A, ars, acs, akc, Bp, 0, radd, C, ldc, n, acc, pf, NULL, 0);                                  \
     }                                                                                                                \
+    SM_TARGETZ __attribute__((noinline)) static void tilezx_##R(int K, const float *Ap, const float *B,              \
+                                                                const int *boff, ptrdiff_t bw, const float *radd,      \
+                                                                float *C, ptrdiff_t ldc, int acc) {                    \
+        if (boff) tilez(R, 1, K, Ap, 1, R, NR * R, B, 0, radd, C, ldc, NR, acc, 0, boff, bw);                       \
+        else tilez(R, 1, K, Ap, 1, R, NR * R, B, 0, radd, C, ldc, NR, acc, 0, NULL, 0);                             \
+    }                                                                                                                \
+    SM_TARGETZ __attribute__((noinline)) static void tilezc_##R(int K, const float *A, ptrdiff_t akc, const float *Bp, \
+                                                                float *C, ptrdiff_t ldc) {                             \
+        tilez(R, 1, K, A, NR, 1, akc, Bp, 0, NULL, C, ldc, NR, 0, 0, NULL, 0);                                       \
+    }
+#define TILEZ2_FN(R)                                                                                                 \
+    TILEZ_FN(R)                                                                                                      \
     SM_TARGETZ __attribute__((noinline)) static void tilez2_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,  \
                                                                 const float *Bp, ptrdiff_t ps, float *C, ptrdiff_t ldc, \
                                                                 int acc, int pf) {                                     \
-        tilez(R, 2, K, A, ars, acs, NR * acs, Bp, ps, NULL, C, ldc, NR, acc, pf);                                    \
+        tilez(R, 2, K, A, ars, acs, NR * acs, Bp, ps, NULL, C, ldc, NR, acc, pf, NULL, 0);                           \
     }
-TILEZ_FN(1)
-TILEZ_FN(2)
-TILEZ_FN(3)
-TILEZ_FN(4)
-TILEZ_FN(5)
-TILEZ_FN(6)
-TILEZ_FN(7)
-TILEZ_FN(8)
-TILEZ_FN(9)
-TILEZ_FN(10)
-TILEZ_FN(11)
-TILEZ_FN(12)
-_Static_assert(SM_TILE_MRZ == 12, "one tilez_R and tilez2_R per row count up to SM_TILE_MRZ");
-static const tile_fn k_tilez[SM_TILE_MRZ + 1] = {0,       tilez_1, tilez_2, tilez_3, tilez_4,  tilez_5, tilez_6,
-                                                 tilez_7, tilez_8, tilez_9, tilez_10, tilez_11, tilez_12};
+TILEZ2_FN(1)
+TILEZ2_FN(2)
+TILEZ2_FN(3)
+TILEZ2_FN(4)
+TILEZ2_FN(5)
+TILEZ2_FN(6)
+TILEZ2_FN(7)
+TILEZ2_FN(8)
+TILEZ2_FN(9)
+TILEZ2_FN(10)
+TILEZ2_FN(11)
+TILEZ2_FN(12)
+TILEZ_FN(13)
+TILEZ_FN(14)
+TILEZ_FN(15)
+TILEZ_FN(16)
+_Static_assert(SM_TILE_MRZ == 12 && SM_TILE_MR_MAX == 16,
+               "tilez2_R per row count up to SM_TILE_MRZ, tilez_R and tilezx_R up to SM_TILE_MR_MAX");
+static const tile_fn k_tilez[SM_TILE_MR_MAX + 1] = {0,        tilez_1,  tilez_2,  tilez_3,  tilez_4,  tilez_5,
+                                                    tilez_6,  tilez_7,  tilez_8,  tilez_9,  tilez_10, tilez_11,
+                                                    tilez_12, tilez_13, tilez_14, tilez_15, tilez_16};
+static const tilec_fn k_tilezc[SM_TILE_MR_MAX + 1] = {0,         tilezc_1,  tilezc_2,  tilezc_3,  tilezc_4,  tilezc_5,
+                                                      tilezc_6,  tilezc_7,  tilezc_8,  tilezc_9,  tilezc_10, tilezc_11,
+                                                      tilezc_12, tilezc_13, tilezc_14, tilezc_15, tilezc_16};
+static const tilex_fn k_tilezx[SM_TILE_MR_MAX + 1] = {0,         tilezx_1,  tilezx_2,  tilezx_3,  tilezx_4,  tilezx_5,
+                                                      tilezx_6,  tilezx_7,  tilezx_8,  tilezx_9,  tilezx_10, tilezx_11,
+                                                      tilezx_12, tilezx_13, tilezx_14, tilezx_15, tilezx_16};
 static const tile2_fn k_tilez2[SM_TILE_MRZ + 1] = {0,        tilez2_1, tilez2_2, tilez2_3,  tilez2_4,  tilez2_5, tilez2_6,
                                                    tilez2_7, tilez2_8, tilez2_9, tilez2_10, tilez2_11, tilez2_12};
 
 int sm_tile_rows(int isa) { return isa >= SM_ISA_AVX512 ? SM_TILE_MRZ : MR; }
+int sm_tile_rows_max(int isa) { return isa >= SM_ISA_AVX512 ? SM_TILE_MR_MAX : MR; }
 
-/* the tile of instruction set isa (>= SM_ISA_AVX2) for mr <= sm_tile_rows(isa) rows. The callers
+/* the tile of instruction set isa (>= SM_ISA_AVX2) for mr <= sm_tile_rows_max(isa) rows. The callers
  * read the ISA once per call and pass it down, so a row step and its tiles always agree. */
 static tile_fn pick_tile(int isa, int mr) { return isa >= SM_ISA_AVX512 ? k_tilez[mr] : k_tile[mr]; }
 
 void sm_tile16(int isa, int mr, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc, const float *Bp,
                const float *radd, float *C, ptrdiff_t ldc, int n, int acc) {
     if (K > 0) pick_tile(isa, mr)(K, A, ars, acs, akc, Bp, radd, C, ldc, n, acc, 0);
+}
+
+void sm_tile16_panels(int isa, int mr, int K, const float *A, ptrdiff_t akc, const float *Bp, float *C, ptrdiff_t ldc) {
+    if (K > 0) (isa >= SM_ISA_AVX512 ? k_tilezc : k_tilec)[mr](K, A, akc, Bp, C, ldc);
+}
+
+void sm_tile16_wp(int isa, int mr, int K, const float *Ap, const float *B, const int *boff, ptrdiff_t bw, const float *radd,
+                  float *C, ptrdiff_t ldc, int acc) {
+    if (K > 0) (isa >= SM_ISA_AVX512 ? k_tilezx : k_tilex)[mr](K, Ap, B, boff, bw, radd, C, ldc, acc);
 }
 #endif
 

@@ -30,6 +30,7 @@ typedef struct {
     sm_real *ws;          /* dense: the packed small GEMM's workspace (sm_linear_small_ws) for up to */
     int ws_rows;          /* this many rows */
     int *idx;             /* (N, W) max-pool argmax */
+    int col_ok;           /* conv: col holds the last forward's columns (a direct forward writes none) */
 } leaf;
 
 static int rows(const sm_module *m, int B) { return B * m->in.rows; }
@@ -239,15 +240,29 @@ static void conv_reserve(sm_module *m, int B, sm_arena *a) {
     l->dcol = sm_arena_take(a, col);
     l->tmp = sm_arena_take(a, (size_t)B * fout(m));
 }
+/* Out of training (ctx->train = 0: a target network's forward, an agent's greedy step), where the
+ * shape allows, the forward is direct - no im2col, the same bits (sm_conv2d_forward_direct) - and a
+ * backward that follows after all makes the columns from its input. In training the forward writes
+ * them: measured on the MinAtar DQN (`dqn_update`, Zen 5), the direct forward saves 11 us of the
+ * packed one's 91, and columns made in the backward cost 17. */
 static void conv_forward(sm_module *m, sm_real *out, const sm_real *in, int B, const sm_ctx *ctx) {
     leaf *l = (leaf *)m;
-    sm_conv2d_forward(l->pre, l->col, l->tmp, in, sm_ctx_data(ctx, l->ip[0]), sm_ctx_data(ctx, l->ip[1]), B, m->in.c, m->in.h,
-                      m->in.w, l->width, l->k, l->k, l->s, l->p);
+    const sm_real *w = sm_ctx_data(ctx, l->ip[0]), *b = sm_ctx_data(ctx, l->ip[1]);
+    if (!ctx->train && sm_conv2d_direct(m->in.c, m->in.h, m->in.w, l->width, l->k, l->k, l->s, l->p)) {
+        sm_conv2d_forward_direct(l->pre, in, w, b, B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k);
+        l->col_ok = 0;
+    } else {
+        sm_conv2d_forward(l->pre, l->col, l->tmp, in, w, b, B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k, l->s, l->p);
+        l->col_ok = 1;
+    }
     sm_act_forward(out, l->pre, (size_t)B * fout(m), l->act);
 }
 static void conv_backward(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx) {
     leaf *l = (leaf *)m;
-    (void)in; /* the weight gradient reads the forward's columns */
+    if (!l->col_ok && sm_ctx_grad(ctx, l->ip[0])) { /* the weight gradient reads the forward's columns */
+        sm_conv2d_columns(l->col, in, B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k, l->s, l->p);
+        l->col_ok = 1;
+    }
     sm_act_backward_set(l->dpre, dout, l->pre, (size_t)B * fout(m), l->act);
     sm_conv2d_backward(din, sm_ctx_grad(ctx, l->ip[0]), sm_ctx_grad(ctx, l->ip[1]), l->dcol, l->tmp, l->dpre, l->col,
                        sm_ctx_data(ctx, l->ip[0]), B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k, l->s, l->p);

@@ -83,6 +83,21 @@ void sm_conv2d_forward(sm_real *out, sm_real *col, sm_real *tmp, const sm_real *
  * CPU (sm_gemm_tiny_simd), the float build, OC and OH*OW multiples of 16. */
 int sm_conv2d_packed(int OC, int OH, int OW);
 
+/* The direct forward: out exactly as sm_conv2d_forward computes it (the same bits), without the
+ * columns - the register tile reads each 16-pixel block of B straight from inp. For a forward no
+ * backward follows (a target network, an agent acting), or whose backward is preceded by
+ * sm_conv2d_columns. Only where sm_conv2d_direct(C, H, W, OC, KH, KW, stride, pad) says so: the
+ * packed path's sizes with stride 1, no padding, OW = 8 or 16 and C*KH*KW <= 4096 (MinAtar's 3 x 3
+ * convolution on 10 x 10 inputs); elsewhere call sm_conv2d_forward. */
+int sm_conv2d_direct(int C, int H, int W, int OC, int KH, int KW, int stride, int pad);
+void sm_conv2d_forward_direct(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int B, int C,
+                              int H, int W, int OC, int KH, int KW);
+
+/* col <- the columns sm_conv2d_forward writes for inp, in its layout (packed or not): what
+ * sm_conv2d_backward reads after a direct forward. col: B * sm_conv2d_col_size(...) values. */
+void sm_conv2d_columns(sm_real *col, const sm_real *inp, int B, int C, int H, int W, int OC, int KH, int KW, int stride,
+                       int pad);
+
 /* Backward of sm_conv2d_forward for loss L with dout = dL/dout:
  *   dweight (OC, C*KH*KW) += dout (OC, B*OH*OW) @ col^T    (one GEMM over the batch; dout's first
  *                                                            two axes swapped into tmp first)
