@@ -170,7 +170,7 @@ static const tilec_fn k_tilec[MR + 1] = {0, tilec_1, tilec_2, tilec_3, tilec_4, 
 #define SM_TARGETZ __attribute__((target("avx512f,avx2,fma")))
 SM_TARGETZ SM_INLINE void tilez(int mr, int np, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc,
                                const float *restrict Bp, ptrdiff_t ps, const float *radd, float *C, ptrdiff_t ldc,
-                               int n, int acc, int pf, const int *boff, ptrdiff_t bw) {
+                               int n, int acc, int pf, const int *boff, ptrdiff_t bw, ptrdiff_t bs) {
     __m512 c[2][SM_TILE_MR_MAX];
     const float *const B0 = Bp; /* gathered rows are found from here */
     _Pragma("GCC unroll 16")
@@ -180,7 +180,7 @@ SM_TARGETZ SM_INLINE void tilez(int mr, int np, int K, const float *A, ptrdiff_t
         const float *a = A + (k0 / NR) * akc;
         if (pf) prefetch_a(mr, a, ars);
         const int k1 = K - k0 < NR ? K - k0 : NR;
-        for (int k = 0; k < k1; k++, a += acs, Bp += NR) {
+        for (int k = 0; k < k1; k++, a += acs, Bp += bs) {
             __m512 b0;
             if (boff) { /* gathered: row k's halves at B0 + boff[k] and bw further (AVX-512F's 64-bit insert) */
                 const float *bk = B0 + boff[k0 + k];
@@ -217,24 +217,28 @@ typedef void (*tile2_fn)(int, const float *, ptrdiff_t, ptrdiff_t, const float *
     SM_TARGETZ __attribute__((noinline)) static void tilez_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,   \
                                                                ptrdiff_t akc, const float *Bp, const float *radd,     \
                                                                float *C, ptrdiff_t ldc, int n, int acc, int pf) {     \
-        tilez(R, 1, K, A, ars, acs, akc, Bp, 0, radd, C, ldc, n, acc, pf, NULL, 0);                                  \
+        tilez(R, 1, K, A, ars, acs, akc, Bp, 0, radd, C, ldc, n, acc, pf, NULL, 0, NR);                              \
     }                                                                                                                \
     SM_TARGETZ __attribute__((noinline)) static void tilezx_##R(int K, const float *Ap, const float *B,              \
                                                                 const int *boff, ptrdiff_t bw, const float *radd,      \
                                                                 float *C, ptrdiff_t ldc, int acc) {                    \
-        if (boff) tilez(R, 1, K, Ap, 1, R, NR * R, B, 0, radd, C, ldc, NR, acc, 0, boff, bw);                       \
-        else tilez(R, 1, K, Ap, 1, R, NR * R, B, 0, radd, C, ldc, NR, acc, 0, NULL, 0);                             \
+        if (boff) tilez(R, 1, K, Ap, 1, R, NR * R, B, 0, radd, C, ldc, NR, acc, 0, boff, bw, NR);                   \
+        else tilez(R, 1, K, Ap, 1, R, NR * R, B, 0, radd, C, ldc, NR, acc, 0, NULL, 0, NR);                         \
     }                                                                                                                \
     SM_TARGETZ __attribute__((noinline)) static void tilezc_##R(int K, const float *A, ptrdiff_t akc, const float *Bp, \
                                                                 float *C, ptrdiff_t ldc) {                             \
-        tilez(R, 1, K, A, NR, 1, akc, Bp, 0, NULL, C, ldc, NR, 0, 0, NULL, 0);                                       \
+        tilez(R, 1, K, A, NR, 1, akc, Bp, 0, NULL, C, ldc, NR, 0, 0, NULL, 0, NR);                                   \
     }
 #define TILEZ2_FN(R)                                                                                                 \
     TILEZ_FN(R)                                                                                                      \
     SM_TARGETZ __attribute__((noinline)) static void tilez2_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,  \
                                                                 const float *Bp, ptrdiff_t ps, float *C, ptrdiff_t ldc, \
                                                                 int acc, int pf) {                                     \
-        tilez(R, 2, K, A, ars, acs, NR * acs, Bp, ps, NULL, C, ldc, NR, acc, pf, NULL, 0);                           \
+        tilez(R, 2, K, A, ars, acs, NR * acs, Bp, ps, NULL, C, ldc, NR, acc, pf, NULL, 0, NR);                       \
+    }                                                                                                                \
+    SM_TARGETZ __attribute__((noinline)) static void tilezr2_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, \
+                                                                 const float *B, ptrdiff_t bs, float *C, ptrdiff_t ldc) { \
+        tilez(R, 2, K, A, ars, acs, NR * acs, B, NR, NULL, C, ldc, NR, 1, 0, NULL, 0, bs);                             \
     }
 TILEZ2_FN(1)
 TILEZ2_FN(2)
@@ -263,6 +267,9 @@ static const tilec_fn k_tilezc[SM_TILE_MR_MAX + 1] = {0,         tilezc_1,  tile
 static const tilex_fn k_tilezx[SM_TILE_MR_MAX + 1] = {0,         tilezx_1,  tilezx_2,  tilezx_3,  tilezx_4,  tilezx_5,
                                                       tilezx_6,  tilezx_7,  tilezx_8,  tilezx_9,  tilezx_10, tilezx_11,
                                                       tilezx_12, tilezx_13, tilezx_14, tilezx_15, tilezx_16};
+typedef void (*tiler2_fn)(int, const float *, ptrdiff_t, ptrdiff_t, const float *, ptrdiff_t, float *, ptrdiff_t);
+static const tiler2_fn k_tilezr2[SM_TILE_MRZ + 1] = {0,         tilezr2_1, tilezr2_2, tilezr2_3,  tilezr2_4,  tilezr2_5, tilezr2_6,
+                                                     tilezr2_7, tilezr2_8, tilezr2_9, tilezr2_10, tilezr2_11, tilezr2_12};
 static const tile2_fn k_tilez2[SM_TILE_MRZ + 1] = {0,        tilez2_1, tilez2_2, tilez2_3,  tilez2_4,  tilez2_5, tilez2_6,
                                                    tilez2_7, tilez2_8, tilez2_9, tilez2_10, tilez2_11, tilez2_12};
 
@@ -324,6 +331,27 @@ static void run_tile2(int isa, int mr, int K, const sm_real *A, ptrdiff_t ars, p
     run_tile(isa, mr, K, A, ars, acs, Bp, C, ldc, NR, acc, pf);
     run_tile(isa, mr, K, A, ars, acs, Bp + ps, C + NR, ldc, NR, acc, 0);
 }
+
+/* C (mr rows, 32 columns) += op(A) @ B (K, 32), B's rows bs apart read where they lie: the AVX-512
+ * two-panel tile (isa >= SM_ISA_AVX512 only; see direct_pairs) */
+static void run_tile2_rows(int isa, int mr, int K, const sm_real *A, ptrdiff_t ars, ptrdiff_t acs, const sm_real *B,
+                           ptrdiff_t bs, sm_real *C, ptrdiff_t ldc) {
+#ifdef SM_LS_X86
+    if (isa >= SM_ISA_AVX512 && K > 0) k_tilezr2[mr](K, A, ars, acs, B, bs, C, ldc);
+#else
+    (void)isa, (void)mr, (void)K, (void)A, (void)ars, (void)acs, (void)B, (void)bs, (void)C, (void)ldc;
+#endif
+}
+
+/* The backward's B (the weight for dinp, the input for dweight), read where it lies instead of
+ * packed: the columns [0, direct_pairs(isa, cw)) of a window of cw, its whole pairs of 16-column
+ * panels with AVX-512 (none with AVX2). Each k then reads two lines of a row, rows 4 KB apart for a
+ * 1024-wide layer - the L1 set conflicts that sank an unpacked AVX2 tile (0.40x OpenBLAS) - but the
+ * two-panel AVX-512 tile spends 24 FMAs (12 cycles) on those two lines, which L2 serves in time, and
+ * packing's copy of the weight (512 KB per DQN update) is gone: the MinAtar DQN's 32 x 1024 -> 128
+ * backward took 124 us instead of 139 (dinp 129, dweight 134 alone; BENCHMARKS.md, "DQN on
+ * MinAtar"). The same values in the same order: the same bits. */
+static int direct_pairs(int isa, int cw) { return isa >= SM_ISA_AVX512 ? cw / 32 * 32 : 0; }
 
 /* the backward packs its operands one window of CW columns at a time, so its workspace does not
  * grow with the layer's width (a window's rows are still read in long contiguous runs) */
@@ -508,35 +536,47 @@ void sm_linear_backward_small(sm_real *dinp, sm_real *dweight, const sm_real *do
                               const sm_real *weight, int T, int C, int OC, sm_real *ws) {
     if (T <= 0 || OC <= 0) return;
     const int isa = sm_gemm_tiny_isa(), mrt = tile_rows(isa);
-    if (dinp) /* dinp[:, j:j+16] (T,16) += dout (T,OC) @ weight[:, j:j+16] (OC,16): a window of panels
-               * packed, then each panel's (or pair's, AVX-512) tiles of rows while it is in L1 */
+    if (dinp) /* dinp[:, j:j+16] (T,16) += dout (T,OC) @ weight[:, j:j+16] (OC,16), a window of columns
+               * at a time: with AVX-512 its whole pairs of panels read where they lie, the rest (and
+               * everything with AVX2) packed first, then each panel's (or pair's) tiles of rows while
+               * it is in L1 */
         for (int j0 = 0; j0 < C; j0 += CW) {
-            const int cw = C - j0 < CW ? C - j0 : CW;
-            pack_panels(ws, weight + j0, C, OC, cw);
+            const int cw = C - j0 < CW ? C - j0 : CW, jp = direct_pairs(isa, cw);
+            for (int j = 0; j < jp; j += 2 * NR)
+                for (int i = 0; i < T; i += mrt)
+                    run_tile2_rows(isa, T - i < mrt ? T - i : mrt, OC, dout + (size_t)i * OC, OC, 1, weight + j0 + j, C,
+                                   dinp + (size_t)i * C + j0 + j, C);
+            if (jp == cw) continue;
+            const int jr = j0 + jp, cr = cw - jp; /* the packed rest: columns jr .. jr + cr */
+            pack_panels(ws, weight + jr, C, OC, cr);
             int j = 0;
-            for (; j + 2 * NR <= cw; j += 2 * NR)
+            for (; j + 2 * NR <= cr; j += 2 * NR)
                 for (int i = 0; i < T; i += mrt)
                     run_tile2(isa, T - i < mrt ? T - i : mrt, OC, dout + (size_t)i * OC, OC, 1, ws + (size_t)j * OC,
-                              (ptrdiff_t)NR * OC, dinp + (size_t)i * C + j0 + j, C, 1, 0);
-            for (; j < cw; j += NR)
+                              (ptrdiff_t)NR * OC, dinp + (size_t)i * C + jr + j, C, 1, 0);
+            for (; j < cr; j += NR)
                 for (int i = 0; i < T; i += mrt)
                     run_tile(isa, T - i < mrt ? T - i : mrt, OC, dout + (size_t)i * OC, OC, 1, ws + (size_t)j * OC,
-                             dinp + (size_t)i * C + j0 + j, C, cw - j < NR ? cw - j : NR, 1, 0);
+                             dinp + (size_t)i * C + jr + j, C, cr - j < NR ? cr - j : NR, 1, 0);
         }
-    if (dweight) /* dweight (OC,C) += dout^T (OC,T) @ inp (T,C): a window of inp packed, then dweight's
-                  * window walked a tile of rows (6, or 12 with AVX-512) at a time from left to right */
+    if (dweight) /* dweight (OC,C) += dout^T (OC,T) @ inp (T,C): a window of inp at a time (its pairs of
+                  * panels read where they lie with AVX-512, the rest packed), dweight's window walked a
+                  * tile of rows (6, or 12 with AVX-512) at a time from left to right */
         for (int j0 = 0; j0 < C; j0 += CW) {
-            const int cw = C - j0 < CW ? C - j0 : CW;
-            pack_panels(ws, inp + j0, C, T, cw);
+            const int cw = C - j0 < CW ? C - j0 : CW, jp = direct_pairs(isa, cw);
+            const int jr = j0 + jp, cr = cw - jp;
+            if (cr) pack_panels(ws, inp + jr, C, T, cr);
             for (int o = 0; o < OC; o += mrt) {
                 const int mr = OC - o < mrt ? OC - o : mrt;
+                for (int j = 0; j < jp; j += 2 * NR)
+                    run_tile2_rows(isa, mr, T, dout + o, 1, OC, inp + j0 + j, C, dweight + (size_t)o * C + j0 + j, C);
                 int j = 0;
-                for (; j + 2 * NR <= cw; j += 2 * NR)
+                for (; j + 2 * NR <= cr; j += 2 * NR)
                     run_tile2(isa, mr, T, dout + o, 1, OC, ws + (size_t)j * T, (ptrdiff_t)NR * T,
-                              dweight + (size_t)o * C + j0 + j, C, 1, 0);
-                for (; j < cw; j += NR)
-                    run_tile(isa, mr, T, dout + o, 1, OC, ws + (size_t)j * T, dweight + (size_t)o * C + j0 + j, C,
-                             cw - j < NR ? cw - j : NR, 1, 0);
+                              dweight + (size_t)o * C + jr + j, C, 1, 0);
+                for (; j < cr; j += NR)
+                    run_tile(isa, mr, T, dout + o, 1, OC, ws + (size_t)j * T, dweight + (size_t)o * C + jr + j, C,
+                             cr - j < NR ? cr - j : NR, 1, 0);
             }
         }
 }
