@@ -20,14 +20,21 @@
 # their median (the figure to quote when the machine's speed drifts from round to round).
 # CPU time per frame is the figure that a neighbour's load barely moves; wall-clock SPS is not.
 #
+# --side-by-side runs each round's two sides at once, B pinned to the second core and A on the first,
+# A's pair of runs repeated until B ends (A's figure: the median of its repeats). Both then see the
+# same machine at the same moments: on a shared host whose speed drifts over tens of seconds (the
+# 2-core VMs these benchmarks run on: one side's run alone moved 380 -> 530 us per frame between
+# consecutive rounds) the ratio of a round then compares like with like. Needs 2 free cores (taskset).
+#
 # Usage: tools/peers/compare_dqn.sh [--frames N] [--reps R] [--eps E] [--update-seconds S]
-#                                   [--bin PATH] [--python PATH]
+#                                   [--side-by-side] [--bin PATH] [--python PATH]
 #   --frames N          frames per run, warm-up included (default 20000)
 #   --reps R            rounds (default 3)
 #   --eps E             a fixed exploration rate after the warm-up on both sides (default: the
 #                       preset's 1 -> 0.1 over 100k frames; 0.1 is the regime of frames > 105k,
 #                       where most frames also run a batch-1 forward to act greedily)
 #   --update-seconds S  timed seconds of each update-only run (default 3; 0 skips them)
+#   --side-by-side      run A and B of a round at the same time, one core each (see above)
 #   --bin PATH          specmoe binary (default build/specmoe)
 #   --python PATH       interpreter with torch (default /usr/bin/python3, Debian's)
 # Run from the repo root after `make`.
@@ -39,6 +46,7 @@ eps=
 useconds=3
 bin=build/specmoe
 python=/usr/bin/python3
+side=0
 here=$(cd "$(dirname "$0")" && pwd)
 die() { echo "compare_dqn: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
@@ -49,7 +57,8 @@ while [ $# -gt 0 ]; do
     --update-seconds) [ $# -ge 2 ] || die "--update-seconds needs a value"; useconds=$2; shift 2 ;;
     --bin) [ $# -ge 2 ] || die "--bin needs a value"; bin=$2; shift 2 ;;
     --python) [ $# -ge 2 ] || die "--python needs a value"; python=$2; shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --side-by-side) side=1; shift ;;
+    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -58,6 +67,12 @@ case "$frames" in ''|*[!0-9]*) die "--frames must be an integer (got '$frames')"
 case "$reps" in ''|*[!0-9]*|0) die "--reps must be a positive integer (got '$reps')" ;; esac
 [ -x "$bin" ] || die "$bin: not found or not executable (run make first)"
 [ -x /usr/bin/time ] || die "/usr/bin/time is needed for the CPU time of specmoe's runs"
+a_pre=() # A's command prefix: pinned to the first core beside B
+if [ "$side" = 1 ]; then
+    a_pre=(taskset -c 0)
+    command -v taskset >/dev/null 2>&1 || die "--side-by-side needs taskset (util-linux)"
+    [ "$(nproc)" -ge 2 ] || die "--side-by-side needs 2 cores"
+fi
 "$python" -c 'import torch' 2>/dev/null || die "$python: cannot import torch (use Debian's /usr/bin/python3)"
 
 # the update-only benchmark: the library, the FMA peak of bench layer, the Makefile's libraries
@@ -98,7 +113,7 @@ echo "# B: ${p_cmd[*]} --frames $frames"
 # ours: wall seconds, CPU seconds of one run (sets c_sps c_wall c_cpu)
 run_ours() {
     local n=$1 out=$tmp/run-$1-$2
-    /usr/bin/time -f "cpu %U %S" -o "$tmp/time" "${c_cmd[@]}" --frames "$n" --out "$out" >"$tmp/out" 2>"$tmp/err" ||
+    /usr/bin/time -f "cpu %U %S" -o "$tmp/time" "${a_pre[@]}" "${c_cmd[@]}" --frames "$n" --out "$out" >"$tmp/out" 2>"$tmp/err" ||
         { cat "$tmp/err" >&2; die "specmoe rl train failed"; }
     local line
     line=$(grep '^rl-train ' "$tmp/out") || die "no rl-train line from specmoe"
@@ -109,17 +124,40 @@ run_ours() {
 }
 
 : >"$tmp/rows"
-for r in $(seq 1 "$reps"); do
-    run_ours "$frames" "$r"
+# one measurement of A: a run of N frames and one of the 5000-frame warm-up (sets the A_* figures)
+measure_ours() {
+    run_ours "$frames" "$1"
     A_sps=$c_sps A_wall=$c_wall A_cpu=$c_cpu
-    run_ours 5000 "$r"
+    run_ours 5000 "$1"
     W_wall=$c_wall W_cpu=$c_cpu
     lf=$((frames - 5000))
     A_lsps=$(calc "$lf / ($A_wall - $W_wall)" 0)
     A_lcpu=$(calc "1e6 * ($A_cpu - $W_cpu) / $lf" 1)
     A_cpuf=$(calc "1e6 * $A_cpu / $frames" 1)
-    echo "round $r A specmoe SPS=$A_sps cpu_us_per_frame=$A_cpuf learn_SPS=$A_lsps learn_cpu_us_per_frame=$A_lcpu (warm-up alone: $W_wall s wall, $W_cpu s CPU)"
-    line=$("${p_cmd[@]}" --frames "$frames" 2>"$tmp/err" | grep '^peer-dqn ') || { cat "$tmp/err" >&2; die "the peer failed"; }
+}
+
+for r in $(seq 1 "$reps"); do
+    if [ "$side" = 1 ]; then
+        # B on the second core in the background, A's measurements on the first until B ends
+        taskset -c 1 "${p_cmd[@]}" --frames "$frames" >"$tmp/peer" 2>"$tmp/err" &
+        bpid=$!
+        : >"$tmp/arows"
+        while :; do
+            measure_ours "$r"
+            echo "$A_sps $A_cpuf $A_lsps $A_lcpu $W_wall $W_cpu" >>"$tmp/arows"
+            kill -0 "$bpid" 2>/dev/null || break
+        done
+        wait "$bpid" || { cat "$tmp/err" >&2; die "the peer failed"; }
+        na=$(wc -l <"$tmp/arows")
+        acol() { awk -v c="$1" '{print $c}' "$tmp/arows" | median; }
+        A_sps=$(acol 1) A_cpuf=$(acol 2) A_lsps=$(acol 3) A_lcpu=$(acol 4) W_wall=$(acol 5) W_cpu=$(acol 6)
+        echo "round $r A specmoe SPS=$A_sps cpu_us_per_frame=$A_cpuf learn_SPS=$A_lsps learn_cpu_us_per_frame=$A_lcpu (medians of $na runs beside B; learn_cpu_us_per_frame each: $(awk '{printf "%s ", $4}' "$tmp/arows"))"
+        line=$(grep '^peer-dqn ' "$tmp/peer") || { cat "$tmp/err" >&2; die "the peer failed"; }
+    else
+        measure_ours "$r"
+        echo "round $r A specmoe SPS=$A_sps cpu_us_per_frame=$A_cpuf learn_SPS=$A_lsps learn_cpu_us_per_frame=$A_lcpu (warm-up alone: $W_wall s wall, $W_cpu s CPU)"
+        line=$("${p_cmd[@]}" --frames "$frames" 2>"$tmp/err" | grep '^peer-dqn ') || { cat "$tmp/err" >&2; die "the peer failed"; }
+    fi
     B_sps=$(field "$line" SPS) B_cpuf=$(field "$line" cpu_us_per_frame)
     B_lsps=$(field "$line" learn_SPS) B_lcpu=$(field "$line" learn_cpu_us_per_frame)
     echo "round $r B pytorch SPS=$B_sps cpu_us_per_frame=$B_cpuf learn_SPS=$B_lsps learn_cpu_us_per_frame=$B_lcpu warmup_SPS=$(field "$line" warmup_SPS) mean_return=$(field "$line" mean_return)"
