@@ -141,6 +141,7 @@ static const shape kPacked[] = {
     {3, 2, 8, 10, 16, 3, 1, 1},   /* rows of 10 pixels that straddle panels (P = 80) */
     {2, 5, 4, 8, 16, 1, 1, 0},    /* 1 x 1 kernel, C*K*K = 5: a partial tile of rows */
     {1, 7, 12, 12, 48, 5, 1, 0},  /* C*K*K = 175, three channel panels */
+    {2, 64, 10, 10, 32, 3, 1, 0}, /* OC*C*K*K = 18432: the weight read as stored, not packed */
 };
 
 Test(conv_packed, matches_the_reference_on_both_paths) {
@@ -241,6 +242,22 @@ Test(conv_packed, the_direct_forward_gives_the_packed_bits_and_columns_the_forwa
         }
     }
     sm_gemm_tiny_set_simd(1);
+    /* a stride-1, unpadded shape the tiles do not take (rows of 10): plain loops, the same outputs */
+    const shape o = {2, 3, 12, 12, 16, 3, 1, 0};
+    const sizes z = sizes_of(&o);
+    const size_t ncol = (size_t)o.B * sm_conv2d_col_size(o.C, o.H, o.W, o.K, o.K, 1, 0);
+    sm_rng g;
+    sm_rng_seed(&g, 21);
+    float *x = randv(z.nin, &g), *w = randv(z.nw, &g), *b = randv(o.OC, &g), *col = malloc(sizeof(float) * ncol);
+    float *out = malloc(sizeof(float) * z.nout), *out2 = malloc(sizeof(float) * z.nout), *tmp = malloc(sizeof(float) * z.nout);
+    cr_assert(!sm_conv2d_direct(o.C, o.H, o.W, o.OC, o.K, o.K, 1, 0));
+    sm_conv2d_forward(out, col, tmp, x, w, b, o.B, o.C, o.H, o.W, o.OC, o.K, o.K, 1, 0);
+    for (size_t i = 0; i < z.nout; i++) out2[i] = NAN;
+    sm_conv2d_forward_direct(out2, x, w, b, o.B, o.C, o.H, o.W, o.OC, o.K, o.K);
+    for (size_t i = 0; i < z.nout; i++)
+        cr_assert(fabsf(out[i] - out2[i]) <= 1e-5f * (1 + fabsf(out[i])), "loops [%zu]: %g, forward %g", i, (double)out2[i],
+                  (double)out[i]);
+    free(x), free(w), free(b), free(col), free(out), free(out2), free(tmp);
 }
 
 /* The conv module (src/nn/modules.c) takes the direct forward out of training and makes the columns
@@ -251,6 +268,7 @@ Test(conv_packed, a_backward_after_a_direct_forward_gives_the_training_bits) {
     sm_model_config_default(&cfg);
     sm_error err = {0};
     cr_assert_eq(sm_model_parse_arch(&cfg, "conv:16:3:1:0,flatten,dense:32", &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(sm_conv2d_direct(4, 10, 10, 16, 3, 3, 1, 0), sm_gemm_tiny_simd(), "the train = 0 forward must be direct");
     cfg.in_c = 4, cfg.in_h = cfg.in_w = 10, cfg.in_dim = 400, cfg.n_classes = 6;
     sm_rng r;
     sm_rng_seed(&r, 5);

@@ -124,7 +124,9 @@ Test(linear_small, avx512_and_avx2_tiles_give_the_same_bits) {
         fprintf(stderr, "linear_small: no AVX-512 on this CPU (%s): nothing to compare\n", isa_name(sm_gemm_tiny_isa()));
         return;
     }
-    static const int shapes[][3] = {{32, 1024, 128}, {32, 128, 6}, {33, 70, 37}, {12, 48, 25}, {70, 200, 13}, {5, 31, 12}};
+    /* C = 300: a second 256-column window with pairs read in place and a packed rest */
+    static const int shapes[][3] = {{32, 1024, 128}, {32, 128, 6}, {33, 70, 37}, {12, 48, 25}, {70, 200, 13}, {5, 31, 12},
+                                    {17, 300, 29}};
     sm_rng g;
     sm_rng_seed(&g, 15);
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {

@@ -295,10 +295,12 @@ static void conv_forward_packed(sm_real *out, sm_real *colp, const sm_real *inp,
     const int P = OH * OW, CKK = C * KH * KW;
     const long NP = (long)B * P / 16;
     /* the weight is a small block: packed, one tile of up to 16 rows a panel (AVX-512) */
-    const int isa = sm_gemm_tiny_isa(), mrt = sm_tile_rows_max(isa); /* read once: every tile of the call agrees */
+    const int isa = sm_gemm_tiny_isa(); /* read once: every tile of the call agrees */
+    int mrt = sm_tile_rows_max(isa);
     sm_real wp[WP_MAX];
-    const int packw = (long)OC * CKK <= WP_MAX; /* else the weight as stored */
+    const int packw = (long)OC * CKK <= WP_MAX; /* else the weight as stored, 6 or 12 rows a tile */
     if (packw) pack_weight(wp, weight, OC, CKK, mrt);
+    else mrt = sm_tile_rows(isa);
 #pragma omp parallel for if ((size_t)NP * 16 * CKK * OC > SM_PAR_MIN) schedule(static)
     for (long t = 0; t < NP; t++) {
         const long n0 = t * 16, b = n0 / P, p0 = n0 % P;
@@ -318,7 +320,7 @@ static void conv_forward_packed(sm_real *out, sm_real *colp, const sm_real *inp,
 /* The direct forward: conv_forward_packed's products with B read where it lies. With stride 1 and
  * no padding the panel of pixels n0 .. n0+15 of image b is R = 16 / OW output rows from i0, and
  * row r = (c, p, q) of its im2col block is x[c, i0 + p + i, q + j] for i < R, j < OW: for OW = 8 two
- * runs of 8 input values W apart, for OW = 16 one run of 16. sm_tile16_gather loads those runs
+ * runs of 8 input values W apart, for OW = 16 one run of 16. sm_tile16_wp loads those runs
  * (boff[r] = c H W + p W + q from the panel's first input row), so nothing is written for B: the
  * target network's forward and the agent's greedy step skip im2col (5% of a MinAtar DQN learning
  * frame; BENCHMARKS.md, "DQN on MinAtar"). The same B values in the same order: the packed path's
@@ -422,13 +424,38 @@ int sm_conv2d_direct(int C, int H, int W, int OC, int KH, int KW, int stride, in
 }
 #endif
 
+/* out = conv(inp) + bias one output at a time, no buffers: sm_conv2d_forward_direct on a stride-1,
+ * unpadded shape its tiles do not take (plain multiply-adds: not the tiles' FMA bits) */
+static void conv_forward_loops(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int B, int C,
+                               int H, int W, int OC, int KH, int KW) {
+    const int OH = H - KH + 1, OW = W - KW + 1;
+    for (int b = 0; b < B; b++)
+        for (int o = 0; o < OC; o++)
+            for (int i = 0; i < OH; i++)
+                for (int j = 0; j < OW; j++) {
+                    sm_real acc = 0;
+                    for (int c = 0; c < C; c++)
+                        for (int p = 0; p < KH; p++)
+                            for (int q = 0; q < KW; q++)
+                                acc += weight[((size_t)o * C + c) * KH * KW + (size_t)p * KW + q] *
+                                       inp[(((size_t)b * C + c) * H + i + p) * W + j + q];
+                    out[(((size_t)b * OC + o) * OH + i) * OW + j] = acc + (bias ? bias[o] : 0);
+                }
+}
+
 void sm_conv2d_forward_direct(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int B, int C,
                               int H, int W, int OC, int KH, int KW) {
 #ifdef SM_TILE_AVX2
-    conv_forward_direct(out, inp, weight, bias, B, C, H, W, OC, KH, KW);
-#else
-    (void)out, (void)inp, (void)weight, (void)bias, (void)B, (void)C, (void)H, (void)W, (void)OC, (void)KH, (void)KW;
+    /* the shape part of sm_conv2d_direct again (not the ISA: a cap lowered since is harmless, the
+     * AVX2 tile gives the same bits): the tiles' stack buffers and in-place reads need it */
+    const int OH = H - KH + 1, OW = W - KW + 1;
+    if (OH >= 1 && (OW == 8 || OW == 16) && (OH * OW) % 16 == 0 && OC % 16 == 0 && (long)C * KH * KW <= DIRECT_CKK_MAX &&
+        (long)OC * C * KH * KW <= WP_MAX && sm_gemm_tiny_simd()) {
+        conv_forward_direct(out, inp, weight, bias, B, C, H, W, OC, KH, KW);
+        return;
+    }
 #endif
+    conv_forward_loops(out, inp, weight, bias, B, C, H, W, OC, KH, KW);
 }
 
 void sm_conv2d_columns(sm_real *col, const sm_real *inp, int B, int C, int H, int W, int OC, int KH, int KW, int stride,

@@ -13,7 +13,8 @@
  * fall in one L1 set, so a tile's 32-128 rows of B evict each other and the rate collapses (an earlier
  * unpacked attempt ran dinp at 0.40x and dweight at 0.22x OpenBLAS's rate).
  *
- * So B, the operand read as vectors, is always packed into panels of 16 columns, [k][16], contiguous,
+ * So B, the operand read as vectors, is packed into panels of 16 columns, [k][16], contiguous (but
+ * for the backward's whole pairs of panels with AVX-512, read where they lie: direct_pairs below),
  * and A, the operand broadcast one value at a time, is read where it lies (a tile's rows at a time,
  * 6 with AVX2 and 12 with AVX-512, each walked in order, so only that many lines are live):
  *
@@ -23,9 +24,10 @@
  *            bias added; a tile's weight rows meet every panel (with AVX-512 two panels at once)
  *            before the next rows are read;
  *   dinp     A = dout as stored, B = the weight in 16-column panels (one pass over it, eight rows at
- *            a time), each panel's (or pair's) tiles of rows run while it is in L1;
- *   dweight  A = dout^T (ars = 1, acs = OC), B = inp in 16-column panels; dweight is walked a
- *            tile's rows at a time from left to right.
+ *            a time; with AVX-512 its rows in place), each panel's (or pair's) tiles of rows run while
+ *            it is in L1;
+ *   dweight  A = dout^T (ars = 1, acs = OC), B = inp in 16-column panels (with AVX-512 its rows in
+ *            place); dweight is walked a tile's rows at a time from left to right.
  * The tile prefetches the weight rows it streams (forward) and the C it will accumulate into.
  *
  * Sums run over k in order in every tile, so a result does not depend on the call's history: same
@@ -159,11 +161,12 @@ typedef void (*tilec_fn)(int, const float *, ptrdiff_t, const float *, float *, 
 static const tilec_fn k_tilec[MR + 1] = {0, tilec_1, tilec_2, tilec_3, tilec_4, tilec_5, tilec_6};
 
 /* The AVX-512 tile: the same contract as tile() above on the same packed panels (a panel's 16
- * columns are one zmm), SM_TILE_MRZ rows: one accumulator per row and panel, one B load per panel
+ * columns are one zmm), SM_TILE_MRZ rows (up to SM_TILE_MR_MAX for one panel whose A is small and
+ * contiguous, the convolution's): one accumulator per row and panel, one B load per panel
  * and mr broadcasts per k. np = 2 runs two panels at once, Bp and Bp + ps (C's 32 columns, both
  * full; no radd): each value of A is then read once for 32 columns (the forward's weight rows: once
  * per 32 batch rows instead of 16; 12 rows of 4 KB fill L1, so a second one-panel pass read them from
- * L2 again). 12 rows, not more: the forward's A rows lie 4 KB apart (a 1024-wide weight), so all of
+ * L2 again). 12 rows, not more, where A's rows lie 4 KB apart (a 1024-wide weight): all of
  * them and their prefetched next lines share one set of the 12-way L1 (measured: BENCHMARKS.md, "DQN
  * on MinAtar", the AVX-512 tiles). Per lane the same FMA chain over k as the AVX2 tile, then + radd,
  * then + C: the same bits. mr and np are constants in every caller. */
@@ -337,10 +340,13 @@ static void run_tile2(int isa, int mr, int K, const sm_real *A, ptrdiff_t ars, p
 static void run_tile2_rows(int isa, int mr, int K, const sm_real *A, ptrdiff_t ars, ptrdiff_t acs, const sm_real *B,
                            ptrdiff_t bs, sm_real *C, ptrdiff_t ldc) {
 #ifdef SM_LS_X86
-    if (isa >= SM_ISA_AVX512 && K > 0) k_tilezr2[mr](K, A, ars, acs, B, bs, C, ldc);
-#else
-    (void)isa, (void)mr, (void)K, (void)A, (void)ars, (void)acs, (void)B, (void)bs, (void)C, (void)ldc;
+    if (isa >= SM_ISA_AVX512 && K > 0) {
+        k_tilezr2[mr](K, A, ars, acs, B, bs, C, ldc);
+        return;
+    }
 #endif
+    (void)isa; /* never reached below AVX-512 (direct_pairs), but correct there too */
+    sm_gemm_tiny(mr, 2 * NR, K, 1, A, ars, acs, B, bs, 1, C, ldc);
 }
 
 /* The backward's B (the weight for dinp, the input for dweight), read where it lies instead of

@@ -83,12 +83,13 @@ void sm_conv2d_forward(sm_real *out, sm_real *col, sm_real *tmp, const sm_real *
  * CPU (sm_gemm_tiny_simd), the float build, OC and OH*OW multiples of 16. */
 int sm_conv2d_packed(int OC, int OH, int OW);
 
-/* The direct forward: out exactly as sm_conv2d_forward computes it (the same bits), without the
- * columns - the register tile reads each 16-pixel block of B straight from inp. For a forward no
- * backward follows (a target network, an agent acting), or whose backward is preceded by
- * sm_conv2d_columns. Only where sm_conv2d_direct(C, H, W, OC, KH, KW, stride, pad) says so: the
- * packed path's sizes with stride 1, no padding, OW = 8 or 16 and C*KH*KW <= 4096 (MinAtar's 3 x 3
- * convolution on 10 x 10 inputs); elsewhere call sm_conv2d_forward. */
+/* The direct forward, stride 1 and no padding: out exactly as sm_conv2d_forward computes it (the
+ * same bits), without the columns - the register tile reads each 16-pixel block of B straight from
+ * inp. For a forward no backward follows (a target network, an agent acting), or whose backward is
+ * preceded by sm_conv2d_columns. Fast where sm_conv2d_direct(C, H, W, OC, KH, KW, 1, 0) says so: the
+ * packed path's sizes with OW = 8 or 16, C*KH*KW <= 4096 and OC*C*KH*KW <= 16384 (MinAtar's 3 x 3
+ * convolution on 10 x 10 inputs); on any other stride-1, unpadded shape it computes the same outputs
+ * by plain loops (slow, and not the packed path's bits). */
 int sm_conv2d_direct(int C, int H, int W, int OC, int KH, int KW, int stride, int pad);
 void sm_conv2d_forward_direct(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int B, int C,
                               int H, int W, int OC, int KH, int KW);

@@ -139,7 +139,9 @@ sm_status sm_model_estimate_memory(const sm_model_config *cfg, int max_T, sm_mod
 /* Forward of x (T,D) floats; returns logits (T,V) (owned by the model). */
 const sm_real *sm_model_forward(sm_model *m, const float *x, int T, sm_rng *rng, int train);
 /* Forward from layer `first` on: h (T, layers[first].in) is that layer's input, e.g. features cached
- * from an earlier full forward when only later layers changed. Returns logits (T,V). */
+ * from an earlier full forward when only later layers changed. Returns logits (T,V). A backward
+ * after it reads the model's input as the last full forward left it (a layer's backward may read its
+ * input again, e.g. a convolution after a train = 0 forward): run it after a full forward only. */
 const sm_real *sm_model_forward_from(sm_model *m, int first, const sm_real *h, int T, sm_rng *rng, int train);
 /* Mean cross-entropy of the last forward against y (T), plus router aux losses; fills probs.
  * mask (V) optional class mask (task-incremental). */
