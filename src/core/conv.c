@@ -327,10 +327,15 @@ static void conv_forward_packed(sm_real *out, sm_real *colp, const sm_real *inp,
  * bits. */
 enum { DIRECT_CKK_MAX = 4096 }; /* boff on the stack: 16 KB */
 
-int sm_conv2d_direct(int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
+/* the sizes (stride 1, no padding) the direct forward's tiles and stack buffers take, ISA aside */
+static int direct_shape(int C, int H, int W, int OC, int KH, int KW) {
     const int OH = H - KH + 1, OW = W - KW + 1;
-    return stride == 1 && pad == 0 && OH >= 1 && (OW == 8 || OW == 16) && (long)C * KH * KW <= DIRECT_CKK_MAX &&
-           (long)OC * C * KH * KW <= WP_MAX && sm_conv2d_packed(OC, OH, OW);
+    return OH >= 1 && (OW == 8 || OW == 16) && (OH * OW) % 16 == 0 && OC > 0 && OC % 16 == 0 &&
+           (long)C * KH * KW <= DIRECT_CKK_MAX && (long)OC * C * KH * KW <= WP_MAX;
+}
+
+int sm_conv2d_direct(int C, int H, int W, int OC, int KH, int KW, int stride, int pad) {
+    return stride == 1 && pad == 0 && direct_shape(C, H, W, OC, KH, KW) && sm_gemm_tiny_simd();
 }
 
 static void conv_forward_direct(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int B,
@@ -446,11 +451,9 @@ static void conv_forward_loops(sm_real *out, const sm_real *inp, const sm_real *
 void sm_conv2d_forward_direct(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int B, int C,
                               int H, int W, int OC, int KH, int KW) {
 #ifdef SM_TILE_AVX2
-    /* the shape part of sm_conv2d_direct again (not the ISA: a cap lowered since is harmless, the
-     * AVX2 tile gives the same bits): the tiles' stack buffers and in-place reads need it */
-    const int OH = H - KH + 1, OW = W - KW + 1;
-    if (OH >= 1 && (OW == 8 || OW == 16) && (OH * OW) % 16 == 0 && OC % 16 == 0 && (long)C * KH * KW <= DIRECT_CKK_MAX &&
-        (long)OC * C * KH * KW <= WP_MAX && sm_gemm_tiny_simd()) {
+    /* checked again here: the tiles' stack buffers and in-place reads need the shape (a lowered ISA
+     * cap since sm_conv2d_direct is harmless: the AVX2 tile gives the same bits) */
+    if (direct_shape(C, H, W, OC, KH, KW) && sm_gemm_tiny_simd()) {
         conv_forward_direct(out, inp, weight, bias, B, C, H, W, OC, KH, KW);
         return;
     }

@@ -176,8 +176,8 @@ static void rmsprop_span(sm_real *restrict w, const sm_real *restrict g, sm_real
     /* In blocks of 64, each block first asking for the lines RMS_AHEAD elements ahead in its read
      * streams (w, g, v, and m when centered). The step reads its 132k-parameter state from L3 in a
      * DQN update (the update's other work evicts it from L2), and the hardware prefetcher alone left
-     * the loads stalling: optim 59 -> 49 us of a MinAtar DQN update with 1024 ahead (256-2048 did
-     * as well; `dqn_update`, BENCHMARKS.md "DQN on MinAtar"). Element-wise: the same bits. */
+     * the loads stalling: optim 59.3 -> 36.7 us of a MinAtar DQN update with 1024 ahead (256-2048
+     * did about as well; `dqn_update`, BENCHMARKS.md "DQN on MinAtar"). Element-wise: the same bits. */
     enum { BLK = 64, RMS_AHEAD = 1024, LINE = 64 / sizeof(sm_real) };
     for (size_t j0 = 0; j0 < n; j0 += BLK) {
         const size_t j1 = j0 + BLK < n ? j0 + BLK : n;
