@@ -259,3 +259,72 @@ Test(agents, rainbow_runs_its_own_schedule_on_images) {
     cr_assert_eq(c.train_freq, 1);
     cr_assert_eq(c.target_update, 1000);
 }
+
+/* sm_model_backward_set (the DQN update's backward): from gradients full of NaN it gives the
+ * gradients of sm_params_zero_grad + sm_model_backward (compared with ==: a zero's sign may differ,
+ * nothing else), on the MinAtar DQN network, a top-k MoE and a SoftMoE one, and with a penalty (its
+ * fallback); a plain backward after it accumulates onto them as after the plain pair. Two models
+ * from one seed take the same calls (a penalty keeps state from call to call). Fails when the dense
+ * layer accumulates into the gradient it was told to overwrite, or a fresh gradient is left unzeroed. */
+static void check_backward_set(const char *arch, const char *router, double spectral) {
+    sm_model_config cfg;
+    sm_model_config_default(&cfg);
+    sm_error err = {0};
+    cr_assert_eq(sm_model_parse_arch(&cfg, arch, &err), SM_OK, "%s: %s", arch, err.msg);
+    cfg.in_c = 4, cfg.in_h = cfg.in_w = 10, cfg.in_dim = 400, cfg.n_classes = 6;
+    if (router) {
+        sm_router_config_set(&cfg.moe.router, router, NULL);
+        cfg.moe.router.E = 4;
+        cfg.moe.router.k = 2;
+    }
+    cfg.spectral_alpha = spectral;
+    const int T = 32;
+    sm_model *m[2];
+    for (int v = 0; v < 2; v++) {
+        sm_rng r;
+        sm_rng_seed(&r, 21);
+        m[v] = sm_model_create(&cfg, T, &r, &err);
+        cr_assert_not_null(m[v], "%s: %s", arch, err.msg);
+    }
+    if (spectral > 0) cr_assert_gt(m[0]->n_penalties, 0, "%s: no penalty attached", arch);
+    sm_rng r;
+    sm_rng_seed(&r, 22);
+    float *x = malloc(sizeof(float) * T * 400);
+    int y[32];
+    for (int i = 0; i < T * 400; i++) x[i] = sm_rng_uniform(&r) < 0.1 ? 1.0f : 0.0f;
+    for (int i = 0; i < T; i++) y[i] = (int)sm_rng_below(&r, 6);
+    const size_t P = m[0]->params.total;
+    for (int step = 0; step < 2; step++) {
+        for (int v = 0; v < 2; v++) {
+            sm_rng rv;
+            sm_rng_seed(&rv, 23 + (uint64_t)step);
+            sm_model_forward(m[v], x, T, &rv, 1);
+            sm_model_loss(m[v], y, NULL, T);
+            if (step == 1) sm_model_backward(m[v], T); /* accumulates in both */
+            else if (v == 0) {
+                sm_params_zero_grad(&m[v]->params);
+                sm_model_backward(m[v], T);
+            } else {
+                for (size_t i = 0; i < P; i++) m[v]->params.grad[i] = NAN;
+                sm_model_backward_set(m[v], T);
+            }
+        }
+        for (int i = 0; i < m[0]->params.n; i++) {
+            const sm_param *q = &m[0]->params.p[i];
+            const sm_real *g0 = m[0]->params.grad + q->offset, *g1 = m[1]->params.grad + q->offset;
+            for (size_t j = 0; j < q->numel; j++)
+                cr_assert(g1[j] == g0[j], "%s, %s backward: %s[%zu] = %g, zero_grad + backward %g", arch,
+                          step ? "a second" : "the set", q->name, j, g1[j], g0[j]);
+        }
+    }
+    free(x);
+    sm_model_free(m[0]), sm_model_free(m[1]);
+}
+
+Test(dqn, backward_set_gives_zero_grad_and_backward) {
+    check_backward_set("conv:16:3:1:0,dense:128", NULL, 0); /* MinAtar's DQN */
+    check_backward_set("conv:8:3:1:0,dense:32,dense:16", NULL, 0);
+    check_backward_set("conv:8:3:1:0,dense:32,moe:16", "topk", 0);
+    check_backward_set("conv:8:3:1:0,tokens,moe:16,flatten", "soft", 0);
+    check_backward_set("dense:32,moe:16", "topk", 0.05);
+}

@@ -83,8 +83,36 @@ static void check_shape(int T, int C, int OC, sm_rng *g) {
     cr_assert(!memcmp(dx, dx2, sizeof(float) * T * C) && !memcmp(dw, dw2, sizeof(float) * OC * C) &&
                   !memcmp(y, y2, sizeof(float) * T * OC),
               "T=%d C=%d OC=%d: not the same bits on a second run", T, C, OC);
+    /* set = 1 writes dweight (=) over garbage: the values of += into zeros (a zero's sign aside, so
+     * compared with ==; NaN never passes), through the packed kernel and through OpenBLAS (ws NULL),
+     * with the bias gradient of sm_linear_backward_ex set alike */
+    float *dws = malloc(sizeof(float) * OC * C), *dwz = calloc((size_t)OC * C, sizeof(float));
+    float *dbs = malloc(sizeof(float) * OC), *dbz = calloc((size_t)OC, sizeof(float));
+    sm_linear_backward_small(NULL, dwz, dy, x, w, T, C, OC, ws);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < OC * C; i++) dws[i] = NAN;
+        for (int i = 0; i < OC; i++) dbs[i] = NAN;
+        if (pass == 0) sm_linear_backward_small_ex(NULL, dws, dy, x, w, T, C, OC, ws, 1);
+        else {
+            sm_linear_backward_ex(NULL, dws, dbs, dy, x, w, T, C, OC, NULL, 1);
+            memset(dbz, 0, sizeof(float) * OC);
+            for (int t = 0; t < T; t++)
+                for (int o = 0; o < OC; o++) dbz[o] += dy[t * OC + o];
+            for (int o = 0; o < OC; o++)
+                cr_assert(dbs[o] == dbz[o], "dbias (set) T=%d C=%d OC=%d: [%d] = %g, += into zeros %g", T, C, OC, o,
+                          dbs[o], dbz[o]);
+        }
+        for (int i = 0; i < OC * C; i++)
+            if (pass == 0) cr_assert(dws[i] == dwz[i], "dweight (set) T=%d C=%d OC=%d: [%d] = %g, += into zeros %g", T,
+                                     C, OC, i, dws[i], dwz[i]);
+            else { /* OpenBLAS: another summation order than the tile's */
+                double mag = 0;
+                for (int t = 0; t < T; t++) mag += fabs((double)dy[t * OC + i / C] * x[t * C + i % C]);
+                expect_close("dweight (set, OpenBLAS)", T, C, OC, i, dws[i], dwz[i], 2 * mag, T);
+            }
+    }
     free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(y), free(y2), free(dxb), free(dwb), free(dx2),
-        free(dw2), free(wsb);
+        free(dw2), free(wsb), free(dws), free(dwz), free(dbs), free(dbz);
 }
 
 static void sweep(unsigned seed) {

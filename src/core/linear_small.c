@@ -240,8 +240,10 @@ typedef void (*tile2_fn)(int, const float *, ptrdiff_t, ptrdiff_t, const float *
         tilez(R, 2, K, A, ars, acs, NR * acs, Bp, ps, NULL, C, ldc, NR, acc, pf, NULL, 0, NR);                       \
     }                                                                                                                \
     SM_TARGETZ __attribute__((noinline)) static void tilezr2_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, \
-                                                                 const float *B, ptrdiff_t bs, float *C, ptrdiff_t ldc) { \
-        tilez(R, 2, K, A, ars, acs, NR * acs, B, NR, NULL, C, ldc, NR, 1, 0, NULL, 0, bs);                             \
+                                                                 const float *B, ptrdiff_t bs, float *C, ptrdiff_t ldc, \
+                                                                 int acc) {                                             \
+        if (acc) tilez(R, 2, K, A, ars, acs, NR * acs, B, NR, NULL, C, ldc, NR, 1, 0, NULL, 0, bs);                    \
+        else tilez(R, 2, K, A, ars, acs, NR * acs, B, NR, NULL, C, ldc, NR, 0, 0, NULL, 0, bs);                        \
     }
 TILEZ2_FN(1)
 TILEZ2_FN(2)
@@ -270,7 +272,7 @@ static const tilec_fn k_tilezc[SM_TILE_MR_MAX + 1] = {0,         tilezc_1,  tile
 static const tilex_fn k_tilezx[SM_TILE_MR_MAX + 1] = {0,         tilezx_1,  tilezx_2,  tilezx_3,  tilezx_4,  tilezx_5,
                                                       tilezx_6,  tilezx_7,  tilezx_8,  tilezx_9,  tilezx_10, tilezx_11,
                                                       tilezx_12, tilezx_13, tilezx_14, tilezx_15, tilezx_16};
-typedef void (*tiler2_fn)(int, const float *, ptrdiff_t, ptrdiff_t, const float *, ptrdiff_t, float *, ptrdiff_t);
+typedef void (*tiler2_fn)(int, const float *, ptrdiff_t, ptrdiff_t, const float *, ptrdiff_t, float *, ptrdiff_t, int);
 static const tiler2_fn k_tilezr2[SM_TILE_MRZ + 1] = {0,         tilezr2_1, tilezr2_2, tilezr2_3,  tilezr2_4,  tilezr2_5, tilezr2_6,
                                                      tilezr2_7, tilezr2_8, tilezr2_9, tilezr2_10, tilezr2_11, tilezr2_12};
 static const tile2_fn k_tilez2[SM_TILE_MRZ + 1] = {0,        tilez2_1, tilez2_2, tilez2_3,  tilez2_4,  tilez2_5, tilez2_6,
@@ -335,18 +337,18 @@ static void run_tile2(int isa, int mr, int K, const sm_real *A, ptrdiff_t ars, p
     run_tile(isa, mr, K, A, ars, acs, Bp + ps, C + NR, ldc, NR, acc, 0);
 }
 
-/* C (mr rows, 32 columns) += op(A) @ B (K, 32), B's rows bs apart read where they lie: the AVX-512
- * two-panel tile (isa >= SM_ISA_AVX512 only; see direct_pairs) */
+/* C (mr rows, 32 columns) = [C +] op(A) @ B (K, 32), B's rows bs apart read where they lie: the
+ * AVX-512 two-panel tile (isa >= SM_ISA_AVX512 only; see direct_pairs) */
 static void run_tile2_rows(int isa, int mr, int K, const sm_real *A, ptrdiff_t ars, ptrdiff_t acs, const sm_real *B,
-                           ptrdiff_t bs, sm_real *C, ptrdiff_t ldc) {
+                           ptrdiff_t bs, sm_real *C, ptrdiff_t ldc, int acc) {
 #ifdef SM_LS_X86
     if (isa >= SM_ISA_AVX512 && K > 0) {
-        k_tilezr2[mr](K, A, ars, acs, B, bs, C, ldc);
+        k_tilezr2[mr](K, A, ars, acs, B, bs, C, ldc, acc);
         return;
     }
 #endif
     (void)isa; /* never reached below AVX-512 (direct_pairs), but correct there too */
-    sm_gemm_tiny(mr, 2 * NR, K, 1, A, ars, acs, B, bs, 1, C, ldc);
+    sm_gemm_tiny(mr, 2 * NR, K, 1, A, ars, acs, B, bs, acc ? 1 : 0, C, ldc);
 }
 
 /* The backward's B (the weight for dinp, the input for dweight), read where it lies instead of
@@ -540,7 +542,13 @@ void sm_linear_forward_small(sm_real *out, const sm_real *inp, const sm_real *we
 
 void sm_linear_backward_small(sm_real *dinp, sm_real *dweight, const sm_real *dout, const sm_real *inp,
                               const sm_real *weight, int T, int C, int OC, sm_real *ws) {
+    sm_linear_backward_small_ex(dinp, dweight, dout, inp, weight, T, C, OC, ws, 0);
+}
+
+void sm_linear_backward_small_ex(sm_real *dinp, sm_real *dweight, const sm_real *dout, const sm_real *inp,
+                                 const sm_real *weight, int T, int C, int OC, sm_real *ws, int set) {
     if (T <= 0 || OC <= 0) return;
+    const int dacc = !set; /* dweight's tiles: += (0: =, each element written once, no zeroing pass first) */
     const int isa = sm_gemm_tiny_isa(), mrt = tile_rows(isa);
     if (dinp) /* dinp[:, j:j+16] (T,16) += dout (T,OC) @ weight[:, j:j+16] (OC,16), a window of columns
                * at a time: with AVX-512 its whole pairs of panels read where they lie, the rest (and
@@ -551,7 +559,7 @@ void sm_linear_backward_small(sm_real *dinp, sm_real *dweight, const sm_real *do
             for (int j = 0; j < jp; j += 2 * NR)
                 for (int i = 0; i < T; i += mrt)
                     run_tile2_rows(isa, T - i < mrt ? T - i : mrt, OC, dout + (size_t)i * OC, OC, 1, weight + j0 + j, C,
-                                   dinp + (size_t)i * C + j0 + j, C);
+                                   dinp + (size_t)i * C + j0 + j, C, 1);
             if (jp == cw) continue;
             const int jr = j0 + jp, cr = cw - jp; /* the packed rest: columns jr .. jr + cr */
             pack_panels(ws, weight + jr, C, OC, cr);
@@ -565,9 +573,10 @@ void sm_linear_backward_small(sm_real *dinp, sm_real *dweight, const sm_real *do
                     run_tile(isa, T - i < mrt ? T - i : mrt, OC, dout + (size_t)i * OC, OC, 1, ws + (size_t)j * OC,
                              dinp + (size_t)i * C + jr + j, C, cr - j < NR ? cr - j : NR, 1, 0);
         }
-    if (dweight) /* dweight (OC,C) += dout^T (OC,T) @ inp (T,C): a window of inp at a time (its pairs of
+    if (dweight) /* dweight (OC,C) [+]= dout^T (OC,T) @ inp (T,C): a window of inp at a time (its pairs of
                   * panels read where they lie with AVX-512, the rest packed), dweight's window walked a
-                  * tile of rows (6, or 12 with AVX-512) at a time from left to right */
+                  * tile of rows (6, or 12 with AVX-512) at a time from left to right; each element is
+                  * one tile's, so `set` overwrites every one */
         for (int j0 = 0; j0 < C; j0 += CW) {
             const int cw = C - j0 < CW ? C - j0 : CW, jp = direct_pairs(isa, cw);
             const int jr = j0 + jp, cr = cw - jp;
@@ -575,14 +584,15 @@ void sm_linear_backward_small(sm_real *dinp, sm_real *dweight, const sm_real *do
             for (int o = 0; o < OC; o += mrt) {
                 const int mr = OC - o < mrt ? OC - o : mrt;
                 for (int j = 0; j < jp; j += 2 * NR)
-                    run_tile2_rows(isa, mr, T, dout + o, 1, OC, inp + j0 + j, C, dweight + (size_t)o * C + j0 + j, C);
+                    run_tile2_rows(isa, mr, T, dout + o, 1, OC, inp + j0 + j, C, dweight + (size_t)o * C + j0 + j, C,
+                                   dacc);
                 int j = 0;
                 for (; j + 2 * NR <= cr; j += 2 * NR)
                     run_tile2(isa, mr, T, dout + o, 1, OC, ws + (size_t)j * T, (ptrdiff_t)NR * T,
-                              dweight + (size_t)o * C + jr + j, C, 1, 0);
+                              dweight + (size_t)o * C + jr + j, C, dacc, 0);
                 for (; j < cr; j += NR)
                     run_tile(isa, mr, T, dout + o, 1, OC, ws + (size_t)j * T, dweight + (size_t)o * C + jr + j, C,
-                             cr - j < NR ? cr - j : NR, 1, 0);
+                             cr - j < NR ? cr - j : NR, dacc, 0);
             }
         }
 }

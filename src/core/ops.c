@@ -56,14 +56,20 @@ void sm_linear_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, const s
 
 void sm_linear_backward_ws(sm_real *dinp, sm_real *dweight, sm_real *dbias, const sm_real *dout, const sm_real *inp,
                            const sm_real *weight, int T, int C, int OC, sm_real *ws) {
+    sm_linear_backward_ex(dinp, dweight, dbias, dout, inp, weight, T, C, OC, ws, 0);
+}
+
+void sm_linear_backward_ex(sm_real *dinp, sm_real *dweight, sm_real *dbias, const sm_real *dout, const sm_real *inp,
+                           const sm_real *weight, int T, int C, int OC, sm_real *ws, int set) {
     const int use = ws ? sm_linear_small_use(T, C, OC) : 0;
     sm_real *di = use & SM_LINEAR_SMALL_DINP ? dinp : NULL, *dw = use & SM_LINEAR_SMALL_DWEIGHT ? dweight : NULL;
-    if (di || dw) sm_linear_backward_small(di, dw, dout, inp, weight, T, C, OC, ws);
+    if (di || dw) sm_linear_backward_small_ex(di, dw, dout, inp, weight, T, C, OC, ws, set);
     /* dinp (T,C) += dout (T,OC) @ weight (OC,C) */
     if (dinp && !di) sm_gemm(0, 0, T, C, OC, 1, dout, OC, weight, C, 1, dinp, C);
-    /* dweight (OC,C) += dout^T (OC,T) @ inp (T,C) */
-    if (dweight && !dw) sm_gemm(1, 0, OC, C, T, 1, dout, OC, inp, C, 1, dweight, C);
+    /* dweight (OC,C) [+]= dout^T (OC,T) @ inp (T,C) */
+    if (dweight && !dw) sm_gemm(1, 0, OC, C, T, 1, dout, OC, inp, C, set ? 0 : 1, dweight, C);
     if (dbias) {
+        if (set) memset(dbias, 0, sizeof(sm_real) * (size_t)OC);
         for (int t = 0; t < T; t++) {
             const sm_real *d = dout + (size_t)t * OC;
             for (int o = 0; o < OC; o++) dbias[o] += d[o];

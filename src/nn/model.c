@@ -413,6 +413,10 @@ sm_model *sm_model_create(const sm_model_config *cfg, int max_T, sm_rng *rng, sm
         L->moe = sm_moe_of(L->mod);
     }
     if (sm_params_alloc(ps, err) != SM_OK) goto fail;
+    if (!(m->fresh = calloc((size_t)ps->n, 1))) {
+        sm_fail(err, SM_ERR_NOMEM, "model: out of memory");
+        goto fail;
+    }
     if (rng) sm_params_initialize(ps, rng);
     /* MoE layers read their parameters through pointers bound at each call; bind them to the model's
      * own table too, for code that inspects experts between calls (SSMoE, pruning, analysis) */
@@ -449,6 +453,7 @@ void sm_model_free(sm_model *m) {
     sm_module_free(m->head);
     sm_params_free(&m->params);
     free(m->arena);
+    free(m->fresh);
     free(m);
 }
 
@@ -476,18 +481,42 @@ double sm_model_loss(sm_model *m, const int *y, const unsigned char *mask, int T
     return ce + m->aux_loss + m->penalty;
 }
 
-void sm_model_backward_into(sm_model *m, const sm_params *pv, int T) {
+/* the backward with the context's fresh flags (sm_ctx.fresh; NULL: every gradient accumulates) */
+static void backward_ctx(sm_model *m, const sm_params *pv, int T, unsigned char *fresh) {
     /* penalties first: they add into parameter gradients and the routes' dprobs, which the routers'
      * backward consumes */
     for (int i = 0; i < m->n_penalties; i++) m->penalties[i]->ops->apply(m->penalties[i], pv, T, 1);
     sm_ctx ctx = sm_ctx_make(pv, NULL, 1);
+    ctx.fresh = fresh;
     const int n = m->n_layers;
     memset(m->dtop, 0, sizeof(sm_real) * (size_t)T * sm_shape_width(m->body->out));
     sm_module_backward(m->head, m->dtop, m->dlogits, sm_seq_output(m->body, n - 1), T, &ctx);
     sm_module_backward(m->body, NULL, m->dtop, m->input, T, &ctx);
 }
 
+void sm_model_backward_into(sm_model *m, const sm_params *pv, int T) { backward_ctx(m, pv, T, NULL); }
+
 void sm_model_backward(sm_model *m, int T) { sm_model_backward_into(m, &m->params, T); }
+
+void sm_model_backward_set(sm_model *m, int T) {
+    sm_params *ps = &m->params;
+    if (m->n_penalties > 0) {
+        sm_params_zero_grad(ps);
+        backward_ctx(m, ps, T, NULL);
+        return;
+    }
+    for (int i = 0; i < ps->n; i++) {
+        m->fresh[i] = (ps->p[i].flags & SM_PARAM_GRAD_CTX) != 0;
+        if (!m->fresh[i]) memset(sm_params_grad(ps, i), 0, sizeof(sm_real) * ps->p[i].numel);
+    }
+    backward_ctx(m, ps, T, m->fresh);
+    /* a tensor the backward did not reach (none in a plain network) holds the zero it would have had */
+    for (int i = 0; i < ps->n; i++)
+        if (m->fresh[i]) {
+            memset(sm_params_grad(ps, i), 0, sizeof(sm_real) * ps->p[i].numel);
+            m->fresh[i] = 0;
+        }
+}
 
 sm_status sm_model_set_dial(sm_model *m, const char *key, const char *value, sm_error *err) {
     /* check on every layer's router first (its own width: GrMoE's k_r <= d), then set */

@@ -4,6 +4,7 @@
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "specmoe/nn/module.h"
 
@@ -31,8 +32,23 @@ static inline int sm_param_name(char *buf, const char *prefix, const char *what)
 
 /* the parameter values / gradient of tensor i in the call's view (NULL for i < 0 or no gradient) */
 static inline sm_real *sm_ctx_data(const sm_ctx *c, int i) { return i >= 0 ? sm_params_data(c->pv, i) : NULL; }
+/* (a fresh gradient, see sm_ctx.fresh, is zeroed first: the caller may accumulate into it) */
 static inline sm_real *sm_ctx_grad(const sm_ctx *c, int i) {
-    return i >= 0 && c->pv->grad ? sm_params_grad(c->pv, i) : NULL;
+    if (i < 0 || !c->pv->grad) return NULL;
+    sm_real *g = sm_params_grad(c->pv, i);
+    if (c->fresh && c->fresh[i]) {
+        memset(g, 0, sizeof(sm_real) * c->pv->p[i].numel);
+        c->fresh[i] = 0;
+    }
+    return g;
+}
+/* the gradient of tensor i, *set = 1 when the caller must write every value of it with = (it was
+ * fresh: garbage, nothing of this backward in it yet), 0 when it accumulates as usual */
+static inline sm_real *sm_ctx_grad_take(const sm_ctx *c, int i, int *set) {
+    *set = 0;
+    if (i < 0 || !c->pv->grad) return NULL;
+    if (c->fresh && c->fresh[i]) *set = 1, c->fresh[i] = 0;
+    return sm_params_grad(c->pv, i);
 }
 
 #endif

@@ -57,14 +57,16 @@ static sm_module *leaf_new(const sm_module_ops *ops, const char *name, sm_error 
 static void leaf_destroy(sm_module *m) { free(m); }
 
 /* name.<w> (out, in) and name.<b> (out), torch.nn.Linear's initialisation */
+/* a weight (out, in) and a bias (out); flags added to both (SM_PARAM_GRAD_CTX) */
 static sm_status add_linear(sm_params *ps, const char *prefix, const char *w, const char *b, int out, int in,
-                            int *iw, int *ib, sm_error *err) {
+                            int *iw, int *ib, unsigned flags, sm_error *err) {
     char name[SM_NAME_MAX];
     int64_t sw[2] = {out, in}, sb[1] = {out};
     if (sm_param_name(name, prefix, w)) return sm_fail(err, SM_ERR_ARG, "%s: name too long", prefix);
-    if ((*iw = sm_params_add(ps, name, 2, sw, SM_INIT_UNIFORM_FANIN, in, 0, 0, err)) < 0) return SM_ERR_ARG;
+    if ((*iw = sm_params_add(ps, name, 2, sw, SM_INIT_UNIFORM_FANIN, in, 0, flags, err)) < 0) return SM_ERR_ARG;
     if (sm_param_name(name, prefix, b)) return sm_fail(err, SM_ERR_ARG, "%s: name too long", prefix);
-    if ((*ib = sm_params_add(ps, name, 1, sb, SM_INIT_UNIFORM_FANIN, in, 0, SM_PARAM_NO_DECAY, err)) < 0) return SM_ERR_ARG;
+    if ((*ib = sm_params_add(ps, name, 1, sb, SM_INIT_UNIFORM_FANIN, in, 0, SM_PARAM_NO_DECAY | flags, err)) < 0)
+        return SM_ERR_ARG;
     return SM_OK;
 }
 
@@ -81,7 +83,8 @@ static sm_status dense_declare(sm_module *m, sm_params *ps, sm_error *err) {
     leaf *l = (leaf *)m;
     m->out = sm_shape_vec(l->width);
     m->out.rows = m->in.rows;
-    return add_linear(ps, m->name, "weight", "bias", l->width, fin(m), &l->ip[0], &l->ip[1], err);
+    /* its backward writes both gradients through the context (sm_ctx_grad_take), nothing else does */
+    return add_linear(ps, m->name, "weight", "bias", l->width, fin(m), &l->ip[0], &l->ip[1], SM_PARAM_GRAD_CTX, err);
 }
 static void dense_reserve(sm_module *m, int B, sm_arena *a) {
     leaf *l = (leaf *)m;
@@ -122,8 +125,15 @@ static void dense_backward(sm_module *m, sm_real *din, const sm_real *dout, cons
         sm_act_backward_inplace(l->dpre, l->pre, (size_t)N * l->width, l->act);
         dpre = l->dpre;
     }
-    sm_linear_backward_ws(din, sm_ctx_grad(ctx, l->ip[0]), sm_ctx_grad(ctx, l->ip[1]), dpre, in,
-                          sm_ctx_data(ctx, l->ip[0]), N, fin(m), l->width, N <= l->ws_rows ? l->ws : NULL);
+    int set_w, set_b; /* both fresh or neither: sm_model_backward_set flags the two alike */
+    sm_real *dw = sm_ctx_grad_take(ctx, l->ip[0], &set_w), *db = sm_ctx_grad_take(ctx, l->ip[1], &set_b);
+    if (set_w != set_b) { /* not reached through sm_model_backward_set; accumulate into zeroes then */
+        if (set_w) memset(dw, 0, sizeof(sm_real) * ctx->pv->p[l->ip[0]].numel);
+        if (set_b) memset(db, 0, sizeof(sm_real) * ctx->pv->p[l->ip[1]].numel);
+        set_w = 0;
+    }
+    sm_linear_backward_ex(din, dw, db, dpre, in, sm_ctx_data(ctx, l->ip[0]), N, fin(m), l->width,
+                          N <= l->ws_rows ? l->ws : NULL, set_w);
     tap_linear(ctx, ctx->pv, l->ip[0], in, dpre, N, fin(m), l->width);
 }
 static void dense_json(const sm_module *m, cJSON *o) {
@@ -423,8 +433,8 @@ static sm_status ffn_declare(sm_module *m, sm_params *ps, sm_error *err) {
     leaf *l = (leaf *)m;
     m->out = sm_shape_vec(fin(m));
     m->out.rows = m->in.rows;
-    if (add_linear(ps, m->name, "w1", "b1", l->width, fin(m), &l->ip[0], &l->ip[1], err) != SM_OK) return SM_ERR_ARG;
-    return add_linear(ps, m->name, "w2", "b2", fin(m), l->width, &l->ip[2], &l->ip[3], err);
+    if (add_linear(ps, m->name, "w1", "b1", l->width, fin(m), &l->ip[0], &l->ip[1], 0, err) != SM_OK) return SM_ERR_ARG;
+    return add_linear(ps, m->name, "w2", "b2", fin(m), l->width, &l->ip[2], &l->ip[3], 0, err);
 }
 static void ffn_reserve(sm_module *m, int B, sm_arena *a) {
     leaf *l = (leaf *)m;
@@ -484,7 +494,7 @@ static sm_status mlp_declare(sm_module *m, sm_params *ps, sm_error *err) {
         char prefix[SM_NAME_MAX], num[16];
         snprintf(num, sizeof num, "%d", j);
         if (sm_param_name(prefix, m->name, num)) return sm_fail(err, SM_ERR_ARG, "%s: name too long", m->name);
-        if (add_linear(ps, prefix, "weight", "bias", mlp_w(l, j), mlp_w(l, j - 1), &l->ip[2 * j], &l->ip[2 * j + 1], err))
+        if (add_linear(ps, prefix, "weight", "bias", mlp_w(l, j), mlp_w(l, j - 1), &l->ip[2 * j], &l->ip[2 * j + 1], 0, err))
             return SM_ERR_ARG;
     }
     return SM_OK;

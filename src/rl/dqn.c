@@ -821,8 +821,7 @@ static sm_status update(dqn_nets *n, sm_optim *opt, sm_replay *rb, dqn_bufs *b, 
         for (int i = 0; i < B; i++) mq += b->qa[(size_t)i * A + s->act[i]];
         *mean_q = mq / B;
     }
-    sm_params_zero_grad(&q->params);
-    sm_model_backward(q, B);
+    sm_model_backward_set(q, B); /* zero_grad + backward, without zeroing what the backward overwrites */
     double *lq = b->red;
     lq[0] = n->poison ? NAN : L + q->aux_loss, lq[1] = *mean_q;
     if (dist->size > 1) {

@@ -175,8 +175,7 @@ int main(int argc, char **argv) {
         const sm_real *out = sm_model_forward(q, s, B, &rng, 1);
         sm_dqn_td_loss(q->dlogits, td, out, a, y, NULL, B, A, 1);
         double td0 = sm_time_now();
-        sm_params_zero_grad(&q->params);
-        sm_model_backward(q, B);
+        sm_model_backward_set(q, B);
         double te = sm_time_now();
         sm_optim_step(&opt, &q->params, 2.5e-4);
         double tf = sm_time_now();

@@ -55,6 +55,11 @@ void sm_linear_forward_ws(sm_real *out, const sm_real *inp, const sm_real *weigh
                           int OC, sm_real *ws);
 void sm_linear_backward_ws(sm_real *dinp, sm_real *dweight, sm_real *dbias, const sm_real *dout, const sm_real *inp,
                            const sm_real *weight, int T, int C, int OC, sm_real *ws);
+/* sm_linear_backward_ws with set = 1: dweight and dbias are SET (=), not accumulated, so they need no
+ * zeroing first (dinp still accumulates). The gradient of a network's own tensor written by one
+ * backward call saves the zeroing pass and the read of the old values: sm_model_backward_set. */
+void sm_linear_backward_ex(sm_real *dinp, sm_real *dweight, sm_real *dbias, const sm_real *dout, const sm_real *inp,
+                           const sm_real *weight, int T, int C, int OC, sm_real *ws, int set);
 size_t sm_linear_small_ws(int T, int C, int OC); /* for all three products */
 size_t sm_linear_small_ws_for(int T, int C, int OC, int use); /* for those in use (SM_LINEAR_SMALL_* bits) */
 enum { SM_LINEAR_SMALL_FWD = 1, SM_LINEAR_SMALL_DINP = 2, SM_LINEAR_SMALL_DWEIGHT = 4 };
@@ -71,6 +76,9 @@ void sm_linear_forward_small(sm_real *out, const sm_real *inp, const sm_real *we
                              int OC, sm_real *ws);
 void sm_linear_backward_small(sm_real *dinp, sm_real *dweight, const sm_real *dout, const sm_real *inp,
                               const sm_real *weight, int T, int C, int OC, sm_real *ws);
+/* the same with dweight = (set = 1) or += (set = 0) */
+void sm_linear_backward_small_ex(sm_real *dinp, sm_real *dweight, const sm_real *dout, const sm_real *inp,
+                                 const sm_real *weight, int T, int C, int OC, sm_real *ws, int set);
 
 typedef enum { SM_ACT_NONE = 0, SM_ACT_RELU, SM_ACT_GELU, SM_ACT_TANH, SM_ACT_SILU } sm_act;
 const char *sm_act_name(sm_act a);

@@ -40,7 +40,11 @@ enum {
     /* this rank's part of a tensor split over the ranks of an MPI run (expert parallel: E/P of the
      * experts, include/specmoe/dist/ep.h): its gradient is complete on this rank, so the
      * data-parallel allreduce leaves it out, and the ranks' values differ */
-    SM_PARAM_LOCAL = 1u << 3
+    SM_PARAM_LOCAL = 1u << 3,
+    /* every write to its gradient in a backward goes through the call's context (sm_ctx's fresh
+     * flags): the dense layer's weight and bias. sm_model_backward_set leaves such a gradient
+     * unzeroed and lets its module write it with = (module.h) */
+    SM_PARAM_GRAD_CTX = 1u << 4
 };
 
 typedef struct {

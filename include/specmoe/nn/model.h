@@ -119,6 +119,7 @@ typedef struct {
     double penalty;         /* penalties of the last sm_model_loss */
     int n_penalties;
     sm_penalty *penalties[4];
+    unsigned char *fresh;   /* (params.n) sm_model_backward_set's flags (sm_ctx.fresh) */
 } sm_model;
 
 /* Builds the model, declares and allocates parameters, and reserves activations for max_T rows.
@@ -151,6 +152,12 @@ void sm_model_backward(sm_model *m, int T);
 /* The same into the gradient view pv (sm_params_view of m->params): e.g. a penalty's gradient kept
  * apart from the loss's. */
 void sm_model_backward_into(sm_model *m, const sm_params *pv, int T);
+/* The gradients SET to the backward's, as sm_params_zero_grad + sm_model_backward give (the same
+ * bits), without zeroing first what the backward overwrites: the dense layers' weights and biases
+ * (SM_PARAM_GRAD_CTX) are written with = by their products, the rest zeroed as before. A DQN update
+ * on MinAtar: its 1024 -> 128 layer's 512 KB gradient is neither zeroed nor read back. With
+ * penalties (which add to gradients before the backward) it is the plain zero + backward. */
+void sm_model_backward_set(sm_model *m, int T);
 /* Sets an inference-time dial (sm_router_ops.dials: GrMoE's alpha, ev's mix weight, the softmax
  * temperature of any router) of every MoE router to value (text, parsed as a flag value). No
  * retraining: the parameters are untouched. Refused, leaving m unchanged, when key is not a dial of

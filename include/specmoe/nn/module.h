@@ -79,10 +79,15 @@ typedef struct {
     sm_rng *rng;         /* stochastic modules at train time (noisy gating); may be NULL at eval */
     int train;
     sm_taps *taps;       /* NULL: none */
+    /* NULL, or a flag per tensor of pv: 1 = its gradient holds garbage that this backward has not yet
+     * replaced (sm_model_backward_set; only tensors flagged SM_PARAM_GRAD_CTX). A module takes such a
+     * gradient through sm_ctx_grad (which zeroes it first) or sm_ctx_grad_take (which tells it to
+     * write with =); either clears the flag. */
+    unsigned char *fresh;
 } sm_ctx;
 
 static inline sm_ctx sm_ctx_make(const sm_params *pv, sm_rng *rng, int train) {
-    sm_ctx c = {pv, rng, train, NULL};
+    sm_ctx c = {pv, rng, train, NULL, NULL};
     return c;
 }
 /* A view of ps whose gradients go to grad (ps->total values) instead of ps->grad. */
