@@ -56,8 +56,8 @@ static sm_module *leaf_new(const sm_module_ops *ops, const char *name, sm_error 
 
 static void leaf_destroy(sm_module *m) { free(m); }
 
-/* name.<w> (out, in) and name.<b> (out), torch.nn.Linear's initialisation */
-/* a weight (out, in) and a bias (out); flags added to both (SM_PARAM_GRAD_CTX) */
+/* name.<w> (out, in) and name.<b> (out), torch.nn.Linear's initialisation; flags added to both
+ * (SM_PARAM_GRAD_CTX) */
 static sm_status add_linear(sm_params *ps, const char *prefix, const char *w, const char *b, int out, int in,
                             int *iw, int *ib, unsigned flags, sm_error *err) {
     char name[SM_NAME_MAX];

@@ -153,7 +153,7 @@ void sm_model_backward(sm_model *m, int T);
  * apart from the loss's. */
 void sm_model_backward_into(sm_model *m, const sm_params *pv, int T);
 /* The gradients SET to the backward's, as sm_params_zero_grad + sm_model_backward give (the same
- * bits), without zeroing first what the backward overwrites: the dense layers' weights and biases
+ * values; only a zero's sign may differ), without zeroing first what the backward overwrites: the dense layers' weights and biases
  * (SM_PARAM_GRAD_CTX) are written with = by their products, the rest zeroed as before. A DQN update
  * on MinAtar: its 1024 -> 128 layer's 512 KB gradient is neither zeroed nor read back. With
  * penalties (which add to gradients before the backward) it is the plain zero + backward. */
