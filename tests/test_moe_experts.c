@@ -1,10 +1,15 @@
 /* An MoE layer whose experts come from a module factory (sm_moe_module_experts), here deeper MLPs
  * with their own output width behind a gate network: written to a checkpoint with its description,
  * the network rebuilt from that description loads the checkpoint and gives the same outputs, bit
- * for bit (float build, as a trained network would be saved and evaluated). */
+ * for bit (float build, as a trained network would be saved and evaluated). And the built-in
+ * experts' small-GEMM path against OpenBLAS (below). */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "specmoe/io/checkpoint.h"
 #include "specmoe/io/safetensors.h"
@@ -92,4 +97,76 @@ static void round_trip_through_a_checkpoint(const char *router) {
 Test(moe_experts, factory_network_loads_its_checkpoint) {
     round_trip_through_a_checkpoint("topk");
     round_trip_through_a_checkpoint("soft");
+}
+
+/* The built-in experts' linear maps run on the packed small GEMM at 2-256 rows per expert (the
+ * layer's per-thread workspaces, lin_ws) and by gemv at one row; the output, the input gradient and
+ * every parameter gradient agree with OpenBLAS (lin_rows = 0) to float rounding: T tokens over 8
+ * experts, top-2, so about T / 4 rows per expert (1 to over 256), depth 1 and 3, one and two threads
+ * (with two, the experts run one per thread, each on its own workspace). */
+static void small_path_case(int depth, int T, int threads) {
+    sm_moe_config c;
+    sm_moe_config_default(&c);
+    sm_router_config_set(&c.router, "topk", NULL);
+    c.router.E = 8, c.router.k = 2, c.H = 64, c.depth = depth, c.out_dim = 6, c.act = SM_ACT_RELU;
+    const int d = 17, O = 6;
+#ifdef _OPENMP /* before the reserve, which sizes a workspace per thread */
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+#else
+    (void)threads;
+#endif
+    sm_error err = {0};
+    sm_moe *m = sm_moe_create(&c, d, &err);
+    cr_assert(m, "%s", err.msg);
+    sm_params ps;
+    sm_params_init_table(&ps);
+    cr_assert_eq(sm_moe_declare(m, &ps, "moe", &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(sm_params_alloc(&ps, &err), SM_OK, "%s", err.msg);
+    sm_rng r;
+    sm_rng_seed(&r, 11 + (uint64_t)T);
+    sm_params_initialize(&ps, &r);
+    sm_moe_bind(m, &ps);
+    cr_assert_eq(sm_moe_reserve(m, T, &err), SM_OK, "%s", err.msg);
+    cr_assert_gt(m->lin_rows, 0, "no small-GEMM workspace for %d x %d -> %d experts", d, c.H, O);
+    sm_real *x = malloc(sizeof(sm_real) * T * d), *dout = malloc(sizeof(sm_real) * T * O);
+    for (int i = 0; i < T * d; i++) x[i] = (sm_real)sm_rng_normal(&r);
+    for (int i = 0; i < T * O; i++) dout[i] = (sm_real)sm_rng_normal(&r);
+    sm_real *out[2], *dx[2], *g[2];
+    const int lin_rows = m->lin_rows;
+    for (int v = 0; v < 2; v++) {
+        m->lin_rows = v ? 0 : lin_rows; /* v = 1: every product through OpenBLAS */
+        out[v] = malloc(sizeof(sm_real) * T * O), dx[v] = calloc((size_t)T * d, sizeof(sm_real));
+        g[v] = malloc(sizeof(sm_real) * ps.total);
+        sm_params_zero_grad(&ps);
+        sm_moe_forward(m, out[v], x, T, NULL, 0);
+        sm_moe_backward(m, dx[v], dout, x, T);
+        memcpy(g[v], ps.grad, sizeof(sm_real) * ps.total);
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(saved);
+#endif
+    for (int i = 0; i < T * O; i++)
+        cr_assert(fabs(out[0][i] - out[1][i]) <= 1e-4 * (1 + fabs(out[1][i])), "depth %d T %d: out[%d] %g, OpenBLAS %g",
+                  depth, T, i, out[0][i], out[1][i]);
+    for (int i = 0; i < T * d; i++)
+        cr_assert(fabs(dx[0][i] - dx[1][i]) <= 1e-4 * (1 + fabs(dx[1][i])), "depth %d T %d: dx[%d] %g, OpenBLAS %g", depth,
+                  T, i, dx[0][i], dx[1][i]);
+    for (int p = 0; p < ps.n; p++)
+        for (size_t j = 0; j < ps.p[p].numel; j++) {
+            const size_t i = ps.p[p].offset + j;
+            cr_assert(fabs(g[0][i] - g[1][i]) <= 1e-4 * (1 + fabs(g[1][i])), "depth %d T %d threads %d: %s[%zu] %g, OpenBLAS %g",
+                      depth, T, threads, ps.p[p].name, j, g[0][i], g[1][i]);
+        }
+    for (int v = 0; v < 2; v++) free(out[v]), free(dx[v]), free(g[v]);
+    free(x), free(dout);
+    sm_moe_free(m);
+    sm_params_free(&ps);
+}
+
+Test(moe_experts, small_gemm_path_matches_openblas) {
+    static const int Ts[] = {1, 3, 40, 64, 300, 1400};
+    for (int depth = 1; depth <= 3; depth += 2)
+        for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++)
+            for (int threads = 1; threads <= 2; threads++) small_path_case(depth, Ts[t], threads);
 }

@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 void sm_moe_config_default(sm_moe_config *c) {
     memset(c, 0, sizeof *c);
@@ -191,7 +194,34 @@ void sm_moe_bind(sm_moe *m, const sm_params *ps) {
 
 /* The activation arrays sm_moe_reserve carves (in its order) for max_T tokens and max_A assignments:
  * one table, so the memory estimate (sm_moe_act_values) counts what the reserve takes. */
-#define MOE_N_ACT 13
+#define MOE_N_ACT 14
+/* The built-in experts' linear maps at a few dozen rows take the packed small GEMM (linear_small.c)
+ * instead of OpenBLAS, whose packing and call overhead dominate there (a PPO minibatch of 64 states
+ * over 8 experts, top-2: about 16 rows per expert): the workspace one thread needs for the products
+ * its rule picks at up to min(max_A, 256) rows, and the most rows at which it picks one (*rows). */
+static size_t lin_ws_per_thread(const sm_moe *m, int max_A, int *rows) {
+    size_t n = 0;
+    *rows = 0;
+    if (m->experts) return 0;
+    const int shapes[3][2] = {{m->d, m->H}, {m->H, m->H}, {m->H, m->O}}, maxT = max_A < 256 ? max_A : 256;
+    for (int s = 0; s < 3; s++) {
+        if (s == 1 && m->L < 2) continue;
+        for (int T = 2; T <= maxT; T++) {
+            const int use = sm_linear_small_use_max(T, shapes[s][0], shapes[s][1]);
+            const size_t k = sm_linear_small_ws_for(T, shapes[s][0], shapes[s][1], use);
+            if (use && T > *rows) *rows = T;
+            n = k > n ? k : n;
+        }
+    }
+    return n;
+}
+static int lin_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
 static void act_sizes(const sm_moe *m, int max_T, int max_A, size_t sizes[MOE_N_ACT]) {
     size_t A = (size_t)max_A, T = (size_t)max_T, d = (size_t)m->d, O = (size_t)m->O, H = (size_t)m->H;
     size_t S = (size_t)m->S, dh_rows = A > T ? A : T;
@@ -201,8 +231,10 @@ static void act_sizes(const sm_moe *m, int max_T, int max_A, size_t sizes[MOE_N_
     const size_t Hf = sm_moe_has_features(m) ? H : 0;
     if (m->experts) H = 0;
     const size_t slot_t = m->router->ops->kind == SM_ROUTE_SOFT ? A * (d > O ? d : O) : 0;
+    int rows;
+    const size_t lin = lin_ws_per_thread(m, max_A, &rows) * (size_t)lin_threads();
     size_t s[MOE_N_ACT] = {A * d, L * A * H, L * A * Hf, A * O, A * O, A * d, dh_rows * H, S * T * H, S * T * H, T * O,
-                           L > 1 ? A * H : 0, L * A * Hf, slot_t};
+                           L > 1 ? A * H : 0, L * A * Hf, slot_t, lin};
     memcpy(sizes, s, sizeof s);
 }
 
@@ -229,7 +261,9 @@ sm_status sm_moe_reserve(sm_moe *m, int max_T, sm_error *err) {
     size_t sizes[MOE_N_ACT];
     act_sizes(m, max_T, m->max_A, sizes);
     sm_real **ptrs[] = {&m->xg, &m->hpre, &m->h, &m->y, &m->dy, &m->dxg, &m->dh, &m->shpre, &m->sh, &m->sy,
-                        &m->dh2, &m->dfeat, &m->slot_t};
+                        &m->dh2, &m->dfeat, &m->slot_t, &m->lin_ws};
+    m->lin_stride = lin_ws_per_thread(m, m->max_A, &m->lin_rows);
+    m->lin_threads = lin_threads();
     m->act_block = sm_carve(ptrs, sizes, SM_LEN(sizes), err, "moe (activations for %d tokens)", max_T);
     return m->act_block ? SM_OK : SM_ERR_NOMEM;
 }
@@ -263,30 +297,49 @@ static void expert_tap(const sm_moe *m, int which, int block, int a0, const sm_r
     m->taps->expert_linear(m->taps, m->tap_ps->p[m->ip[which]].name, block, m->route.token + a0, in, dout, n, fin, fout);
 }
 
+/* this thread's small-GEMM workspace for n rows (NULL: OpenBLAS; sm_linear_*_ws pick by shape) */
+static sm_real *expert_ws(const sm_moe *m, int n) {
+    int t = 0;
+#ifdef _OPENMP
+    t = omp_get_thread_num();
+#endif
+    return n <= m->lin_rows && t < m->lin_threads && m->lin_stride ? m->lin_ws + (size_t)t * m->lin_stride : NULL;
+}
+
 /* Routed expert e on its n gathered rows starting at assignment a0: hidden layer j reads
  * layer j-1's activation (layer 0 reads xg) - for L = 1 exactly sm_mlp_forward's sequence. */
 static void mlp_expert_forward(sm_moe *m, int e, int a0, int n) {
     const int d = m->d, H = m->H, O = m->O, L = m->L;
+    sm_real *ws = expert_ws(m, n);
     const size_t stride = (size_t)m->max_A * H, row = (size_t)a0 * H;
     for (int j = 0; j < L; j++) {
         const sm_real *in = j ? m->h + (j - 1) * stride + row : m->xg + (size_t)a0 * d;
         const sm_real *W = j ? m->wh + (((size_t)e * (L - 1) + j - 1) * H) * H : m->w1 + (size_t)e * H * d;
         const sm_real *b = j ? (m->bh ? m->bh + ((size_t)e * (L - 1) + j - 1) * H : NULL) : (m->b1 ? m->b1 + (size_t)e * H : NULL);
-        sm_linear_forward(m->hpre + j * stride + row, in, W, b, n, j ? H : d, H);
+        if (n == 1) /* one row (an agent acting on one state): gemv, as the dense module */
+            sm_linear_forward_row(m->hpre + j * stride + row, in, W, b, j ? H : d, H);
+        else
+            sm_linear_forward_ws(m->hpre + j * stride + row, in, W, b, n, j ? H : d, H, ws);
         sm_act_forward(m->h + j * stride + row, m->hpre + j * stride + row, (size_t)n * H, m->cfg.act);
     }
-    sm_linear_forward(m->y + (size_t)a0 * O, m->h + (L - 1) * stride + row, m->w2 + (size_t)e * O * H,
-                      m->b2 ? m->b2 + (size_t)e * O : NULL, n, H, O);
+    if (n == 1)
+        sm_linear_forward_row(m->y + (size_t)a0 * O, m->h + (L - 1) * stride + row, m->w2 + (size_t)e * O * H,
+                              m->b2 ? m->b2 + (size_t)e * O : NULL, H, O);
+    else
+        sm_linear_forward_ws(m->y + (size_t)a0 * O, m->h + (L - 1) * stride + row, m->w2 + (size_t)e * O * H,
+                             m->b2 ? m->b2 + (size_t)e * O : NULL, n, H, O, ws);
 }
 
 /* Its backward from dy: for L = 1 and no extra feature gradient exactly sm_mlp_backward's sequence. */
 static void mlp_expert_backward(sm_moe *m, int e, int a0, int n) {
     const int d = m->d, H = m->H, O = m->O, L = m->L;
+    sm_real *ws = expert_ws(m, n);
     const size_t stride = (size_t)m->max_A * H, row = (size_t)a0 * H;
     sm_real *dh = m->dh + row, *dh2 = m->dh2 ? m->dh2 + row : NULL;
     const sm_real *W2 = m->w2 + (size_t)e * O * H, *dy = m->dy + (size_t)a0 * O, *hl = m->h + (L - 1) * stride + row;
     sm_gemm(0, 0, n, H, O, 1, dy, O, W2, H, 0, dh, H);
-    sm_linear_backward(NULL, m->dw2 + (size_t)e * O * H, m->db2 ? m->db2 + (size_t)e * O : NULL, dy, hl, W2, n, H, O);
+    sm_linear_backward_ws(NULL, m->dw2 + (size_t)e * O * H, m->db2 ? m->db2 + (size_t)e * O : NULL, dy, hl, W2, n, H, O,
+                          ws);
     expert_tap(m, 2, e, a0, hl, dy, n, H, O);
     for (int j = L - 1; j >= 0; j--) {
         /* extra gradients on hidden layer j's activations (sm_moe_features_at), before its activation's backward */
@@ -294,14 +347,15 @@ static void mlp_expert_backward(sm_moe *m, int e, int a0, int n) {
             for (size_t i = 0; i < (size_t)n * H; i++) dh[i] += m->dfeat[j * stride + row + i];
         sm_act_backward_inplace(dh, m->hpre + j * stride + row, (size_t)n * H, m->cfg.act);
         if (j == 0) {
-            sm_linear_backward(m->dxg + (size_t)a0 * d, m->dw1 + (size_t)e * H * d, m->db1 ? m->db1 + (size_t)e * H : NULL,
-                               dh, m->xg + (size_t)a0 * d, m->w1 + (size_t)e * H * d, n, d, H);
+            sm_linear_backward_ws(m->dxg + (size_t)a0 * d, m->dw1 + (size_t)e * H * d,
+                                  m->db1 ? m->db1 + (size_t)e * H : NULL, dh, m->xg + (size_t)a0 * d,
+                                  m->w1 + (size_t)e * H * d, n, d, H, ws);
             expert_tap(m, 0, e, a0, m->xg + (size_t)a0 * d, dh, n, d, H);
         } else {
             size_t k = ((size_t)e * (L - 1) + j - 1);
             memset(dh2, 0, sizeof(sm_real) * (size_t)n * H);
-            sm_linear_backward(dh2, m->dwh + k * H * H, m->dbh ? m->dbh + k * H : NULL, dh,
-                               m->h + (j - 1) * stride + row, m->wh + k * H * H, n, H, H);
+            sm_linear_backward_ws(dh2, m->dwh + k * H * H, m->dbh ? m->dbh + k * H : NULL, dh,
+                                  m->h + (j - 1) * stride + row, m->wh + k * H * H, n, H, H, ws);
             expert_tap(m, 8, (int)k, a0, m->h + (j - 1) * stride + row, dh, n, H, H);
             sm_real *t = dh;
             dh = dh2, dh2 = t;

@@ -66,6 +66,9 @@ typedef struct {
     sm_real *dy;   /* (A,O) scratch for backward */
     sm_real *dxg;  /* (A,d) scratch for backward */
     sm_real *slot_t; /* (A, max(d,O)) soft routes: each group's slot rows as columns (the backward's inner products) */
+    sm_real *lin_ws; /* (lin_threads, lin_stride) the built-in experts' small-GEMM workspaces, one per thread */
+    size_t lin_stride;
+    int lin_threads, lin_rows; /* ... for up to lin_rows rows per expert (0: none) */
     sm_real *dh;   /* (A,H) scratch for backward; also (T,H) for shared experts */
     sm_real *shpre;/* (S,T,H) */
     sm_real *sh;   /* (S,T,H) */
