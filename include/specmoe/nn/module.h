@@ -28,6 +28,8 @@
  *             gradients ACCUMULATE (+=), the latter into ctx->pv->grad - the gradient view is passed
  *             at call time, so one network can feed a base gradient and a penalty gradient into
  *             separate buffers (make a view with sm_params_view). `in` is the forward's input.
+ *             Parameter gradients are taken through sm_ctx_grad, which zeroes a fresh one first
+ *             (sm_ctx.fresh: sm_model_backward_set; docs/ARCHITECTURE.md, "Modules").
  *   to_json   the module's description (kind and arguments); sm_module_from_json is the inverse.
  *   destroy   frees what the module allocated itself (never the parameters or the arena).
  * Every module's backward is checked against central differences in double precision
