@@ -93,7 +93,9 @@ def main():
         if len(b) < 2:
             sys.exit(f"compare_runs: need at least 2 complete seeds in {spec} (have {len(b)})")
         ma, mb = st.mean(a), st.mean(b)
-        t = (mb - ma) / math.sqrt(st.variance(a) / len(a) + st.variance(b) / len(b))
+        se = math.sqrt(st.variance(a) / len(a) + st.variance(b) / len(b))
+        # both cells without spread (e.g. every seed's success the same): t is infinite, or undefined
+        t = (mb - ma) / se if se > 0 else (math.copysign(math.inf, mb - ma) if mb != ma else math.nan)
         if o.paired:
             common = sorted(set(A) & set(B))
             if len(common) < 2:
