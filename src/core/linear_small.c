@@ -378,6 +378,18 @@ size_t sm_linear_small_ws(int T, int C, int OC) {
     return sm_linear_small_ws_for(T, C, OC, SM_LINEAR_SMALL_FWD | SM_LINEAR_SMALL_DINP | SM_LINEAR_SMALL_DWEIGHT);
 }
 
+size_t sm_linear_small_ws_upto(int maxT, int C, int OC, int *rows) {
+    size_t n = 0;
+    *rows = 0;
+    for (int T = 2; T <= (maxT < 256 ? maxT : 256); T++) {
+        const int use = sm_linear_small_use_max(T, C, OC); /* whatever ISA cap runs later */
+        const size_t k = sm_linear_small_ws_for(T, C, OC, use);
+        if (use) *rows = T;
+        n = k > n ? k : n;
+    }
+    return n;
+}
+
 #ifdef SM_LS_X86
 /* 1 when OpenBLAS runs AVX-512 kernels here (its core name: SkylakeX, Cooperlake, SapphireRapids):
  * then the AVX-512 tile meets its equal, and the rule measured between equals (the AVX2 one) holds */

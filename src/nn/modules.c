@@ -91,17 +91,8 @@ static void dense_reserve(sm_module *m, int B, sm_arena *a) {
     size_t n = l->act == SM_ACT_NONE ? 0 : (size_t)rows(m, B) * l->width;
     l->pre = sm_arena_take(a, n);
     l->dpre = sm_arena_take(a, n);
-    /* the packed small GEMM (src/core/linear_small.c): a workspace for the products its rule picks
-     * at any row count up to the batch's (at most 256), and the most rows at which it picks one */
-    const int maxT = rows(m, B) < 256 ? rows(m, B) : 256;
-    size_t nws = 0;
-    l->ws_rows = 0;
-    for (int T = 2; T <= maxT; T++) {
-        const int use = sm_linear_small_use_max(T, fin(m), l->width); /* whatever ISA cap runs later */
-        const size_t n = sm_linear_small_ws_for(T, fin(m), l->width, use);
-        if (use) l->ws_rows = T;
-        nws = n > nws ? n : nws;
-    }
+    /* the packed small GEMM (src/core/linear_small.c) at up to the batch's rows */
+    const size_t nws = sm_linear_small_ws_upto(rows(m, B), fin(m), l->width, &l->ws_rows);
     l->ws = l->ws_rows ? sm_arena_take(a, nws) : NULL;
 }
 static void dense_forward(sm_module *m, sm_real *out, const sm_real *in, int B, const sm_ctx *ctx) {

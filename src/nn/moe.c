@@ -197,21 +197,19 @@ void sm_moe_bind(sm_moe *m, const sm_params *ps) {
 #define MOE_N_ACT 14
 /* The built-in experts' linear maps at a few dozen rows take the packed small GEMM (linear_small.c)
  * instead of OpenBLAS, whose packing and call overhead dominate there (a PPO minibatch of 64 states
- * over 8 experts, top-2: about 16 rows per expert): the workspace one thread needs for the products
- * its rule picks at up to min(max_A, 256) rows, and the most rows at which it picks one (*rows). */
+ * over 8 experts, top-2: about 16 rows per expert): the workspace one thread needs for its three
+ * shapes at up to max_A rows, and the most rows at which the rule picks a product (*rows). */
 static size_t lin_ws_per_thread(const sm_moe *m, int max_A, int *rows) {
     size_t n = 0;
     *rows = 0;
     if (m->experts) return 0;
-    const int shapes[3][2] = {{m->d, m->H}, {m->H, m->H}, {m->H, m->O}}, maxT = max_A < 256 ? max_A : 256;
+    const int shapes[3][2] = {{m->d, m->H}, {m->H, m->H}, {m->H, m->O}};
     for (int s = 0; s < 3; s++) {
         if (s == 1 && m->L < 2) continue;
-        for (int T = 2; T <= maxT; T++) {
-            const int use = sm_linear_small_use_max(T, shapes[s][0], shapes[s][1]);
-            const size_t k = sm_linear_small_ws_for(T, shapes[s][0], shapes[s][1], use);
-            if (use && T > *rows) *rows = T;
-            n = k > n ? k : n;
-        }
+        int r;
+        const size_t k = sm_linear_small_ws_upto(max_A, shapes[s][0], shapes[s][1], &r);
+        n = k > n ? k : n;
+        *rows = r > *rows ? r : *rows;
     }
     return n;
 }
@@ -306,6 +304,14 @@ static sm_real *expert_ws(const sm_moe *m, int n) {
     return n <= m->lin_rows && t < m->lin_threads && m->lin_stride ? m->lin_ws + (size_t)t * m->lin_stride : NULL;
 }
 
+/* out (n, OC) = in (n, C) @ W^T + b: gemv at one row (an agent acting on one state, as the dense
+ * module), else through ws (expert_ws) */
+static void expert_linear(sm_real *out, const sm_real *in, const sm_real *W, const sm_real *b, int n, int C, int OC,
+                          sm_real *ws) {
+    if (n == 1) sm_linear_forward_row(out, in, W, b, C, OC);
+    else sm_linear_forward_ws(out, in, W, b, n, C, OC, ws);
+}
+
 /* Routed expert e on its n gathered rows starting at assignment a0: hidden layer j reads
  * layer j-1's activation (layer 0 reads xg) - for L = 1 exactly sm_mlp_forward's sequence. */
 static void mlp_expert_forward(sm_moe *m, int e, int a0, int n) {
@@ -316,18 +322,11 @@ static void mlp_expert_forward(sm_moe *m, int e, int a0, int n) {
         const sm_real *in = j ? m->h + (j - 1) * stride + row : m->xg + (size_t)a0 * d;
         const sm_real *W = j ? m->wh + (((size_t)e * (L - 1) + j - 1) * H) * H : m->w1 + (size_t)e * H * d;
         const sm_real *b = j ? (m->bh ? m->bh + ((size_t)e * (L - 1) + j - 1) * H : NULL) : (m->b1 ? m->b1 + (size_t)e * H : NULL);
-        if (n == 1) /* one row (an agent acting on one state): gemv, as the dense module */
-            sm_linear_forward_row(m->hpre + j * stride + row, in, W, b, j ? H : d, H);
-        else
-            sm_linear_forward_ws(m->hpre + j * stride + row, in, W, b, n, j ? H : d, H, ws);
+        expert_linear(m->hpre + j * stride + row, in, W, b, n, j ? H : d, H, ws);
         sm_act_forward(m->h + j * stride + row, m->hpre + j * stride + row, (size_t)n * H, m->cfg.act);
     }
-    if (n == 1)
-        sm_linear_forward_row(m->y + (size_t)a0 * O, m->h + (L - 1) * stride + row, m->w2 + (size_t)e * O * H,
-                              m->b2 ? m->b2 + (size_t)e * O : NULL, H, O);
-    else
-        sm_linear_forward_ws(m->y + (size_t)a0 * O, m->h + (L - 1) * stride + row, m->w2 + (size_t)e * O * H,
-                             m->b2 ? m->b2 + (size_t)e * O : NULL, n, H, O, ws);
+    expert_linear(m->y + (size_t)a0 * O, m->h + (L - 1) * stride + row, m->w2 + (size_t)e * O * H,
+                  m->b2 ? m->b2 + (size_t)e * O : NULL, n, H, O, ws);
 }
 
 /* Its backward from dy: for L = 1 and no extra feature gradient exactly sm_mlp_backward's sequence. */

@@ -62,6 +62,9 @@ void sm_linear_backward_ex(sm_real *dinp, sm_real *dweight, sm_real *dbias, cons
                            const sm_real *weight, int T, int C, int OC, sm_real *ws, int set);
 size_t sm_linear_small_ws(int T, int C, int OC); /* for all three products */
 size_t sm_linear_small_ws_for(int T, int C, int OC, int use); /* for those in use (SM_LINEAR_SMALL_* bits) */
+/* for the products sm_linear_small_use_max picks at any row count up to min(maxT, 256), with *rows
+ * the most rows at which it picks one (0: none, and no workspace is needed) */
+size_t sm_linear_small_ws_upto(int maxT, int C, int OC, int *rows);
 enum { SM_LINEAR_SMALL_FWD = 1, SM_LINEAR_SMALL_DINP = 2, SM_LINEAR_SMALL_DWEIGHT = 4 };
 /* the shape rule (measured; linear_small.c): which products (SM_LINEAR_SMALL_* bits) take the packed
  * kernel at T rows of C -> OC; 0 without AVX2 (and in the double build) */
