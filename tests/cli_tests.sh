@@ -973,6 +973,12 @@ expect 0 "bench sphere: another --states takes the eNTK rank again and keeps the
     sh -c "r='$tmp/sph/reach/crl/topk/s1/2-reach-2/eval.json'; before=\$(grep '\"return\"' \$r) &&
     grep -q '\"entk_states\":\s*8,' \$r && '$bin' bench sphere $sph_tiny --train 0 --states 12 --out '$tmp/sph' &&
     grep -q '\"entk_states\":\s*12,' \$r && [ \"\$(grep '\"return\"' \$r)\" = \"\$before\" ]"
+expect 0 "bench sphere: the reach's held-out batch is random actions' states; a rank taken on another batch is taken again, the scores kept" \
+    '"entk_batch":\s*"random"' -- \
+    sh -c "r='$tmp/sph/reach/crl/topk/s1/2-reach-2/eval.json'; before=\$(grep '\"return\"' \$r) &&
+    sed -i 's/\"entk_batch\":[[:space:]]*\"random\"/\"entk_batch\": \"greedy\"/; s/\"entk_srank\":[[:space:]]*[0-9.e+-]*/\"entk_srank\": -1/' \$r &&
+    grep -q '\"entk_srank\": -1' \$r && '$bin' bench sphere $sph_tiny --train 0 --states 12 --out '$tmp/sph' > /dev/null &&
+    ! grep -q '\"entk_srank\": -1' \$r && [ \"\$(grep '\"return\"' \$r)\" = \"\$before\" ] && grep -o '\"entk_batch\":.*' \$r"
 expect 0 "rl train: an Impala residual block in --arch" "^rl-train env=minatar/breakout agent=dqn frames=300 " -- \
     "$bin" rl train --env minatar/breakout --agent dqn --frames 300 --arch conv:8:3:1:1,res:8,act,dense:16 --out "$tmp/rl_res"
 expect 2 "rl train: a residual block whose channels differ from its input's is refused" "layers.1: a residual module needs its output shape equal to its input's" -- \

@@ -77,6 +77,7 @@ typedef struct {
     const char *args;           /* the family's own rl train flags */
     double rho;                 /* SPHERE's ratio (grad mode) in the paper's benchmark this family stands in for */
     const char *rhos;           /* Fig. 10's other ratios around it */
+    const char *heldout;        /* how the held-out states are collected (collect_states): "greedy" or "random" */
 } sp_family;
 
 /* Observation normalisation as the paper's two settings (App. A.4): HumanoidBench, which the cheetah
@@ -84,6 +85,11 @@ typedef struct {
  * MetaWorld, which the reaching arm stands in for, none. The reach observation ends with the
  * target's position, constant within a task: a normaliser carried into the next task would see its
  * variance near 0 and feed the new target as an input clipped at +-10 for much of the task. */
+/* The held-out batch (Eq. 7's states): on the cheetah, the greedy held-out policy's states through
+ * its first episode, as the paper's Stair policy. On the reach that policy parks the arm on its
+ * target within the first steps, so its states were near copies of one another and every method's
+ * rank read 1.0000-1.0004 (2026-11-28, 197 runs): the reach takes uniformly random actions instead,
+ * which sweep the arm over its workspace - a fixed batch of the held-out task's states all the same. */
 /* SPHERE's ratio as the paper's two settings: HumanoidBench rho = 0.001 (REFERENCE-NOTES, grad mode),
  * MetaWorld "two orders of magnitude" larger (App. J.10.3: the HumanoidBench ratio on MetaWorld is
  * "two orders of magnitude smaller than our default MetaWorld setting in Table 2"), so 0.1. Fig. 10's
@@ -91,9 +97,9 @@ typedef struct {
  * is the paper's cross-benchmark check, HumanoidBench's ratio on MetaWorld. */
 static const sp_family kFamilies[] = {
     {"cheetah", {"mujoco/cheetah-run", "mujoco/cheetah-run-backward", "mujoco/cheetah-jump", "mujoco/cheetah-flip"}, 0, "",
-     0.001, "0.0001,0.01"},
+     0.001, "0.0001,0.01", "greedy"},
     {"reach", {"mujoco/reach-0", "mujoco/reach-1", "mujoco/reach-2", "mujoco/reach-3"}, 1, "--norm-obs 0 --norm-reward 0",
-     0.1, "0.001"},
+     0.1, "0.001", "random"},
 };
 #define N_FAMILIES ((int)(sizeof kFamilies / sizeof kFamilies[0]))
 
@@ -376,41 +382,59 @@ static int run_all(sp_run *runs, int n, int jobs) {
 
 /* N observations of the greedy policy of ckpt on env: 8 environments, every stride steps (spread
  * evenly over the first episode), written to states (N, D). */
-static sm_status collect_states(const char *ckpt, const char *env, int N, float *states, sm_error *err) {
-    const sm_agent_kind *k = sm_agent_of_checkpoint(ckpt, err);
-    if (!k) return SM_ERR_FORMAT;
-    sm_policy *p = k->load_policy(ckpt, 8, err);
-    if (!p) return err->code ? err->code : SM_ERR_FORMAT;
+/* N states of the held-out task env: 8 environments (seed 77) stepped through their first
+ * episode, every `stride` steps recorded. Actions: the greedy policy of checkpoint ckpt, or with
+ * random = 1 uniform in the action box (a fixed RNG stream; ckpt unused). */
+static sm_status collect_states(const char *ckpt, int random, const char *env, int N, float *states, sm_error *err) {
+    sm_policy *p = NULL;
+    if (!random) {
+        const sm_agent_kind *k = sm_agent_of_checkpoint(ckpt, err);
+        if (!k) return SM_ERR_FORMAT;
+        p = k->load_policy(ckpt, 8, err);
+        if (!p) return err->code ? err->code : SM_ERR_FORMAT;
+    }
     sm_vecenv v;
     sm_status st = sm_vecenv_init(&v, env, 8, 77, NULL, err);
     if (st != SM_OK) {
-        p->destroy(p);
+        if (p) p->destroy(p);
         return st;
     }
     const int D = sm_env_obs_numel(v.spec), A = v.spec->act_n;
+    if (random && !v.spec->act_low) {
+        sm_vecenv_free(&v);
+        return sm_fail(err, SM_ERR_ARG, "held-out states: %s has no action box for random actions", env);
+    }
     float *obs = malloc(sizeof(float) * 8 * (size_t)(D + A + 3));
     if (!obs) {
-        p->destroy(p), sm_vecenv_free(&v);
+        if (p) p->destroy(p);
+        sm_vecenv_free(&v);
         return sm_fail(err, SM_ERR_NOMEM, "held-out states: out of memory");
     }
     float *act = obs + 8 * D, *rew = act + 8 * A;
     unsigned char term[8], trunc[8];
     sm_vecenv_bind(&v, obs, NULL, act, rew, term, trunc, NULL);
     sm_vecenv_reset(&v);
+    sm_rng rng;
+    sm_rng_seed(&rng, 0x48454c44ULL); /* "HELD" */
     const int per_env = (N + 7) / 8, limit = v.spec->max_steps > 0 ? v.spec->max_steps : 1000;
     /* per_env + 1 intervals: the last record stays inside the first episode (at the time limit the
      * vector has already reset the environment) */
     const int stride = limit / (per_env + 1) > 1 ? limit / (per_env + 1) : 1;
     int got = 0;
     for (int t = 1; got < N; t++) {
-        p->act(p, obs, 8, NULL, act);
+        if (p) p->act(p, obs, 8, NULL, act);
+        else
+            for (int i = 0; i < 8 * A; i++) {
+                const float lo = v.spec->act_low[i % A], hi = v.spec->act_high[i % A];
+                act[i] = lo + (hi - lo) * (float)sm_rng_uniform(&rng);
+            }
         sm_vecenv_step(&v);
         if (t % stride) continue;
         for (int e = 0; e < 8 && got < N; e++) memcpy(states + (size_t)got++ * D, obs + (size_t)e * D, sizeof(float) * D);
     }
     free(obs);
     sm_vecenv_free(&v);
-    p->destroy(p);
+    if (p) p->destroy(p);
     return SM_OK;
 }
 
@@ -479,6 +503,7 @@ static cJSON *eval_json(const sp_opts *o, const sp_run *r, const sp_eval *e) {
     put_num(j, "return", e->ret), put_num(j, "success", e->success), put_num(j, "score", e->score);
     put_num(j, "entk_srank", e->entk), put_num(j, "feature_srank", e->fsrank);
     cJSON_AddNumberToObject(j, "entk_states", o->states);
+    cJSON_AddStringToObject(j, "entk_batch", F->heldout);
     cJSON_AddNumberToObject(j, "episodes", o->episodes);
     if (isfinite(e->final[0])) {
         cJSON *f = cJSON_AddArrayToObject(j, "final_scores");
@@ -489,10 +514,12 @@ static cJSON *eval_json(const sp_opts *o, const sp_run *r, const sp_eval *e) {
 
 /* Evaluates run r, or reads its eval.json from an earlier session when that was made with the same
  * settings: a file of another --episodes is evaluated again, and one whose eNTK rank was taken on
- * another number of held-out states (or does not say: files written before 2026-11-24) keeps its
- * scores and has only the rank taken again, which costs N backward passes, not episodes. */
+ * another number of held-out states (or does not say: files written before 2026-11-24), or on
+ * another kind of held-out batch (entk_batch; files written before 2026-11-28 used the greedy one)
+ * keeps its scores and has only the rank taken again, which costs N backward passes, not episodes. */
 static sm_status evaluate_run(const sp_opts *o, const sp_run *r, const float *states, sp_eval *e, cJSON **out,
                               sm_error *err) {
+    const sp_family *F = &kFamilies[r->fam];
     char path[600], ckpt[600];
     snprintf(path, sizeof path, "%s/eval.json", r->dir);
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", r->dir);
@@ -511,7 +538,9 @@ static sm_status evaluate_run(const sp_opts *o, const sp_run *r, const float *st
             e->entk = get_num(j, "entk_srank"), e->fsrank = get_num(j, "feature_srank");
             const cJSON *fs = cJSON_GetObjectItemCaseSensitive(j, "final_scores");
             for (int t = 0; t < SEQ && cJSON_GetArrayItem(fs, t); t++) e->final[t] = cJSON_GetArrayItem(fs, t)->valuedouble;
-            if (get_num(j, "entk_states") == o->states && !isnan(episodes)) {
+            const cJSON *batch = cJSON_GetObjectItemCaseSensitive(j, "entk_batch"); /* absent before 2026-11-28: greedy */
+            const char *bname = cJSON_IsString(batch) ? batch->valuestring : "greedy";
+            if (get_num(j, "entk_states") == o->states && !isnan(episodes) && !strcmp(bname, F->heldout)) {
                 *out = j;
                 return SM_OK;
             }
@@ -519,7 +548,6 @@ static sm_status evaluate_run(const sp_opts *o, const sp_run *r, const float *st
         }
         cJSON_Delete(j);
     }
-    const sp_family *F = &kFamilies[r->fam];
     sm_status st = SM_OK;
     if (!scored) {
         st = eval_policy_on(ckpt, F->tasks[r->task], o->episodes, r->seed, &e->ret, &e->success, err);
@@ -868,7 +896,8 @@ int exp_sphere_bench(int argc, char **argv) {
         if (held[f] < 0 || runs[held[f]].state != 2) continue;
         char ck[600];
         snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", runs[held[f]].dir);
-        if (collect_states(ck, kFamilies[f].tasks[SEQ], o.states, states, &err) != SM_OK) {
+        if (collect_states(ck, !strcmp(kFamilies[f].heldout, "random"), kFamilies[f].tasks[SEQ], o.states, states, &err) !=
+            SM_OK) {
             fprintf(stderr, "specmoe bench sphere: held-out states: %s\n", err.msg);
             failed++;
             continue;
