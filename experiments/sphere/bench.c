@@ -14,10 +14,11 @@
  * Scores: the greedy policy's mean episodic return (cheetah) or success rate (reach) over
  * --episodes episodes. Observation and reward normalisation as the paper's settings (App. A.4):
  * the cheetah with them (HumanoidBench's VecNormalize), the reach family without (MetaWorld). Spectral plasticity (Eq. 7): the exact eNTK effective rank of the actor mean
- * projected on a fixed unit direction, on a fixed held-out batch of --states observations collected
- * by the greedy policy of dense PPO trained from scratch on a task left out of the sequence (the
- * paper's "Stair" policy), reused across checkpoints and methods; each policy sees them through its
- * own observation normaliser. The effective rank of SPHERE's feature Gram (Fig. 7) is kept beside it.
+ * projected on a fixed unit direction, on a fixed held-out batch of --states observations of a task
+ * left out of the sequence, reused across checkpoints and methods: on the cheetah collected by the
+ * greedy policy of dense PPO trained from scratch on that task (the paper's "Stair" policy), on the
+ * reach by uniformly random actions (sp_family.heldout: that policy's reach states are one state);
+ * each policy sees them through its own observation normaliser. The effective rank of SPHERE's feature Gram (Fig. 7) is kept beside it.
  *
  * Families (the sequences share the model and spaces and differ in reward):
  *   cheetah  mujoco/cheetah-run, -run-backward, -jump; held out: -flip          score: return
