@@ -292,3 +292,51 @@ Test(conv_packed, a_backward_after_a_direct_forward_gives_the_training_bits) {
     free(x), free(y[0]), free(y[1]), free(g[0]), free(g[1]);
     sm_model_free(m);
 }
+
+/* The ReLU stored by the tiles (sm_conv2d_forward_ex, sm_conv2d_forward_direct_ex: the activation in
+ * the forward's epilogue, not a pass of its own) must give sm_act_forward's bits on the forward's
+ * output: on the packed, direct and OpenBLAS paths, every ISA, with and without a bias, and with a
+ * NaN weight (its channel's outputs are NaN, their ReLU 0 as sm_act_forward's x > 0 ? x : 0). The
+ * pre-activation must be the plain forward's, and the direct forward may skip it. */
+Test(conv_packed, the_relu_in_the_epilogue_gives_the_activation_bits) {
+    const shape kRelu[] = {
+        {32, 4, 10, 10, 16, 3, 1, 0}, /* MinAtar: packed and direct */
+        {2, 5, 9, 9, 48, 2, 1, 0},    /* 16-row and 6-row tiles */
+        {2, 3, 8, 8, 16, 3, 2, 1},    /* stride 2, padded: packed, not direct */
+        {2, 3, 9, 9, 16, 3, 1, 1},    /* P = 81: neither (OpenBLAS, then the ReLU) */
+    };
+    for (int isa = SM_ISA_AVX512; isa >= SM_ISA_NONE; isa--) {
+        sm_gemm_tiny_set_isa(isa);
+        for (size_t k = 0; k < sizeof kRelu / sizeof kRelu[0]; k++) {
+            const shape *s = &kRelu[k];
+            const sizes z = sizes_of(s);
+            const size_t ncol = (size_t)s->B * sm_conv2d_col_size(s->C, s->H, s->W, s->K, s->K, s->S, s->P);
+            sm_rng g;
+            sm_rng_seed(&g, 31 + k);
+            float *x = randv(z.nin, &g), *w = randv(z.nw, &g), *b = randv(s->OC, &g);
+            float *out = malloc(sizeof(float) * z.nout), *ref = malloc(sizeof(float) * z.nout), *out2 = malloc(sizeof(float) * z.nout),
+                  *relu = malloc(sizeof(float) * z.nout), *tmp = malloc(sizeof(float) * z.nout), *col = malloc(sizeof(float) * ncol);
+            for (int v = 0; v < 3; v++) {
+                const float *bias = v == 1 ? NULL : b;
+                if (v == 2) w[0] = NAN; /* channel 0's outputs NaN */
+                sm_conv2d_forward(out, col, tmp, x, w, bias, s->B, s->C, s->H, s->W, s->OC, s->K, s->K, s->S, s->P);
+                sm_act_forward(ref, out, z.nout, SM_ACT_RELU);
+                for (size_t i = 0; i < z.nout; i++) out2[i] = relu[i] = -1;
+                sm_conv2d_forward_ex(out2, relu, col, tmp, x, w, bias, s->B, s->C, s->H, s->W, s->OC, s->K, s->K, s->S, s->P);
+                cr_assert(!memcmp(out, out2, sizeof(float) * z.nout), "isa %d shape %zu case %d: the pre-activation differs", isa, k, v);
+                cr_assert(!memcmp(ref, relu, sizeof(float) * z.nout), "isa %d shape %zu case %d: the ReLU differs", isa, k, v);
+                if (v == 2) cr_assert(relu[0] == 0 && isnan(out[0]), "isa %d shape %zu: a NaN's ReLU must be 0", isa, k);
+                if (s->S != 1 || s->P != 0) continue;
+                /* the direct forward (its plain loops where its tiles do not run: other bits than the packed path's) */
+                sm_conv2d_forward_direct(out2, x, w, bias, s->B, s->C, s->H, s->W, s->OC, s->K, s->K);
+                sm_act_forward(ref, out2, z.nout, SM_ACT_RELU);
+                for (size_t i = 0; i < z.nout; i++) relu[i] = -1;
+                sm_conv2d_forward_direct_ex(NULL, relu, x, w, bias, s->B, s->C, s->H, s->W, s->OC, s->K, s->K);
+                cr_assert(!memcmp(ref, relu, sizeof(float) * z.nout), "isa %d shape %zu case %d: the direct forward's ReLU differs",
+                          isa, k, v);
+            }
+            free(x), free(w), free(b), free(out), free(ref), free(out2), free(relu), free(tmp), free(col);
+        }
+    }
+    sm_gemm_tiny_set_simd(1);
+}

@@ -288,7 +288,7 @@ static void pack_weight(sm_real *restrict wp, const sm_real *restrict weight, in
     }
 }
 
-static void conv_forward_packed(sm_real *out, sm_real *colp, const sm_real *inp, const sm_real *weight,
+static void conv_forward_packed(sm_real *out, sm_real *relu_out, sm_real *colp, const sm_real *inp, const sm_real *weight,
                                 const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW, int stride,
                                 int pad, int OH, int OW) {
     im2col_panels(colp, inp, B, C, H, W, KH, KW, stride, pad, OH, OW);
@@ -304,16 +304,20 @@ static void conv_forward_packed(sm_real *out, sm_real *colp, const sm_real *inp,
 #pragma omp parallel for if ((size_t)NP * 16 * CKK * OC > SM_PAR_MIN) schedule(static)
     for (long t = 0; t < NP; t++) {
         const long n0 = t * 16, b = n0 / P, p0 = n0 % P;
-        sm_real *y = out + (size_t)b * OC * P + p0; /* (OC, 16), rows P apart */
+        const size_t y0 = (size_t)b * OC * P + p0; /* (OC, 16) at out + y0, rows P apart */
+        sm_real *y = out + y0, *yr = relu_out ? relu_out + y0 : NULL;
         const sm_real *Bp = colp + (size_t)t * CKK * 16;
         for (int o = 0; o < OC; o += mrt) {
             const int mr = OC - o < mrt ? OC - o : mrt;
             if (packw)
-                sm_tile16_wp(isa, mr, CKK, wp + (size_t)o * CKK, Bp, NULL, 0, bias ? bias + o : NULL, y + (size_t)o * P, P, 0);
+                sm_tile16_wp(isa, mr, CKK, wp + (size_t)o * CKK, Bp, NULL, 0, bias ? bias + o : NULL, y + (size_t)o * P, P, 0,
+                             yr ? yr + (size_t)o * P : NULL);
             else
                 sm_tile16(isa, mr, CKK, weight + (size_t)o * CKK, CKK, 1, 16, Bp, bias ? bias + o : NULL, y + (size_t)o * P, P,
                           16, 0);
         }
+        for (int o = 0; yr && !packw && o < OC; o++) /* the wide weight's tiles have no ReLU output */
+            for (int j = 0; j < 16; j++) yr[(size_t)o * P + j] = y[(size_t)o * P + j] > 0 ? y[(size_t)o * P + j] : 0;
     }
 }
 
@@ -338,8 +342,8 @@ int sm_conv2d_direct(int C, int H, int W, int OC, int KH, int KW, int stride, in
     return stride == 1 && pad == 0 && direct_shape(C, H, W, OC, KH, KW) && sm_gemm_tiny_simd();
 }
 
-static void conv_forward_direct(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int B,
-                                int C, int H, int W, int OC, int KH, int KW) {
+static void conv_forward_direct(sm_real *out, sm_real *relu_out, const sm_real *inp, const sm_real *weight,
+                                const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW) {
     const int OH = H - KH + 1, OW = W - KW + 1, P = OH * OW, CKK = C * KH * KW;
     const ptrdiff_t bw = OW == 8 ? W : 8; /* the second run of a B row: the next input row, or 8 further */
     int boff[DIRECT_CKK_MAX];
@@ -354,11 +358,12 @@ static void conv_forward_direct(sm_real *out, const sm_real *inp, const sm_real 
 #pragma omp parallel for if ((size_t)NP * 16 * CKK * OC > SM_PAR_MIN) schedule(static)
     for (long t = 0; t < NP; t++) {
         const long n0 = t * 16, b = n0 / P, p0 = n0 % P, i0 = p0 / OW;
-        sm_real *y = out + (size_t)b * OC * P + p0; /* (OC, 16), rows P apart */
+        const size_t y0 = (size_t)b * OC * P + p0; /* (OC, 16) at out + y0, rows P apart */
+        sm_real *y = out ? out + y0 : NULL, *yr = relu_out ? relu_out + y0 : NULL;
         const sm_real *x = inp + (size_t)b * C * H * W + (size_t)i0 * W;
         for (int o = 0; o < OC; o += mrt)
             sm_tile16_wp(isa, OC - o < mrt ? OC - o : mrt, CKK, wp + (size_t)o * CKK, x, boff, bw, bias ? bias + o : NULL,
-                         y + (size_t)o * P, P, 0);
+                         y ? y + (size_t)o * P : NULL, P, 0, yr ? yr + (size_t)o * P : NULL);
     }
 }
 
@@ -390,15 +395,15 @@ static void conv_dweight_packed(sm_real *dweight, sm_real *dtp, const sm_real *d
 /* ---------------------------------------------------------------------------------------------- */
 /* conv2d */
 
-void sm_conv2d_forward(sm_real *out, sm_real *col, sm_real *tmp, const sm_real *inp, const sm_real *weight,
-                       const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW, int stride,
-                       int pad) {
+void sm_conv2d_forward_ex(sm_real *out, sm_real *relu_out, sm_real *col, sm_real *tmp, const sm_real *inp,
+                          const sm_real *weight, const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW,
+                          int stride, int pad) {
     const int OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
     const int P = OH * OW, CKK = C * KH * KW, BP = B * P;
 #ifdef SM_TILE_AVX2
     if (sm_conv2d_packed(OC, OH, OW)) {
         (void)tmp;
-        conv_forward_packed(out, col, inp, weight, bias, B, C, H, W, OC, KH, KW, stride, pad, OH, OW);
+        conv_forward_packed(out, relu_out, col, inp, weight, bias, B, C, H, W, OC, KH, KW, stride, pad, OH, OW);
         return;
     }
 #endif
@@ -420,6 +425,13 @@ void sm_conv2d_forward(sm_real *out, sm_real *col, sm_real *tmp, const sm_real *
                 for (int t = 0; t < P; t++) y[t] = s[t];
             }
         }
+    if (relu_out) sm_act_forward(relu_out, out, n, SM_ACT_RELU);
+}
+
+void sm_conv2d_forward(sm_real *out, sm_real *col, sm_real *tmp, const sm_real *inp, const sm_real *weight,
+                       const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW, int stride,
+                       int pad) {
+    sm_conv2d_forward_ex(out, NULL, col, tmp, inp, weight, bias, B, C, H, W, OC, KH, KW, stride, pad);
 }
 
 #ifndef SM_TILE_AVX2
@@ -448,17 +460,29 @@ static void conv_forward_loops(sm_real *out, const sm_real *inp, const sm_real *
                 }
 }
 
-void sm_conv2d_forward_direct(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int B, int C,
-                              int H, int W, int OC, int KH, int KW) {
+void sm_conv2d_forward_direct_ex(sm_real *out, sm_real *relu_out, const sm_real *inp, const sm_real *weight,
+                                 const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW) {
 #ifdef SM_TILE_AVX2
     /* checked again here: the tiles' stack buffers and in-place reads need the shape (a lowered ISA
      * cap since sm_conv2d_direct is harmless: the AVX2 tile gives the same bits) */
     if (direct_shape(C, H, W, OC, KH, KW) && sm_gemm_tiny_simd()) {
-        conv_forward_direct(out, inp, weight, bias, B, C, H, W, OC, KH, KW);
+        conv_forward_direct(out, relu_out, inp, weight, bias, B, C, H, W, OC, KH, KW);
         return;
     }
 #endif
-    conv_forward_loops(out, inp, weight, bias, B, C, H, W, OC, KH, KW);
+    const size_t n = (size_t)B * OC * (H - KH + 1) * (W - KW + 1);
+    if (out) {
+        conv_forward_loops(out, inp, weight, bias, B, C, H, W, OC, KH, KW);
+        if (relu_out) sm_act_forward(relu_out, out, n, SM_ACT_RELU);
+    } else { /* the ReLU's output alone: the loops write there, then the ReLU in place */
+        conv_forward_loops(relu_out, inp, weight, bias, B, C, H, W, OC, KH, KW);
+        sm_act_forward(relu_out, relu_out, n, SM_ACT_RELU);
+    }
+}
+
+void sm_conv2d_forward_direct(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int B, int C,
+                              int H, int W, int OC, int KH, int KW) {
+    sm_conv2d_forward_direct_ex(out, NULL, inp, weight, bias, B, C, H, W, OC, KH, KW);
 }
 
 void sm_conv2d_columns(sm_real *col, const sm_real *inp, int B, int C, int H, int W, int OC, int KH, int KW, int stride,

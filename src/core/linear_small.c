@@ -79,7 +79,7 @@ SM_INLINE void prefetch_a(int mr, const float *a, ptrdiff_t ars) {
 
 SM_TARGET SM_INLINE void tile(int mr, int full, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc,
                               const float *restrict Bp, const float *radd, float *C, ptrdiff_t ldc, int n, int acc,
-                              int pf, const int *boff, ptrdiff_t bw) {
+                              int pf, const int *boff, ptrdiff_t bw, float *C2) {
     __m256 c0[MR], c1[MR];
     const float *const B0 = Bp; /* gathered rows are found from here */
     _Pragma("GCC unroll 8")
@@ -117,6 +117,11 @@ SM_TARGET SM_INLINE void tile(int mr, int full, int K, const float *A, ptrdiff_t
         float *c = C + r * ldc;
         if (full) {
             if (acc) c0[r] = _mm256_add_ps(_mm256_loadu_ps(c), c0[r]), c1[r] = _mm256_add_ps(_mm256_loadu_ps(c + 8), c1[r]);
+            if (C2) { /* the ReLU's output too: x > 0 ? x : 0 (max returns its second operand, 0, for a NaN) */
+                _mm256_storeu_ps(C2 + r * ldc, _mm256_max_ps(c0[r], _mm256_setzero_ps()));
+                _mm256_storeu_ps(C2 + r * ldc + 8, _mm256_max_ps(c1[r], _mm256_setzero_ps()));
+                if (!C) continue;
+            }
             _mm256_storeu_ps(c, c0[r]);
             _mm256_storeu_ps(c + 8, c1[r]);
         } else {
@@ -133,18 +138,18 @@ SM_TARGET SM_INLINE void tile(int mr, int full, int K, const float *A, ptrdiff_t
     SM_TARGET __attribute__((noinline)) static void tile_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, \
                                                              ptrdiff_t akc, const float *Bp, const float *radd,   \
                                                              float *C, ptrdiff_t ldc, int n, int acc, int pf) {   \
-        if (n == NR) tile(R, 1, K, A, ars, acs, akc, Bp, radd, C, ldc, n, acc, pf, NULL, 0);                     \
-        else tile(R, 0, K, A, ars, acs, akc, Bp, radd, C, ldc, n, acc, pf, NULL, 0);                             \
+        if (n == NR) tile(R, 1, K, A, ars, acs, akc, Bp, radd, C, ldc, n, acc, pf, NULL, 0, NULL);               \
+        else tile(R, 0, K, A, ars, acs, akc, Bp, radd, C, ldc, n, acc, pf, NULL, 0, NULL);                       \
     }                                                                                                             \
     SM_TARGET __attribute__((noinline)) static void tilex_##R(int K, const float *Ap, const float *B, const int *boff, \
                                                               ptrdiff_t bw, const float *radd, float *C, ptrdiff_t ldc, \
-                                                              int acc) {                                              \
-        if (boff) tile(R, 1, K, Ap, 1, R, NR * R, B, radd, C, ldc, NR, acc, 0, boff, bw);                           \
-        else tile(R, 1, K, Ap, 1, R, NR * R, B, radd, C, ldc, NR, acc, 0, NULL, 0);                                 \
+                                                              int acc, float *C2) {                                   \
+        if (boff) tile(R, 1, K, Ap, 1, R, NR * R, B, radd, C, ldc, NR, acc, 0, boff, bw, C2);                       \
+        else tile(R, 1, K, Ap, 1, R, NR * R, B, radd, C, ldc, NR, acc, 0, NULL, 0, C2);                             \
     }                                                                                                             \
     SM_TARGET __attribute__((noinline)) static void tilec_##R(int K, const float *A, ptrdiff_t akc, const float *Bp,  \
                                                               float *C, ptrdiff_t ldc) {                             \
-        tile(R, 1, K, A, NR, 1, akc, Bp, NULL, C, ldc, NR, 0, 0, NULL, 0);                                        \
+        tile(R, 1, K, A, NR, 1, akc, Bp, NULL, C, ldc, NR, 0, 0, NULL, 0, NULL);                                  \
     }
 TILE_FN(1)
 TILE_FN(2)
@@ -155,7 +160,8 @@ TILE_FN(6)
 typedef void (*tile_fn)(int, const float *, ptrdiff_t, ptrdiff_t, ptrdiff_t, const float *, const float *, float *,
                         ptrdiff_t, int, int, int);
 static const tile_fn k_tile[MR + 1] = {0, tile_1, tile_2, tile_3, tile_4, tile_5, tile_6};
-typedef void (*tilex_fn)(int, const float *, const float *, const int *, ptrdiff_t, const float *, float *, ptrdiff_t, int);
+typedef void (*tilex_fn)(int, const float *, const float *, const int *, ptrdiff_t, const float *, float *, ptrdiff_t, int,
+                         float *);
 static const tilex_fn k_tilex[MR + 1] = {0, tilex_1, tilex_2, tilex_3, tilex_4, tilex_5, tilex_6};
 typedef void (*tilec_fn)(int, const float *, ptrdiff_t, const float *, float *, ptrdiff_t);
 static const tilec_fn k_tilec[MR + 1] = {0, tilec_1, tilec_2, tilec_3, tilec_4, tilec_5, tilec_6};
@@ -173,7 +179,7 @@ static const tilec_fn k_tilec[MR + 1] = {0, tilec_1, tilec_2, tilec_3, tilec_4, 
 #define SM_TARGETZ __attribute__((target("avx512f,avx2,fma")))
 SM_TARGETZ SM_INLINE void tilez(int mr, int np, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc,
                                const float *restrict Bp, ptrdiff_t ps, const float *radd, float *C, ptrdiff_t ldc,
-                               int n, int acc, int pf, const int *boff, ptrdiff_t bw, ptrdiff_t bs) {
+                               int n, int acc, int pf, const int *boff, ptrdiff_t bw, ptrdiff_t bs, float *C2) {
     __m512 c[2][SM_TILE_MR_MAX];
     const float *const B0 = Bp; /* gathered rows are found from here */
     _Pragma("GCC unroll 16")
@@ -209,6 +215,10 @@ SM_TARGETZ SM_INLINE void tilez(int mr, int np, int K, const float *A, ptrdiff_t
         for (int q = 0; q < np; q++) {
             float *cr = C + r * ldc + q * NR;
             if (acc) c[q][r] = _mm512_add_ps(_mm512_maskz_loadu_ps(m, cr), c[q][r]);
+            if (C2) { /* the ReLU's output too: x > 0 ? x : 0 (max returns its second operand, 0, for a NaN) */
+                _mm512_mask_storeu_ps(C2 + r * ldc + q * NR, m, _mm512_max_ps(c[q][r], _mm512_setzero_ps()));
+                if (!C) continue;
+            }
             _mm512_mask_storeu_ps(cr, m, c[q][r]);
         }
 }
@@ -220,30 +230,30 @@ typedef void (*tile2_fn)(int, const float *, ptrdiff_t, ptrdiff_t, const float *
     SM_TARGETZ __attribute__((noinline)) static void tilez_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,   \
                                                                ptrdiff_t akc, const float *Bp, const float *radd,     \
                                                                float *C, ptrdiff_t ldc, int n, int acc, int pf) {     \
-        tilez(R, 1, K, A, ars, acs, akc, Bp, 0, radd, C, ldc, n, acc, pf, NULL, 0, NR);                              \
+        tilez(R, 1, K, A, ars, acs, akc, Bp, 0, radd, C, ldc, n, acc, pf, NULL, 0, NR, NULL);                        \
     }                                                                                                                \
     SM_TARGETZ __attribute__((noinline)) static void tilezx_##R(int K, const float *Ap, const float *B,              \
                                                                 const int *boff, ptrdiff_t bw, const float *radd,      \
-                                                                float *C, ptrdiff_t ldc, int acc) {                    \
-        if (boff) tilez(R, 1, K, Ap, 1, R, NR * R, B, 0, radd, C, ldc, NR, acc, 0, boff, bw, NR);                   \
-        else tilez(R, 1, K, Ap, 1, R, NR * R, B, 0, radd, C, ldc, NR, acc, 0, NULL, 0, NR);                         \
+                                                                float *C, ptrdiff_t ldc, int acc, float *C2) {         \
+        if (boff) tilez(R, 1, K, Ap, 1, R, NR * R, B, 0, radd, C, ldc, NR, acc, 0, boff, bw, NR, C2);               \
+        else tilez(R, 1, K, Ap, 1, R, NR * R, B, 0, radd, C, ldc, NR, acc, 0, NULL, 0, NR, C2);                     \
     }                                                                                                                \
     SM_TARGETZ __attribute__((noinline)) static void tilezc_##R(int K, const float *A, ptrdiff_t akc, const float *Bp, \
                                                                 float *C, ptrdiff_t ldc) {                             \
-        tilez(R, 1, K, A, NR, 1, akc, Bp, 0, NULL, C, ldc, NR, 0, 0, NULL, 0, NR);                                   \
+        tilez(R, 1, K, A, NR, 1, akc, Bp, 0, NULL, C, ldc, NR, 0, 0, NULL, 0, NR, NULL);                             \
     }
 #define TILEZ2_FN(R)                                                                                                 \
     TILEZ_FN(R)                                                                                                      \
     SM_TARGETZ __attribute__((noinline)) static void tilez2_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,  \
                                                                 const float *Bp, ptrdiff_t ps, float *C, ptrdiff_t ldc, \
                                                                 int acc, int pf) {                                     \
-        tilez(R, 2, K, A, ars, acs, NR * acs, Bp, ps, NULL, C, ldc, NR, acc, pf, NULL, 0, NR);                       \
+        tilez(R, 2, K, A, ars, acs, NR * acs, Bp, ps, NULL, C, ldc, NR, acc, pf, NULL, 0, NR, NULL);                 \
     }                                                                                                                \
     SM_TARGETZ __attribute__((noinline)) static void tilezr2_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, \
                                                                  const float *B, ptrdiff_t bs, float *C, ptrdiff_t ldc, \
                                                                  int acc) {                                             \
-        if (acc) tilez(R, 2, K, A, ars, acs, NR * acs, B, NR, NULL, C, ldc, NR, 1, 0, NULL, 0, bs);                    \
-        else tilez(R, 2, K, A, ars, acs, NR * acs, B, NR, NULL, C, ldc, NR, 0, 0, NULL, 0, bs);                        \
+        if (acc) tilez(R, 2, K, A, ars, acs, NR * acs, B, NR, NULL, C, ldc, NR, 1, 0, NULL, 0, bs, NULL);              \
+        else tilez(R, 2, K, A, ars, acs, NR * acs, B, NR, NULL, C, ldc, NR, 0, 0, NULL, 0, bs, NULL);                  \
     }
 TILEZ2_FN(1)
 TILEZ2_FN(2)
@@ -295,8 +305,8 @@ void sm_tile16_panels(int isa, int mr, int K, const float *A, ptrdiff_t akc, con
 }
 
 void sm_tile16_wp(int isa, int mr, int K, const float *Ap, const float *B, const int *boff, ptrdiff_t bw, const float *radd,
-                  float *C, ptrdiff_t ldc, int acc) {
-    if (K > 0) (isa >= SM_ISA_AVX512 ? k_tilezx : k_tilex)[mr](K, Ap, B, boff, bw, radd, C, ldc, acc);
+                  float *C, ptrdiff_t ldc, int acc, float *C2) {
+    if (K > 0) (isa >= SM_ISA_AVX512 ? k_tilezx : k_tilex)[mr](K, Ap, B, boff, bw, radd, C, ldc, acc, C2);
 }
 #endif
 

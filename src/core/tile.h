@@ -51,9 +51,12 @@ void sm_tile16_panels(int isa, int mr, int K, const float *A, ptrdiff_t akc, con
  *   gathered: row k is B[boff[k] + 0..7] followed by B[boff[k] + bw + 0..7], read where it lies -
  *   two output rows of 8 pixels (bw = the input's row length) or one of 16 (bw = 8), the
  *   convolution's direct forward.
- * Per output the same FMA chain as sm_tile16 over the same values: the same bits. */
+ * Per output the same FMA chain as sm_tile16 over the same values: the same bits.
+ * C2 NULL, or a second output (ldc apart as C) that takes the ReLU of the result, x > 0 ? x : 0 (a
+ * NaN gives 0, as sm_act_forward): the convolution's activation in its epilogue instead of a pass
+ * of its own; with C2 given C may be NULL (acc 0), and only the ReLU is written. */
 void sm_tile16_wp(int isa, int mr, int K, const float *Ap, const float *B, const int *boff, ptrdiff_t bw, const float *radd,
-                  float *C, ptrdiff_t ldc, int acc);
+                  float *C, ptrdiff_t ldc, int acc, float *C2);
 
 /* dst[k * 16 + i] = src[i * ld + k] for i, k in [0, 8): an 8 x 8 block transposed in registers into
  * rows 16 floats apart (a panel's layout). */

@@ -31,6 +31,7 @@ typedef struct {
     int ws_rows;          /* this many rows */
     int *idx;             /* (N, W) max-pool argmax */
     int col_ok;           /* conv: col holds the last forward's columns (a direct forward writes none) */
+    int pre_ok;           /* conv: pre holds the last forward's pre-activation (a direct ReLU forward writes none) */
 } leaf;
 
 static int rows(const sm_module *m, int B) { return B * m->in.rows; }
@@ -245,21 +246,33 @@ static void conv_reserve(sm_module *m, int B, sm_arena *a) {
  * shape allows, the forward is direct - no im2col, the same bits (sm_conv2d_forward_direct) - and a
  * backward that follows after all makes the columns from its input. In training the forward writes
  * them: measured on the MinAtar DQN (`dqn_update`, Zen 5), the direct forward saves 11 us of the
- * packed one's 91, and columns made in the backward cost 17. */
+ * packed one's 91, and columns made in the backward cost 17.
+ * A ReLU layer's activation is stored by the forward's register tiles with its output (the `_ex`
+ * forwards), not by a pass of its own; out of training only the activation is written, and a
+ * backward that follows after all runs the forward again for the pre-activation (and columns). */
 static void conv_forward(sm_module *m, sm_real *out, const sm_real *in, int B, const sm_ctx *ctx) {
     leaf *l = (leaf *)m;
     const sm_real *w = sm_ctx_data(ctx, l->ip[0]), *b = sm_ctx_data(ctx, l->ip[1]);
+    /* a ReLU layer's activation is stored by the forward's tiles as they store pre (sm_conv2d_forward_ex) */
+    sm_real *relu = l->act == SM_ACT_RELU ? out : NULL;
     if (!ctx->train && sm_conv2d_direct(m->in.c, m->in.h, m->in.w, l->width, l->k, l->k, l->s, l->p)) {
-        sm_conv2d_forward_direct(l->pre, in, w, b, B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k);
-        l->col_ok = 0;
+        /* no backward is expected: with the ReLU, only its output */
+        sm_conv2d_forward_direct_ex(relu ? NULL : l->pre, relu, in, w, b, B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k);
+        l->col_ok = 0, l->pre_ok = !relu;
     } else {
-        sm_conv2d_forward(l->pre, l->col, l->tmp, in, w, b, B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k, l->s, l->p);
-        l->col_ok = 1;
+        sm_conv2d_forward_ex(l->pre, relu, l->col, l->tmp, in, w, b, B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k, l->s,
+                             l->p);
+        l->col_ok = 1, l->pre_ok = 1;
     }
-    sm_act_forward(out, l->pre, (size_t)B * fout(m), l->act);
+    if (!relu) sm_act_forward(out, l->pre, (size_t)B * fout(m), l->act);
 }
 static void conv_backward(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx) {
     leaf *l = (leaf *)m;
+    if (!l->pre_ok) { /* after a direct ReLU forward: the forward again, with its columns */
+        sm_conv2d_forward(l->pre, l->col, l->tmp, in, sm_ctx_data(ctx, l->ip[0]), sm_ctx_data(ctx, l->ip[1]), B, m->in.c,
+                          m->in.h, m->in.w, l->width, l->k, l->k, l->s, l->p);
+        l->col_ok = 1, l->pre_ok = 1;
+    }
     if (!l->col_ok && sm_ctx_grad(ctx, l->ip[0])) { /* the weight gradient reads the forward's columns */
         sm_conv2d_columns(l->col, in, B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k, l->s, l->p);
         l->col_ok = 1;

@@ -94,6 +94,17 @@ int sm_conv2d_direct(int C, int H, int W, int OC, int KH, int KW, int stride, in
 void sm_conv2d_forward_direct(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int B, int C,
                               int H, int W, int OC, int KH, int KW);
 
+/* The two forwards with a ReLU after them, for a layer whose activation is ReLU: relu_out (B, OC, OH,
+ * OW), when not NULL, is written with out's ReLU, x > 0 ? x : 0 (sm_act_forward's values). Where the
+ * register tiles run (the packed and direct paths) they store it from their registers as they store
+ * out - one pass over the layer's output fewer (BENCHMARKS.md, "DQN on MinAtar"). The direct forward
+ * takes out = NULL when relu_out is given (a forward no backward follows needs no pre-activation). */
+void sm_conv2d_forward_ex(sm_real *out, sm_real *relu_out, sm_real *col, sm_real *tmp, const sm_real *inp,
+                          const sm_real *weight, const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW,
+                          int stride, int pad);
+void sm_conv2d_forward_direct_ex(sm_real *out, sm_real *relu_out, const sm_real *inp, const sm_real *weight,
+                                 const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW);
+
 /* col <- the columns sm_conv2d_forward writes for inp, in its layout (packed or not): what
  * sm_conv2d_backward reads after a direct forward. col: B * sm_conv2d_col_size(...) values. */
 void sm_conv2d_columns(sm_real *col, const sm_real *inp, int B, int C, int H, int W, int OC, int KH, int KW, int stride,
