@@ -9,6 +9,7 @@
  * the packed one must give the same bits when run twice, and the AVX-512 tile the AVX2 tile's bits. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,9 @@ static void close_to(const char *what, const shape *s, size_t i, double got, dou
               what, s->B, s->C, s->H, s->W, s->OC, s->K, s->S, s->P, sm_gemm_tiny_simd(), i, got, ref);
 }
 
+/* 1: run() takes the direct forward and the backward without columns (sm_conv2d_backward_direct) */
+static int g_direct;
+
 /* runs forward + backward; out, dx, dw, db hold the results (dx, dw, db start from dx0, dw0, db0) */
 static void run(const shape *s, const float *x, const float *w, const float *b, const float *dy, const float *dx0,
                 const float *dw0, const float *db0, float *out, float *dx, float *dw, float *db) {
@@ -57,11 +61,18 @@ static void run(const shape *s, const float *x, const float *w, const float *b, 
     const size_t nw = (size_t)s->OC * s->C * s->K * s->K;
     float *col = malloc(sizeof(float) * s->B * ncol), *dcol = malloc(sizeof(float) * ncol), *tmp = malloc(sizeof(float) * nout);
     for (size_t i = 0; i < nout; i++) out[i] = NAN;
-    sm_conv2d_forward(out, col, tmp, x, w, b, s->B, s->C, s->H, s->W, s->OC, s->K, s->K, s->S, s->P);
     memcpy(dx, dx0, sizeof(float) * nin);
     memcpy(dw, dw0, sizeof(float) * nw);
     memcpy(db, db0, sizeof(float) * s->OC);
-    sm_conv2d_backward(dx, dw, db, dcol, tmp, dy, col, w, s->B, s->C, s->H, s->W, s->OC, s->K, s->K, s->S, s->P);
+    if (g_direct) {
+        cr_assert(s->S == 1 && s->P == 0);
+        for (size_t i = 0; i < ncol; i++) dcol[i] = NAN; /* scratch of dinp's GEMM only */
+        sm_conv2d_forward_direct(out, x, w, b, s->B, s->C, s->H, s->W, s->OC, s->K, s->K);
+        sm_conv2d_backward_direct(dx, dw, db, dcol, dy, x, w, s->B, s->C, s->H, s->W, s->OC, s->K, s->K);
+    } else {
+        sm_conv2d_forward(out, col, tmp, x, w, b, s->B, s->C, s->H, s->W, s->OC, s->K, s->K, s->S, s->P);
+        sm_conv2d_backward(dx, dw, db, dcol, tmp, dy, col, w, s->B, s->C, s->H, s->W, s->OC, s->K, s->K, s->S, s->P);
+    }
     free(col);
     free(dcol);
     free(tmp);
@@ -339,4 +350,38 @@ Test(conv_packed, the_relu_in_the_epilogue_gives_the_activation_bits) {
         }
     }
     sm_gemm_tiny_set_simd(1);
+}
+
+/* The backward without columns (sm_conv2d_backward_direct: the weight gradient with lanes over 16
+ * output pixels, read from the input where it lies, on an AVX-512 CPU; plain loops elsewhere) after
+ * the direct forward, against the double reference on the direct shapes, every ISA; and its bits do
+ * not depend on the thread count. */
+Test(conv_packed, the_backward_without_columns_matches_the_reference) {
+    cr_assert_eq(sm_conv2d_dweight_direct(4, 10, 10, 16, 3, 3, 1, 0), sm_gemm_tiny_isa() >= SM_ISA_AVX512,
+                 "MinAtar's layer must take the direct weight gradient on AVX-512");
+    cr_assert(!sm_conv2d_dweight_direct(4, 10, 10, 16, 3, 3, 1, 1) && !sm_conv2d_dweight_direct(4, 12, 12, 16, 3, 3, 1, 0));
+    g_direct = 1;
+    for (int isa = SM_ISA_AVX512; isa >= SM_ISA_NONE; isa--) {
+        sm_gemm_tiny_set_isa(isa);
+        for (size_t k = 0; k < sizeof kDirect / sizeof kDirect[0]; k++) {
+            const shape *s = &kDirect[k];
+            const sizes z = sizes_of(s);
+            check(s, s->OC % 16 == 0 && (z.OH * z.OW) % 16 == 0);
+        }
+    }
+    g_direct = 0;
+    sm_gemm_tiny_set_simd(1);
+    const shape *s = &kDirect[0]; /* MinAtar's, 32 images: large enough to split over threads */
+    const sizes z = sizes_of(s);
+    sm_rng g;
+    sm_rng_seed(&g, 41);
+    float *x = randv(z.nin, &g), *w = randv(z.nw, &g), *dy = randv(z.nout, &g), *dw[2];
+    for (int t = 0; t < 2; t++) {
+        omp_set_num_threads(t + 1);
+        dw[t] = calloc(z.nw, sizeof(float));
+        sm_conv2d_backward_direct(NULL, dw[t], NULL, NULL, dy, x, w, s->B, s->C, s->H, s->W, s->OC, s->K, s->K);
+    }
+    omp_set_num_threads(omp_get_num_procs());
+    cr_assert(!memcmp(dw[0], dw[1], sizeof(float) * z.nw), "1 and 2 threads gave other bits");
+    free(x), free(w), free(dy), free(dw[0]), free(dw[1]);
 }

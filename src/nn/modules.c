@@ -247,9 +247,12 @@ static void conv_reserve(sm_module *m, int B, sm_arena *a) {
  * backward that follows after all makes the columns from its input. In training the forward writes
  * them: measured on the MinAtar DQN (`dqn_update`, Zen 5), the direct forward saves 11 us of the
  * packed one's 91, and columns made in the backward cost 17.
+ * Where the direct weight gradient runs (sm_conv2d_dweight_direct: those shapes on an AVX-512 CPU)
+ * the training forward is direct too, and neither pass writes columns: measured on the MinAtar DQN,
+ * BENCHMARKS.md "DQN on MinAtar".
  * A ReLU layer's activation is stored by the forward's register tiles with its output (the `_ex`
  * forwards), not by a pass of its own; out of training only the activation is written, and a
- * backward that follows after all runs the forward again for the pre-activation (and columns). */
+ * backward that follows after all runs the direct forward again for the pre-activation. */
 static void conv_forward(sm_module *m, sm_real *out, const sm_real *in, int B, const sm_ctx *ctx) {
     leaf *l = (leaf *)m;
     const sm_real *w = sm_ctx_data(ctx, l->ip[0]), *b = sm_ctx_data(ctx, l->ip[1]);
@@ -259,6 +262,10 @@ static void conv_forward(sm_module *m, sm_real *out, const sm_real *in, int B, c
         /* no backward is expected: with the ReLU, only its output */
         sm_conv2d_forward_direct_ex(relu ? NULL : l->pre, relu, in, w, b, B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k);
         l->col_ok = 0, l->pre_ok = !relu;
+    } else if (sm_conv2d_dweight_direct(m->in.c, m->in.h, m->in.w, l->width, l->k, l->k, l->s, l->p)) {
+        /* training, and the backward's weight gradient needs no columns either */
+        sm_conv2d_forward_direct_ex(l->pre, relu, in, w, b, B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k);
+        l->col_ok = 0, l->pre_ok = 1;
     } else {
         sm_conv2d_forward_ex(l->pre, relu, l->col, l->tmp, in, w, b, B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k, l->s,
                              l->p);
@@ -268,10 +275,16 @@ static void conv_forward(sm_module *m, sm_real *out, const sm_real *in, int B, c
 }
 static void conv_backward(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx) {
     leaf *l = (leaf *)m;
-    if (!l->pre_ok) { /* after a direct ReLU forward: the forward again, with its columns */
-        sm_conv2d_forward(l->pre, l->col, l->tmp, in, sm_ctx_data(ctx, l->ip[0]), sm_ctx_data(ctx, l->ip[1]), B, m->in.c,
-                          m->in.h, m->in.w, l->width, l->k, l->k, l->s, l->p);
-        l->col_ok = 1, l->pre_ok = 1;
+    if (!l->pre_ok) { /* after a direct ReLU forward: the forward again for the pre-activation */
+        sm_conv2d_forward_direct(l->pre, in, sm_ctx_data(ctx, l->ip[0]), sm_ctx_data(ctx, l->ip[1]), B, m->in.c, m->in.h,
+                                 m->in.w, l->width, l->k, l->k);
+        l->pre_ok = 1;
+    }
+    if (!l->col_ok && sm_conv2d_dweight_direct(m->in.c, m->in.h, m->in.w, l->width, l->k, l->k, l->s, l->p)) {
+        sm_act_backward_set(l->dpre, dout, l->pre, (size_t)B * fout(m), l->act);
+        sm_conv2d_backward_direct(din, sm_ctx_grad(ctx, l->ip[0]), sm_ctx_grad(ctx, l->ip[1]), l->dcol, l->dpre, in,
+                                  sm_ctx_data(ctx, l->ip[0]), B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k);
+        return;
     }
     if (!l->col_ok && sm_ctx_grad(ctx, l->ip[0])) { /* the weight gradient reads the forward's columns */
         sm_conv2d_columns(l->col, in, B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k, l->s, l->p);

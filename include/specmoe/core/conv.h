@@ -94,6 +94,18 @@ int sm_conv2d_direct(int C, int H, int W, int OC, int KH, int KW, int stride, in
 void sm_conv2d_forward_direct(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int B, int C,
                               int H, int W, int OC, int KH, int KW);
 
+/* The backward of a direct forward without its columns (stride 1, no padding):
+ *   dweight (OC, C, KH, KW) += the weight gradient, by a kernel that reads inp where it lies (lanes over
+ *                             16 output pixels; src/core/conv.c, "The direct weight gradient") where
+ *                             sm_conv2d_dweight_direct(C, H, W, OC, KH, KW, 1, 0) says so - the direct
+ *                             forward's shapes on an AVX-512 CPU - else by plain loops (slow); the same
+ *                             sums as sm_conv2d_backward's in another order (the last bits differ)
+ *   dbias, dinp, dcol       as sm_conv2d_backward's (dinp and dbias may be NULL; dcol unused when dinp is)
+ * No columns and no tmp: a training forward that is direct needs neither. */
+int sm_conv2d_dweight_direct(int C, int H, int W, int OC, int KH, int KW, int stride, int pad);
+void sm_conv2d_backward_direct(sm_real *dinp, sm_real *dweight, sm_real *dbias, sm_real *dcol, const sm_real *dout,
+                               const sm_real *inp, const sm_real *weight, int B, int C, int H, int W, int OC, int KH, int KW);
+
 /* The two forwards with a ReLU after them, for a layer whose activation is ReLU: relu_out (B, OC, OH,
  * OW), when not NULL, is written with out's ReLU, x > 0 ? x : 0 (sm_act_forward's values). Where the
  * register tiles run (the packed and direct paths) they store it from their registers as they store
