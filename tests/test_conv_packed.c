@@ -315,6 +315,7 @@ Test(conv_packed, the_relu_in_the_epilogue_gives_the_activation_bits) {
         {2, 5, 9, 9, 48, 2, 1, 0},    /* 16-row and 6-row tiles */
         {2, 3, 8, 8, 16, 3, 2, 1},    /* stride 2, padded: packed, not direct */
         {2, 3, 9, 9, 16, 3, 1, 1},    /* P = 81: neither (OpenBLAS, then the ReLU) */
+        {2, 64, 10, 10, 32, 3, 1, 0}, /* OC*C*K*K = 18432: the weight read as stored, the ReLU a loop after the tiles */
     };
     for (int isa = SM_ISA_AVX512; isa >= SM_ISA_NONE; isa--) {
         sm_gemm_tiny_set_isa(isa);

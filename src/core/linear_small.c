@@ -114,7 +114,7 @@ SM_TARGET SM_INLINE void tile(int mr, int full, int K, const float *A, ptrdiff_t
         }
     _Pragma("GCC unroll 8")
     for (int r = 0; r < mr; r++) {
-        float *c = C + r * ldc;
+        float *c = C ? C + r * ldc : NULL; /* C is NULL only with C2 given (and acc 0) */
         if (full) {
             if (acc) c0[r] = _mm256_add_ps(_mm256_loadu_ps(c), c0[r]), c1[r] = _mm256_add_ps(_mm256_loadu_ps(c + 8), c1[r]);
             if (C2) { /* the ReLU's output too: x > 0 ? x : 0 (max returns its second operand, 0, for a NaN) */
@@ -213,7 +213,7 @@ SM_TARGETZ SM_INLINE void tilez(int mr, int np, int K, const float *A, ptrdiff_t
     _Pragma("GCC unroll 16")
     for (int r = 0; r < mr; r++)
         for (int q = 0; q < np; q++) {
-            float *cr = C + r * ldc + q * NR;
+            float *cr = C ? C + r * ldc + q * NR : NULL; /* C is NULL only with C2 given (and acc 0) */
             if (acc) c[q][r] = _mm512_add_ps(_mm512_maskz_loadu_ps(m, cr), c[q][r]);
             if (C2) { /* the ReLU's output too: x > 0 ? x : 0 (max returns its second operand, 0, for a NaN) */
                 _mm512_mask_storeu_ps(C2 + r * ldc + q * NR, m, _mm512_max_ps(c[q][r], _mm512_setzero_ps()));

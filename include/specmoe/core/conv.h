@@ -85,22 +85,25 @@ int sm_conv2d_packed(int OC, int OH, int OW);
 
 /* The direct forward, stride 1 and no padding: out exactly as sm_conv2d_forward computes it (the
  * same bits), without the columns - the register tile reads each 16-pixel block of B straight from
- * inp. For a forward no backward follows (a target network, an agent acting), or whose backward is
- * preceded by sm_conv2d_columns. Fast where sm_conv2d_direct(C, H, W, OC, KH, KW, 1, 0) says so: the
- * packed path's sizes with OW = 8 or 16, C*KH*KW <= 4096 and OC*C*KH*KW <= 16384 (MinAtar's 3 x 3
- * convolution on 10 x 10 inputs); on any other stride-1, unpadded shape it computes the same outputs
+ * inp. For a forward no backward follows (a target network, an agent acting), one whose backward is
+ * preceded by sm_conv2d_columns, or one whose backward is sm_conv2d_backward_direct (which needs no
+ * columns). Fast where sm_conv2d_direct(C, H, W, OC, KH, KW, 1, 0) says so: the packed path's sizes
+ * with OW = 8 or 16, C*KH*KW <= 4096 and OC*C*KH*KW <= 16384 (MinAtar's 3 x 3 convolution on 10 x 10
+ * inputs); on any other stride-1, unpadded shape it computes the same outputs
  * by plain loops (slow, and not the packed path's bits). */
 int sm_conv2d_direct(int C, int H, int W, int OC, int KH, int KW, int stride, int pad);
 void sm_conv2d_forward_direct(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int B, int C,
                               int H, int W, int OC, int KH, int KW);
 
 /* The backward of a direct forward without its columns (stride 1, no padding):
- *   dweight (OC, C, KH, KW) += the weight gradient, by a kernel that reads inp where it lies (lanes over
- *                             16 output pixels; src/core/conv.c, "The direct weight gradient") where
- *                             sm_conv2d_dweight_direct(C, H, W, OC, KH, KW, 1, 0) says so - the direct
- *                             forward's shapes on an AVX-512 CPU - else by plain loops (slow); the same
- *                             sums as sm_conv2d_backward's in another order (the last bits differ)
- *   dbias, dinp, dcol       as sm_conv2d_backward's (dinp and dbias may be NULL; dcol unused when dinp is)
+ *   dweight (OC, C, KH, KW) += the weight gradient (may be NULL), by a kernel that reads inp where it
+ *                             lies (lanes over 16 output pixels; src/core/conv.c, "The direct weight
+ *                             gradient") where sm_conv2d_dweight_direct(C, H, W, OC, KH, KW, 1, 0) says
+ *                             so - the direct forward's shapes with the instruction set
+ *                             (sm_gemm_tiny_isa) at AVX-512 - else by plain loops (slow); the same sums
+ *                             as sm_conv2d_backward's in another order (the last bits differ)
+ *   dbias, dinp, dcol       as sm_conv2d_backward's (dinp and dbias may be NULL; dcol is unused when
+ *                             dinp is NULL)
  * No columns and no tmp: a training forward that is direct needs neither. */
 int sm_conv2d_dweight_direct(int C, int H, int W, int OC, int KH, int KW, int stride, int pad);
 void sm_conv2d_backward_direct(sm_real *dinp, sm_real *dweight, sm_real *dbias, sm_real *dcol, const sm_real *dout,
@@ -108,9 +111,11 @@ void sm_conv2d_backward_direct(sm_real *dinp, sm_real *dweight, sm_real *dbias, 
 
 /* The two forwards with a ReLU after them, for a layer whose activation is ReLU: relu_out (B, OC, OH,
  * OW), when not NULL, is written with out's ReLU, x > 0 ? x : 0 (sm_act_forward's values). Where the
- * register tiles run (the packed and direct paths) they store it from their registers as they store
- * out - one pass over the layer's output fewer (BENCHMARKS.md, "DQN on MinAtar"). The direct forward
- * takes out = NULL when relu_out is given (a forward no backward follows needs no pre-activation). */
+ * register tiles run (the packed and direct paths, with the weight packed: OC*C*KH*KW <= 16384) they
+ * store it from their registers as they store out - one pass over the layer's output fewer
+ * (BENCHMARKS.md, "DQN on MinAtar"); elsewhere it is a pass after the forward. relu_out must not be
+ * out. sm_conv2d_forward_ex needs out; the direct forward takes out = NULL when relu_out is given (a
+ * forward no backward follows needs no pre-activation), but not both NULL. */
 void sm_conv2d_forward_ex(sm_real *out, sm_real *relu_out, sm_real *col, sm_real *tmp, const sm_real *inp,
                           const sm_real *weight, const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW,
                           int stride, int pad);
