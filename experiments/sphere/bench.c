@@ -381,11 +381,10 @@ static int run_all(sp_run *runs, int n, int jobs) {
 
 /* ---- evaluation ------------------------------------------------------------------------------ */
 
-/* N observations of the greedy policy of ckpt on env: 8 environments, every stride steps (spread
- * evenly over the first episode), written to states (N, D). */
-/* N states of the held-out task env: 8 environments (seed 77) stepped through their first
- * episode, every `stride` steps recorded. Actions: the greedy policy of checkpoint ckpt, or with
- * random = 1 uniform in the action box (a fixed RNG stream; ckpt unused). */
+/* N states of the held-out task env, written to states (N, D): 8 environments (seed 77) stepped
+ * through their first episode, every `stride` steps recorded (spread evenly over it). Actions: the
+ * greedy policy of checkpoint ckpt, or with random = 1 uniform in the action box (a fixed RNG
+ * stream; ckpt unused). */
 static sm_status collect_states(const char *ckpt, int random, const char *env, int N, float *states, sm_error *err) {
     sm_policy *p = NULL;
     if (!random) {

@@ -350,15 +350,21 @@ int sm_conv2d_dweight_direct(int C, int H, int W, int OC, int KH, int KW, int st
     return sm_conv2d_direct(C, H, W, OC, KH, KW, stride, pad) && sm_gemm_tiny_isa() >= SM_ISA_AVX512;
 }
 
+/* boff[r] = the offset in an image of row r = (c, p, q) of a panel's im2col block from the panel's
+ * first input pixel: (c H + p) W + q (the direct forward's and weight gradient's gathered rows) */
+static void direct_offsets(int *boff, int C, int H, int W, int KH, int KW) {
+    for (int r = 0; r < C * KH * KW; r++) {
+        const int c = r / (KH * KW), p = (r / KW) % KH, q = r % KW;
+        boff[r] = (c * H + p) * W + q;
+    }
+}
+
 static void conv_forward_direct(sm_real *out, sm_real *relu_out, const sm_real *inp, const sm_real *weight,
                                 const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW) {
     const int OH = H - KH + 1, OW = W - KW + 1, P = OH * OW, CKK = C * KH * KW;
     const ptrdiff_t bw = OW == 8 ? W : 8; /* the second run of a B row: the next input row, or 8 further */
     int boff[DIRECT_CKK_MAX];
-    for (int r = 0; r < CKK; r++) {
-        const int c = r / (KH * KW), p = (r / KW) % KH, q = r % KW;
-        boff[r] = (c * H + p) * W + q;
-    }
+    direct_offsets(boff, C, H, W, KH, KW);
     const long NP = (long)B * P / 16;
     const int isa = sm_gemm_tiny_isa(), mrt = sm_tile_rows_max(isa); /* read once: every tile of the call agrees */
     sm_real wp[WP_MAX];
@@ -428,10 +434,7 @@ static void conv_dweight_direct(sm_real *dweight, const sm_real *dout, const sm_
                                 int KH, int KW) {
     const int OH = H - KH + 1, OW = W - KW + 1, P = OH * OW, CKK = C * KH * KW, img = C * H * W;
     int boff[DIRECT_CKK_MAX];
-    for (int r = 0; r < CKK; r++) {
-        const int c = r / (KH * KW), p = (r / KW) % KH, q = r % KW;
-        boff[r] = (c * H + p) * W + q;
-    }
+    direct_offsets(boff, C, H, W, KH, KW);
     const int nrb = (CKK + DW_TR - 1) / DW_TR, nob = OC / DW_TO;
 #pragma omp parallel for if ((size_t)B * P * CKK * OC > SM_PAR_MIN) schedule(static)
     for (int w = 0; w < nob * nrb; w++) {

@@ -277,11 +277,11 @@ void sm_optim_step(sm_optim *o, sm_params *ps, double lr) {
     if (c->kind == SM_OPT_ADAM || c->kind == SM_OPT_ADAMW) adam_all(o, ps, lr, bc1, bc2);
 }
 
-/* sum of g[j]^2 in double, in eight interleaved partial sums (a single running sum is a chain of
- * dependent adds: for PPO's 1.7M-parameter MoE actor it took a fifth of the update) */
-/* the sum of squares in eight double lanes (lane l takes j = l mod 8), added pairwise at the end.
- * Built per ISA as the spans above: each lane's additions keep their order in every version, so
- * all give the same bits; the baseline build's SSE2 loop took 4.6% of a PPO run on the reach. */
+/* sum of g[j]^2 in double, in eight interleaved partial sums (lane l takes j = l mod 8), added
+ * pairwise at the end (a single running sum is a chain of dependent adds: for PPO's 1.7M-parameter
+ * MoE actor it took a fifth of the update). Built per ISA as the spans above: each lane's additions
+ * keep their order in every version, so all give the same bits; the baseline build's SSE2 loop took
+ * 4.6% of a PPO run on the reach. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif

@@ -275,24 +275,23 @@ static void conv_forward(sm_module *m, sm_real *out, const sm_real *in, int B, c
 }
 static void conv_backward(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx) {
     leaf *l = (leaf *)m;
+    const sm_real *w = sm_ctx_data(ctx, l->ip[0]);
+    sm_real *dw = sm_ctx_grad(ctx, l->ip[0]), *db = sm_ctx_grad(ctx, l->ip[1]);
     if (!l->pre_ok) { /* after a direct ReLU forward: the forward again for the pre-activation */
-        sm_conv2d_forward_direct(l->pre, in, sm_ctx_data(ctx, l->ip[0]), sm_ctx_data(ctx, l->ip[1]), B, m->in.c, m->in.h,
-                                 m->in.w, l->width, l->k, l->k);
+        sm_conv2d_forward_direct(l->pre, in, w, sm_ctx_data(ctx, l->ip[1]), B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k);
         l->pre_ok = 1;
     }
+    sm_act_backward_set(l->dpre, dout, l->pre, (size_t)B * fout(m), l->act);
     if (!l->col_ok && sm_conv2d_dweight_direct(m->in.c, m->in.h, m->in.w, l->width, l->k, l->k, l->s, l->p)) {
-        sm_act_backward_set(l->dpre, dout, l->pre, (size_t)B * fout(m), l->act);
-        sm_conv2d_backward_direct(din, sm_ctx_grad(ctx, l->ip[0]), sm_ctx_grad(ctx, l->ip[1]), l->dcol, l->dpre, in,
-                                  sm_ctx_data(ctx, l->ip[0]), B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k);
+        sm_conv2d_backward_direct(din, dw, db, l->dcol, l->dpre, in, w, B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k);
         return;
     }
-    if (!l->col_ok && sm_ctx_grad(ctx, l->ip[0])) { /* the weight gradient reads the forward's columns */
+    if (!l->col_ok && dw) { /* the weight gradient reads the forward's columns */
         sm_conv2d_columns(l->col, in, B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k, l->s, l->p);
         l->col_ok = 1;
     }
-    sm_act_backward_set(l->dpre, dout, l->pre, (size_t)B * fout(m), l->act);
-    sm_conv2d_backward(din, sm_ctx_grad(ctx, l->ip[0]), sm_ctx_grad(ctx, l->ip[1]), l->dcol, l->tmp, l->dpre, l->col,
-                       sm_ctx_data(ctx, l->ip[0]), B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k, l->s, l->p);
+    sm_conv2d_backward(din, dw, db, l->dcol, l->tmp, l->dpre, l->col, w, B, m->in.c, m->in.h, m->in.w, l->width, l->k, l->k,
+                       l->s, l->p);
 }
 static void kernel_json(const sm_module *m, cJSON *o) {
     const leaf *l = (const leaf *)m;
