@@ -292,6 +292,39 @@ static void pack_weight(sm_real *restrict wp, const sm_real *restrict weight, in
     }
 }
 
+/* One forward's panels, for sm_par_for: panel t is output pixels 16 t .. 16 t + 15 of the batch
+ * (cols: the packed path's im2col panels; x, boff, bw: the direct path's input where it lies). */
+typedef struct {
+    sm_real *out, *relu_out;
+    const sm_real *cols, *x, *weight, *wp, *bias;
+    const int *boff;
+    ptrdiff_t bw;
+    int isa, mrt, packw, C, H, W, OC, OW, P, CKK;
+} fwd_job;
+
+static void packed_panels(void *arg, long t0, long t1) {
+    const fwd_job *j = arg;
+    const int OC = j->OC, P = j->P, CKK = j->CKK, mrt = j->mrt, isa = j->isa;
+    const sm_real *bias = j->bias;
+    for (long t = t0; t < t1; t++) {
+        const long n0 = t * 16, b = n0 / P, p0 = n0 % P;
+        const size_t y0 = (size_t)b * OC * P + p0; /* (OC, 16) at out + y0, rows P apart */
+        sm_real *y = j->out + y0, *yr = j->relu_out ? j->relu_out + y0 : NULL;
+        const sm_real *Bp = j->cols + (size_t)t * CKK * 16;
+        for (int o = 0; o < OC; o += mrt) {
+            const int mr = OC - o < mrt ? OC - o : mrt;
+            if (j->packw)
+                sm_tile16_wp(isa, mr, CKK, j->wp + (size_t)o * CKK, Bp, NULL, 0, bias ? bias + o : NULL, y + (size_t)o * P, P, 0,
+                             yr ? yr + (size_t)o * P : NULL);
+            else
+                sm_tile16(isa, mr, CKK, j->weight + (size_t)o * CKK, CKK, 1, 16, Bp, bias ? bias + o : NULL, y + (size_t)o * P,
+                          P, 16, 0);
+        }
+        for (int o = 0; yr && !j->packw && o < OC; o++) /* the wide weight's tiles have no ReLU output */
+            for (int i = 0; i < 16; i++) yr[(size_t)o * P + i] = y[(size_t)o * P + i] > 0 ? y[(size_t)o * P + i] : 0;
+    }
+}
+
 static void conv_forward_packed(sm_real *out, sm_real *relu_out, sm_real *colp, const sm_real *inp, const sm_real *weight,
                                 const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW, int stride,
                                 int pad, int OH, int OW) {
@@ -305,24 +338,9 @@ static void conv_forward_packed(sm_real *out, sm_real *relu_out, sm_real *colp, 
     const int packw = (long)OC * CKK <= WP_MAX; /* else the weight as stored, 6 or 12 rows a tile */
     if (packw) pack_weight(wp, weight, OC, CKK, mrt);
     else mrt = sm_tile_rows(isa);
-#pragma omp parallel for if ((size_t)NP * 16 * CKK * OC > SM_PAR_MIN) schedule(static)
-    for (long t = 0; t < NP; t++) {
-        const long n0 = t * 16, b = n0 / P, p0 = n0 % P;
-        const size_t y0 = (size_t)b * OC * P + p0; /* (OC, 16) at out + y0, rows P apart */
-        sm_real *y = out + y0, *yr = relu_out ? relu_out + y0 : NULL;
-        const sm_real *Bp = colp + (size_t)t * CKK * 16;
-        for (int o = 0; o < OC; o += mrt) {
-            const int mr = OC - o < mrt ? OC - o : mrt;
-            if (packw)
-                sm_tile16_wp(isa, mr, CKK, wp + (size_t)o * CKK, Bp, NULL, 0, bias ? bias + o : NULL, y + (size_t)o * P, P, 0,
-                             yr ? yr + (size_t)o * P : NULL);
-            else
-                sm_tile16(isa, mr, CKK, weight + (size_t)o * CKK, CKK, 1, 16, Bp, bias ? bias + o : NULL, y + (size_t)o * P, P,
-                          16, 0);
-        }
-        for (int o = 0; yr && !packw && o < OC; o++) /* the wide weight's tiles have no ReLU output */
-            for (int j = 0; j < 16; j++) yr[(size_t)o * P + j] = y[(size_t)o * P + j] > 0 ? y[(size_t)o * P + j] : 0;
-    }
+    fwd_job j = {.out = out, .relu_out = relu_out, .cols = colp, .weight = weight, .wp = wp, .bias = bias,
+                 .isa = isa, .mrt = mrt, .packw = packw, .OC = OC, .P = P, .CKK = CKK};
+    sm_par_for(sm_par_threads((size_t)NP * 16 * CKK * OC), NP, packed_panels, &j);
 }
 
 /* The direct forward: conv_forward_packed's products with B read where it lies. With stride 1 and
@@ -359,26 +377,33 @@ static void direct_offsets(int *boff, int C, int H, int W, int KH, int KW) {
     }
 }
 
+static void direct_panels(void *arg, long t0, long t1) {
+    const fwd_job *j = arg;
+    const int OC = j->OC, P = j->P, CKK = j->CKK, mrt = j->mrt, OW = j->OW, W = j->W;
+    for (long t = t0; t < t1; t++) {
+        const long n0 = t * 16, b = n0 / P, p0 = n0 % P, i0 = p0 / OW;
+        const size_t y0 = (size_t)b * OC * P + p0; /* (OC, 16) at out + y0, rows P apart */
+        sm_real *y = j->out ? j->out + y0 : NULL, *yr = j->relu_out ? j->relu_out + y0 : NULL;
+        const sm_real *x = j->x + (size_t)b * j->C * j->H * W + (size_t)i0 * W;
+        for (int o = 0; o < OC; o += mrt)
+            sm_tile16_wp(j->isa, OC - o < mrt ? OC - o : mrt, CKK, j->wp + (size_t)o * CKK, x, j->boff, j->bw,
+                         j->bias ? j->bias + o : NULL, y ? y + (size_t)o * P : NULL, P, 0, yr ? yr + (size_t)o * P : NULL);
+    }
+}
+
 static void conv_forward_direct(sm_real *out, sm_real *relu_out, const sm_real *inp, const sm_real *weight,
                                 const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW) {
     const int OH = H - KH + 1, OW = W - KW + 1, P = OH * OW, CKK = C * KH * KW;
-    const ptrdiff_t bw = OW == 8 ? W : 8; /* the second run of a B row: the next input row, or 8 further */
     int boff[DIRECT_CKK_MAX];
     direct_offsets(boff, C, H, W, KH, KW);
     const long NP = (long)B * P / 16;
     const int isa = sm_gemm_tiny_isa(), mrt = sm_tile_rows_max(isa); /* read once: every tile of the call agrees */
     sm_real wp[WP_MAX];
     pack_weight(wp, weight, OC, CKK, mrt);
-#pragma omp parallel for if ((size_t)NP * 16 * CKK * OC > SM_PAR_MIN) schedule(static)
-    for (long t = 0; t < NP; t++) {
-        const long n0 = t * 16, b = n0 / P, p0 = n0 % P, i0 = p0 / OW;
-        const size_t y0 = (size_t)b * OC * P + p0; /* (OC, 16) at out + y0, rows P apart */
-        sm_real *y = out ? out + y0 : NULL, *yr = relu_out ? relu_out + y0 : NULL;
-        const sm_real *x = inp + (size_t)b * C * H * W + (size_t)i0 * W;
-        for (int o = 0; o < OC; o += mrt)
-            sm_tile16_wp(isa, OC - o < mrt ? OC - o : mrt, CKK, wp + (size_t)o * CKK, x, boff, bw, bias ? bias + o : NULL,
-                         y ? y + (size_t)o * P : NULL, P, 0, yr ? yr + (size_t)o * P : NULL);
-    }
+    fwd_job j = {.out = out, .relu_out = relu_out, .x = inp, .wp = wp, .bias = bias, .boff = boff,
+                 .bw = OW == 8 ? W : 8, /* the second run of a B row: the next input row, or 8 further */
+                 .isa = isa, .mrt = mrt, .C = C, .H = H, .W = W, .OC = OC, .OW = OW, .P = P, .CKK = CKK};
+    sm_par_for(sm_par_threads((size_t)NP * 16 * CKK * OC), NP, direct_panels, &j);
 }
 
 /* The direct weight gradient: dweight (OC, CKK) += dout (OC, B*P) @ col^T without the columns, for
@@ -430,19 +455,34 @@ SM_TARGETZ __attribute__((noinline)) static void dw_block1(sm_real *dweight, con
 }
 #undef SM_TARGETZ
 
+typedef struct {
+    sm_real *dweight;
+    const sm_real *dout, *inp;
+    const int *boff;
+    int nrb, B, img, W, OC, CKK, P, OW;
+} dw_job;
+
+/* blocks w of DW_TO output channels x DW_TR rows, (w / nrb, w % nrb) */
+static void dw_blocks(void *arg, long w0, long w1) {
+    const dw_job *j = arg;
+    for (long w = w0; w < w1; w++) {
+        const int o0 = (int)(w / j->nrb) * DW_TO, r0 = (int)(w % j->nrb) * DW_TR;
+        if (r0 + DW_TR <= j->CKK)
+            dw_block6(j->dweight, j->dout, j->inp, j->boff, o0, r0, j->B, j->img, j->W, j->OC, j->CKK, j->P, j->OW);
+        else
+            for (int r = r0; r < j->CKK; r++)
+                dw_block1(j->dweight, j->dout, j->inp, j->boff, o0, r, j->B, j->img, j->W, j->OC, j->CKK, j->P, j->OW);
+    }
+}
+
 static void conv_dweight_direct(sm_real *dweight, const sm_real *dout, const sm_real *inp, int B, int C, int H, int W, int OC,
                                 int KH, int KW) {
-    const int OH = H - KH + 1, OW = W - KW + 1, P = OH * OW, CKK = C * KH * KW, img = C * H * W;
+    const int OH = H - KH + 1, OW = W - KW + 1, P = OH * OW, CKK = C * KH * KW;
     int boff[DIRECT_CKK_MAX];
     direct_offsets(boff, C, H, W, KH, KW);
     const int nrb = (CKK + DW_TR - 1) / DW_TR, nob = OC / DW_TO;
-#pragma omp parallel for if ((size_t)B * P * CKK * OC > SM_PAR_MIN) schedule(static)
-    for (int w = 0; w < nob * nrb; w++) {
-        const int o0 = w / nrb * DW_TO, r0 = w % nrb * DW_TR;
-        if (r0 + DW_TR <= CKK) dw_block6(dweight, dout, inp, boff, o0, r0, B, img, W, OC, CKK, P, OW);
-        else
-            for (int r = r0; r < CKK; r++) dw_block1(dweight, dout, inp, boff, o0, r, B, img, W, OC, CKK, P, OW);
-    }
+    dw_job j = {dweight, dout, inp, boff, nrb, B, C * H * W, W, OC, CKK, P, OW};
+    sm_par_for(sm_par_threads((size_t)B * P * CKK * OC), (long)nob * nrb, dw_blocks, &j);
 }
 
 /* dweight (OC, CKK) += dout (OC, B*P) @ col^T, col as panels; dtp (OC/16, B*P, 16) scratch */

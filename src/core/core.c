@@ -12,6 +12,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 FILE *sm_open_regular(const char *path, size_t *size, sm_error *err) {
     /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever */
@@ -149,4 +152,23 @@ double sm_time_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void sm_par_for(int threads, long n, sm_range_fn f, void *arg) {
+    if (n <= 0) return;
+#ifdef _OPENMP
+    long nt = threads > 0 ? threads : omp_get_max_threads();
+    nt = nt < n ? nt : n;
+    if (nt > 1 && !omp_in_parallel()) {
+#pragma omp parallel num_threads((int)nt)
+        {
+            const long k = omp_get_num_threads(), i = omp_get_thread_num();
+            const long lo = n * i / k, hi = n * (i + 1) / k;
+            if (lo < hi) f(arg, lo, hi);
+        }
+        return;
+    }
+#endif
+    (void)threads;
+    f(arg, 0, n);
 }

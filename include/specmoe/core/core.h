@@ -22,6 +22,18 @@ extern "C" {
 /* below this many values touched, a loop is not worth an OpenMP parallel region */
 #define SM_PAR_MIN 65536
 
+/* f(arg, lo, hi) over [0, n): one contiguous slice per thread (threads: how many, 0 for OpenMP's
+ * default), or one call on the calling thread, without entering OpenMP, when that is one thread, when
+ * n < 2, or inside a parallel region already. An OpenMP region entered with a single thread (an `if`
+ * clause that is false, or OMP_NUM_THREADS=1) still pays libgomp's team set-up and a futex wake at its
+ * end: about 1.3 us on the 2-core VMs, and a MinAtar DQN learning frame entered four of them (the
+ * environment step, two convolution forwards, the weight gradient; BENCHMARKS.md "DQN on MinAtar").
+ * The loops handed to it write disjoint outputs, so how they are sliced never changes a result. */
+typedef void (*sm_range_fn)(void *arg, long lo, long hi);
+void sm_par_for(int threads, long n, sm_range_fn f, void *arg);
+/* sm_par_for's thread count for a loop touching `work` values: 1 up to SM_PAR_MIN, else 0 (all) */
+static inline int sm_par_threads(size_t work) { return work > SM_PAR_MIN ? 0 : 1; }
+
 #ifdef SPECMOE_DOUBLE
 typedef double sm_real;
 #else
