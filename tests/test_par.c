@@ -3,6 +3,8 @@
  * since a one-thread OpenMP region still costs libgomp's team set-up and a futex wake (about 1.3 us
  * on the 2-core VMs; four per MinAtar DQN learning frame before).
  *
+ * sm_par_each: the same rule, one index per call, handed out dynamically.
+ *
  * Run from the repo root: make build/tests/test_par && build/tests/test_par
  */
 #include <criterion/criterion.h>
@@ -94,4 +96,16 @@ Test(par, inside_a_parallel_region_runs_inline) {
     }
     cr_assert_eq(v.calls, 1);
     each_index_once(&v, 50);
+}
+
+Test(par, each_calls_every_index_alone_inline_or_over_threads) {
+    for (int t = 1; t <= 2; t++) {
+        static visit v;
+        memset(&v, 0, sizeof v);
+        sm_par_each(t, 7, count, &v);
+        each_index_once(&v, 7);
+        cr_assert_eq(v.calls, 7, "threads %d: %d calls for 7 items", t, v.calls);
+        if (t == 1)
+            for (int c = 0; c < v.calls; c++) cr_assert_eq(v.level[c], 0, "the one-thread loop entered an OpenMP region");
+    }
 }

@@ -154,21 +154,43 @@ double sm_time_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* the thread count a parallel loop of n items would get, or 1 when it should run inline */
+static long par_threads(int threads, long n) {
+#ifdef _OPENMP
+    const long nt = threads > 0 ? threads : omp_get_max_threads();
+    return nt > 1 && n > 1 && !omp_in_parallel() ? (nt < n ? nt : n) : 1;
+#else
+    (void)threads, (void)n;
+    return 1;
+#endif
+}
+
 void sm_par_for(int threads, long n, sm_range_fn f, void *arg) {
     if (n <= 0) return;
-#ifdef _OPENMP
-    long nt = threads > 0 ? threads : omp_get_max_threads();
-    nt = nt < n ? nt : n;
-    if (nt > 1 && !omp_in_parallel()) {
-#pragma omp parallel num_threads((int)nt)
-        {
-            const long k = omp_get_num_threads(), i = omp_get_thread_num();
-            const long lo = n * i / k, hi = n * (i + 1) / k;
-            if (lo < hi) f(arg, lo, hi);
-        }
+    const long nt = par_threads(threads, n);
+    if (nt == 1) {
+        f(arg, 0, n);
         return;
     }
+#pragma omp parallel num_threads((int)nt)
+    {
+#ifdef _OPENMP
+        const long k = omp_get_num_threads(), i = omp_get_thread_num();
+#else
+        const long k = 1, i = 0;
 #endif
-    (void)threads;
-    f(arg, 0, n);
+        const long lo = n * i / k, hi = n * (i + 1) / k;
+        if (lo < hi) f(arg, lo, hi);
+    }
+}
+
+void sm_par_each(int threads, long n, sm_range_fn f, void *arg) {
+    if (n <= 0) return;
+    const long nt = par_threads(threads, n);
+    if (nt == 1) {
+        for (long i = 0; i < n; i++) f(arg, i, i + 1);
+        return;
+    }
+#pragma omp parallel for num_threads((int)nt) schedule(dynamic, 1)
+    for (long i = 0; i < n; i++) f(arg, i, i + 1);
 }

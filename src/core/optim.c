@@ -4,9 +4,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "specmoe/core/stiefel.h"
 
@@ -213,35 +210,47 @@ static void rmsprop_span(sm_real *restrict w, const sm_real *restrict g, sm_real
  * updates the parts of the tensors inside its slice: many small tensors (an MoE layer's experts)
  * are spread over the threads instead of each running alone. Element-wise, so the bits do not
  * depend on the thread count. */
+typedef struct {
+    const sm_optim *o;
+    sm_params *ps;
+    double lr;
+    adam_coef base;
+} adam_job;
+
+/* the parts of the tensors inside elements [lo, hi) */
+static void adam_slice(void *arg, long lo, long hi) {
+    const adam_job *j = arg;
+    const sm_optim_config *c = &j->o->cfg;
+    const sm_params *ps = j->ps;
+    const int decoupled = c->kind == SM_OPT_ADAMW;
+    for (int i = 0; i < ps->n; i++) {
+        const sm_param *q = &ps->p[i];
+        if (q->flags & (SM_PARAM_FROZEN | SM_PARAM_STIEFEL)) continue;
+        size_t a = q->offset > (size_t)lo ? q->offset : (size_t)lo,
+               b = q->offset + q->numel < (size_t)hi ? q->offset + q->numel : (size_t)hi;
+        if (a >= b) continue;
+        /* torch applies weight decay to every parameter by default; NO_DECAY flags are honoured
+         * only for AdamW, where the decay is a separate, explicit regulariser */
+        double wd = c->weight_decay;
+        if (decoupled && (q->flags & SM_PARAM_NO_DECAY)) wd = 0;
+        adam_coef k = j->base;
+        k.decay = (sm_real)(decoupled ? 1 - j->lr * wd : 1);
+        k.l2 = (sm_real)(decoupled ? 0 : wd);
+        adam_span(ps->data + a, ps->grad + a, j->o->m + a, j->o->v + a, b - a, k);
+    }
+}
+
+/* Adam / AdamW over every plain (not frozen, not Stiefel) tensor. The tensors lie in one block,
+ * so the element range [0, ps->total) is cut into one contiguous slice per thread (sm_par_for; none,
+ * and no OpenMP region, below 64k elements: a PPO minibatch step of a small actor entered three) and
+ * each thread updates the parts of the tensors inside its slice: many small tensors (an MoE layer's
+ * experts) are spread over the threads instead of each running alone. Element-wise, so the bits do
+ * not depend on the thread count. */
 static void adam_all(const sm_optim *o, sm_params *ps, double lr, double bc1, double bc2) {
     const sm_optim_config *c = &o->cfg;
-    int decoupled = c->kind == SM_OPT_ADAMW;
-    adam_coef base = {(sm_real)c->beta1, (sm_real)c->beta2, (sm_real)c->eps, (sm_real)(lr / bc1),
-                      (sm_real)(1 / sqrt(bc2)), 1, 0};
-    const size_t total = ps->total;
-#pragma omp parallel if (total > 65536)
-    {
-        int nt = 1, id = 0;
-#ifdef _OPENMP
-        nt = omp_get_num_threads();
-        id = omp_get_thread_num();
-#endif
-        const size_t lo = total * (size_t)id / (size_t)nt, hi = total * (size_t)(id + 1) / (size_t)nt;
-        for (int i = 0; i < ps->n; i++) {
-            const sm_param *q = &ps->p[i];
-            if (q->flags & (SM_PARAM_FROZEN | SM_PARAM_STIEFEL)) continue;
-            size_t a = q->offset > lo ? q->offset : lo, b = q->offset + q->numel < hi ? q->offset + q->numel : hi;
-            if (a >= b) continue;
-            /* torch applies weight decay to every parameter by default; NO_DECAY flags are honoured
-             * only for AdamW, where the decay is a separate, explicit regulariser */
-            double wd = c->weight_decay;
-            if (decoupled && (q->flags & SM_PARAM_NO_DECAY)) wd = 0;
-            adam_coef k = base;
-            k.decay = (sm_real)(decoupled ? 1 - lr * wd : 1);
-            k.l2 = (sm_real)(decoupled ? 0 : wd);
-            adam_span(ps->data + a, ps->grad + a, o->m + a, o->v + a, b - a, k);
-        }
-    }
+    adam_job j = {o, ps, lr,
+                  {(sm_real)c->beta1, (sm_real)c->beta2, (sm_real)c->eps, (sm_real)(lr / bc1), (sm_real)(1 / sqrt(bc2)), 1, 0}};
+    sm_par_for(sm_par_threads(ps->total), (long)ps->total, adam_slice, &j);
 }
 
 void sm_optim_step(sm_optim *o, sm_params *ps, double lr) {

@@ -481,24 +481,89 @@ static void slots_dots(sm_real *dW, const sm_real *A, const sm_real *Y, sm_real 
     sm_gemm_tiny(mg, S, w, 1, A, w, 1, Yt, S, 0, dW, S);
 }
 
-static void soft_dispatch(sm_moe *m, const sm_real *x, int T) {
+/* One call's groups (SoftMoE: one observation's tokens each), for sm_par_for: x the input, out the
+ * output (or the input gradient), dout the output gradient, T the token count */
+typedef struct {
+    sm_moe *m;
+    sm_real *out;
+    const sm_real *x, *dout;
+    int T;
+} group_job;
+
+/* group g's rows: t0 and their count */
+static int group_rows(const sm_route *r, int T, long g, int *t0) {
+    *t0 = (int)g * r->group_size;
+    return T - *t0 < r->group_size ? T - *t0 : r->group_size;
+}
+
+static void dispatch_groups(void *arg, long g0, long g1) { /* xg_g = D_g^T X_g */
+    const group_job *j = arg;
+    sm_moe *m = j->m;
     const sm_route *r = &m->route;
-    const int d = m->d, p = r->slots, S = m->E * p, G = r->groups, gm = r->group_size;
-#pragma omp parallel for schedule(static) if (G > 1 && (size_t)T * S * d > SM_PAR_MIN)
-    for (int g = 0; g < G; g++) {
-        const int t0 = g * gm, mg = T - t0 < gm ? T - t0 : gm;
-        slots_gather(m->xg, r->dispatch + (size_t)t0 * S, x + (size_t)t0 * d, mg, m->E, d, p, G, g);
+    const int d = m->d, p = r->slots, S = m->E * p;
+    for (long g = g0; g < g1; g++) {
+        int t0;
+        const int mg = group_rows(r, j->T, g, &t0);
+        slots_gather(m->xg, r->dispatch + (size_t)t0 * S, j->x + (size_t)t0 * d, mg, m->E, d, p, r->groups, (int)g);
     }
 }
 
-static void soft_combine(sm_moe *m, sm_real *out, int T) {
+static void combine_groups(void *arg, long g0, long g1) { /* out_g = C_g Y_g */
+    const group_job *j = arg;
+    sm_moe *m = j->m;
     const sm_route *r = &m->route;
-    const int O = m->O, p = r->slots, S = m->E * p, G = r->groups, gm = r->group_size;
-#pragma omp parallel for schedule(static) if (G > 1 && (size_t)T * S * O > SM_PAR_MIN)
-    for (int g = 0; g < G; g++) {
-        const int t0 = g * gm, mg = T - t0 < gm ? T - t0 : gm;
-        slots_scatter(out + (size_t)t0 * O, r->combine + (size_t)t0 * S, m->y, m->slot_t + (size_t)g * S * O, mg, m->E,
-                      O, p, G, g);
+    const int O = m->O, p = r->slots, S = m->E * p;
+    for (long g = g0; g < g1; g++) {
+        int t0;
+        const int mg = group_rows(r, j->T, g, &t0);
+        slots_scatter(j->out + (size_t)t0 * O, r->combine + (size_t)t0 * S, m->y, m->slot_t + (size_t)g * S * O, mg, m->E,
+                      O, p, r->groups, (int)g);
+    }
+}
+
+static void combine_groups_backward(void *arg, long g0, long g1) { /* from dout_g: dY_g = C_g^T dout_g, dC_g */
+    const group_job *j = arg;
+    sm_moe *m = j->m;
+    sm_route *r = &m->route;
+    const int O = m->O, p = r->slots, E = m->E, S = E * p;
+    for (long g = g0; g < g1; g++) {
+        int t0;
+        const int mg = group_rows(r, j->T, g, &t0);
+        slots_gather(m->dy, r->combine + (size_t)t0 * S, j->dout + (size_t)t0 * O, mg, E, O, p, r->groups, (int)g);
+        slots_dots(r->dcombine + (size_t)t0 * S, j->dout + (size_t)t0 * O, m->y, m->slot_t + (size_t)g * S * O, mg, E, O, p,
+                   r->groups, (int)g);
+    }
+}
+
+static void dispatch_groups_backward(void *arg, long g0, long g1) { /* from dxg: dD_g, dx_g += D_g dxg_g */
+    const group_job *j = arg;
+    sm_moe *m = j->m;
+    sm_route *r = &m->route;
+    const int d = m->d, p = r->slots, E = m->E, S = E * p;
+    for (long g = g0; g < g1; g++) {
+        int t0;
+        const int mg = group_rows(r, j->T, g, &t0);
+        slots_dots(r->ddispatch + (size_t)t0 * S, j->x + (size_t)t0 * d, m->dxg, m->slot_t + (size_t)g * S * d, mg, E, d, p,
+                   r->groups, (int)g);
+        slots_scatter(j->out + (size_t)t0 * d, r->dispatch + (size_t)t0 * S, m->dxg, m->slot_t + (size_t)g * S * d, mg, E, d,
+                      p, r->groups, (int)g);
+    }
+}
+
+/* expert e's rows of the layer (assignments offset[e] .. offset[e + 1]), forward or backward */
+static void experts_forward(void *arg, long e0, long e1) {
+    sm_moe *m = arg;
+    for (long e = e0; e < e1; e++) {
+        const int a0 = m->route.offset[e], n = m->route.offset[e + 1] - a0;
+        if (n > 0) expert_forward(m, (int)e, a0, n);
+    }
+}
+
+static void experts_backward(void *arg, long e0, long e1) {
+    sm_moe *m = arg;
+    for (long e = e0; e < e1; e++) {
+        const int a0 = m->route.offset[e], n = m->route.offset[e + 1] - a0;
+        if (n > 0) expert_backward(m, (int)e, a0, n);
     }
 }
 
@@ -518,19 +583,15 @@ void sm_moe_forward_gated(sm_moe *m, sm_real *out, const sm_real *x, const sm_re
     const int A = r->n_assign;
     /* penalties may add to the combine weights' gradient before the backward adds the output's */
     if (r->kind == SM_ROUTE_SPARSE) memset(r->dweight, 0, sizeof(sm_real) * (size_t)A);
-    if (r->kind == SM_ROUTE_SOFT) soft_dispatch(m, x, T);
+    const size_t sdw = (size_t)T * r->slots * E; /* the soft products' size per output width */
+    if (r->kind == SM_ROUTE_SOFT) sm_par_for(sm_par_threads(sdw * d), r->groups, dispatch_groups, &(group_job){m, NULL, x, NULL, T});
     else
         for (int a = 0; a < A; a++) memcpy(m->xg + (size_t)a * d, x + (size_t)r->token[a] * d, sizeof(sm_real) * d);
     /* experts are independent: one per thread (BLAS runs single-threaded inside the region) */
-#pragma omp parallel for schedule(dynamic, 1) if (experts_in_parallel(m))
-    for (int e = 0; e < E; e++) {
-        int a0 = r->offset[e], n = r->offset[e + 1] - a0;
-        if (n == 0) continue;
-        expert_forward(m, e, a0, n);
-    }
+    sm_par_each(experts_in_parallel(m) ? 0 : 1, E, experts_forward, m);
     memset(out, 0, sizeof(sm_real) * (size_t)T * O);
     if (r->kind == SM_ROUTE_SOFT) {
-        soft_combine(m, out, T);
+        sm_par_for(sm_par_threads(sdw * O), r->groups, combine_groups, &(group_job){m, out, NULL, NULL, T});
     } else {
         for (int a = 0; a < A; a++) {
             sm_real w = r->weight[a];
@@ -555,16 +616,9 @@ void sm_moe_backward_gated(sm_moe *m, sm_real *dx, sm_real *dgx, const sm_real *
     const int d = m->d, H = m->H, E = m->E, O = m->O;
     sm_route *r = &m->route;
     const int A = r->n_assign;
-    const int p = r->slots, S = E * p, G = r->groups, gm = r->group_size;
-    if (r->kind == SM_ROUTE_SOFT) { /* out_g = C_g Y_g */
-#pragma omp parallel for schedule(static) if (G > 1 && (size_t)T * S * O > SM_PAR_MIN)
-        for (int g = 0; g < G; g++) {
-            const int t0 = g * gm, mg = T - t0 < gm ? T - t0 : gm;
-            slots_gather(m->dy, r->combine + (size_t)t0 * S, dout + (size_t)t0 * O, mg, E, O, p, G, g);
-            slots_dots(r->dcombine + (size_t)t0 * S, dout + (size_t)t0 * O, m->y, m->slot_t + (size_t)g * S * O, mg, E,
-                       O, p, G, g);
-        }
-    }
+    const size_t sdw = (size_t)T * r->slots * E; /* the soft products' size per output width */
+    if (r->kind == SM_ROUTE_SOFT) /* out_g = C_g Y_g */
+        sm_par_for(sm_par_threads(sdw * O), r->groups, combine_groups_backward, &(group_job){m, NULL, NULL, dout, T});
     /* combine: out_t += w_a y_a  =>  dw_a = <dout_t, y_a>,  dy_a = w_a dout_t */
     for (int a = 0; a < A && r->kind == SM_ROUTE_SPARSE; a++) {
         const sm_real *g = dout + (size_t)r->token[a] * O, *y = m->y + (size_t)a * O;
@@ -578,21 +632,9 @@ void sm_moe_backward_gated(sm_moe *m, sm_real *dx, sm_real *dgx, const sm_real *
     }
     memset(m->dxg, 0, sizeof(sm_real) * (size_t)A * d);
     /* taps see one expert at a time, from one thread */
-#pragma omp parallel for schedule(dynamic, 1) if (!m->taps)
-    for (int e = 0; e < E; e++) {
-        int a0 = r->offset[e], n = r->offset[e + 1] - a0;
-        if (n == 0) continue;
-        expert_backward(m, e, a0, n);
-    }
+    sm_par_each(m->taps ? 1 : 0, E, experts_backward, m);
     if (r->kind == SM_ROUTE_SOFT) { /* xg_g = D_g^T X_g */
-#pragma omp parallel for schedule(static) if (G > 1 && (size_t)T * S * d > SM_PAR_MIN)
-        for (int g = 0; g < G; g++) {
-            const int t0 = g * gm, mg = T - t0 < gm ? T - t0 : gm;
-            slots_dots(r->ddispatch + (size_t)t0 * S, x + (size_t)t0 * d, m->dxg, m->slot_t + (size_t)g * S * d, mg, E,
-                       d, p, G, g);
-            slots_scatter(dx + (size_t)t0 * d, r->dispatch + (size_t)t0 * S, m->dxg, m->slot_t + (size_t)g * S * d, mg, E,
-                          d, p, G, g);
-        }
+        sm_par_for(sm_par_threads(sdw * d), r->groups, dispatch_groups_backward, &(group_job){m, dx, x, NULL, T});
     } else {
         for (int a = 0; a < A; a++) {
             const sm_real *g = m->dxg + (size_t)a * d;

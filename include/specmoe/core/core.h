@@ -31,6 +31,9 @@ extern "C" {
  * The loops handed to it write disjoint outputs, so how they are sliced never changes a result. */
 typedef void (*sm_range_fn)(void *arg, long lo, long hi);
 void sm_par_for(int threads, long n, sm_range_fn f, void *arg);
+/* sm_par_for for uneven items (an MoE layer's experts): f(arg, i, i + 1) for each i < n, handed out
+ * one at a time to whichever thread is free (schedule(dynamic, 1)); inline under the same rule */
+void sm_par_each(int threads, long n, sm_range_fn f, void *arg);
 /* sm_par_for's thread count for a loop touching `work` values: 1 up to SM_PAR_MIN, else 0 (all) */
 static inline int sm_par_threads(size_t work) { return work > SM_PAR_MIN ? 0 : 1; }
 
