@@ -550,20 +550,20 @@ static void dispatch_groups_backward(void *arg, long g0, long g1) { /* from dxg:
     }
 }
 
-/* expert e's rows of the layer (assignments offset[e] .. offset[e + 1]), forward or backward */
-static void experts_forward(void *arg, long e0, long e1) {
-    sm_moe *m = arg;
-    for (long e = e0; e < e1; e++) {
-        const int a0 = m->route.offset[e], n = m->route.offset[e + 1] - a0;
-        if (n > 0) expert_forward(m, (int)e, a0, n);
-    }
-}
+/* experts [e0, e1), each on its rows of the layer (assignments offset[e] .. offset[e + 1]), forward
+ * or backward */
+typedef struct {
+    sm_moe *m;
+    int backward;
+} experts_job;
 
-static void experts_backward(void *arg, long e0, long e1) {
-    sm_moe *m = arg;
+static void experts_run(void *arg, long e0, long e1) {
+    const experts_job *j = arg;
     for (long e = e0; e < e1; e++) {
-        const int a0 = m->route.offset[e], n = m->route.offset[e + 1] - a0;
-        if (n > 0) expert_backward(m, (int)e, a0, n);
+        const int a0 = j->m->route.offset[e], n = j->m->route.offset[e + 1] - a0;
+        if (n == 0) continue;
+        if (j->backward) expert_backward(j->m, (int)e, a0, n);
+        else expert_forward(j->m, (int)e, a0, n);
     }
 }
 
@@ -588,7 +588,7 @@ void sm_moe_forward_gated(sm_moe *m, sm_real *out, const sm_real *x, const sm_re
     else
         for (int a = 0; a < A; a++) memcpy(m->xg + (size_t)a * d, x + (size_t)r->token[a] * d, sizeof(sm_real) * d);
     /* experts are independent: one per thread (BLAS runs single-threaded inside the region) */
-    sm_par_each(experts_in_parallel(m) ? 0 : 1, E, experts_forward, m);
+    sm_par_each(experts_in_parallel(m) ? 0 : 1, E, experts_run, &(experts_job){m, 0});
     memset(out, 0, sizeof(sm_real) * (size_t)T * O);
     if (r->kind == SM_ROUTE_SOFT) {
         sm_par_for(sm_par_threads(sdw * O), r->groups, combine_groups, &(group_job){m, out, NULL, NULL, T});
@@ -632,7 +632,7 @@ void sm_moe_backward_gated(sm_moe *m, sm_real *dx, sm_real *dgx, const sm_real *
     }
     memset(m->dxg, 0, sizeof(sm_real) * (size_t)A * d);
     /* taps see one expert at a time, from one thread */
-    sm_par_each(m->taps ? 1 : 0, E, experts_backward, m);
+    sm_par_each(m->taps ? 1 : 0, E, experts_run, &(experts_job){m, 1});
     if (r->kind == SM_ROUTE_SOFT) { /* xg_g = D_g^T X_g */
         sm_par_for(sm_par_threads(sdw * d), r->groups, dispatch_groups_backward, &(group_job){m, dx, x, NULL, T});
     } else {
