@@ -52,16 +52,21 @@ Test(par, one_thread_runs_inline_without_an_openmp_region) {
     each_index_once(&v, 100);
 }
 
-Test(par, default_threads_with_one_available_run_inline) {
-    static visit v;
-    memset(&v, 0, sizeof v);
+/* threads 0: OpenMP's default, one thread (inline, level 0) or two (a slice each, level 1) */
+Test(par, default_threads_follow_what_openmp_has) {
     const int saved = omp_get_max_threads();
-    omp_set_num_threads(1);
-    sm_par_for(0, 100, count, &v);
+    for (int avail = 1; avail <= 2; avail++) {
+        static visit v;
+        memset(&v, 0, sizeof v);
+        omp_set_num_threads(avail);
+        sm_par_for(0, 100, count, &v);
+        each_index_once(&v, 100);
+        cr_assert_eq(v.calls, avail);
+        for (int c = 0; c < avail; c++)
+            cr_assert(v.level[c] == avail - 1 && v.threads[c] == avail, "%d available, call %d: level %d, team %d", avail,
+                      c, v.level[c], v.threads[c]);
+    }
     omp_set_num_threads(saved);
-    cr_assert_eq(v.calls, 1);
-    cr_assert_eq(v.level[0], 0);
-    each_index_once(&v, 100);
 }
 
 Test(par, threads_get_disjoint_slices_that_cover_the_range) {
@@ -95,6 +100,8 @@ Test(par, inside_a_parallel_region_runs_inline) {
         sm_par_for(2, 50, count, &v);
     }
     cr_assert_eq(v.calls, 1);
+    /* inline keeps the outer region's level; a nested region (inactive, one thread) would be 2 */
+    cr_assert_eq(v.level[0], 1, "level %d inside the outer region", v.level[0]);
     each_index_once(&v, 50);
 }
 
@@ -105,7 +112,8 @@ Test(par, each_calls_every_index_alone_inline_or_over_threads) {
         sm_par_each(t, 7, count, &v);
         each_index_once(&v, 7);
         cr_assert_eq(v.calls, 7, "threads %d: %d calls for 7 items", t, v.calls);
-        if (t == 1)
-            for (int c = 0; c < v.calls; c++) cr_assert_eq(v.level[c], 0, "the one-thread loop entered an OpenMP region");
+        for (int c = 0; c < v.calls; c++)
+            if (t == 1) cr_assert_eq(v.level[c], 0, "the one-thread loop entered an OpenMP region");
+            else cr_assert(v.level[c] == 1 && v.threads[c] == 2, "call %d: level %d, team %d", c, v.level[c], v.threads[c]);
     }
 }

@@ -179,7 +179,8 @@ void sm_par_for(int threads, long n, sm_range_fn f, void *arg) {
 #else
         const long k = 1, i = 0;
 #endif
-        const long lo = n * i / k, hi = n * (i + 1) / k;
+        /* slice i: n / k items, one more for the first n % k (no product that could overflow) */
+        const long q = n / k, r = n % k, lo = i * q + (i < r ? i : r), hi = lo + q + (i < r);
         if (lo < hi) f(arg, lo, hi);
     }
 }

@@ -205,11 +205,7 @@ static void rmsprop_span(sm_real *restrict w, const sm_real *restrict g, sm_real
     }
 }
 
-/* Adam / AdamW over every plain (not frozen, not Stiefel) tensor. The tensors lie in one block,
- * so the element range [0, ps->total) is cut into one contiguous slice per thread and each thread
- * updates the parts of the tensors inside its slice: many small tensors (an MoE layer's experts)
- * are spread over the threads instead of each running alone. Element-wise, so the bits do not
- * depend on the thread count. */
+/* adam_all's arguments for its slices */
 typedef struct {
     const sm_optim *o;
     sm_params *ps;

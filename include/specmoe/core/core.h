@@ -24,9 +24,9 @@ extern "C" {
 
 /* f(arg, lo, hi) over [0, n): one contiguous slice per thread (threads: how many, 0 for OpenMP's
  * default), or one call on the calling thread, without entering OpenMP, when that is one thread, when
- * n < 2, or inside a parallel region already. An OpenMP region entered with a single thread (an `if`
- * clause that is false, or OMP_NUM_THREADS=1) still pays libgomp's team set-up and a futex wake at its
- * end: about 1.3 us on the 2-core VMs, and a MinAtar DQN learning frame entered four of them (the
+ * n < 2, or inside an active parallel region already. An OpenMP region entered with a single thread
+ * (an `if` clause that is false, or OMP_NUM_THREADS=1) still pays libgomp's team set-up and a futex
+ * wake at its end: about 1.3 us on the 2-core VMs, and a MinAtar DQN learning frame entered four (the
  * environment step, two convolution forwards, the weight gradient; BENCHMARKS.md "DQN on MinAtar").
  * The loops handed to it write disjoint outputs, so how they are sliced never changes a result. */
 typedef void (*sm_range_fn)(void *arg, long lo, long hi);
