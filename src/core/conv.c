@@ -88,12 +88,21 @@ static inline __attribute__((always_inline)) void copy_rows(sm_real *restrict ds
  * the thread count. The copies are plain loops over restrict pointers, the padding's rows and columns
  * found once per row of col: RL's rows are 8-10 floats, where a memcpy call, or the aliasing checks
  * GCC adds without restrict, cost more than the copy (BENCHMARKS.md, "DQN on MinAtar"). */
-static void im2col(sm_real *restrict col, const sm_real *restrict inp, int B, int C, int H, int W, int KH, int KW,
-                   int stride, int pad, int OH, int OW) {
+/* im2col's and col2im_add's arguments, for sm_par_for (dst the array written, src the one read) */
+typedef struct {
+    sm_real *dst;
+    const sm_real *src;
+    int B, C, H, W, KH, KW, stride, pad, OH, OW;
+} col_job;
+
+static void im2col_rows(void *arg, long r0, long r1) {
+    const col_job *jb = arg;
+    sm_real *restrict col = jb->dst;
+    const sm_real *restrict inp = jb->src;
+    const int B = jb->B, C = jb->C, H = jb->H, W = jb->W, KH = jb->KH, KW = jb->KW, stride = jb->stride, pad = jb->pad,
+              OH = jb->OH, OW = jb->OW;
     const size_t P = (size_t)OH * OW, BP = (size_t)B * P, img = (size_t)C * H * W;
-    const int CKK = C * KH * KW;
-#pragma omp parallel for if (CKK > 1 && (size_t)CKK * BP > SM_PAR_MIN) schedule(static)
-    for (int r = 0; r < CKK; r++) {
+    for (int r = (int)r0; r < (int)r1; r++) {
         const int c = r / (KH * KW), p = (r / KW) % KH, q = r % KW;
         int lo, hi;
         valid_range(&lo, &hi, OW, W, stride, pad, q);
@@ -127,14 +136,23 @@ static void im2col(sm_real *restrict col, const sm_real *restrict inp, int B, in
     }
 }
 
+static void im2col(sm_real *restrict col, const sm_real *restrict inp, int B, int C, int H, int W, int KH, int KW,
+                   int stride, int pad, int OH, int OW) {
+    const int CKK = C * KH * KW;
+    col_job j = {col, inp, B, C, H, W, KH, KW, stride, pad, OH, OW};
+    sm_par_for(sm_par_threads((size_t)CKK * B * OH * OW), CKK, im2col_rows, &j);
+}
+
 /* The adjoint of im2col for one image: img (C, H, W) += every entry of col (CKK, P) added back onto
  * the pixel it was copied from; padding entries are dropped. Each channel is its own plane of img, so
  * the channel loop can run in parallel; within a channel the (p, q) rows overlap and stay serial. */
-static void col2im_add(sm_real *img, const sm_real *col, int C, int H, int W, int KH, int KW, int stride, int pad,
-                       int OH, int OW) {
+static void col2im_channels(void *arg, long c0, long c1) {
+    const col_job *jb = arg;
+    sm_real *img = jb->dst;
+    const sm_real *col = jb->src;
+    const int H = jb->H, W = jb->W, KH = jb->KH, KW = jb->KW, stride = jb->stride, pad = jb->pad, OH = jb->OH, OW = jb->OW;
     const size_t P = (size_t)OH * OW;
-#pragma omp parallel for if (C > 1 && (size_t)C * KH * KW * P > SM_PAR_MIN) schedule(static)
-    for (int c = 0; c < C; c++) {
+    for (int c = (int)c0; c < (int)c1; c++) {
         for (int p = 0; p < KH; p++) {
             for (int q = 0; q < KW; q++) {
                 const sm_real *row = col + ((size_t)(c * KH + p) * KW + q) * P;
@@ -151,6 +169,12 @@ static void col2im_add(sm_real *img, const sm_real *col, int C, int H, int W, in
             }
         }
     }
+}
+
+static void col2im_add(sm_real *img, const sm_real *col, int C, int H, int W, int KH, int KW, int stride, int pad,
+                       int OH, int OW) {
+    col_job j = {img, col, 1, C, H, W, KH, KW, stride, pad, OH, OW};
+    sm_par_for(sm_par_threads((size_t)C * KH * KW * OH * OW), C, col2im_channels, &j);
 }
 
 /* The sum of d[0:n] in eight interleaved partial sums (lane t % 8 takes d[t]), added pairwise at the
@@ -235,11 +259,45 @@ static void fill_panel(sm_real *restrict dst, const sm_real *restrict x, const c
     }
 }
 
+/* im2col_panels' arguments for one block of nr rows from r0, for sm_par_for over the images */
+typedef struct {
+    sm_real *colp;
+    const sm_real *inp;
+    const col_row *rw;
+    int nr, r0, C, H, W, KH, KW, stride, OH, OW;
+} panels_job;
+
+static void panels_images(void *arg, long b0, long b1) {
+    const panels_job *jb = arg;
+    const int nr = jb->nr, W = jb->W, OH = jb->OH, OW = jb->OW, stride = jb->stride;
+    const size_t P = (size_t)OH * OW, img = (size_t)jb->C * jb->H * W, pstride = (size_t)jb->C * jb->KH * jb->KW * 16;
+    const int R = 16 % OW == 0 ? 16 / OW : 0;
+    const col_row *rw = jb->rw;
+    for (long b = b0; b < b1; b++) {
+        const sm_real *restrict x = jb->inp + (size_t)b * img;
+        sm_real *restrict base = jb->colp + (size_t)b * (P / 16) * pstride + (size_t)jb->r0 * 16;
+        if (R) {
+            for (int i0 = 0; i0 < OH; i0 += R) fill_panel(base + (size_t)(i0 / R) * pstride, x, rw, nr, i0, R, W, OW, stride);
+            continue;
+        }
+        for (int k = 0; k < nr; k++) { /* rows straddle panels: pixel by pixel */
+            const col_row *m = &rw[k];
+            for (int i = 0; i < OH; i++)
+                for (int j = 0; j < OW; j++) {
+                    const size_t n = (size_t)i * OW + (size_t)j;
+                    base[(n / 16) * pstride + (size_t)k * 16 + n % 16] =
+                        i >= m->ilo && i < m->ihi && j >= m->lo && j < m->hi
+                            ? x[m->src + (ptrdiff_t)i * stride * W + (ptrdiff_t)j * stride]
+                            : 0;
+                }
+        }
+    }
+}
+
 static void im2col_panels(sm_real *restrict colp, const sm_real *restrict inp, int B, int C, int H, int W, int KH,
                           int KW, int stride, int pad, int OH, int OW) {
-    const size_t P = (size_t)OH * OW, img = (size_t)C * H * W;
-    const int CKK = C * KH * KW, R = 16 % OW == 0 ? 16 / OW : 0;
-    const size_t pstride = (size_t)CKK * 16;
+    const size_t P = (size_t)OH * OW;
+    const int CKK = C * KH * KW;
     col_row rw[COL_ROWS];
     for (int r0 = 0; r0 < CKK; r0 += COL_ROWS) {
         const int nr = CKK - r0 < COL_ROWS ? CKK - r0 : COL_ROWS;
@@ -252,26 +310,8 @@ static void im2col_panels(sm_real *restrict colp, const sm_real *restrict inp, i
             while (m->ihi > m->ilo && (m->ihi - 1) * stride - pad + p >= H) m->ihi--;
             m->src = (ptrdiff_t)c * H * W + (ptrdiff_t)(p - pad) * W + (q - pad);
         }
-#pragma omp parallel for if (B > 1 && (size_t)nr * B * P > SM_PAR_MIN) schedule(static)
-        for (int b = 0; b < B; b++) {
-            const sm_real *restrict x = inp + (size_t)b * img;
-            sm_real *restrict base = colp + (size_t)b * (P / 16) * pstride + (size_t)r0 * 16;
-            if (R) {
-                for (int i0 = 0; i0 < OH; i0 += R) fill_panel(base + (size_t)(i0 / R) * pstride, x, rw, nr, i0, R, W, OW, stride);
-                continue;
-            }
-            for (int k = 0; k < nr; k++) { /* rows straddle panels: pixel by pixel */
-                const col_row *m = &rw[k];
-                for (int i = 0; i < OH; i++)
-                    for (int j = 0; j < OW; j++) {
-                        const size_t n = (size_t)i * OW + (size_t)j;
-                        base[(n / 16) * pstride + (size_t)k * 16 + n % 16] =
-                            i >= m->ilo && i < m->ihi && j >= m->lo && j < m->hi
-                                ? x[m->src + (ptrdiff_t)i * stride * W + (ptrdiff_t)j * stride]
-                                : 0;
-                    }
-            }
-        }
+        panels_job j = {colp, inp, rw, nr, r0, C, H, W, KH, KW, stride, OH, OW};
+        sm_par_for(sm_par_threads((size_t)nr * B * P), B, panels_images, &j);
     }
 }
 
@@ -485,33 +525,92 @@ static void conv_dweight_direct(sm_real *dweight, const sm_real *dout, const sm_
     sm_par_for(sm_par_threads((size_t)B * P * CKK * OC), (long)nob * nrb, dw_blocks, &j);
 }
 
+/* conv_dweight_packed's arguments, for sm_par_for */
+typedef struct {
+    sm_real *dweight, *dtp;
+    const sm_real *dout, *colp;
+    int OC, CKK, P, isa, mrt, nr;
+    size_t BP;
+} dwp_job;
+
+/* images [b0, b1): dtp[j][n][0:16] = dout[b, 16j : 16j+16, p], n = b*P + p, 8 x 8 blocks transposed */
+static void dwp_transpose(void *arg, long b0, long b1) {
+    const dwp_job *jb = arg;
+    const int P = jb->P, OC = jb->OC;
+    for (long b = b0; b < b1; b++)
+        for (int j = 0; j < OC / 16; j++)
+            for (int p0 = 0; p0 < P; p0 += 8)
+                for (int c8 = 0; c8 < 16; c8 += 8)
+                    sm_transpose8x8(jb->dtp + ((size_t)j * jb->BP + (size_t)b * P + p0) * 16 + c8,
+                                    jb->dout + ((size_t)b * OC + (size_t)j * 16 + c8) * P + p0, P);
+}
+
+/* tiles w (panel w / nr, rows (w % nr) mrt ..) of dweight^T */
+static void dwp_tiles(void *arg, long w0, long w1) {
+    const dwp_job *jb = arg;
+    const int nr = jb->nr, mrt = jb->mrt, CKK = jb->CKK;
+    for (long w = w0; w < w1; w++) {
+        const int j = (int)(w / nr), r0 = (int)(w % nr) * mrt, mr = CKK - r0 < mrt ? CKK - r0 : mrt;
+        sm_real acc[SM_TILE_MR_MAX * 16]; /* dweight^T rows r0 .. r0+mr, columns 16j .. 16j+15 */
+        sm_tile16_panels(jb->isa, mr, (int)jb->BP, jb->colp + (size_t)r0 * 16, (ptrdiff_t)CKK * 16,
+                         jb->dtp + (size_t)j * jb->BP * 16, acc, 16);
+        for (int r = 0; r < mr; r++)
+            for (int c = 0; c < 16; c++) jb->dweight[(size_t)(j * 16 + c) * CKK + r0 + r] += acc[r * 16 + c];
+    }
+}
+
 /* dweight (OC, CKK) += dout (OC, B*P) @ col^T, col as panels; dtp (OC/16, B*P, 16) scratch */
 static void conv_dweight_packed(sm_real *dweight, sm_real *dtp, const sm_real *dout, const sm_real *colp, int B, int OC,
                                 int CKK, int P) {
     const size_t BP = (size_t)B * P;
-    const int npan = OC / 16;
-    /* dtp[j][n][0:16] = dout[b, 16j : 16j+16, p], n = b*P + p: 8 x 8 blocks transposed */
-#pragma omp parallel for if ((size_t)OC * BP > SM_PAR_MIN) schedule(static)
-    for (int b = 0; b < B; b++)
-        for (int j = 0; j < npan; j++)
-            for (int p0 = 0; p0 < P; p0 += 8)
-                for (int c8 = 0; c8 < 16; c8 += 8)
-                    sm_transpose8x8(dtp + ((size_t)j * BP + (size_t)b * P + p0) * 16 + c8,
-                                    dout + ((size_t)b * OC + (size_t)j * 16 + c8) * P + p0, P);
     const int isa = sm_gemm_tiny_isa(), mrt = sm_tile_rows(isa), nr = (CKK + mrt - 1) / mrt;
-#pragma omp parallel for if ((size_t)OC * BP * CKK > SM_PAR_MIN) schedule(static)
-    for (int w = 0; w < npan * nr; w++) {
-        const int j = w / nr, r0 = w % nr * mrt, mr = CKK - r0 < mrt ? CKK - r0 : mrt;
-        sm_real acc[SM_TILE_MR_MAX * 16]; /* dweight^T rows r0 .. r0+mr, columns 16j .. 16j+15 */
-        sm_tile16_panels(isa, mr, (int)BP, colp + (size_t)r0 * 16, (ptrdiff_t)CKK * 16, dtp + (size_t)j * BP * 16, acc, 16);
-        for (int r = 0; r < mr; r++)
-            for (int c = 0; c < 16; c++) dweight[(size_t)(j * 16 + c) * CKK + r0 + r] += acc[r * 16 + c];
-    }
+    dwp_job j = {dweight, dtp, dout, colp, OC, CKK, P, isa, mrt, nr, BP};
+    sm_par_for(sm_par_threads((size_t)OC * BP), B, dwp_transpose, &j);
+    sm_par_for(sm_par_threads((size_t)OC * BP * CKK), (long)(OC / 16) * nr, dwp_tiles, &j);
 }
 #endif
 
 /* ---------------------------------------------------------------------------------------------- */
 /* conv2d */
+
+/* The batched GEMM's layout (OC, B, P) and the layers' (B, OC, P), for sm_par_for: dst, src, the bias
+ * (or NULL), OC, P, B */
+typedef struct {
+    sm_real *dst;
+    const sm_real *src, *bias;
+    int OC, P, B;
+} unbatch_job;
+
+/* images [b0, b1): dst (B, OC, P) <- src (OC, B, P) plus the bias */
+static void unbatch_images(void *arg, long b0, long b1) {
+    const unbatch_job *jb = arg;
+    const int OC = jb->OC, P = jb->P;
+    const size_t BP = (size_t)jb->B * P;
+    for (long b = b0; b < b1; b++)
+        for (int o = 0; o < OC; o++) {
+            const sm_real *restrict s = jb->src + (size_t)o * BP + (size_t)b * P;
+            sm_real *restrict y = jb->dst + ((size_t)b * OC + o) * P;
+            if (jb->bias) {
+                const sm_real bo = jb->bias[o];
+                for (int t = 0; t < P; t++) y[t] = s[t] + bo;
+            } else {
+                for (int t = 0; t < P; t++) y[t] = s[t];
+            }
+        }
+}
+
+/* channels [o0, o1): dst (OC, B, P) <- src (B, OC, P) */
+static void batch_channels(void *arg, long o0, long o1) {
+    const unbatch_job *jb = arg;
+    const int OC = jb->OC, P = jb->P, B = jb->B;
+    const size_t BP = (size_t)B * P;
+    for (long o = o0; o < o1; o++)
+        for (int b = 0; b < B; b++) {
+            const sm_real *restrict s = jb->src + ((size_t)b * OC + o) * P;
+            sm_real *restrict d = jb->dst + (size_t)o * BP + (size_t)b * P;
+            for (int t = 0; t < P; t++) d[t] = s[t];
+        }
+}
 
 void sm_conv2d_forward_ex(sm_real *out, sm_real *relu_out, sm_real *col, sm_real *tmp, const sm_real *inp,
                           const sm_real *weight, const sm_real *bias, int B, int C, int H, int W, int OC, int KH, int KW,
@@ -531,18 +630,7 @@ void sm_conv2d_forward_ex(sm_real *out, sm_real *relu_out, sm_real *col, sm_real
     sm_gemm(0, 0, OC, BP, CKK, 1, weight, CKK, col, BP, 0, tmp, BP);
     /* out (B, OC, P) <- tmp (OC, B, P) plus the bias */
     const size_t n = (size_t)OC * BP;
-#pragma omp parallel for if (B > 1 && n > SM_PAR_MIN) schedule(static)
-    for (int b = 0; b < B; b++)
-        for (int o = 0; o < OC; o++) {
-            const sm_real *restrict s = tmp + (size_t)o * BP + (size_t)b * P;
-            sm_real *restrict y = out + ((size_t)b * OC + o) * P;
-            if (bias) {
-                const sm_real bo = bias[o];
-                for (int t = 0; t < P; t++) y[t] = s[t] + bo;
-            } else {
-                for (int t = 0; t < P; t++) y[t] = s[t];
-            }
-        }
+    sm_par_for(sm_par_threads(n), B, unbatch_images, &(unbatch_job){out, tmp, bias, OC, P, B});
     if (relu_out) sm_act_forward(relu_out, out, n, SM_ACT_RELU);
 }
 
@@ -634,14 +722,7 @@ void sm_conv2d_backward(sm_real *dinp, sm_real *dweight, sm_real *dbias, sm_real
     if (dweight) {
         /* tmp (OC, B, P) <- dout (B, OC, P), then one GEMM over the whole batch:
          * dweight (OC, CKK) += tmp (OC, B*P) @ col^T (B*P, CKK), col being the forward's columns */
-        const size_t n = (size_t)OC * BP;
-#pragma omp parallel for if (OC > 1 && n > SM_PAR_MIN) schedule(static)
-        for (int o = 0; o < OC; o++)
-            for (int b = 0; b < B; b++) {
-                const sm_real *restrict s = dout + ((size_t)b * OC + o) * P;
-                sm_real *restrict d = tmp + (size_t)o * BP + (size_t)b * P;
-                for (int t = 0; t < P; t++) d[t] = s[t];
-            }
+        sm_par_for(sm_par_threads((size_t)OC * BP), OC, batch_channels, &(unbatch_job){tmp, dout, NULL, OC, P, B});
         sm_gemm(0, 1, OC, CKK, BP, 1, tmp, BP, col, BP, 1, dweight, CKK);
     }
     for (int b = 0; b < B; b++) {
@@ -685,11 +766,25 @@ void sm_conv2d_backward_direct(sm_real *dinp, sm_real *dweight, sm_real *dbias, 
 /* ---------------------------------------------------------------------------------------------- */
 /* max pooling */
 
-void sm_maxpool2d_forward(sm_real *out, int *idx, const sm_real *inp, int B, int C, int H, int W, int K, int S) {
-    const int OH = (H - K) / S + 1, OW = (W - K) / S + 1;
-    const long planes = (long)B * C;
-#pragma omp parallel for if ((size_t)planes * H * W > SM_PAR_MIN) schedule(static)
-    for (long pl = 0; pl < planes; pl++) {
+/* a pooling loop's arguments, for sm_par_for over its (B*C) planes: dst the array written (out or
+ * dinp), src the one read, the argmax indices written (idx, forward) or read (cidx, backward) */
+typedef struct {
+    sm_real *dst;
+    const sm_real *src;
+    int *idx;
+    const int *cidx;
+    int H, W, K, S, OH, OW;
+    sm_real inv;
+    int backward; /* avgpool_planes, adaptive_planes: the backward (dst += from src) */
+} pool_job;
+
+static void maxpool_planes(void *arg, long pl0, long pl1) {
+    const pool_job *jb = arg;
+    sm_real *out = jb->dst;
+    const sm_real *inp = jb->src;
+    int *idx = jb->idx;
+    const int H = jb->H, W = jb->W, OH = jb->OH, OW = jb->OW, K = jb->K, S = jb->S;
+    for (long pl = pl0; pl < pl1; pl++) {
         const sm_real *x = inp + (size_t)pl * H * W;
         sm_real *y = out + (size_t)pl * OH * OW;
         int *ix = idx + (size_t)pl * OH * OW;
@@ -715,12 +810,20 @@ void sm_maxpool2d_forward(sm_real *out, int *idx, const sm_real *inp, int B, int
     }
 }
 
-void sm_maxpool2d_backward(sm_real *dinp, const sm_real *dout, const int *idx, int B, int C, int H, int W, int K,
-                           int S) {
-    const int OH = (H - K) / S + 1, OW = (W - K) / S + 1, P = OH * OW;
+void sm_maxpool2d_forward(sm_real *out, int *idx, const sm_real *inp, int B, int C, int H, int W, int K, int S) {
+    const int OH = (H - K) / S + 1, OW = (W - K) / S + 1;
     const long planes = (long)B * C;
-#pragma omp parallel for if ((size_t)planes * P > SM_PAR_MIN) schedule(static)
-    for (long pl = 0; pl < planes; pl++) {
+    sm_par_for(sm_par_threads((size_t)planes * H * W), planes, maxpool_planes,
+               &(pool_job){out, inp, idx, NULL, H, W, K, S, OH, OW, 0, 0});
+}
+
+static void maxpool_planes_backward(void *arg, long pl0, long pl1) {
+    const pool_job *jb = arg;
+    sm_real *dinp = jb->dst;
+    const sm_real *dout = jb->src;
+    const int *idx = jb->cidx;
+    const int H = jb->H, W = jb->W, OH = jb->OH, OW = jb->OW, P = OH * OW;
+    for (long pl = pl0; pl < pl1; pl++) {
         sm_real *dx = dinp + (size_t)pl * H * W;
         const sm_real *dy = dout + (size_t)pl * P;
         const int *ix = idx + (size_t)pl * P;
@@ -728,48 +831,60 @@ void sm_maxpool2d_backward(sm_real *dinp, const sm_real *dout, const int *idx, i
     }
 }
 
+void sm_maxpool2d_backward(sm_real *dinp, const sm_real *dout, const int *idx, int B, int C, int H, int W, int K,
+                           int S) {
+    const int OH = (H - K) / S + 1, OW = (W - K) / S + 1, P = OH * OW;
+    const long planes = (long)B * C;
+    sm_par_for(sm_par_threads((size_t)planes * P), planes, maxpool_planes_backward,
+               &(pool_job){dinp, dout, NULL, idx, H, W, K, S, OH, OW, 0, 1});
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /* average pooling */
 
-void sm_avgpool2d_forward(sm_real *out, const sm_real *inp, int B, int C, int H, int W, int K, int S) {
-    const int OH = (H - K) / S + 1, OW = (W - K) / S + 1;
-    const sm_real inv = (sm_real)1 / ((sm_real)K * K);
-    const long planes = (long)B * C;
-#pragma omp parallel for if ((size_t)planes * H * W > SM_PAR_MIN) schedule(static)
-    for (long pl = 0; pl < planes; pl++) {
-        const sm_real *x = inp + (size_t)pl * H * W;
-        sm_real *y = out + (size_t)pl * OH * OW;
-        for (int i = 0; i < OH; i++) {
+/* planes [pl0, pl1): out = each window's mean, or (backward) dinp += dout / K^2 over each window */
+static void avgpool_planes(void *arg, long pl0, long pl1) {
+    const pool_job *jb = arg;
+    const int H = jb->H, W = jb->W, OH = jb->OH, OW = jb->OW, K = jb->K, S = jb->S;
+    const sm_real inv = jb->inv;
+    for (long pl = pl0; pl < pl1; pl++) {
+        sm_real *y = jb->dst + (size_t)pl * (jb->backward ? (size_t)H * W : (size_t)OH * OW);
+        const sm_real *x = jb->src + (size_t)pl * (jb->backward ? (size_t)OH * OW : (size_t)H * W);
+        for (int i = 0; i < OH; i++)
             for (int j = 0; j < OW; j++) {
-                sm_real s = 0;
+                if (jb->backward) { /* x = dy, y = dx */
+                    const sm_real g = x[i * OW + j] * inv;
+                    for (int p = 0; p < K; p++) {
+                        sm_real *r = y + (size_t)(i * S + p) * W + j * S;
+                        for (int q = 0; q < K; q++) r[q] += g;
+                    }
+                    continue;
+                }
+                sm_real sum = 0;
                 for (int p = 0; p < K; p++) {
                     const sm_real *r = x + (size_t)(i * S + p) * W + j * S;
-                    for (int q = 0; q < K; q++) s += r[q];
+                    for (int q = 0; q < K; q++) sum += r[q];
                 }
-                y[i * OW + j] = s * inv;
+                y[i * OW + j] = sum * inv;
             }
-        }
     }
 }
 
-void sm_avgpool2d_backward(sm_real *dinp, const sm_real *dout, int B, int C, int H, int W, int K, int S) {
+/* the forward (dst out, src inp) or the backward (dst dinp, src dout) over the B*C planes */
+static void avgpool(sm_real *dst, const sm_real *src, int B, int C, int H, int W, int K, int S, int backward) {
     const int OH = (H - K) / S + 1, OW = (W - K) / S + 1;
     const sm_real inv = (sm_real)1 / ((sm_real)K * K);
     const long planes = (long)B * C;
-#pragma omp parallel for if ((size_t)planes * H * W > SM_PAR_MIN) schedule(static)
-    for (long pl = 0; pl < planes; pl++) {
-        sm_real *dx = dinp + (size_t)pl * H * W;
-        const sm_real *dy = dout + (size_t)pl * OH * OW;
-        for (int i = 0; i < OH; i++) {
-            for (int j = 0; j < OW; j++) {
-                const sm_real g = dy[i * OW + j] * inv;
-                for (int p = 0; p < K; p++) {
-                    sm_real *r = dx + (size_t)(i * S + p) * W + j * S;
-                    for (int q = 0; q < K; q++) r[q] += g;
-                }
-            }
-        }
-    }
+    sm_par_for(sm_par_threads((size_t)planes * H * W), planes, avgpool_planes,
+               &(pool_job){dst, src, NULL, NULL, H, W, K, S, OH, OW, inv, backward});
+}
+
+void sm_avgpool2d_forward(sm_real *out, const sm_real *inp, int B, int C, int H, int W, int K, int S) {
+    avgpool(out, inp, B, C, H, W, K, S, 0);
+}
+
+void sm_avgpool2d_backward(sm_real *dinp, const sm_real *dout, int B, int C, int H, int W, int K, int S) {
+    avgpool(dinp, dout, B, C, H, W, K, S, 1);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -780,40 +895,42 @@ void sm_avgpool2d_backward(sm_real *dinp, const sm_real *dout, int B, int C, int
 static int bin_start(int i, int n, int L) { return (int)(((long long)i * L) / n); }
 static int bin_end(int i, int n, int L) { return (int)(((long long)(i + 1) * L + n - 1) / n); }
 
-void sm_adaptive_avgpool2d_forward(sm_real *out, const sm_real *inp, int B, int C, int H, int W, int OH, int OW) {
-    const long planes = (long)B * C;
-#pragma omp parallel for if ((size_t)planes * H * W > SM_PAR_MIN) schedule(static)
-    for (long pl = 0; pl < planes; pl++) {
-        const sm_real *x = inp + (size_t)pl * H * W;
-        sm_real *y = out + (size_t)pl * OH * OW;
+/* planes [pl0, pl1): out = each bin's mean, or (backward) dinp += dout / its size over each bin */
+static void adaptive_planes(void *arg, long pl0, long pl1) {
+    const pool_job *jb = arg;
+    const int H = jb->H, W = jb->W, OH = jb->OH, OW = jb->OW;
+    for (long pl = pl0; pl < pl1; pl++) {
+        sm_real *y = jb->dst + (size_t)pl * (jb->backward ? (size_t)H * W : (size_t)OH * OW);
+        const sm_real *x = jb->src + (size_t)pl * (jb->backward ? (size_t)OH * OW : (size_t)H * W);
         for (int i = 0; i < OH; i++) {
             const int h0 = bin_start(i, OH, H), h1 = bin_end(i, OH, H);
             for (int j = 0; j < OW; j++) {
                 const int w0 = bin_start(j, OW, W), w1 = bin_end(j, OW, W);
-                sm_real s = 0;
+                const sm_real n = (sm_real)((h1 - h0) * (w1 - w0));
+                if (jb->backward) { /* x = dy, y = dx */
+                    const sm_real g = x[i * OW + j] / n;
+                    for (int h = h0; h < h1; h++)
+                        for (int w = w0; w < w1; w++) y[(size_t)h * W + w] += g;
+                    continue;
+                }
+                sm_real sum = 0;
                 for (int h = h0; h < h1; h++)
-                    for (int w = w0; w < w1; w++) s += x[(size_t)h * W + w];
-                y[i * OW + j] = s / (sm_real)((h1 - h0) * (w1 - w0));
+                    for (int w = w0; w < w1; w++) sum += x[(size_t)h * W + w];
+                y[i * OW + j] = sum / n;
             }
         }
     }
 }
 
+void sm_adaptive_avgpool2d_forward(sm_real *out, const sm_real *inp, int B, int C, int H, int W, int OH, int OW) {
+    const long planes = (long)B * C;
+    sm_par_for(sm_par_threads((size_t)planes * H * W), planes, adaptive_planes,
+               &(pool_job){out, inp, NULL, NULL, H, W, 0, 0, OH, OW, 0, 0});
+}
+
 void sm_adaptive_avgpool2d_backward(sm_real *dinp, const sm_real *dout, int B, int C, int H, int W, int OH,
                                     int OW) {
     const long planes = (long)B * C;
-#pragma omp parallel for if ((size_t)planes * H * W > SM_PAR_MIN) schedule(static)
-    for (long pl = 0; pl < planes; pl++) {
-        sm_real *dx = dinp + (size_t)pl * H * W;
-        const sm_real *dy = dout + (size_t)pl * OH * OW;
-        for (int i = 0; i < OH; i++) {
-            const int h0 = bin_start(i, OH, H), h1 = bin_end(i, OH, H);
-            for (int j = 0; j < OW; j++) {
-                const int w0 = bin_start(j, OW, W), w1 = bin_end(j, OW, W);
-                const sm_real g = dy[i * OW + j] / (sm_real)((h1 - h0) * (w1 - w0));
-                for (int h = h0; h < h1; h++)
-                    for (int w = w0; w < w1; w++) dx[(size_t)h * W + w] += g;
-            }
-        }
-    }
+    sm_par_for(sm_par_threads((size_t)planes * H * W), planes, adaptive_planes,
+               &(pool_job){dinp, dout, NULL, NULL, H, W, 0, 0, OH, OW, 0, 1});
 }
