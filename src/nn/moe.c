@@ -481,72 +481,48 @@ static void slots_dots(sm_real *dW, const sm_real *A, const sm_real *Y, sm_real 
     sm_gemm_tiny(mg, S, w, 1, A, w, 1, Yt, S, 0, dW, S);
 }
 
-/* One call's groups (SoftMoE: one observation's tokens each), for sm_par_for: x the input, out the
- * output (or the input gradient), dout the output gradient, T the token count */
+/* One pass over a call's groups (SoftMoE: one observation's tokens each), for sm_par_for: which
+ * product, x the input, out the output (or the input gradient), dout the output gradient, T tokens */
+typedef enum {
+    GROUPS_DISPATCH,          /* xg_g = D_g^T X_g */
+    GROUPS_COMBINE,           /* out_g = C_g Y_g */
+    GROUPS_COMBINE_BACKWARD,  /* from dout_g: dY_g = C_g^T dout_g, and dC_g */
+    GROUPS_DISPATCH_BACKWARD  /* from dxg: dD_g, and dx_g += D_g dxg_g */
+} group_op;
+
 typedef struct {
     sm_moe *m;
+    group_op op;
     sm_real *out;
     const sm_real *x, *dout;
     int T;
 } group_job;
 
-/* group g's rows: t0 and their count */
-static int group_rows(const sm_route *r, int T, long g, int *t0) {
-    *t0 = (int)g * r->group_size;
-    return T - *t0 < r->group_size ? T - *t0 : r->group_size;
-}
-
-static void dispatch_groups(void *arg, long g0, long g1) { /* xg_g = D_g^T X_g */
-    const group_job *j = arg;
-    sm_moe *m = j->m;
-    const sm_route *r = &m->route;
-    const int d = m->d, p = r->slots, S = m->E * p;
-    for (long g = g0; g < g1; g++) {
-        int t0;
-        const int mg = group_rows(r, j->T, g, &t0);
-        slots_gather(m->xg, r->dispatch + (size_t)t0 * S, j->x + (size_t)t0 * d, mg, m->E, d, p, r->groups, (int)g);
-    }
-}
-
-static void combine_groups(void *arg, long g0, long g1) { /* out_g = C_g Y_g */
-    const group_job *j = arg;
-    sm_moe *m = j->m;
-    const sm_route *r = &m->route;
-    const int O = m->O, p = r->slots, S = m->E * p;
-    for (long g = g0; g < g1; g++) {
-        int t0;
-        const int mg = group_rows(r, j->T, g, &t0);
-        slots_scatter(j->out + (size_t)t0 * O, r->combine + (size_t)t0 * S, m->y, m->slot_t + (size_t)g * S * O, mg, m->E,
-                      O, p, r->groups, (int)g);
-    }
-}
-
-static void combine_groups_backward(void *arg, long g0, long g1) { /* from dout_g: dY_g = C_g^T dout_g, dC_g */
+static void soft_groups(void *arg, long g0, long g1) {
     const group_job *j = arg;
     sm_moe *m = j->m;
     sm_route *r = &m->route;
-    const int O = m->O, p = r->slots, E = m->E, S = E * p;
-    for (long g = g0; g < g1; g++) {
-        int t0;
-        const int mg = group_rows(r, j->T, g, &t0);
-        slots_gather(m->dy, r->combine + (size_t)t0 * S, j->dout + (size_t)t0 * O, mg, E, O, p, r->groups, (int)g);
-        slots_dots(r->dcombine + (size_t)t0 * S, j->dout + (size_t)t0 * O, m->y, m->slot_t + (size_t)g * S * O, mg, E, O, p,
-                   r->groups, (int)g);
-    }
-}
-
-static void dispatch_groups_backward(void *arg, long g0, long g1) { /* from dxg: dD_g, dx_g += D_g dxg_g */
-    const group_job *j = arg;
-    sm_moe *m = j->m;
-    sm_route *r = &m->route;
-    const int d = m->d, p = r->slots, E = m->E, S = E * p;
-    for (long g = g0; g < g1; g++) {
-        int t0;
-        const int mg = group_rows(r, j->T, g, &t0);
-        slots_dots(r->ddispatch + (size_t)t0 * S, j->x + (size_t)t0 * d, m->dxg, m->slot_t + (size_t)g * S * d, mg, E, d, p,
-                   r->groups, (int)g);
-        slots_scatter(j->out + (size_t)t0 * d, r->dispatch + (size_t)t0 * S, m->dxg, m->slot_t + (size_t)g * S * d, mg, E, d,
-                      p, r->groups, (int)g);
+    const int d = m->d, O = m->O, E = m->E, p = r->slots, S = E * p, G = r->groups;
+    for (long gl = g0; gl < g1; gl++) {
+        const int g = (int)gl, t0 = g * r->group_size, mg = j->T - t0 < r->group_size ? j->T - t0 : r->group_size;
+        const size_t ro = (size_t)t0 * S; /* the group's rows of the dispatch and combine weights */
+        switch (j->op) {
+        case GROUPS_DISPATCH:
+            slots_gather(m->xg, r->dispatch + ro, j->x + (size_t)t0 * d, mg, E, d, p, G, g);
+            break;
+        case GROUPS_COMBINE:
+            slots_scatter(j->out + (size_t)t0 * O, r->combine + ro, m->y, m->slot_t + (size_t)g * S * O, mg, E, O, p, G, g);
+            break;
+        case GROUPS_COMBINE_BACKWARD:
+            slots_gather(m->dy, r->combine + ro, j->dout + (size_t)t0 * O, mg, E, O, p, G, g);
+            slots_dots(r->dcombine + ro, j->dout + (size_t)t0 * O, m->y, m->slot_t + (size_t)g * S * O, mg, E, O, p, G,
+                       g);
+            break;
+        case GROUPS_DISPATCH_BACKWARD:
+            slots_dots(r->ddispatch + ro, j->x + (size_t)t0 * d, m->dxg, m->slot_t + (size_t)g * S * d, mg, E, d, p, G, g);
+            slots_scatter(j->out + (size_t)t0 * d, r->dispatch + ro, m->dxg, m->slot_t + (size_t)g * S * d, mg, E, d, p, G, g);
+            break;
+        }
     }
 }
 
@@ -584,14 +560,15 @@ void sm_moe_forward_gated(sm_moe *m, sm_real *out, const sm_real *x, const sm_re
     /* penalties may add to the combine weights' gradient before the backward adds the output's */
     if (r->kind == SM_ROUTE_SPARSE) memset(r->dweight, 0, sizeof(sm_real) * (size_t)A);
     const size_t sdw = (size_t)T * r->slots * E; /* the soft products' size per output width */
-    if (r->kind == SM_ROUTE_SOFT) sm_par_for(sm_par_threads(sdw * d), r->groups, dispatch_groups, &(group_job){m, NULL, x, NULL, T});
+    if (r->kind == SM_ROUTE_SOFT)
+        sm_par_for(sm_par_threads(sdw * d), r->groups, soft_groups, &(group_job){m, GROUPS_DISPATCH, NULL, x, NULL, T});
     else
         for (int a = 0; a < A; a++) memcpy(m->xg + (size_t)a * d, x + (size_t)r->token[a] * d, sizeof(sm_real) * d);
     /* experts are independent: one per thread (BLAS runs single-threaded inside the region) */
     sm_par_each(experts_in_parallel(m) ? 0 : 1, E, experts_run, &(experts_job){m, 0});
     memset(out, 0, sizeof(sm_real) * (size_t)T * O);
     if (r->kind == SM_ROUTE_SOFT) {
-        sm_par_for(sm_par_threads(sdw * O), r->groups, combine_groups, &(group_job){m, out, NULL, NULL, T});
+        sm_par_for(sm_par_threads(sdw * O), r->groups, soft_groups, &(group_job){m, GROUPS_COMBINE, out, NULL, NULL, T});
     } else {
         for (int a = 0; a < A; a++) {
             sm_real w = r->weight[a];
@@ -618,7 +595,8 @@ void sm_moe_backward_gated(sm_moe *m, sm_real *dx, sm_real *dgx, const sm_real *
     const int A = r->n_assign;
     const size_t sdw = (size_t)T * r->slots * E; /* the soft products' size per output width */
     if (r->kind == SM_ROUTE_SOFT) /* out_g = C_g Y_g */
-        sm_par_for(sm_par_threads(sdw * O), r->groups, combine_groups_backward, &(group_job){m, NULL, NULL, dout, T});
+        sm_par_for(sm_par_threads(sdw * O), r->groups, soft_groups,
+                   &(group_job){m, GROUPS_COMBINE_BACKWARD, NULL, NULL, dout, T});
     /* combine: out_t += w_a y_a  =>  dw_a = <dout_t, y_a>,  dy_a = w_a dout_t */
     for (int a = 0; a < A && r->kind == SM_ROUTE_SPARSE; a++) {
         const sm_real *g = dout + (size_t)r->token[a] * O, *y = m->y + (size_t)a * O;
@@ -634,7 +612,8 @@ void sm_moe_backward_gated(sm_moe *m, sm_real *dx, sm_real *dgx, const sm_real *
     /* taps see one expert at a time, from one thread */
     sm_par_each(m->taps ? 1 : 0, E, experts_run, &(experts_job){m, 1});
     if (r->kind == SM_ROUTE_SOFT) { /* xg_g = D_g^T X_g */
-        sm_par_for(sm_par_threads(sdw * d), r->groups, dispatch_groups_backward, &(group_job){m, dx, x, NULL, T});
+        sm_par_for(sm_par_threads(sdw * d), r->groups, soft_groups,
+                   &(group_job){m, GROUPS_DISPATCH_BACKWARD, dx, x, NULL, T});
     } else {
         for (int a = 0; a < A; a++) {
             const sm_real *g = m->dxg + (size_t)a * d;
