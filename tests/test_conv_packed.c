@@ -386,3 +386,105 @@ Test(conv_packed, the_backward_without_columns_matches_the_reference) {
     cr_assert(!memcmp(dw[0], dw[1], sizeof(float) * z.nw), "1 and 2 threads gave other bits");
     free(x), free(w), free(dy), free(dw[0]), free(dw[1]);
 }
+
+/* Zero skipping (src/core/conv.c, "Zero skipping"): the direct forward and weight gradient leave out
+ * the products of input rows that hold only zeros, which must not change a bit. Inputs like
+ * MinAtar's: most rows zero, the rest with a few values (ones, and other values too), some images
+ * all zero, one row with a NaN; shapes with rows of 8 and of 16 output pixels, 16 and 32 output
+ * channels, 4 and 10 input channels (Breakout, Seaquest). One and two threads. */
+static float *sparse_rows(const shape *s, sm_rng *g) {
+    const sizes z = sizes_of(s);
+    float *x = calloc(z.nin, sizeof(float));
+    for (int b = 0; b < s->B; b++) {
+        if (b % 7 == 3) continue; /* an all-zero image */
+        for (int r = 0; r < s->C * s->H; r++) {
+            if (sm_rng_uniform(g) >= 0.15) continue;
+            float *row = x + ((size_t)b * s->C * s->H + r) * s->W;
+            for (int j = 0; j < s->W; j++)
+                if (sm_rng_uniform(g) < 0.3) row[j] = b % 2 ? 1.0f : (float)sm_rng_normal(g);
+        }
+    }
+    return x;
+}
+
+/* same bits, a NaN equal to any NaN */
+static int same_bits(const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) && !(isnan(a[i]) && isnan(b[i]))) return 0;
+    return 1;
+}
+
+Test(conv_packed, zero_skipping_gives_the_same_bits) {
+    if (sm_gemm_tiny_isa() < SM_ISA_AVX512) cr_skip_test("zero skipping runs on AVX-512 CPUs only");
+    static const shape kShapes[] = {
+        {32, 4, 10, 10, 16, 3, 1, 0},  /* MinAtar Breakout: rows of 8 */
+        {16, 10, 10, 10, 16, 3, 1, 0}, /* Seaquest's 10 channels */
+        {6, 3, 18, 18, 32, 3, 1, 0},   /* rows of 16, two tiles of output channels */
+    };
+    for (size_t k = 0; k < sizeof kShapes / sizeof kShapes[0]; k++) {
+        const shape *s = &kShapes[k];
+        const sizes z = sizes_of(s);
+        cr_assert(sm_conv2d_dweight_direct(s->C, s->H, s->W, s->OC, s->K, s->K, 1, 0));
+        sm_rng g;
+        sm_rng_seed(&g, 11 + k);
+        float *x = sparse_rows(s, &g), *w = randv(z.nw, &g), *bias = randv(s->OC, &g), *dy = randv(z.nout, &g);
+        x[((size_t)1 * s->C * s->H + 2) * s->W + 3] = NAN; /* a row that must be kept */
+        float *out[2][2], *relu[2][2], *dw[2][2];
+        for (int t = 0; t < 2; t++) {
+            omp_set_num_threads(t + 1);
+            for (int on = 0; on < 2; on++) {
+                sm_conv2d_set_zero_skip(on);
+                out[t][on] = malloc(sizeof(float) * z.nout), relu[t][on] = malloc(sizeof(float) * z.nout);
+                dw[t][on] = calloc(z.nw, sizeof(float));
+                sm_conv2d_forward_direct_ex(out[t][on], relu[t][on], x, w, bias, s->B, s->C, s->H, s->W, s->OC, s->K, s->K);
+                sm_conv2d_backward_direct(NULL, dw[t][on], NULL, NULL, dy, x, w, s->B, s->C, s->H, s->W, s->OC, s->K, s->K);
+            }
+            cr_assert(same_bits(out[t][0], out[t][1], z.nout), "shape %zu, %d threads: the forward changed", k, t + 1);
+            cr_assert(same_bits(relu[t][0], relu[t][1], z.nout), "shape %zu, %d threads: the ReLU changed", k, t + 1);
+            cr_assert(same_bits(dw[t][0], dw[t][1], z.nw), "shape %zu, %d threads: the weight gradient changed", k, t + 1);
+        }
+        cr_assert(same_bits(out[0][1], out[1][1], z.nout) && same_bits(dw[0][1], dw[1][1], z.nw),
+                  "shape %zu: 1 and 2 threads differ", k);
+        size_t nnan = 0;
+        for (size_t i = 0; i < z.nout; i++) nnan += isnan(out[0][1][i]);
+        cr_assert(nnan > 0, "shape %zu: the NaN's row was skipped", k);
+        for (int t = 0; t < 2; t++)
+            for (int on = 0; on < 2; on++) free(out[t][on]), free(relu[t][on]), free(dw[t][on]);
+        free(x), free(w), free(bias), free(dy);
+    }
+    omp_set_num_threads(omp_get_num_procs());
+    sm_conv2d_set_zero_skip(1);
+}
+
+/* ... and it does leave those rows out: an infinite weight on a channel whose rows are all zero
+ * makes inf * 0 = NaN in every output without skipping, and nothing with it (the one observable
+ * difference, documented: finite weights give the same bits). Likewise an infinite output gradient
+ * on an all-zero image poisons the weight gradient only when its products are taken. */
+Test(conv_packed, zero_skipping_leaves_the_zero_rows_out) {
+    if (sm_gemm_tiny_isa() < SM_ISA_AVX512) cr_skip_test("zero skipping runs on AVX-512 CPUs only");
+    const shape s = {8, 4, 10, 10, 16, 3, 1, 0};
+    const sizes z = sizes_of(&s);
+    sm_rng g;
+    sm_rng_seed(&g, 5);
+    float *x = calloc(z.nin, sizeof(float)), *w = randv(z.nw, &g), *dy = randv(z.nout, &g);
+    for (int b = 0; b < s.B; b++)
+        if (b != 1) /* image 1 all zero */
+            for (int j = 0; j < s.W; j += 3) x[((size_t)b * s.C * s.H + 9) * s.W + j] = 1; /* channel 0, row 9 */
+    for (int o = 0; o < s.OC; o++) w[(size_t)o * s.C * 9 + 3 * 9 + 4] = INFINITY; /* channel 3's middle tap */
+    for (size_t i = 0; i < (size_t)s.OC * 64; i++) dy[1 * (size_t)s.OC * 64 + i] = INFINITY; /* image 1's gradient */
+    float *out[2], *dw[2];
+    for (int on = 0; on < 2; on++) {
+        sm_conv2d_set_zero_skip(on);
+        out[on] = malloc(sizeof(float) * z.nout), dw[on] = calloc(z.nw, sizeof(float));
+        sm_conv2d_forward_direct(out[on], x, w, NULL, s.B, s.C, s.H, s.W, s.OC, s.K, s.K);
+        sm_conv2d_backward_direct(NULL, dw[on], NULL, NULL, dy, x, w, s.B, s.C, s.H, s.W, s.OC, s.K, s.K);
+    }
+    sm_conv2d_set_zero_skip(1);
+    size_t nan_off = 0, nan_on = 0, dnan_off = 0, dnan_on = 0;
+    for (size_t i = 0; i < z.nout; i++) nan_off += isnan(out[0][i]), nan_on += isnan(out[1][i]);
+    for (size_t i = 0; i < z.nw; i++) dnan_off += isnan(dw[0][i]), dnan_on += isnan(dw[1][i]);
+    cr_assert_eq(nan_off, z.nout, "without skipping every output meets inf * 0");
+    cr_assert_eq(nan_on, 0, "with skipping channel 3's zero rows must be left out (%zu NaNs)", nan_on);
+    cr_assert(dnan_off > 0 && dnan_on == 0, "the weight gradient: %zu NaNs without skipping, %zu with", dnan_off, dnan_on);
+    free(x), free(w), free(dy), free(out[0]), free(out[1]), free(dw[0]), free(dw[1]);
+}

@@ -19,6 +19,8 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "specmoe/core/ops.h"
@@ -27,6 +29,11 @@
 #ifdef SM_TILE_AVX2
 #include <immintrin.h>
 #endif
+
+/* zero skipping in the direct forward and weight gradient ("Zero skipping" below): on unless a test
+ * or an A/B timing turns it off */
+static _Atomic int zero_skip_on = 1;
+void sm_conv2d_set_zero_skip(int on) { zero_skip_on = on != 0; }
 
 
 sm_status sm_conv2d_shape(int H, int W, int KH, int KW, int stride, int pad, int *OH, int *OW, sm_error *err) {
@@ -340,6 +347,7 @@ typedef struct {
     const int *boff;
     ptrdiff_t bw;
     int isa, mrt, packw, C, H, W, OC, OW, P, CKK;
+    int skip, KH, KW; /* the direct forward: zero skipping (direct_panels) */
 } fwd_job;
 
 static void packed_panels(void *arg, long t0, long t1) {
@@ -417,16 +425,145 @@ static void direct_offsets(int *boff, int C, int H, int W, int KH, int KW) {
     }
 }
 
+/* Zero skipping (AVX-512 only, the shapes zero_skip_shape takes). A panel's im2col row r = (c, p, q)
+ * gathers input rows i0 + p .. i0 + p + R - 1 of channel c (R = 16 / OW output rows a panel); when
+ * those rows hold only zeros, every product of row r is a zero, and an FMA that adds a zero product
+ * leaves its sum as it was (the sums start at +0, and a zero product only ever meets a sum that is
+ * +0 or nonzero): the tiles may leave row r out and give the same bits. Binary observations are
+ * mostly zero rows - a MinAtar Breakout frame under a random policy has 85% of its 40 rows (4
+ * channels of 10) all zero, and a panel of the MinAtar DQN keeps 24.5% of its 36 rows on average -
+ * so the direct forward and weight gradient of an agent's first convolution leave most of their
+ * products out:
+ *   forward  per panel, the kept rows' (c, p) groups from the image's row bits; at most 3/4 of the
+ *            rows kept, their packed weights and input offsets are gathered and the tile runs over
+ *            them alone (else over all: gathering would cost more than it saves);
+ *   dweight  per block of DW_TR rows, the list of panels where one of its rows is kept, in order.
+ * Measured (BENCHMARKS.md, "DQN on MinAtar", zero skipping): on Breakout frames the forward of 32
+ * takes 11.5 us instead of 16.3 and the weight gradient 10.8 instead of 19.
+ * A call skips only when at least half the rows of its first image are zero (mostly_zero_rows): a
+ * deeper layer's activations, or random 10%-dense images, pay that test alone. A NaN or an infinity
+ * is in a row that is kept (the test is != 0, unordered). With finite weights the bits are the dense
+ * path's, and training runs are the same (a checkpoint after 8,000 DQN frames, byte for byte); an
+ * infinite or NaN weight times a skipped zero would have been a NaN (tests/test_conv_packed.c).
+ * sm_conv2d_set_zero_skip(0) turns it off (tests, A/B timings). */
+enum { SKIP_CKK_MAX = 1024, SKIP_WK_MAX = 4096, SKIP_LIST_MAX = 16384 };
+
+/* the shapes zero skipping takes: a panel's (c, p) groups and an image's rows within 64 bits, the
+ * gathered weights within its stack buffer */
+static int zero_skip_shape(int isa, int C, int H, int OC, int KH, int KW) {
+    return isa >= SM_ISA_AVX512 && C * KH <= 64 && H <= 64 && (long)C * KH * KW <= SKIP_CKK_MAX &&
+           (long)OC * C * KH * KW <= SKIP_WK_MAX;
+}
+
+#define SM_TARGETZ __attribute__((target("avx512f,avx2,fma")))
+/* rb[c] bit i: row i of channel c of image x (C, H, W) holds a value != 0 (or a NaN) */
+SM_TARGETZ static void image_rows(uint64_t *rb, const sm_real *x, int C, int H, int W) {
+    const __m512 zero = _mm512_setzero_ps();
+    if (W <= 16) { /* a row is one masked vector (MinAtar's 10) */
+        const __mmask16 m = (__mmask16)((1u << W) - 1);
+        for (int c = 0; c < C; c++) {
+            uint64_t bits = 0;
+            const sm_real *row = x + (size_t)c * H * W;
+            for (int i = 0; i < H; i++, row += W)
+                bits |= (uint64_t)(_mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, row), zero, _CMP_NEQ_UQ) != 0) << i;
+            rb[c] = bits;
+        }
+        return;
+    }
+    for (int c = 0; c < C; c++) {
+        uint64_t bits = 0;
+        for (int i = 0; i < H; i++) {
+            const sm_real *row = x + ((size_t)c * H + i) * W;
+            __mmask16 nz = 0;
+            for (int w0 = 0; w0 < W; w0 += 16) {
+                const __mmask16 m = W - w0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (W - w0)) - 1);
+                nz |= _mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, row + w0), zero, _CMP_NEQ_UQ);
+            }
+            bits |= (uint64_t)(nz != 0) << i;
+        }
+        rb[c] = bits;
+    }
+}
+
+/* d[i] (16 values) = src[kl[i]] (16 values), i < K: a packed weight's rows that are kept */
+SM_TARGETZ static void gather_rows16(sm_real *restrict d, const sm_real *restrict src, const int *kl, int K) {
+    for (int i = 0; i < K; i++) _mm512_storeu_ps(d + (size_t)i * 16, _mm512_loadu_ps(src + (size_t)kl[i] * 16));
+}
+#undef SM_TARGETZ
+
+/* 1 when at least half the rows of image x (C, H, W) hold only zeros: the inputs zero skipping
+ * is for, judged on the batch's first image (a deeper layer's activations almost never have a zero
+ * row, and then the call skips nothing and pays nothing but this test) */
+static int mostly_zero_rows(const sm_real *x, int C, int H, int W) {
+    uint64_t rb[64];
+    image_rows(rb, x, C, H, W);
+    int nz = 0;
+    for (int c = 0; c < C; c++) nz += __builtin_popcountll(rb[c]);
+    return 2 * nz <= C * H;
+}
+
+/* The (c, p) groups of a panel (output rows i0 .. i0 + R - 1) that may hold a nonzero, bit c KH + p:
+ * input rows i0 + p .. i0 + p + R - 1 of channel c not all zero in the image's row bits rb. Its rows
+ * r = (c, p, q), q < KW, are KW in a row from (c KH + p) KW. */
+static uint64_t panel_groups(const uint64_t *rb, int C, int KH, int R, int i0) {
+    const uint64_t pm = KH == 64 ? ~(uint64_t)0 : ((uint64_t)1 << KH) - 1;
+    uint64_t g = 0;
+    for (int c = 0; c < C; c++) {
+        const uint64_t band = rb[c] >> i0;
+        uint64_t any = 0; /* bit p: a row of p .. p + R - 1 */
+        for (int i = 0; i < R; i++) any |= band >> i;
+        g |= (any & pm) << (c * KH);
+    }
+    return g;
+}
+
+/* a bit string of bits lo .. hi (hi - lo < 64) */
+static inline uint64_t bit_range(int lo, int hi) {
+    return (hi - lo == 63 ? ~(uint64_t)0 : ((uint64_t)1 << (hi - lo + 1)) - 1) << lo;
+}
+
 static void direct_panels(void *arg, long t0, long t1) {
     const fwd_job *j = arg;
     const int OC = j->OC, P = j->P, CKK = j->CKK, mrt = j->mrt, OW = j->OW, W = j->W;
+    int kl[SKIP_CKK_MAX], bok[SKIP_CKK_MAX];
+    sm_real wpk[SKIP_WK_MAX];
+    uint64_t rb[64];
+    long rbb = -1; /* the image rb describes */
     for (long t = t0; t < t1; t++) {
         const long n0 = t * 16, b = n0 / P, p0 = n0 % P, i0 = p0 / OW;
         const size_t y0 = (size_t)b * OC * P + p0; /* (OC, 16) at out + y0, rows P apart */
         sm_real *y = j->out ? j->out + y0 : NULL, *yr = j->relu_out ? j->relu_out + y0 : NULL;
-        const sm_real *x = j->x + (size_t)b * j->C * j->H * W + (size_t)i0 * W;
+        const sm_real *img = j->x + (size_t)b * j->C * j->H * W, *x = img + (size_t)i0 * W;
+        const sm_real *wp = j->wp;
+        const int *boff = j->boff;
+        int K = CKK;
+        if (j->skip) { /* the rows that may hold a nonzero, their weights gathered block by block */
+            if (b != rbb) image_rows(rb, img, j->C, j->H, W), rbb = b;
+            uint64_t g = panel_groups(rb, j->C, j->KH, 16 / OW, (int)i0);
+            const int KW = j->KW;
+            K = __builtin_popcountll(g) * KW;
+            if (K == 0) g = 1, K = KW; /* an all-zero panel: zero rows make the sum +0 */
+            if (K <= CKK * 3 / 4) {    /* else gathering the weights costs more than the rows left out */
+                int n = 0;
+                for (; g; g &= g - 1)
+                    for (int q = 0, r = __builtin_ctzll(g) * KW; q < KW; q++) kl[n++] = r + q;
+                for (int i = 0; i < K; i++) bok[i] = boff[kl[i]];
+                for (int o = 0; o < OC; o += mrt) {
+                    const int m = OC - o < mrt ? OC - o : mrt;
+                    const sm_real *src = wp + (size_t)o * CKK;
+                    sm_real *d = wpk + (size_t)o * K;
+                    if (m == 16) /* a whole vector a row: one move */
+                        gather_rows16(d, src, kl, K);
+                    else
+                        for (int i = 0; i < K; i++)
+                            for (int r = 0; r < m; r++) d[i * m + r] = src[(size_t)kl[i] * m + r];
+                }
+                wp = wpk, boff = bok;
+            } else
+                K = CKK;
+        }
         for (int o = 0; o < OC; o += mrt)
-            sm_tile16_wp(j->isa, OC - o < mrt ? OC - o : mrt, CKK, j->wp + (size_t)o * CKK, x, j->boff, j->bw,
+            sm_tile16_wp(j->isa, OC - o < mrt ? OC - o : mrt, K, wp + (size_t)o * K, x, boff, j->bw,
                          j->bias ? j->bias + o : NULL, y ? y + (size_t)o * P : NULL, P, 0, yr ? yr + (size_t)o * P : NULL);
     }
 }
@@ -442,7 +579,8 @@ static void conv_forward_direct(sm_real *out, sm_real *relu_out, const sm_real *
     pack_weight(wp, weight, OC, CKK, mrt);
     fwd_job j = {.out = out, .relu_out = relu_out, .x = inp, .wp = wp, .bias = bias, .boff = boff,
                  .bw = OW == 8 ? W : 8, /* the second run of a B row: the next input row, or 8 further */
-                 .isa = isa, .mrt = mrt, .C = C, .H = H, .W = W, .OC = OC, .OW = OW, .P = P, .CKK = CKK};
+                 .isa = isa, .mrt = mrt, .C = C, .H = H, .W = W, .OC = OC, .OW = OW, .P = P, .CKK = CKK,
+                 .skip = zero_skip_on && zero_skip_shape(isa, C, H, OC, KH, KW) && B > 0 && mostly_zero_rows(inp, C, H, W), .KH = KH, .KW = KW};
     sm_par_for(sm_par_threads((size_t)NP * 16 * CKK * OC), NP, direct_panels, &j);
 }
 
@@ -462,36 +600,40 @@ enum { DW_TO = 4, DW_TR = 6 }; /* 24 accumulators: 4 dout vectors and 6 gathered
 SM_TARGETZ static inline __attribute__((always_inline)) void dw_block(sm_real *dweight, const sm_real *dout,
                                                                       const sm_real *inp, const int *boff, int nr, int o0,
                                                                       int r0, int B, int img, int W, int OC, int CKK, int P,
-                                                                      int OW) {
+                                                                      int OW, const int *tl, int nt) {
     const ptrdiff_t bw = OW == 8 ? W : 8; /* the panel's second run: the next input row, or 8 further */
     __m512 acc[DW_TO][DW_TR];
     for (int t = 0; t < DW_TO; t++)
         for (int r = 0; r < nr; r++) acc[t][r] = _mm512_setzero_ps();
-    for (int b = 0; b < B; b++)
-        for (int p0 = 0; p0 < P; p0 += 16) {
-            const sm_real *x = inp + (size_t)b * img + (size_t)(p0 / OW) * W;
-            const sm_real *dy = dout + ((size_t)b * OC + o0) * P + p0;
-            __m512 d[DW_TO];
-            for (int t = 0; t < DW_TO; t++) d[t] = _mm512_loadu_ps(dy + (size_t)t * P);
-            for (int r = 0; r < nr; r++) {
-                const sm_real *xr = x + boff[r0 + r];
-                const __m512 xv = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(xr))),
-                                                                      _mm256_castps_pd(_mm256_loadu_ps(xr + bw)), 1));
-                for (int t = 0; t < DW_TO; t++) acc[t][r] = _mm512_fmadd_ps(d[t], xv, acc[t][r]);
-            }
+    const int np = tl ? nt : B * (P / 16);
+    for (int i = 0, b = 0, p0 = 0; i < np; i++) { /* the panels in order, or those tl lists (zero skipping) */
+        if (tl)
+            b = tl[i] >> 16, p0 = tl[i] & 0xFFFF;
+        else if (i > 0 && (p0 += 16) == P)
+            b++, p0 = 0;
+        const sm_real *x = inp + (size_t)b * img + (size_t)(p0 / OW) * W;
+        const sm_real *dy = dout + ((size_t)b * OC + o0) * P + p0;
+        __m512 d[DW_TO];
+        for (int t = 0; t < DW_TO; t++) d[t] = _mm512_loadu_ps(dy + (size_t)t * P);
+        for (int r = 0; r < nr; r++) {
+            const sm_real *xr = x + boff[r0 + r];
+            const __m512 xv = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(xr))),
+                                                                  _mm256_castps_pd(_mm256_loadu_ps(xr + bw)), 1));
+            for (int t = 0; t < DW_TO; t++) acc[t][r] = _mm512_fmadd_ps(d[t], xv, acc[t][r]);
         }
+    }
     for (int t = 0; t < DW_TO; t++)
         for (int r = 0; r < nr; r++) dweight[(size_t)(o0 + t) * CKK + r0 + r] += _mm512_reduce_add_ps(acc[t][r]);
 }
 SM_TARGETZ __attribute__((noinline)) static void dw_block6(sm_real *dweight, const sm_real *dout, const sm_real *inp,
                                                            const int *boff, int o0, int r0, int B, int img, int W, int OC,
-                                                           int CKK, int P, int OW) {
-    dw_block(dweight, dout, inp, boff, DW_TR, o0, r0, B, img, W, OC, CKK, P, OW);
+                                                           int CKK, int P, int OW, const int *tl, int nt) {
+    dw_block(dweight, dout, inp, boff, DW_TR, o0, r0, B, img, W, OC, CKK, P, OW, tl, nt);
 }
 SM_TARGETZ __attribute__((noinline)) static void dw_block1(sm_real *dweight, const sm_real *dout, const sm_real *inp,
                                                            const int *boff, int o0, int r0, int B, int img, int W, int OC,
-                                                           int CKK, int P, int OW) {
-    dw_block(dweight, dout, inp, boff, 1, o0, r0, B, img, W, OC, CKK, P, OW);
+                                                           int CKK, int P, int OW, const int *tl, int nt) {
+    dw_block(dweight, dout, inp, boff, 1, o0, r0, B, img, W, OC, CKK, P, OW, tl, nt);
 }
 #undef SM_TARGETZ
 
@@ -500,6 +642,9 @@ typedef struct {
     const sm_real *dout, *inp;
     const int *boff;
     int nrb, B, img, W, OC, CKK, P, OW;
+    const int *tl, *nt; /* NULL, or (zero skipping) the panels of block row rbk = r0 / DW_TR, as b << 16 | p0:
+                         * nt[rbk] of them at tl + rbk NP */
+    long NP;
 } dw_job;
 
 /* blocks w of DW_TO output channels x DW_TR rows, (w / nrb, w % nrb) */
@@ -507,11 +652,13 @@ static void dw_blocks(void *arg, long w0, long w1) {
     const dw_job *j = arg;
     for (long w = w0; w < w1; w++) {
         const int o0 = (int)(w / j->nrb) * DW_TO, r0 = (int)(w % j->nrb) * DW_TR;
+        const long rbk = w % j->nrb;
+        const int *tl = j->tl ? j->tl + rbk * j->NP : NULL, nt = j->tl ? j->nt[rbk] : 0;
         if (r0 + DW_TR <= j->CKK)
-            dw_block6(j->dweight, j->dout, j->inp, j->boff, o0, r0, j->B, j->img, j->W, j->OC, j->CKK, j->P, j->OW);
+            dw_block6(j->dweight, j->dout, j->inp, j->boff, o0, r0, j->B, j->img, j->W, j->OC, j->CKK, j->P, j->OW, tl, nt);
         else
             for (int r = r0; r < j->CKK; r++)
-                dw_block1(j->dweight, j->dout, j->inp, j->boff, o0, r, j->B, j->img, j->W, j->OC, j->CKK, j->P, j->OW);
+                dw_block1(j->dweight, j->dout, j->inp, j->boff, o0, r, j->B, j->img, j->W, j->OC, j->CKK, j->P, j->OW, tl, nt);
     }
 }
 
@@ -521,7 +668,30 @@ static void conv_dweight_direct(sm_real *dweight, const sm_real *dout, const sm_
     int boff[DIRECT_CKK_MAX];
     direct_offsets(boff, C, H, W, KH, KW);
     const int nrb = (CKK + DW_TR - 1) / DW_TR, nob = OC / DW_TO;
-    dw_job j = {dweight, dout, inp, boff, nrb, B, C * H * W, W, OC, CKK, P, OW};
+    const long NP = (long)B * P / 16;
+    dw_job j = {dweight, dout, inp, boff, nrb, B, C * H * W, W, OC, CKK, P, OW, NULL, NULL, NP};
+    /* zero skipping: for each block of rows, the panels where one of its rows may hold a nonzero (in
+     * order: the same sums) */
+    int tl[SKIP_LIST_MAX], nt[SKIP_CKK_MAX];
+    if (zero_skip_on && zero_skip_shape(sm_gemm_tiny_isa(), C, H, OC, KH, KW) && NP * nrb <= SKIP_LIST_MAX &&
+        P <= 0xFFFF && B <= 0x7FFF && B > 0 && mostly_zero_rows(inp, C, H, W)) {
+        uint64_t rb[64], bg[SKIP_CKK_MAX]; /* bg: the (c, p) groups of block rbk's rows */
+        for (int rbk = 0; rbk < nrb; rbk++) {
+            const int r0 = rbk * DW_TR, r1 = (r0 + DW_TR < CKK ? r0 + DW_TR : CKK) - 1;
+            bg[rbk] = bit_range(r0 / KW, r1 / KW);
+            nt[rbk] = 0;
+        }
+        long kept = 0;
+        for (long t = 0; t < NP; t++) {
+            const long b = t * 16 / P, i0 = t * 16 % P / OW;
+            if (t * 16 % P == 0) image_rows(rb, inp + (size_t)b * C * H * W, C, H, W);
+            const uint64_t g = panel_groups(rb, C, KH, 16 / OW, (int)i0);
+            for (int rbk = 0; rbk < nrb; rbk++)
+                if (g & bg[rbk]) tl[(long)rbk * NP + nt[rbk]++] = (int)(b << 16 | (t * 16 % P));
+            kept += __builtin_popcountll(g);
+        }
+        if (kept * KW <= NP * CKK * 3 / 4) j.tl = tl, j.nt = nt; /* else all of them: no list to walk */
+    }
     sm_par_for(sm_par_threads((size_t)B * P * CKK * OC), (long)nob * nrb, dw_blocks, &j);
 }
 

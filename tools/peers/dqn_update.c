@@ -8,8 +8,11 @@
  *   backward -> centered RMSprop step (lr 2.5e-4, alpha 0.95, eps 0.01).
  * Network: conv:16:3:1:0 (4 -> 16 channels, 3x3, 10x10 -> 8x8), ReLU, dense 1024 -> 128, ReLU,
  * head 128 -> 6, built from the same arch string as the preset. Batches are random binary images
- * (10% ones, like MinAtar frames), fixed before timing; --sample also times drawing them from a
- * full 100k-transition replay (sm_replay_sample), as the training loop does.
+ * (10% ones, about MinAtar's density but without its structure), fixed before timing, or with
+ * --obs env frames of minatar/breakout under a uniform random policy (each transition a frame and
+ * the one after it; about 8% ones, 85% of the rows all zero, which the convolution's zero skipping
+ * leaves out: src/core/conv.c); --sample also times drawing them from a full 100k-transition replay
+ * (sm_replay_sample), as the training loop does.
  *
  * FLOPs (a multiply-add = 2) of any network from sm_model_update_macs; for the preset's, per sample of
  * the batch (the hand count the library's is checked against):
@@ -30,7 +33,7 @@
  * Build and run (tools/peers/compare_dqn.sh does this):
  *   cc -O3 -march=x86-64-v2 -mtune=native -fopenmp -Iinclude -I. tools/peers/dqn_update.c \
  *      experiments/engine/peak.c build/libspecmoe.a <the Makefile's LIBS> -o build/dqn_update
- *   build/dqn_update [--seconds S] [--sample 0|1] [--threads T] [--arch A --router R --experts E --topk K --slots P]
+ *   build/dqn_update [--seconds S] [--sample 0|1] [--obs random|env] [--zero-skip 0|1] [--threads T] [--arch A --router R --experts E --topk K --slots P]
  */
 #include <math.h>
 #include <omp.h>
@@ -42,6 +45,7 @@
 #include "experiments/engine/peak.h"
 #include "specmoe.h"
 #include "specmoe/rl/dqn.h"
+#include "specmoe/rl/env.h"
 #include "specmoe/rl/replay.h"
 
 #define B 32       /* batch */
@@ -65,18 +69,21 @@ static void fail(const char *what, const sm_error *e) {
 int main(int argc, char **argv) {
     double seconds = 3;
     int sample = 1, threads = 1, experts = 0, topk = 0, slots = 0;
-    const char *arch = "conv:16:3:1:0,dense:128", *router = NULL;
+    const char *arch = "conv:16:3:1:0,dense:128", *router = NULL, *obs_kind = "random";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
         else if (!strcmp(argv[i], "--sample") && i + 1 < argc) sample = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--zero-skip") && i + 1 < argc) sm_conv2d_set_zero_skip(atoi(argv[++i]));
+        else if (!strcmp(argv[i], "--obs") && i + 1 < argc && (!strcmp(argv[i + 1], "random") || !strcmp(argv[i + 1], "env")))
+            obs_kind = argv[++i];
         else if (!strcmp(argv[i], "--arch") && i + 1 < argc) arch = argv[++i];
         else if (!strcmp(argv[i], "--router") && i + 1 < argc) router = argv[++i];
         else if (!strcmp(argv[i], "--experts") && i + 1 < argc) experts = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--topk") && i + 1 < argc) topk = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--slots") && i + 1 < argc) slots = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: dqn_update [--seconds S] [--sample 0|1] [--threads T] [--arch A --router R --experts E "
+            fprintf(stderr, "usage: dqn_update [--seconds S] [--sample 0|1] [--obs random|env] [--zero-skip 0|1] [--threads T] [--arch A --router R --experts E "
                             "--topk K --slots P]\n");
             return 2;
         }
@@ -123,10 +130,26 @@ int main(int argc, char **argv) {
     float *obs = malloc(sizeof(float) * NB * B * D), *next = malloc(sizeof(float) * NB * B * D);
     float *ret = malloc(sizeof(float) * NB * B), *disc = malloc(sizeof(float) * NB * B);
     int *act = malloc(sizeof(int) * NB * B);
-    for (int i = 0; i < NB * B * D; i++) {
-        obs[i] = sm_rng_uniform(&rng) < 0.1 ? 1.0f : 0.0f;
-        next[i] = sm_rng_uniform(&rng) < 0.1 ? 1.0f : 0.0f;
-    }
+    if (!strcmp(obs_kind, "env")) { /* consecutive frames of Breakout under a random policy */
+        sm_vecenv v;
+        if (sm_vecenv_init(&v, "minatar/breakout", 1, 7, NULL, &err) != SM_OK) fail("minatar/breakout", &err);
+        float frame[D], fin[D], rew;
+        int a;
+        unsigned char te, tr;
+        sm_vecenv_bind(&v, frame, &a, NULL, &rew, &te, &tr, fin);
+        sm_vecenv_reset(&v);
+        for (int k = 0; k < NB * B; k++) {
+            memcpy(obs + (size_t)k * D, frame, sizeof frame);
+            sm_env_random_actions(v.spec, &rng, 1, &a, NULL);
+            sm_vecenv_step(&v);
+            memcpy(next + (size_t)k * D, te || tr ? fin : frame, sizeof frame);
+        }
+        sm_vecenv_free(&v);
+    } else
+        for (int i = 0; i < NB * B * D; i++) {
+            obs[i] = sm_rng_uniform(&rng) < 0.1 ? 1.0f : 0.0f;
+            next[i] = sm_rng_uniform(&rng) < 0.1 ? 1.0f : 0.0f;
+        }
     for (int i = 0; i < NB * B; i++) {
         act[i] = (int)sm_rng_below(&rng, A);
         ret[i] = sm_rng_uniform(&rng) < 0.05 ? 1.0f : 0.0f;

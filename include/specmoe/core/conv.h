@@ -109,6 +109,13 @@ int sm_conv2d_dweight_direct(int C, int H, int W, int OC, int KH, int KW, int st
 void sm_conv2d_backward_direct(sm_real *dinp, sm_real *dweight, sm_real *dbias, sm_real *dcol, const sm_real *dout,
                                const sm_real *inp, const sm_real *weight, int B, int C, int H, int W, int OC, int KH, int KW);
 
+/* Zero skipping in the direct forward and weight gradient, on by default: on an AVX-512 CPU, for
+ * small kernels (C*KH*KW <= 1024, OC*C*KH*KW <= 4096), the products of input rows that hold only
+ * zeros are left out - the same bits with finite weights (src/core/conv.c, "Zero skipping"; binary
+ * observations such as MinAtar's are mostly zero rows). 0 turns it off for the whole process (tests
+ * and A/B timings; not while another thread runs a convolution). */
+void sm_conv2d_set_zero_skip(int on);
+
 /* The two forwards with a ReLU after them, for a layer whose activation is ReLU: relu_out (B, OC, OH,
  * OW), when not NULL, is written with out's ReLU, x > 0 ? x : 0 (sm_act_forward's values). Where the
  * register tiles run (the packed and direct paths, with the weight packed: OC*C*KH*KW <= 16384) they
