@@ -456,35 +456,46 @@ Test(conv_packed, zero_skipping_gives_the_same_bits) {
     sm_conv2d_set_zero_skip(1);
 }
 
-/* ... and it does leave those rows out: an infinite weight on a channel whose rows are all zero
- * makes inf * 0 = NaN in every output without skipping, and nothing with it (the one observable
- * difference, documented: finite weights give the same bits). Likewise an infinite output gradient
- * on an all-zero image poisons the weight gradient only when its products are taken. */
+/* ... and it does leave those rows out, on each shape: an infinite weight on a channel whose rows are
+ * all zero makes inf * 0 = NaN in every output without skipping, and nothing with it (the one
+ * observable difference besides a -0 sum without bias, documented). Likewise an infinite output
+ * gradient on an all-zero image poisons the weight gradient only when its products are taken (the
+ * panel lists of the weight gradient). */
 Test(conv_packed, zero_skipping_leaves_the_zero_rows_out) {
     if (sm_gemm_tiny_isa() < SM_ISA_AVX512) cr_skip_test("zero skipping runs on AVX-512 CPUs only");
-    const shape s = {8, 4, 10, 10, 16, 3, 1, 0};
-    const sizes z = sizes_of(&s);
-    sm_rng g;
-    sm_rng_seed(&g, 5);
-    float *x = calloc(z.nin, sizeof(float)), *w = randv(z.nw, &g), *dy = randv(z.nout, &g);
-    for (int b = 0; b < s.B; b++)
-        if (b != 1) /* image 1 all zero */
-            for (int j = 0; j < s.W; j += 3) x[((size_t)b * s.C * s.H + 9) * s.W + j] = 1; /* channel 0, row 9 */
-    for (int o = 0; o < s.OC; o++) w[(size_t)o * s.C * 9 + 3 * 9 + 4] = INFINITY; /* channel 3's middle tap */
-    for (size_t i = 0; i < (size_t)s.OC * 64; i++) dy[1 * (size_t)s.OC * 64 + i] = INFINITY; /* image 1's gradient */
-    float *out[2], *dw[2];
-    for (int on = 0; on < 2; on++) {
-        sm_conv2d_set_zero_skip(on);
-        out[on] = malloc(sizeof(float) * z.nout), dw[on] = calloc(z.nw, sizeof(float));
-        sm_conv2d_forward_direct(out[on], x, w, NULL, s.B, s.C, s.H, s.W, s.OC, s.K, s.K);
-        sm_conv2d_backward_direct(NULL, dw[on], NULL, NULL, dy, x, w, s.B, s.C, s.H, s.W, s.OC, s.K, s.K);
+    static const shape kShapes[] = {
+        {8, 4, 10, 10, 16, 3, 1, 0},  /* MinAtar Breakout: rows of 8 */
+        {8, 10, 10, 10, 16, 3, 1, 0}, /* Seaquest's 10 channels */
+        {4, 3, 18, 18, 32, 3, 1, 0},  /* rows of 16, two tiles of output channels */
+    };
+    for (size_t k = 0; k < sizeof kShapes / sizeof kShapes[0]; k++) {
+        const shape s = kShapes[k];
+        const sizes z = sizes_of(&s);
+        const int KK = s.K * s.K, P = (s.H - s.K + 1) * (s.W - s.K + 1);
+        sm_rng g;
+        sm_rng_seed(&g, 5 + k);
+        float *x = calloc(z.nin, sizeof(float)), *w = randv(z.nw, &g), *dy = randv(z.nout, &g);
+        for (int b = 0; b < s.B; b++)
+            if (b != 1) /* image 1 all zero; the others ones along channel 0's last row */
+                for (int j = 0; j < s.W; j += 3) x[((size_t)b * s.C * s.H + s.H - 1) * s.W + j] = 1;
+        const int cz = s.C - 1; /* a channel with only zero rows: an infinite middle tap */
+        for (int o = 0; o < s.OC; o++) w[(size_t)o * s.C * KK + cz * KK + KK / 2] = INFINITY;
+        for (size_t i = 0; i < (size_t)s.OC * P; i++) dy[1 * (size_t)s.OC * P + i] = INFINITY; /* image 1's gradient */
+        float *out[2], *dw[2];
+        for (int on = 0; on < 2; on++) {
+            sm_conv2d_set_zero_skip(on);
+            out[on] = malloc(sizeof(float) * z.nout), dw[on] = calloc(z.nw, sizeof(float));
+            sm_conv2d_forward_direct(out[on], x, w, NULL, s.B, s.C, s.H, s.W, s.OC, s.K, s.K);
+            sm_conv2d_backward_direct(NULL, dw[on], NULL, NULL, dy, x, w, s.B, s.C, s.H, s.W, s.OC, s.K, s.K);
+        }
+        sm_conv2d_set_zero_skip(1);
+        size_t nan_off = 0, nan_on = 0, dnan_off = 0, dnan_on = 0;
+        for (size_t i = 0; i < z.nout; i++) nan_off += isnan(out[0][i]), nan_on += isnan(out[1][i]);
+        for (size_t i = 0; i < z.nw; i++) dnan_off += isnan(dw[0][i]), dnan_on += isnan(dw[1][i]);
+        cr_assert_eq(nan_off, z.nout, "shape %zu: without skipping every output meets inf * 0", k);
+        cr_assert_eq(nan_on, 0, "shape %zu: with skipping the zero channel's rows must be left out (%zu NaNs)", k, nan_on);
+        cr_assert(dnan_off > 0 && dnan_on == 0, "shape %zu: the weight gradient: %zu NaNs without skipping, %zu with", k,
+                  dnan_off, dnan_on);
+        free(x), free(w), free(dy), free(out[0]), free(out[1]), free(dw[0]), free(dw[1]);
     }
-    sm_conv2d_set_zero_skip(1);
-    size_t nan_off = 0, nan_on = 0, dnan_off = 0, dnan_on = 0;
-    for (size_t i = 0; i < z.nout; i++) nan_off += isnan(out[0][i]), nan_on += isnan(out[1][i]);
-    for (size_t i = 0; i < z.nw; i++) dnan_off += isnan(dw[0][i]), dnan_on += isnan(dw[1][i]);
-    cr_assert_eq(nan_off, z.nout, "without skipping every output meets inf * 0");
-    cr_assert_eq(nan_on, 0, "with skipping channel 3's zero rows must be left out (%zu NaNs)", nan_on);
-    cr_assert(dnan_off > 0 && dnan_on == 0, "the weight gradient: %zu NaNs without skipping, %zu with", dnan_off, dnan_on);
-    free(x), free(w), free(dy), free(out[0]), free(out[1]), free(dw[0]), free(dw[1]);
 }

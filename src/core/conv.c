@@ -428,8 +428,8 @@ static void direct_offsets(int *boff, int C, int H, int W, int KH, int KW) {
 /* Zero skipping (AVX-512 only, the shapes zero_skip_shape takes). A panel's im2col row r = (c, p, q)
  * gathers input rows i0 + p .. i0 + p + R - 1 of channel c (R = 16 / OW output rows a panel); when
  * those rows hold only zeros, every product of row r is a zero, and an FMA that adds a zero product
- * leaves its sum as it was (the sums start at +0, and a zero product only ever meets a sum that is
- * +0 or nonzero): the tiles may leave row r out and give the same bits. Binary observations are
+ * leaves a nonzero or +0 sum as it was (the sums start at +0): the tiles may leave row r out and give
+ * the same bits, but for the two cases below. Binary observations are
  * mostly zero rows - a MinAtar Breakout frame under a random policy has 85% of its 40 rows (4
  * channels of 10) all zero, and a panel of the MinAtar DQN keeps 24.5% of its 36 rows on average -
  * so the direct forward and weight gradient of an agent's first convolution leave most of their
@@ -442,10 +442,12 @@ static void direct_offsets(int *boff, int C, int H, int W, int KH, int KW) {
  * takes 11.5 us instead of 16.3 and the weight gradient 10.8 instead of 19.
  * A call skips only when at least half the rows of its first image are zero (mostly_zero_rows): a
  * deeper layer's activations, or random 10%-dense images, pay that test alone. A NaN or an infinity
- * is in a row that is kept (the test is != 0, unordered). With finite weights the bits are the dense
- * path's, and training runs are the same (a checkpoint after 8,000 DQN frames, byte for byte); an
- * infinite or NaN weight times a skipped zero would have been a NaN (tests/test_conv_packed.c).
- * sm_conv2d_set_zero_skip(0) turns it off (tests, A/B timings). */
+ * is in a row that is kept (the test is != 0, unordered). The outputs are the dense path's bits but
+ * for two cases: a sum that underflows to -0 with no bias after it stays -0 where the skipped +0
+ * products would have made it +0 (the ReLU's output is +0 either way); and a non-finite weight
+ * (forward) or output gradient (weight gradient) that meets a skipped zero, which gave NaN and now
+ * leaves the sum as it was. Training runs are the same (an 8,000-frame DQN run's checkpoint, byte for
+ * byte; tests/test_conv_packed.c). sm_conv2d_set_zero_skip(0) turns it off (tests, A/B timings). */
 enum { SKIP_CKK_MAX = 1024, SKIP_WK_MAX = 4096, SKIP_LIST_MAX = 16384 };
 
 /* the shapes zero skipping takes: a panel's (c, p) groups and an image's rows within 64 bits, the
@@ -548,16 +550,9 @@ static void direct_panels(void *arg, long t0, long t1) {
                 for (; g; g &= g - 1)
                     for (int q = 0, r = __builtin_ctzll(g) * KW; q < KW; q++) kl[n++] = r + q;
                 for (int i = 0; i < K; i++) bok[i] = boff[kl[i]];
-                for (int o = 0; o < OC; o += mrt) {
-                    const int m = OC - o < mrt ? OC - o : mrt;
-                    const sm_real *src = wp + (size_t)o * CKK;
-                    sm_real *d = wpk + (size_t)o * K;
-                    if (m == 16) /* a whole vector a row: one move */
-                        gather_rows16(d, src, kl, K);
-                    else
-                        for (int i = 0; i < K; i++)
-                            for (int r = 0; r < m; r++) d[i * m + r] = src[(size_t)kl[i] * m + r];
-                }
+                /* blocks of 16 output channels (OC % 16 == 0, AVX-512 tiles of 16 rows): a weight row
+                 * of a block is one vector */
+                for (int o = 0; o < OC; o += mrt) gather_rows16(wpk + (size_t)o * K, wp + (size_t)o * CKK, kl, K);
                 wp = wpk, boff = bok;
             } else
                 K = CKK;

@@ -111,9 +111,11 @@ void sm_conv2d_backward_direct(sm_real *dinp, sm_real *dweight, sm_real *dbias, 
 
 /* Zero skipping in the direct forward and weight gradient, on by default: on an AVX-512 CPU, for
  * small kernels (C*KH*KW <= 1024, OC*C*KH*KW <= 4096), the products of input rows that hold only
- * zeros are left out - the same bits with finite weights (src/core/conv.c, "Zero skipping"; binary
- * observations such as MinAtar's are mostly zero rows). 0 turns it off for the whole process (tests
- * and A/B timings; not while another thread runs a convolution). */
+ * zeros are left out when at least half the rows of the batch's first image are zero (binary
+ * observations such as MinAtar's). The same bits, except that a sum underflowing to -0 with no bias
+ * stays -0, and that a non-finite weight or output gradient times a skipped zero no longer makes a
+ * NaN (src/core/conv.c, "Zero skipping"). 0 turns it off for the whole process (tests and A/B
+ * timings; not while another thread runs a convolution). */
 void sm_conv2d_set_zero_skip(int on);
 
 /* The two forwards with a ReLU after them, for a layer whose activation is ReLU: relu_out (B, OC, OH,
