@@ -414,15 +414,17 @@ static int same_bits(const float *a, const float *b, size_t n) {
     return 1;
 }
 
+/* the shapes of both zero-skipping tests */
+static const shape kSkipShapes[] = {
+    {32, 4, 10, 10, 16, 3, 1, 0},  /* MinAtar Breakout: rows of 8 */
+    {16, 10, 10, 10, 16, 3, 1, 0}, /* Seaquest's 10 channels */
+    {6, 3, 18, 18, 32, 3, 1, 0},   /* rows of 16, two tiles of output channels */
+};
+
 Test(conv_packed, zero_skipping_gives_the_same_bits) {
     if (sm_gemm_tiny_isa() < SM_ISA_AVX512) cr_skip_test("zero skipping runs on AVX-512 CPUs only");
-    static const shape kShapes[] = {
-        {32, 4, 10, 10, 16, 3, 1, 0},  /* MinAtar Breakout: rows of 8 */
-        {16, 10, 10, 10, 16, 3, 1, 0}, /* Seaquest's 10 channels */
-        {6, 3, 18, 18, 32, 3, 1, 0},   /* rows of 16, two tiles of output channels */
-    };
-    for (size_t k = 0; k < sizeof kShapes / sizeof kShapes[0]; k++) {
-        const shape *s = &kShapes[k];
+    for (size_t k = 0; k < sizeof kSkipShapes / sizeof kSkipShapes[0]; k++) {
+        const shape *s = &kSkipShapes[k];
         const sizes z = sizes_of(s);
         cr_assert(sm_conv2d_dweight_direct(s->C, s->H, s->W, s->OC, s->K, s->K, 1, 0));
         sm_rng g;
@@ -463,13 +465,8 @@ Test(conv_packed, zero_skipping_gives_the_same_bits) {
  * panel lists of the weight gradient). */
 Test(conv_packed, zero_skipping_leaves_the_zero_rows_out) {
     if (sm_gemm_tiny_isa() < SM_ISA_AVX512) cr_skip_test("zero skipping runs on AVX-512 CPUs only");
-    static const shape kShapes[] = {
-        {8, 4, 10, 10, 16, 3, 1, 0},  /* MinAtar Breakout: rows of 8 */
-        {8, 10, 10, 10, 16, 3, 1, 0}, /* Seaquest's 10 channels */
-        {4, 3, 18, 18, 32, 3, 1, 0},  /* rows of 16, two tiles of output channels */
-    };
-    for (size_t k = 0; k < sizeof kShapes / sizeof kShapes[0]; k++) {
-        const shape s = kShapes[k];
+    for (size_t k = 0; k < sizeof kSkipShapes / sizeof kSkipShapes[0]; k++) {
+        const shape s = kSkipShapes[k];
         const sizes z = sizes_of(&s);
         const int KK = s.K * s.K, P = (s.H - s.K + 1) * (s.W - s.K + 1);
         sm_rng g;

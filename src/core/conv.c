@@ -504,6 +504,12 @@ static int mostly_zero_rows(const sm_real *x, int C, int H, int W) {
     return 2 * nz <= C * H;
 }
 
+/* 1 when a call on inp (B, C, H, W) skips zero rows: on, the shape taken, and the batch's first image
+ * mostly zero rows (the forward and the weight gradient decide alike) */
+static int zero_skip_call(int isa, const sm_real *inp, int B, int C, int H, int W, int OC, int KH, int KW) {
+    return zero_skip_on && zero_skip_shape(isa, C, H, OC, KH, KW) && B > 0 && mostly_zero_rows(inp, C, H, W);
+}
+
 /* The (c, p) groups of a panel (output rows i0 .. i0 + R - 1) that may hold a nonzero, bit c KH + p:
  * input rows i0 + p .. i0 + p + R - 1 of channel c not all zero in the image's row bits rb. Its rows
  * r = (c, p, q), q < KW, are KW in a row from (c KH + p) KW. */
@@ -575,7 +581,7 @@ static void conv_forward_direct(sm_real *out, sm_real *relu_out, const sm_real *
     fwd_job j = {.out = out, .relu_out = relu_out, .x = inp, .wp = wp, .bias = bias, .boff = boff,
                  .bw = OW == 8 ? W : 8, /* the second run of a B row: the next input row, or 8 further */
                  .isa = isa, .mrt = mrt, .C = C, .H = H, .W = W, .OC = OC, .OW = OW, .P = P, .CKK = CKK,
-                 .skip = zero_skip_on && zero_skip_shape(isa, C, H, OC, KH, KW) && B > 0 && mostly_zero_rows(inp, C, H, W), .KH = KH, .KW = KW};
+                 .skip = zero_skip_call(isa, inp, B, C, H, W, OC, KH, KW), .KH = KH, .KW = KW};
     sm_par_for(sm_par_threads((size_t)NP * 16 * CKK * OC), NP, direct_panels, &j);
 }
 
@@ -646,8 +652,8 @@ typedef struct {
 static void dw_blocks(void *arg, long w0, long w1) {
     const dw_job *j = arg;
     for (long w = w0; w < w1; w++) {
-        const int o0 = (int)(w / j->nrb) * DW_TO, r0 = (int)(w % j->nrb) * DW_TR;
-        const long rbk = w % j->nrb;
+        const long rbk = w % j->nrb; /* the block's row block */
+        const int o0 = (int)(w / j->nrb) * DW_TO, r0 = (int)rbk * DW_TR;
         const int *tl = j->tl ? j->tl + rbk * j->NP : NULL, nt = j->tl ? j->nt[rbk] : 0;
         if (r0 + DW_TR <= j->CKK)
             dw_block6(j->dweight, j->dout, j->inp, j->boff, o0, r0, j->B, j->img, j->W, j->OC, j->CKK, j->P, j->OW, tl, nt);
@@ -668,8 +674,8 @@ static void conv_dweight_direct(sm_real *dweight, const sm_real *dout, const sm_
     /* zero skipping: for each block of rows, the panels where one of its rows may hold a nonzero (in
      * order: the same sums) */
     int tl[SKIP_LIST_MAX], nt[SKIP_CKK_MAX];
-    if (zero_skip_on && zero_skip_shape(sm_gemm_tiny_isa(), C, H, OC, KH, KW) && NP * nrb <= SKIP_LIST_MAX &&
-        P <= 0xFFFF && B <= 0x7FFF && B > 0 && mostly_zero_rows(inp, C, H, W)) {
+    if (NP * nrb <= SKIP_LIST_MAX && P <= 0xFFFF && B <= 0x7FFF &&
+        zero_skip_call(sm_gemm_tiny_isa(), inp, B, C, H, W, OC, KH, KW)) {
         uint64_t rb[64], bg[SKIP_CKK_MAX]; /* bg: the (c, p) groups of block rbk's rows */
         for (int rbk = 0; rbk < nrb; rbk++) {
             const int r0 = rbk * DW_TR, r1 = (r0 + DW_TR < CKK ? r0 + DW_TR : CKK) - 1;
