@@ -146,7 +146,9 @@ Test(linear_small, avx2_tile_against_a_double_reference) {
 }
 
 /* the AVX-512 tile and the AVX2 tile: the same bits for all three products (each output one FMA chain
- * over k in order, then + bias, then + C, in both); shapes with one and two full panels, edges */
+ * over k in order, then + bias, then + C, in both); shapes with one and two full panels, edges. With
+ * C <= T the AVX-512 forward runs by rows (the bias per column, the ReLU in the tile), the AVX2 one
+ * transposed: the same bits too, and the ReLU written beside the output is x > 0 ? x : 0 of it. */
 Test(linear_small, avx512_and_avx2_tiles_give_the_same_bits) {
     if (sm_gemm_tiny_isa() < SM_ISA_AVX512) {
         fprintf(stderr, "linear_small: no AVX-512 on this CPU (%s): nothing to compare\n", isa_name(sm_gemm_tiny_isa()));
@@ -154,7 +156,8 @@ Test(linear_small, avx512_and_avx2_tiles_give_the_same_bits) {
     }
     /* C = 300: a second 256-column window with pairs read in place and a packed rest */
     static const int shapes[][3] = {{32, 1024, 128}, {32, 128, 6}, {33, 70, 37}, {12, 48, 25}, {70, 200, 13}, {5, 31, 12},
-                                    {17, 300, 29}};
+                                    {17, 300, 29}, {128, 16, 512}, {70, 33, 37}, {40, 17, 48}, {13, 13, 17}, {25, 1, 3},
+                                    {128, 512, 16}, {40, 100, 32}};
     sm_rng g;
     sm_rng_seed(&g, 15);
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
@@ -162,17 +165,30 @@ Test(linear_small, avx512_and_avx2_tiles_give_the_same_bits) {
         float *x = randv((size_t)T * C, &g), *w = randv((size_t)OC * C, &g), *b = randv(OC, &g),
               *dy = randv((size_t)T * OC, &g), *dx0 = randv((size_t)T * C, &g), *dw0 = randv((size_t)OC * C, &g);
         float *ws = malloc(sizeof(float) * sm_linear_small_ws(T, C, OC));
-        float *out[2][3];
+        float *out[2][3], *relu[2];
         for (int v = 0; v < 2; v++) {
             sm_gemm_tiny_set_isa(v ? SM_ISA_AVX512 : SM_ISA_AVX2);
             out[v][0] = malloc(sizeof(float) * T * OC), out[v][1] = malloc(sizeof(float) * T * C),
             out[v][2] = malloc(sizeof(float) * OC * C);
             memcpy(out[v][1], dx0, sizeof(float) * T * C);
             memcpy(out[v][2], dw0, sizeof(float) * OC * C);
-            sm_linear_forward_small(out[v][0], x, w, b, T, C, OC, ws);
+            relu[v] = malloc(sizeof(float) * T * OC);
+            for (int i = 0; i < T * OC; i++) relu[v][i] = NAN; /* every entry written */
+            sm_linear_forward_small_ex(out[v][0], relu[v], x, w, b, T, C, OC, ws);
+            for (int i = 0; i < T * OC; i++)
+                cr_assert(relu[v][i] == (out[v][0][i] > 0 ? out[v][0][i] : 0) && !signbit(relu[v][i]),
+                          "relu T=%d C=%d OC=%d [%d]: %g of %g", T, C, OC, i, relu[v][i], out[v][0][i]);
+            float *only = malloc(sizeof(float) * T * OC); /* the ReLU alone, without the output */
+            for (int i = 0; i < T * OC; i++) only[i] = NAN;
+            sm_linear_forward_small_ex(NULL, only, x, w, b, T, C, OC, ws);
+            cr_assert(!memcmp(only, relu[v], sizeof(float) * T * OC), "relu alone T=%d C=%d OC=%d differs", T, C, OC);
+            free(only);
             sm_linear_backward_small(out[v][1], out[v][2], dy, x, w, T, C, OC, ws);
         }
         sm_gemm_tiny_set_simd(1);
+        cr_assert(!memcmp(relu[0], relu[1], sizeof(float) * T * OC), "relu T=%d C=%d OC=%d: AVX2 and AVX-512 differ", T,
+                  C, OC);
+        free(relu[0]), free(relu[1]);
         const size_t n[3] = {(size_t)T * OC, (size_t)T * C, (size_t)OC * C};
         static const char *what[3] = {"forward", "dinp", "dweight"};
         for (int p = 0; p < 3; p++) {

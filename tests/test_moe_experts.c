@@ -104,11 +104,26 @@ Test(moe_experts, factory_network_loads_its_checkpoint) {
  * every parameter gradient agree with OpenBLAS (lin_rows = 0) to float rounding: T tokens over 8
  * experts, top-2, so about T / 4 rows per expert (1 to over 256), depth 1 and 3, one and two threads
  * (with two, the experts run one per thread, each on its own workspace). */
-static void small_path_case(int depth, int T, int threads) {
+/* A built-in MoE layer d = 17 -> H = 64 (ReLU, depth hidden layers) -> 6 under router (E experts, top
+ * k), its parameters drawn from r, reserved for T tokens */
+static sm_moe *relu_layer(const char *router, int E, int k, int depth, int T, sm_params *ps, sm_rng *r) {
     sm_moe_config c;
     sm_moe_config_default(&c);
-    sm_router_config_set(&c.router, "topk", NULL);
-    c.router.E = 8, c.router.k = 2, c.H = 64, c.depth = depth, c.out_dim = 6, c.act = SM_ACT_RELU;
+    sm_router_config_set(&c.router, router, NULL);
+    c.router.E = E, c.router.k = k, c.H = 64, c.depth = depth, c.out_dim = 6, c.act = SM_ACT_RELU;
+    sm_error err = {0};
+    sm_moe *m = sm_moe_create(&c, 17, &err);
+    cr_assert(m, "%s", err.msg);
+    sm_params_init_table(ps);
+    cr_assert_eq(sm_moe_declare(m, ps, "moe", &err), SM_OK, "%s", err.msg);
+    cr_assert_eq(sm_params_alloc(ps, &err), SM_OK, "%s", err.msg);
+    sm_params_initialize(ps, r);
+    sm_moe_bind(m, ps);
+    cr_assert_eq(sm_moe_reserve(m, T, &err), SM_OK, "%s", err.msg);
+    return m;
+}
+
+static void small_path_case(int depth, int T, int threads) {
     const int d = 17, O = 6;
 #ifdef _OPENMP /* before the reserve, which sizes a workspace per thread */
     const int saved = omp_get_max_threads();
@@ -116,19 +131,11 @@ static void small_path_case(int depth, int T, int threads) {
 #else
     (void)threads;
 #endif
-    sm_error err = {0};
-    sm_moe *m = sm_moe_create(&c, d, &err);
-    cr_assert(m, "%s", err.msg);
     sm_params ps;
-    sm_params_init_table(&ps);
-    cr_assert_eq(sm_moe_declare(m, &ps, "moe", &err), SM_OK, "%s", err.msg);
-    cr_assert_eq(sm_params_alloc(&ps, &err), SM_OK, "%s", err.msg);
     sm_rng r;
     sm_rng_seed(&r, 11 + (uint64_t)T);
-    sm_params_initialize(&ps, &r);
-    sm_moe_bind(m, &ps);
-    cr_assert_eq(sm_moe_reserve(m, T, &err), SM_OK, "%s", err.msg);
-    cr_assert_gt(m->lin_rows, 0, "no small-GEMM workspace for %d x %d -> %d experts", d, c.H, O);
+    sm_moe *m = relu_layer("topk", 8, 2, depth, T, &ps, &r);
+    cr_assert_gt(m->lin_rows, 0, "no small-GEMM workspace for %d x %d -> %d experts", d, m->H, O);
     sm_real *x = malloc(sizeof(sm_real) * T * d), *dout = malloc(sizeof(sm_real) * T * O);
     for (int i = 0; i < T * d; i++) x[i] = (sm_real)sm_rng_normal(&r);
     for (int i = 0; i < T * O; i++) dout[i] = (sm_real)sm_rng_normal(&r);
@@ -169,4 +176,40 @@ Test(moe_experts, small_gemm_path_matches_openblas) {
     for (int depth = 1; depth <= 3; depth += 2)
         for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++)
             for (int threads = 1; threads <= 2; threads++) small_path_case(depth, Ts[t], threads);
+}
+
+/* An expert's rows beyond 128 run 128 at a time on the packed product (moe.c, EXPERT_CHUNK), not
+ * through OpenBLAS in one piece. With the hash router (no gate product, whose bits could depend on
+ * the call's size) the first 100 tokens give the same bits alone (about 25 rows per expert) as within
+ * a call of 1400 tokens (about 350 rows per expert, three chunks). */
+Test(moe_experts, rows_beyond_the_chunk_take_the_packed_product) {
+    for (int depth = 1; depth <= 3; depth += 2) {
+        const int d = 17, O = 6, T = 1400, T1 = 100;
+        sm_params ps;
+        sm_rng r;
+        sm_rng_seed(&r, 5);
+        sm_moe *m = relu_layer("hash", 4, 1, depth, T, &ps, &r);
+        if (m->lin_rows < 128) { /* no packed product here (no AVX2): nothing is chunked */
+            fprintf(stderr, "moe_experts: no packed product on this CPU\n");
+            sm_moe_free(m), sm_params_free(&ps);
+            return;
+        }
+        sm_real *x = malloc(sizeof(sm_real) * T * d), *out = malloc(sizeof(sm_real) * T * O),
+                *out1 = malloc(sizeof(sm_real) * T1 * O);
+        for (int i = 0; i < T * d; i++) x[i] = (sm_real)sm_rng_normal(&r);
+        sm_moe_forward(m, out, x, T, NULL, 0);
+        int most = 0;
+        for (int e = 0; e < 4; e++) {
+            const int n = m->route.offset[e + 1] - m->route.offset[e];
+            most = n > most ? n : most;
+        }
+        cr_assert_gt(most, 256, "depth %d: at most %d rows per expert; the case needs more than 256", depth, most);
+        sm_moe_forward(m, out1, x, T1, NULL, 0);
+        for (int i = 0; i < T1 * O; i++)
+            cr_assert(out1[i] == out[i], "depth %d: out[%d] = %.9g within %d tokens, %.9g in a call of its own", depth, i,
+                      out[i], T, out1[i]);
+        free(x), free(out), free(out1);
+        sm_moe_free(m);
+        sm_params_free(&ps);
+    }
 }

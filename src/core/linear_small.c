@@ -179,7 +179,8 @@ static const tilec_fn k_tilec[MR + 1] = {0, tilec_1, tilec_2, tilec_3, tilec_4, 
 #define SM_TARGETZ __attribute__((target("avx512f,avx2,fma")))
 SM_TARGETZ SM_INLINE void tilez(int mr, int np, int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, ptrdiff_t akc,
                                const float *restrict Bp, ptrdiff_t ps, const float *radd, float *C, ptrdiff_t ldc,
-                               int n, int acc, int pf, const int *boff, ptrdiff_t bw, ptrdiff_t bs, float *C2) {
+                               int n, int acc, int pf, const int *boff, ptrdiff_t bw, ptrdiff_t bs, float *C2,
+                               const float *cadd) {
     __m512 c[2][SM_TILE_MR_MAX];
     const float *const B0 = Bp; /* gathered rows are found from here */
     _Pragma("GCC unroll 16")
@@ -210,6 +211,13 @@ SM_TARGETZ SM_INLINE void tilez(int mr, int np, int K, const float *A, ptrdiff_t
     if (radd)
         _Pragma("GCC unroll 16")
         for (int r = 0; r < mr; r++) c[0][r] = _mm512_add_ps(c[0][r], _mm512_set1_ps(radd[r]));
+    if (cadd) /* + cadd[column] after the whole sum (a bias along the columns: the forward by rows) */
+        _Pragma("GCC unroll 2")
+        for (int q = 0; q < np; q++) {
+            const __m512 v = _mm512_maskz_loadu_ps(m, cadd + q * NR);
+            _Pragma("GCC unroll 16")
+            for (int r = 0; r < mr; r++) c[q][r] = _mm512_add_ps(c[q][r], v);
+        }
     _Pragma("GCC unroll 16")
     for (int r = 0; r < mr; r++)
         for (int q = 0; q < np; q++) {
@@ -230,30 +238,48 @@ typedef void (*tile2_fn)(int, const float *, ptrdiff_t, ptrdiff_t, const float *
     SM_TARGETZ __attribute__((noinline)) static void tilez_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,   \
                                                                ptrdiff_t akc, const float *Bp, const float *radd,     \
                                                                float *C, ptrdiff_t ldc, int n, int acc, int pf) {     \
-        tilez(R, 1, K, A, ars, acs, akc, Bp, 0, radd, C, ldc, n, acc, pf, NULL, 0, NR, NULL);                        \
+        tilez(R, 1, K, A, ars, acs, akc, Bp, 0, radd, C, ldc, n, acc, pf, NULL, 0, NR, NULL, NULL);                  \
     }                                                                                                                \
     SM_TARGETZ __attribute__((noinline)) static void tilezx_##R(int K, const float *Ap, const float *B,              \
                                                                 const int *boff, ptrdiff_t bw, const float *radd,      \
                                                                 float *C, ptrdiff_t ldc, int acc, float *C2) {         \
-        if (boff) tilez(R, 1, K, Ap, 1, R, NR * R, B, 0, radd, C, ldc, NR, acc, 0, boff, bw, NR, C2);               \
-        else tilez(R, 1, K, Ap, 1, R, NR * R, B, 0, radd, C, ldc, NR, acc, 0, NULL, 0, NR, C2);                     \
+        if (boff) tilez(R, 1, K, Ap, 1, R, NR * R, B, 0, radd, C, ldc, NR, acc, 0, boff, bw, NR, C2, NULL);         \
+        else tilez(R, 1, K, Ap, 1, R, NR * R, B, 0, radd, C, ldc, NR, acc, 0, NULL, 0, NR, C2, NULL);               \
     }                                                                                                                \
     SM_TARGETZ __attribute__((noinline)) static void tilezc_##R(int K, const float *A, ptrdiff_t akc, const float *Bp, \
                                                                 float *C, ptrdiff_t ldc) {                             \
-        tilez(R, 1, K, A, NR, 1, akc, Bp, 0, NULL, C, ldc, NR, 0, 0, NULL, 0, NR, NULL);                             \
+        tilez(R, 1, K, A, NR, 1, akc, Bp, 0, NULL, C, ldc, NR, 0, 0, NULL, 0, NR, NULL, NULL);                       \
+    }
+/* tilezb_R / tilezb2_R: the forward by rows (sm_linear_forward_small_ex), one panel of any n or two full
+ * panels, C = the result + cadd (a bias per column), C2 its ReLU (either may be NULL, not both) */
+typedef void (*tileb_fn)(int, const float *, ptrdiff_t, const float *, ptrdiff_t, const float *, float *, ptrdiff_t, int,
+                         float *);
+#define TILEZB_FN(R)                                                                                                 \
+    SM_TARGETZ __attribute__((noinline)) static void tilezb_##R(int K, const float *A, ptrdiff_t ars, const float *Bp,  \
+                                                                ptrdiff_t ps, const float *cadd, float *C,             \
+                                                                ptrdiff_t ldc, int n, float *C2) {                     \
+        (void)ps;                                                                                                    \
+        tilez(R, 1, K, A, ars, 1, NR, Bp, 0, NULL, C, ldc, n, 0, 0, NULL, 0, NR, C2, cadd);                          \
+    }                                                                                                                \
+    SM_TARGETZ __attribute__((noinline)) static void tilezb2_##R(int K, const float *A, ptrdiff_t ars, const float *Bp, \
+                                                                 ptrdiff_t ps, const float *cadd, float *C,            \
+                                                                 ptrdiff_t ldc, int n, float *C2) {                    \
+        (void)n;                                                                                                     \
+        tilez(R, 2, K, A, ars, 1, NR, Bp, ps, NULL, C, ldc, NR, 0, 0, NULL, 0, NR, C2, cadd);                        \
     }
 #define TILEZ2_FN(R)                                                                                                 \
     TILEZ_FN(R)                                                                                                      \
+    TILEZB_FN(R)                                                                                                     \
     SM_TARGETZ __attribute__((noinline)) static void tilez2_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs,  \
                                                                 const float *Bp, ptrdiff_t ps, float *C, ptrdiff_t ldc, \
                                                                 int acc, int pf) {                                     \
-        tilez(R, 2, K, A, ars, acs, NR * acs, Bp, ps, NULL, C, ldc, NR, acc, pf, NULL, 0, NR, NULL);                 \
+        tilez(R, 2, K, A, ars, acs, NR * acs, Bp, ps, NULL, C, ldc, NR, acc, pf, NULL, 0, NR, NULL, NULL);           \
     }                                                                                                                \
     SM_TARGETZ __attribute__((noinline)) static void tilezr2_##R(int K, const float *A, ptrdiff_t ars, ptrdiff_t acs, \
                                                                  const float *B, ptrdiff_t bs, float *C, ptrdiff_t ldc, \
                                                                  int acc) {                                             \
-        if (acc) tilez(R, 2, K, A, ars, acs, NR * acs, B, NR, NULL, C, ldc, NR, 1, 0, NULL, 0, bs, NULL);              \
-        else tilez(R, 2, K, A, ars, acs, NR * acs, B, NR, NULL, C, ldc, NR, 0, 0, NULL, 0, bs, NULL);                  \
+        if (acc) tilez(R, 2, K, A, ars, acs, NR * acs, B, NR, NULL, C, ldc, NR, 1, 0, NULL, 0, bs, NULL, NULL);        \
+        else tilez(R, 2, K, A, ars, acs, NR * acs, B, NR, NULL, C, ldc, NR, 0, 0, NULL, 0, bs, NULL, NULL);            \
     }
 TILEZ2_FN(1)
 TILEZ2_FN(2)
@@ -287,6 +313,11 @@ static const tiler2_fn k_tilezr2[SM_TILE_MRZ + 1] = {0,         tilezr2_1, tilez
                                                      tilezr2_7, tilezr2_8, tilezr2_9, tilezr2_10, tilezr2_11, tilezr2_12};
 static const tile2_fn k_tilez2[SM_TILE_MRZ + 1] = {0,        tilez2_1, tilez2_2, tilez2_3,  tilez2_4,  tilez2_5, tilez2_6,
                                                    tilez2_7, tilez2_8, tilez2_9, tilez2_10, tilez2_11, tilez2_12};
+
+static const tileb_fn k_tilezb[SM_TILE_MRZ + 1] = {0,         tilezb_1, tilezb_2, tilezb_3,  tilezb_4,  tilezb_5, tilezb_6,
+                                                   tilezb_7,  tilezb_8, tilezb_9, tilezb_10, tilezb_11, tilezb_12};
+static const tileb_fn k_tilezb2[SM_TILE_MRZ + 1] = {0,          tilezb2_1, tilezb2_2, tilezb2_3,  tilezb2_4,  tilezb2_5, tilezb2_6,
+                                                    tilezb2_7,  tilezb2_8, tilezb2_9, tilezb2_10, tilezb2_11, tilezb2_12};
 
 int sm_tile_rows(int isa) { return isa >= SM_ISA_AVX512 ? SM_TILE_MRZ : MR; }
 int sm_tile_rows_max(int isa) { return isa >= SM_ISA_AVX512 ? SM_TILE_MR_MAX : MR; }
@@ -371,13 +402,27 @@ static void run_tile2_rows(int isa, int mr, int K, const sm_real *A, ptrdiff_t a
  * MinAtar"). The same values in the same order: the same bits. */
 static int direct_pairs(int isa, int cw) { return isa >= SM_ISA_AVX512 ? cw / 32 * 32 : 0; }
 
+/* the forward by rows or transposed (sm_linear_forward_small_ex, where the rule is explained) */
+static int forward_by_rows(int isa, int T, int C, int OC) {
+#ifdef SM_LS_X86
+    return isa >= SM_ISA_AVX512 && (C <= T || (OC % NR == 0 && OC <= T));
+#else
+    (void)isa, (void)T, (void)C, (void)OC;
+    return 0;
+#endif
+}
+
 /* the backward packs its operands one window of CW columns at a time, so its workspace does not
  * grow with the layer's width (a window's rows are still read in long contiguous runs) */
 #define CW 256
 
 size_t sm_linear_small_ws_for(int T, int C, int OC, int use) {
     const size_t Tp = (size_t)round16(T), Cw = (size_t)(round16(C) < CW ? round16(C) : CW);
-    const size_t fwd = use & SM_LINEAR_SMALL_FWD ? Tp * (size_t)C + (size_t)OC * Tp : 0; /* inp^T panels, out^T */
+    /* inp^T panels and out^T, or (by rows) the weight's panels */
+    const size_t fwd_t = Tp * (size_t)C + (size_t)OC * Tp;
+    /* the CPU's own ISA: an ISA cap set later only turns the form by rows off */
+    const size_t fwd_r = forward_by_rows(sm_gemm_tiny_cpu_isa(), T, C, OC) ? (size_t)round16(OC) * (size_t)C : 0;
+    const size_t fwd = use & SM_LINEAR_SMALL_FWD ? (fwd_t > fwd_r ? fwd_t : fwd_r) : 0;
     const size_t dinp = use & SM_LINEAR_SMALL_DINP ? (size_t)OC * Cw : 0; /* a window of weight panels */
     const size_t dw = use & SM_LINEAR_SMALL_DWEIGHT ? (size_t)T * Cw : 0;  /* a window of inp panels */
     const size_t bwd = dinp > dw ? dinp : dw; /* one after the other in the same space */
@@ -533,10 +578,46 @@ static void pack_rows_t(sm_real *restrict dst, const sm_real *restrict src, ptrd
     }
 }
 
+/* The forward by rows, with AVX-512: out (T,OC) = inp (T,C) @ weight^T + bias with the weight packed
+ * transposed into 16-output panels [C][16] (ws: round16(OC) C reals), A = inp's rows where they lie
+ * (12 at a time, two panels a tile), the bias added per column and the ReLU written in the tile's
+ * epilogue: no out^T to transpose back, no pass of its own for the activation. Packing the weight
+ * costs C OC copies; the transposed form packs T C and transposes T OC back, one scalar at a time (an
+ * expert's 16 -> 512 map over 128 slot rows spent more in that transpose than in its FMAs:
+ * BENCHMARKS.md, "SoftMoE in the DQN update"). So: by rows when C <= T, or when OC <= T fills whole
+ * panels (an expert's 512 -> 16 map over 128 rows: its forward 1595 -> 1430 us a DQN update); not
+ * for the dense layer's 32 x 1024 -> 128, whose weight is never packed in the transposed form, nor
+ * for a narrow head (6 outputs would use 6 of a panel's 16 lanes). Per element the same FMA chain over
+ * k in order, then + bias: the same bits as the transposed form. */
+
 void sm_linear_forward_small(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int T, int C,
                              int OC, sm_real *ws) {
-    if (T <= 0 || OC <= 0) return;
+    sm_linear_forward_small_ex(out, NULL, inp, weight, bias, T, C, OC, ws);
+}
+
+void sm_linear_forward_small_ex(sm_real *out, sm_real *relu, const sm_real *inp, const sm_real *weight,
+                                const sm_real *bias, int T, int C, int OC, sm_real *ws) {
+    if (T <= 0 || OC <= 0 || (!out && !relu)) return;
     const int isa = sm_gemm_tiny_isa(), simd = isa >= SM_ISA_AVX2, Tp = round16(T), mrt = tile_rows(isa);
+#ifdef SM_LS_X86
+    if (forward_by_rows(isa, T, C, OC) && C > 0) {
+        for (int o = 0; o < OC; o += NR) /* ws (OCp/16, C, 16): panel o/16 = weight rows o .. o+15 transposed */
+            pack_rows_t(ws + (size_t)o * C, weight + (size_t)o * C, C, C, OC - o < NR ? OC - o : NR, simd);
+        for (int i = 0; i < T; i += mrt) {
+            const int mr = T - i < mrt ? T - i : mrt;
+            const sm_real *a = inp + (size_t)i * C;
+            sm_real *c = out ? out + (size_t)i * OC : NULL, *c2 = relu ? relu + (size_t)i * OC : NULL;
+            int o = 0;
+            for (; o + 2 * NR <= OC; o += 2 * NR)
+                k_tilezb2[mr](C, a, C, ws + (size_t)o * C, (ptrdiff_t)NR * C, bias ? bias + o : NULL, c ? c + o : NULL, OC,
+                              NR, c2 ? c2 + o : NULL);
+            for (; o < OC; o += NR)
+                k_tilezb[mr](C, a, C, ws + (size_t)o * C, 0, bias ? bias + o : NULL, c ? c + o : NULL, OC,
+                             OC - o < NR ? OC - o : NR, c2 ? c2 + o : NULL);
+        }
+        return;
+    }
+#endif
     sm_real *xp = ws;                          /* (Tp/16, C, 16) inp^T in panels */
     sm_real *yt = ws + (size_t)Tp * (size_t)C; /* (OC, Tp) out^T */
     for (int p = 0; p < Tp; p += NR) pack_rows_t(xp + (size_t)p * C, inp + (size_t)p * C, C, C, T - p < NR ? T - p : NR, simd);
@@ -552,12 +633,19 @@ void sm_linear_forward_small(sm_real *out, const sm_real *inp, const sm_real *we
             run_tile(isa, mr, C, weight + (size_t)o * C, C, 1, xp + (size_t)p * C, yt + (size_t)o * Tp + p, Tp, NR, 0,
                      p == 0);
     }
-    /* out (T,OC) = out^T^T + bias, in 16-row strips so the strip's out lines stay in L1 */
+    /* out (T,OC) = out^T^T + bias (and its ReLU, x > 0 ? x : 0: a NaN gives 0, as sm_act_forward), in
+     * 16-row strips so the strip's out lines stay in L1 */
     for (int t0 = 0; t0 < T; t0 += NR) {
         const int t1 = t0 + NR < T ? t0 + NR : T;
         for (int o = 0; o < OC; o++) {
             const sm_real b = bias ? bias[o] : 0, *y = yt + (size_t)o * Tp;
-            for (int t = t0; t < t1; t++) out[(size_t)t * OC + o] = y[t] + b;
+            if (out)
+                for (int t = t0; t < t1; t++) out[(size_t)t * OC + o] = y[t] + b;
+            if (relu)
+                for (int t = t0; t < t1; t++) {
+                    const sm_real v = y[t] + b;
+                    relu[(size_t)t * OC + o] = v > 0 ? v : 0;
+                }
         }
     }
 }
@@ -570,7 +658,8 @@ void sm_linear_backward_small(sm_real *dinp, sm_real *dweight, const sm_real *do
 void sm_linear_backward_small_ex(sm_real *dinp, sm_real *dweight, const sm_real *dout, const sm_real *inp,
                                  const sm_real *weight, int T, int C, int OC, sm_real *ws, int set) {
     if (T <= 0 || OC <= 0) return;
-    const int dacc = !set; /* dweight's tiles: += (0: =, each element written once, no zeroing pass first) */
+    /* dweight's tiles: += (0: =, each element written once, no zeroing pass first); dinp's likewise */
+    const int dacc = !(set & SM_LINEAR_SET_DWEIGHT), iacc = !(set & SM_LINEAR_SET_DINP);
     const int isa = sm_gemm_tiny_isa(), mrt = tile_rows(isa);
     if (dinp) /* dinp[:, j:j+16] (T,16) += dout (T,OC) @ weight[:, j:j+16] (OC,16), a window of columns
                * at a time: with AVX-512 its whole pairs of panels read where they lie, the rest (and
@@ -581,7 +670,7 @@ void sm_linear_backward_small_ex(sm_real *dinp, sm_real *dweight, const sm_real 
             for (int j = 0; j < jp; j += 2 * NR)
                 for (int i = 0; i < T; i += mrt)
                     run_tile2_rows(isa, T - i < mrt ? T - i : mrt, OC, dout + (size_t)i * OC, OC, 1, weight + j0 + j, C,
-                                   dinp + (size_t)i * C + j0 + j, C, 1);
+                                   dinp + (size_t)i * C + j0 + j, C, iacc);
             if (jp == cw) continue;
             const int jr = j0 + jp, cr = cw - jp; /* the packed rest: columns jr .. jr + cr */
             pack_panels(ws, weight + jr, C, OC, cr);
@@ -589,11 +678,11 @@ void sm_linear_backward_small_ex(sm_real *dinp, sm_real *dweight, const sm_real 
             for (; j + 2 * NR <= cr; j += 2 * NR)
                 for (int i = 0; i < T; i += mrt)
                     run_tile2(isa, T - i < mrt ? T - i : mrt, OC, dout + (size_t)i * OC, OC, 1, ws + (size_t)j * OC,
-                              (ptrdiff_t)NR * OC, dinp + (size_t)i * C + jr + j, C, 1, 0);
+                              (ptrdiff_t)NR * OC, dinp + (size_t)i * C + jr + j, C, iacc, 0);
             for (; j < cr; j += NR)
                 for (int i = 0; i < T; i += mrt)
                     run_tile(isa, T - i < mrt ? T - i : mrt, OC, dout + (size_t)i * OC, OC, 1, ws + (size_t)j * OC,
-                             dinp + (size_t)i * C + jr + j, C, cr - j < NR ? cr - j : NR, 1, 0);
+                             dinp + (size_t)i * C + jr + j, C, cr - j < NR ? cr - j : NR, iacc, 0);
         }
     if (dweight) /* dweight (OC,C) [+]= dout^T (OC,T) @ inp (T,C): a window of inp at a time (its pairs of
                   * panels read where they lie with AVX-512, the rest packed), dweight's window walked a

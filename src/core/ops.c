@@ -38,6 +38,21 @@ void sm_linear_forward_ws(sm_real *out, const sm_real *inp, const sm_real *weigh
     sm_gemm(0, 1, T, OC, C, 1, inp, C, weight, C, bias ? 1 : 0, out, OC);
 }
 
+void sm_linear_forward_act_ws(sm_real *out, sm_real *act_out, const sm_real *inp, const sm_real *weight,
+                              const sm_real *bias, int T, int C, int OC, sm_real *ws, sm_act act) {
+    if (act == SM_ACT_RELU && ws && (sm_linear_small_use(T, C, OC) & SM_LINEAR_SMALL_FWD)) {
+        sm_linear_forward_small_ex(out, act_out, inp, weight, bias, T, C, OC, ws);
+        return;
+    }
+    if (!out && act == SM_ACT_RELU) { /* the ReLU in place over the product */
+        sm_linear_forward_ws(act_out, inp, weight, bias, T, C, OC, ws);
+        sm_act_forward(act_out, act_out, (size_t)T * OC, act);
+        return;
+    }
+    sm_linear_forward_ws(out, inp, weight, bias, T, C, OC, ws);
+    sm_act_forward(act_out, out, (size_t)T * OC, act);
+}
+
 void sm_linear_forward_row(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int C, int OC) {
     /* out (OC) = weight (OC,C) @ inp (C) (+ bias): gemv reads the weight once, where sgemm with one
      * row packs it into panels first (`specmoe bench gemm`: 5-7x slower at RL sizes) */

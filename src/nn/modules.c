@@ -101,12 +101,14 @@ static void dense_forward(sm_module *m, sm_real *out, const sm_real *in, int B, 
     int N = rows(m, B);
     /* without an activation the linear map writes the output directly */
     sm_real *pre = l->act == SM_ACT_NONE ? out : l->pre;
-    if (N == 1) /* one row: gemv (an RL agent acting on one observation) */
-        sm_linear_forward_row(pre, in, sm_ctx_data(ctx, l->ip[0]), sm_ctx_data(ctx, l->ip[1]), fin(m), l->width);
-    else
-        sm_linear_forward_ws(pre, in, sm_ctx_data(ctx, l->ip[0]), sm_ctx_data(ctx, l->ip[1]), N, fin(m), l->width,
-                             N <= l->ws_rows ? l->ws : NULL);
-    if (l->act != SM_ACT_NONE) sm_act_forward(out, l->pre, (size_t)N * l->width, l->act);
+    const sm_real *W = sm_ctx_data(ctx, l->ip[0]), *b = sm_ctx_data(ctx, l->ip[1]);
+    if (N == 1) { /* one row: gemv (an RL agent acting on one observation) */
+        sm_linear_forward_row(pre, in, W, b, fin(m), l->width);
+        if (l->act != SM_ACT_NONE) sm_act_forward(out, l->pre, (size_t)l->width, l->act);
+    } else if (l->act == SM_ACT_NONE)
+        sm_linear_forward_ws(out, in, W, b, N, fin(m), l->width, N <= l->ws_rows ? l->ws : NULL);
+    else /* the ReLU in the packed product's tiles when it runs */
+        sm_linear_forward_act_ws(l->pre, out, in, W, b, N, fin(m), l->width, N <= l->ws_rows ? l->ws : NULL, l->act);
 }
 static void dense_backward(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx) {
     leaf *l = (leaf *)m;

@@ -211,6 +211,10 @@ static size_t lin_ws_per_thread(const sm_moe *m, int max_A, int *rows) {
         n = k > n ? k : n;
         *rows = r > *rows ? r : *rows;
     }
+    if (*rows) { /* the backward's dh = dy W2 always takes the packed product (mlp_expert_backward) */
+        const size_t k = sm_linear_small_ws_for(*rows, m->H, m->O, SM_LINEAR_SMALL_DINP);
+        n = k > n ? k : n;
+    }
     return n;
 }
 static int lin_threads(void) {
@@ -312,18 +316,43 @@ static void expert_linear(sm_real *out, const sm_real *in, const sm_real *W, con
     else sm_linear_forward_ws(out, in, W, b, n, C, OC, ws);
 }
 
+/* An expert's rows beyond EXPERT_CHUNK run EXPERT_CHUNK at a time, its whole MLP per chunk (forward:
+ * every layer of a chunk before the next; backward: every gradient of a chunk, the parameter ones
+ * accumulated over the chunks): each chunk takes the packed small GEMM (linear_small.c, up to
+ * m->lin_rows rows), and a chunk's hidden activations (128 x 512 floats, 256 KB) stay in L2 from one
+ * product to the next. SoftMoE-1 x4's expert sees all 2048 slot rows of a batch of 32 MinAtar frames:
+ * through OpenBLAS in one piece its update took 6.95 ms, chunked 5.33 (64 rows: 5.42, 256: 5.82;
+ * BENCHMARKS.md, "SoftMoE in the DQN update"). The sums of the parameter gradients are regrouped by
+ * chunk; every other value is computed row by row as before. */
+enum { EXPERT_CHUNK = 128 };
+static int chunked(const sm_moe *m, int n) { return n > EXPERT_CHUNK && m->lin_rows >= EXPERT_CHUNK; }
+
+/* What the backward reads the activation's derivative from: the pre-activations hpre, or for the
+ * ReLU its output h (x > 0 iff relu(x) > 0), whose forward then writes h alone - half the stores of
+ * a layer whose product does 16 FMAs per output (an expert's 16 -> 512 map; BENCHMARKS.md, "SoftMoE
+ * in the DQN update"). */
+static const sm_real *pre_act(const sm_moe *m) { return m->cfg.act == SM_ACT_RELU ? m->h : m->hpre; }
+
 /* Routed expert e on its n gathered rows starting at assignment a0: hidden layer j reads
  * layer j-1's activation (layer 0 reads xg) - for L = 1 exactly sm_mlp_forward's sequence. */
 static void mlp_expert_forward(sm_moe *m, int e, int a0, int n) {
     const int d = m->d, H = m->H, O = m->O, L = m->L;
+    if (chunked(m, n)) {
+        for (int c = 0; c < n; c += EXPERT_CHUNK) mlp_expert_forward(m, e, a0 + c, n - c < EXPERT_CHUNK ? n - c : EXPERT_CHUNK);
+        return;
+    }
     sm_real *ws = expert_ws(m, n);
     const size_t stride = (size_t)m->max_A * H, row = (size_t)a0 * H;
     for (int j = 0; j < L; j++) {
         const sm_real *in = j ? m->h + (j - 1) * stride + row : m->xg + (size_t)a0 * d;
         const sm_real *W = j ? m->wh + (((size_t)e * (L - 1) + j - 1) * H) * H : m->w1 + (size_t)e * H * d;
         const sm_real *b = j ? (m->bh ? m->bh + ((size_t)e * (L - 1) + j - 1) * H : NULL) : (m->b1 ? m->b1 + (size_t)e * H : NULL);
-        expert_linear(m->hpre + j * stride + row, in, W, b, n, j ? H : d, H, ws);
-        sm_act_forward(m->h + j * stride + row, m->hpre + j * stride + row, (size_t)n * H, m->cfg.act);
+        sm_real *pre = m->cfg.act == SM_ACT_RELU ? NULL : m->hpre + j * stride + row, *h = m->h + j * stride + row;
+        if (n == 1) {
+            sm_linear_forward_row(pre ? pre : h, in, W, b, j ? H : d, H);
+            sm_act_forward(h, pre ? pre : h, (size_t)H, m->cfg.act);
+        } else
+            sm_linear_forward_act_ws(pre, h, in, W, b, n, j ? H : d, H, ws, m->cfg.act);
     }
     expert_linear(m->y + (size_t)a0 * O, m->h + (L - 1) * stride + row, m->w2 + (size_t)e * O * H,
                   m->b2 ? m->b2 + (size_t)e * O : NULL, n, H, O, ws);
@@ -332,11 +361,18 @@ static void mlp_expert_forward(sm_moe *m, int e, int a0, int n) {
 /* Its backward from dy: for L = 1 and no extra feature gradient exactly sm_mlp_backward's sequence. */
 static void mlp_expert_backward(sm_moe *m, int e, int a0, int n) {
     const int d = m->d, H = m->H, O = m->O, L = m->L;
+    if (chunked(m, n)) {
+        for (int c = 0; c < n; c += EXPERT_CHUNK) mlp_expert_backward(m, e, a0 + c, n - c < EXPERT_CHUNK ? n - c : EXPERT_CHUNK);
+        return;
+    }
     sm_real *ws = expert_ws(m, n);
     const size_t stride = (size_t)m->max_A * H, row = (size_t)a0 * H;
     sm_real *dh = m->dh + row, *dh2 = m->dh2 ? m->dh2 + row : NULL;
     const sm_real *W2 = m->w2 + (size_t)e * O * H, *dy = m->dy + (size_t)a0 * O, *hl = m->h + (L - 1) * stride + row;
-    sm_gemm(0, 0, n, H, O, 1, dy, O, W2, H, 0, dh, H);
+    /* dh (n,H) = dy (n,O) @ W2 (O,H): the packed product writes it (no zeroing pass; OpenBLAS's
+     * beta = 0 took one) - about 5% of SoftMoE-1 x4's update at O = 16, 128-row chunks */
+    if (ws) sm_linear_backward_small_ex(dh, NULL, dy, NULL, W2, n, H, O, ws, SM_LINEAR_SET_DINP);
+    else sm_gemm(0, 0, n, H, O, 1, dy, O, W2, H, 0, dh, H);
     sm_linear_backward_ws(NULL, m->dw2 + (size_t)e * O * H, m->db2 ? m->db2 + (size_t)e * O : NULL, dy, hl, W2, n, H, O,
                           ws);
     expert_tap(m, 2, e, a0, hl, dy, n, H, O);
@@ -344,7 +380,7 @@ static void mlp_expert_backward(sm_moe *m, int e, int a0, int n) {
         /* extra gradients on hidden layer j's activations (sm_moe_features_at), before its activation's backward */
         if (m->dfeat_used)
             for (size_t i = 0; i < (size_t)n * H; i++) dh[i] += m->dfeat[j * stride + row + i];
-        sm_act_backward_inplace(dh, m->hpre + j * stride + row, (size_t)n * H, m->cfg.act);
+        sm_act_backward_inplace(dh, pre_act(m) + j * stride + row, (size_t)n * H, m->cfg.act);
         if (j == 0) {
             sm_linear_backward_ws(m->dxg + (size_t)a0 * d, m->dw1 + (size_t)e * H * d,
                                   m->db1 ? m->db1 + (size_t)e * H : NULL, dh, m->xg + (size_t)a0 * d,

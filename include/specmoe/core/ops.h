@@ -77,9 +77,15 @@ int sm_linear_small_use_max(int T, int C, int OC);
  * (either may be NULL). ws: sm_linear_small_ws(T, C, OC) reals. */
 void sm_linear_forward_small(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int T, int C,
                              int OC, sm_real *ws);
+/* the same, and relu (T,OC) = its ReLU, x > 0 ? x : 0 (a NaN gives 0), written with it; either of
+ * out and relu may be NULL */
+void sm_linear_forward_small_ex(sm_real *out, sm_real *relu, const sm_real *inp, const sm_real *weight,
+                                const sm_real *bias, int T, int C, int OC, sm_real *ws);
 void sm_linear_backward_small(sm_real *dinp, sm_real *dweight, const sm_real *dout, const sm_real *inp,
                               const sm_real *weight, int T, int C, int OC, sm_real *ws);
-/* the same with dweight = (set = 1) or += (set = 0) */
+/* the same with dweight = (set & SM_LINEAR_SET_DWEIGHT, i.e. set = 1) or += (set = 0), and dinp = (set &
+ * SM_LINEAR_SET_DINP) or += */
+enum { SM_LINEAR_SET_DWEIGHT = 1, SM_LINEAR_SET_DINP = 2 };
 void sm_linear_backward_small_ex(sm_real *dinp, sm_real *dweight, const sm_real *dout, const sm_real *inp,
                                  const sm_real *weight, int T, int C, int OC, sm_real *ws, int set);
 
@@ -97,6 +103,14 @@ void sm_act_backward(sm_real *dinp, const sm_real *dout, const sm_real *inp, siz
 void sm_act_backward_set(sm_real *dinp, const sm_real *dout, const sm_real *inp, size_t N, sm_act a);
 /* d (N) *= f'(inp): the backward written over its own input gradient (no accumulation). */
 void sm_act_backward_inplace(sm_real *d, const sm_real *inp, size_t N, sm_act a);
+
+/* sm_linear_forward_ws, then act_out (T,OC) = act(out) (sm_act_forward; act_out != out). The ReLU
+ * is written by the packed forward's tiles when they run (no pass of its own): the same values. For
+ * the ReLU out may be NULL: the pre-activation is then not kept (its derivative is read off the
+ * output, x > 0 iff relu(x) > 0, a NaN included: sm_act_backward_inplace(d, act_out, ...) gives the
+ * same as with the pre-activation), and act_out is all that is written. */
+void sm_linear_forward_act_ws(sm_real *out, sm_real *act_out, const sm_real *inp, const sm_real *weight,
+                              const sm_real *bias, int T, int C, int OC, sm_real *ws, sm_act act);
 
 /* LayerNorm over the last dim C: out = (x - mean) * rstd * weight + bias.
  * mean (T), rstd (T) are saved for the backward. */
