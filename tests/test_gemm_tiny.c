@@ -80,7 +80,7 @@ Test(gemm_tiny, avx512_and_avx2_give_the_same_bits) {
     }
     sm_rng g;
     sm_rng_seed(&g, 9);
-    static const int shapes[][4] = {{16, 16, 64, 1}, {64, 16, 16, 0}, {64, 64, 16, 0}, {13, 37, 9, 1}, {7, 5, 30, 0}};
+    static const int shapes[][4] = {{16, 16, 64, 1}, {64, 16, 16, 0}, {64, 64, 16, 0}, {13, 37, 9, 1}, {7, 5, 30, 0}, {9, 70, 20, 1}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], tr = shapes[s][3];
         const int lda = (tr ? M : K) + 1, ldb = N + 3, ldc = N + 2;

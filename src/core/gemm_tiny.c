@@ -140,25 +140,32 @@ static void gemm_rows(int M, int N, int K, float alpha, const float *A, ptrdiff_
  * evenly, and 8 independent chains cover the FMA latency at two a cycle. */
 #define SM_TARGETZ __attribute__((target("avx512f,avx2,fma")))
 enum { MRZ = 8 };
-SM_TARGETZ SM_INLINE void rows_tilez(int mr, int kc, float alpha, const float *A, ptrdiff_t ars, ptrdiff_t acs,
+SM_TARGETZ SM_INLINE void rows_tilez(int mr, int np, int kc, float alpha, const float *A, ptrdiff_t ars, ptrdiff_t acs,
                                     const float *B, ptrdiff_t ldb, float beta, float *C, ptrdiff_t ldc, __mmask16 m) {
-    __m512 c[MRZ];
+    __m512 c[2][MRZ];
     _Pragma("GCC unroll 8")
-    for (int r = 0; r < mr; r++) c[r] = _mm512_setzero_ps();
+    for (int r = 0; r < mr; r++) c[0][r] = c[1][r] = _mm512_setzero_ps();
     for (int k = 0; k < kc; k++) {
-        const __m512 b = _mm512_maskz_loadu_ps(m, B + k * ldb);
+        const __m512 b0 = _mm512_maskz_loadu_ps(m, B + k * ldb);
+        const __m512 b1 = np == 2 ? _mm512_loadu_ps(B + k * ldb + 16) : b0;
         const float *a = A + k * acs;
         _Pragma("GCC unroll 8")
-        for (int r = 0; r < mr; r++) c[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * ars]), b, c[r]);
+        for (int r = 0; r < mr; r++) {
+            const __m512 av = _mm512_set1_ps(a[r * ars]);
+            c[0][r] = _mm512_fmadd_ps(av, b0, c[0][r]);
+            if (np == 2) c[1][r] = _mm512_fmadd_ps(av, b1, c[1][r]);
+        }
     }
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     _Pragma("GCC unroll 8")
-    for (int r = 0; r < mr; r++) {
-        float *cr = C + r * ldc;
-        __m512 x = _mm512_mul_ps(va, c[r]);
-        if (beta != 0) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, cr), x);
-        _mm512_mask_storeu_ps(cr, m, x);
-    }
+    for (int r = 0; r < mr; r++)
+        _Pragma("GCC unroll 2")
+        for (int q = 0; q < np; q++) {
+            float *cr = C + r * ldc + q * 16;
+            __m512 x = _mm512_mul_ps(va, c[q][r]);
+            if (beta != 0) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, cr), x);
+            _mm512_mask_storeu_ps(cr, m, x);
+        }
 }
 
 #define ROWSZ_FN(MR)                                                                                             \
@@ -166,8 +173,15 @@ SM_TARGETZ SM_INLINE void rows_tilez(int mr, int kc, float alpha, const float *A
                                                                      ptrdiff_t ars, ptrdiff_t acs, const float *B, \
                                                                      ptrdiff_t ldb, float beta, float *C,          \
                                                                      ptrdiff_t ldc, int n) {                       \
-        rows_tilez(MR, kc, alpha, A, ars, acs, B, ldb, beta, C, ldc,                                             \
+        rows_tilez(MR, 1, kc, alpha, A, ars, acs, B, ldb, beta, C, ldc,                                          \
                    n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1));                                   \
+    }                                                                                                            \
+    SM_TARGETZ __attribute__((noinline)) static void rows_tilez2_##MR(int kc, float alpha, const float *A,       \
+                                                                      ptrdiff_t ars, ptrdiff_t acs, const float *B, \
+                                                                      ptrdiff_t ldb, float beta, float *C,          \
+                                                                      ptrdiff_t ldc, int n) {                       \
+        (void)n;                                                                                                 \
+        rows_tilez(MR, 2, kc, alpha, A, ars, acs, B, ldb, beta, C, ldc, (__mmask16)0xFFFF);                      \
     }
 ROWSZ_FN(1)
 ROWSZ_FN(2)
@@ -179,16 +193,21 @@ ROWSZ_FN(7)
 ROWSZ_FN(8)
 static const rows_fn k_rowsz[MRZ + 1] = {0,           rows_tilez_1, rows_tilez_2, rows_tilez_3, rows_tilez_4,
                                         rows_tilez_5, rows_tilez_6, rows_tilez_7, rows_tilez_8};
+static const rows_fn k_rowsz2[MRZ + 1] = {0,            rows_tilez2_1, rows_tilez2_2, rows_tilez2_3, rows_tilez2_4,
+                                         rows_tilez2_5, rows_tilez2_6, rows_tilez2_7, rows_tilez2_8};
 
-/* C (M,N) = alpha * op(A) (M,K) @ B (K,N) + beta * C on the AVX-512 tile */
+/* C (M,N) = alpha * op(A) (M,K) @ B (K,N) + beta * C on the AVX-512 tile: 32 columns at a time while
+ * they last (each broadcast of A then feeds two FMAs: SoftMoE's 64 x 64 logits and their gradients,
+ * K = 16, where a tile's start and end weigh as much as its 16 steps), then 16 */
 static void gemm_rowsz(int M, int N, int K, float alpha, const float *A, ptrdiff_t ars, ptrdiff_t acs,
                        const float *B, ptrdiff_t ldb, float beta, float *C, ptrdiff_t ldc) {
-    for (int j = 0; j < N; j += 16) {
-        const int n = N - j < 16 ? N - j : 16;
+    for (int j = 0; j < N;) {
+        const int n = N - j < 16 ? N - j : 16, two = N - j >= 32;
         for (int i = 0; i < M; i += MRZ) {
             const int mr = M - i < MRZ ? M - i : MRZ;
-            k_rowsz[mr](K, alpha, A + i * ars, ars, acs, B + j, ldb, beta, C + i * ldc + j, ldc, n);
+            (two ? k_rowsz2 : k_rowsz)[mr](K, alpha, A + i * ars, ars, acs, B + j, ldb, beta, C + i * ldc + j, ldc, n);
         }
+        j += two ? 32 : 16;
     }
 }
 
