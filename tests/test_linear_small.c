@@ -184,6 +184,15 @@ Test(linear_small, avx512_and_avx2_tiles_give_the_same_bits) {
             cr_assert(!memcmp(only, relu[v], sizeof(float) * T * OC), "relu alone T=%d C=%d OC=%d differs", T, C, OC);
             free(only);
             sm_linear_backward_small(out[v][1], out[v][2], dy, x, w, T, C, OC, ws);
+            /* SM_LINEAR_SET_DINP: dinp overwritten (over NaN), as accumulated into zeros */
+            float *dset = malloc(sizeof(float) * T * C), *dzero = calloc((size_t)T * C, sizeof(float));
+            for (int i = 0; i < T * C; i++) dset[i] = NAN;
+            sm_linear_backward_small_ex(dset, NULL, dy, x, w, T, C, OC, ws, SM_LINEAR_SET_DINP);
+            sm_linear_backward_small_ex(dzero, NULL, dy, x, w, T, C, OC, ws, 0);
+            for (int i = 0; i < T * C; i++)
+                cr_assert(dset[i] == dzero[i], "dinp set T=%d C=%d OC=%d [%d]: %g, accumulated into zeros %g", T, C, OC, i,
+                          dset[i], dzero[i]);
+            free(dset), free(dzero);
         }
         sm_gemm_tiny_set_simd(1);
         cr_assert(!memcmp(relu[0], relu[1], sizeof(float) * T * OC), "relu T=%d C=%d OC=%d: AVX2 and AVX-512 differ", T,

@@ -68,8 +68,9 @@ typedef struct sm_taps {
      * (blocks, fan_out, fan_in) - the expert for w1 / w2, expert * (L-1) + layer for the hidden
      * layers wh - over the n assignments routed to that expert; token (n) are their rows in the
      * layer's input (row / rows-per-example = the example); dout already carries the routing weight.
-     * Called from one thread, expert after expert; a built-in expert with more than 128 rows reports
-     * them in pieces of at most 128, in order (its products run in such chunks: src/nn/moe.c). */
+     * Called from one thread, expert after expert; a built-in expert with more than 128 rows may
+     * report them in pieces of at most 128, in order (where its products run in such chunks on the
+     * packed GEMM: src/nn/moe.c). */
     void (*expert_linear)(struct sm_taps *t, const char *param, int block, const int *token, const sm_real *in,
                           const sm_real *dout, int n, int fan_in, int fan_out);
     void *user;

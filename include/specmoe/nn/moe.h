@@ -60,7 +60,8 @@ typedef struct {
     /* activations: one block, carved */
     sm_real *act_block;
     sm_real *xg;   /* (A,d) inputs gathered per assignment, expert-major */
-    sm_real *hpre; /* (L,A,H) pre-activations, hidden layer after hidden layer (stride max_A*H) */
+    sm_real *hpre; /* (L,A,H) pre-activations, hidden layer after hidden layer (stride max_A*H); built-in
+                    * ReLU experts leave it unwritten (their backward reads the derivative off h) */
     sm_real *h;    /* (L,A,H) activations; the last block is the experts' last hidden features */
     sm_real *y;    /* (A,O) expert outputs */
     sm_real *dy;   /* (A,O) scratch for backward */
