@@ -44,13 +44,9 @@ void sm_linear_forward_act_ws(sm_real *out, sm_real *act_out, const sm_real *inp
         sm_linear_forward_small_ex(out, act_out, inp, weight, bias, T, C, OC, ws);
         return;
     }
-    if (!out && act == SM_ACT_RELU) { /* the ReLU in place over the product */
-        sm_linear_forward_ws(act_out, inp, weight, bias, T, C, OC, ws);
-        sm_act_forward(act_out, act_out, (size_t)T * OC, act);
-        return;
-    }
-    sm_linear_forward_ws(out, inp, weight, bias, T, C, OC, ws);
-    sm_act_forward(act_out, out, (size_t)T * OC, act);
+    sm_real *dst = out ? out : act_out; /* no out (the ReLU): the activation in place over the product */
+    sm_linear_forward_ws(dst, inp, weight, bias, T, C, OC, ws);
+    sm_act_forward(act_out, dst, (size_t)T * OC, act);
 }
 
 void sm_linear_forward_row(sm_real *out, const sm_real *inp, const sm_real *weight, const sm_real *bias, int C, int OC) {

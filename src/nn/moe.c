@@ -331,7 +331,8 @@ static int chunked(const sm_moe *m, int n) { return n > EXPERT_CHUNK && m->lin_r
  * ReLU its output h (x > 0 iff relu(x) > 0), whose forward then writes h alone - half the stores of
  * a layer whose product does 16 FMAs per output (an expert's 16 -> 512 map; BENCHMARKS.md, "SoftMoE
  * in the DQN update"). */
-static const sm_real *pre_act(const sm_moe *m) { return m->cfg.act == SM_ACT_RELU ? m->h : m->hpre; }
+static int relu_from_h(const sm_moe *m) { return m->cfg.act == SM_ACT_RELU; }
+static const sm_real *pre_act(const sm_moe *m) { return relu_from_h(m) ? m->h : m->hpre; }
 
 /* Routed expert e on its n gathered rows starting at assignment a0: hidden layer j reads
  * layer j-1's activation (layer 0 reads xg) - for L = 1 exactly sm_mlp_forward's sequence. */
@@ -347,7 +348,7 @@ static void mlp_expert_forward(sm_moe *m, int e, int a0, int n) {
         const sm_real *in = j ? m->h + (j - 1) * stride + row : m->xg + (size_t)a0 * d;
         const sm_real *W = j ? m->wh + (((size_t)e * (L - 1) + j - 1) * H) * H : m->w1 + (size_t)e * H * d;
         const sm_real *b = j ? (m->bh ? m->bh + ((size_t)e * (L - 1) + j - 1) * H : NULL) : (m->b1 ? m->b1 + (size_t)e * H : NULL);
-        sm_real *pre = m->cfg.act == SM_ACT_RELU ? NULL : m->hpre + j * stride + row, *h = m->h + j * stride + row;
+        sm_real *pre = relu_from_h(m) ? NULL : m->hpre + j * stride + row, *h = m->h + j * stride + row;
         if (n == 1) {
             sm_linear_forward_row(pre ? pre : h, in, W, b, j ? H : d, H);
             sm_act_forward(h, pre ? pre : h, (size_t)H, m->cfg.act);
