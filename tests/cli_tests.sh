@@ -826,8 +826,10 @@ fi
 # study end to end (three DER runs of Fig. 5 on Breakout, then the report of the figure)
 expect 0 "bench tokenize: the quick tier is Figs. 1 and 5, 13 variants x 2 games" "^bench-tokenize tier=quick .* runs=26 jobs=2 " -- \
     "$bin" bench tokenize --dry-run --out "$tmp/tk-plan"
-expect 0 "bench tokenize: the full tier is every figure on five games, 3 seeds, on Rainbow-lite" "^bench-tokenize tier=full .*seeds=3 frames=1000000 der_frames=250000 agent=rainbow .* runs=645 " -- \
+expect 0 "bench tokenize: the full tier is every figure on five games, 3 seeds, on Rainbow-lite" "^bench-tokenize tier=full .*seeds=3 frames=1000000 der_frames=250000 agent=rainbow .* runs=675 " -- \
     "$bin" bench tokenize --tier full --dry-run --out "$tmp/tk-plan"
+expect 0 "bench tokenize: the routing-sharpness ablation runs SoftMoE-4 and SoftMoE-1 x4 at temperature 0.1" "softmoe-4-t0.1/breakout-s1 .*--router soft --experts 4 --temperature 0.1 .*softmoe-1-x4-t0.1/breakout-s1 .*--router soft --experts 1 --temperature 0.1" -- \
+    sh -c '"$0" bench tokenize --tier full --figures sharp --games breakout --seeds 1 --dry-run --out "$1" | tr "\n" " "' "$bin" "$tmp/tk-plan"
 expect 0 "bench tokenize: Fig. 11 runs its resets under DER and Rainbow-lite, as the paper" "--agent der .*softmoe-4-reset/breakout-s1 .*--agent rainbow .*softmoe-4-reset/breakout-s1 " -- \
     sh -c '"$0" bench tokenize --tier full --figures 11 --games breakout --seeds 1 --dry-run --out "$1" | tr "\n" " "' "$bin" "$tmp/tk-plan"
 expect 0 "bench tokenize: DQN and Rainbow-lite run the paper's Table 1 (--preset dopamine), DER its own" \

@@ -1,6 +1,7 @@
 /* Finite-difference gradient checks (double precision) of the whole MoE layer in every routing
  * mode, and of a whole model (dense + MoE + ffn layers, residuals, cross-entropy head). */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>
@@ -276,6 +277,11 @@ Test(grad_moe, soft_whole_batch_and_groups) {
     moe_check("soft.batch.norm", &c, 8, 5, 26, NULL);
     sm_soft_opts(&c.router)->soft_norm = 0;
     moe_check("soft.batch.nonorm", &c, 8, 5, 27, NULL);
+    /* the router temperature divides the logits (router_soft.c), raw and normalised */
+    c.router.temperature = 0.6;
+    moe_check("soft.batch.nonorm.tau", &c, 8, 5, 32, NULL);
+    sm_soft_opts(&c.router)->soft_norm = 1;
+    moe_check("soft.batch.norm.tau", &c, 8, 5, 33, NULL);
     /* groups of 4 tokens (one "observation" each) with a ragged last group */
     c = base_router("soft", 3, 1, 6);
     sm_soft_opts(&c.router)->soft_group = 4;
@@ -291,6 +297,48 @@ Test(grad_moe, soft_whole_batch_and_groups) {
     static const unsigned char on[3] = {1, 0, 1};
     moe_check_scaled("soft.groups.pruned", &c, 10, 5, 30, NULL, 1, NULL, on);
     moe_check_scaled("soft.groups.pruned.wide", &c, 10, 5, 31, NULL, 40, NULL, on);
+}
+
+/* The soft router's temperature tau is the logits' divisor: tau = 0.5 gives the outputs of tau = 1
+ * with the slot rows Phi doubled (raw logits X Phi^T), or with the learned scale doubled (normalised
+ * logits). A router that ignored --temperature fails both. */
+Test(grad_moe, soft_temperature_divides_the_logits) {
+    for (int norm = 0; norm <= 1; norm++) {
+        sm_moe_config c = base_router("soft", 3, 1, 6);
+        sm_soft_opts(&c.router)->soft_group = 4;
+        sm_soft_opts(&c.router)->soft_norm = norm;
+        moe_ctx a, b;
+        c.router.temperature = 0.5;
+        moe_setup(&a, &c, 12, 5, 41);
+        c.router.temperature = 1;
+        moe_setup(&b, &c, 12, 5, 41); /* the same parameters and inputs */
+        int ip = sm_params_find(&b.ps, norm ? "moe.router.scale" : "moe.router.phi");
+        cr_assert(ip >= 0);
+        sm_real *v = sm_params_data(&b.ps, ip);
+        for (size_t i = 0; i < b.ps.p[ip].numel; i++) v[i] *= 2;
+        sm_rng r;
+        sm_rng_seed(&r, 1);
+        sm_moe_forward(a.m, a.out, a.x, a.T, &r, 1);
+        sm_moe_forward(b.m, b.out, b.x, b.T, &r, 1);
+        double worst = 0, size = 0;
+        for (int i = 0; i < a.T * a.O; i++) {
+            double e = fabs((double)a.out[i] - b.out[i]);
+            worst = e > worst ? e : worst;
+            size = fabs((double)b.out[i]) > size ? fabs((double)b.out[i]) : size;
+        }
+        cr_assert_lt(worst, 1e-5 * (1 + size), "norm %d: tau 0.5 differs from doubled logits by %g", norm, worst);
+        /* and tau changes the output at all (the check above is not vacuous) */
+        c.router.temperature = 1;
+        moe_ctx u;
+        moe_setup(&u, &c, 12, 5, 41);
+        sm_moe_forward(u.m, u.out, u.x, u.T, &r, 1);
+        double moved = 0;
+        for (int i = 0; i < a.T * a.O; i++) moved = fmax(moved, fabs((double)a.out[i] - u.out[i]));
+        cr_assert_gt(moved, 1e-3, "norm %d: tau 0.5 left the output unchanged", norm);
+        moe_teardown(&a);
+        moe_teardown(&b);
+        moe_teardown(&u);
+    }
 }
 
 Test(grad_moe, vmf_gate) {

@@ -39,6 +39,14 @@
  *   *-prune-once, *-prune-gradual  SoftMoE-4 with two experts pruned during training: both at half
  *                    the run, or one at 1/5 and one at 4/5 of it (Fig. 19; sm_model_prune_last)
  *   Fig. 10 runs baseline, softmoe-4 and softmoe-1-x4 under DQN and DER.
+ *   softmoe-4-t0.1, softmoe-1-x4-t0.1  figure "sharp", our ablation (not a paper figure): the same
+ *                    networks with the router temperature 0.1, so the normalised logits start within
+ *                    +-10 instead of +-1. At MinAtar's budget the learned scale only reaches 1.5-2.4
+ *                    in 1M frames (245k Adam steps of at most lr = 6.25e-5 each), the dispatch and combine
+ *                    weights stay near uniform, and every output token is nearly the average of the
+ *                    slots: the figure measures how much of SoftMoE's deficit here is that (BENCHMARKS.md,
+ *                    "Don't Flatten, Tokenize": routing sharpness). One value, 0.1, chosen before any run
+ *                    with it and not tuned.
  *
  * Agents: the paper runs every figure but Figs. 10 and 11 on Rainbow, so the full tier does too.
  * DQN and Rainbow-lite run the paper's Table 1 (`rl train --preset dopamine`: Adam 6.25e-5 / 1.5e-4,
@@ -98,6 +106,8 @@ static const tk_variant kVariants[] = {
     {"baseline-x4", "--arch ENC,dense:512", 0, 0},
     {"softmoe-4", "--arch ENC,tokens,moe:128,flatten --router soft --experts 4", 0, 0},
     {"softmoe-1-x4", "--arch ENC,tokens,moe:512,flatten --router soft --experts 1", 0, 0},
+    {"softmoe-4-t0.1", "--arch ENC,tokens,moe:128,flatten --router soft --experts 4 --temperature 0.1", 0, 0},
+    {"softmoe-1-x4-t0.1", "--arch ENC,tokens,moe:512,flatten --router soft --experts 1 --temperature 0.1", 0, 0},
     {"softmoe-1", "--arch ENC,tokens,moe:128,flatten --router soft --experts 1", 0, 0},
     {"softmoe-1-perfeat", "--arch ENC,perfeat,moe:128,flatten --router soft --experts 1", 0, 0},
     {"softmoe-1-perpatch", "--arch ENC,avgpool:2:2,tokens,moe:128,flatten --router soft --experts 1", 0, 0},
@@ -156,6 +166,8 @@ static const tk_figure kFigures[] = {
     {"10", "Fig. 10: other agents (DQN, DER)", {"baseline", "softmoe-4", "softmoe-1-x4"}, "dqn,der"},
     {"11", "Fig. 11: resets and shrink-and-perturb of all experts or the 2 most dormant",
      {"softmoe-4", "softmoe-4-reset", "softmoe-4-sp", "softmoe-4-reset-2", "softmoe-4-sp-2"}, "der,rainbow"},
+    {"sharp", "Ablation, not a paper figure: SoftMoE-4 and SoftMoE-1 x4 with their routing sharpened (temperature 0.1)",
+     {"baseline", "softmoe-4", "softmoe-4-t0.1", "softmoe-1-x4", "softmoe-1-x4-t0.1"}, NULL},
     {"19", "Fig. 19: two of SoftMoE-4's experts pruned during training, once or gradually",
      {"softmoe-4", "softmoe-4-prune-once", "softmoe-4-prune-gradual"}, NULL},
 };
@@ -323,7 +335,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
     int seeds = 0;
     fl_flag fl[] = {
         {"tier", FL_STRING, &o.tier, "quick", "quick (a smoke test, < 30 min on 2 cores) | full (decides the claims)", 0},
-        {"figures", FL_STRING, &figures, NULL, "comma list of figures (1,7,5,8,12,15,10,11,19; quick: 1,5; full: all)", 0},
+        {"figures", FL_STRING, &figures, NULL, "comma list of figures (1,7,5,8,12,15,10,11,19,sharp; quick: 1,5; full: all)", 0},
         {"games", FL_STRING, &games, NULL, "comma list of MinAtar games (quick: breakout,asterix; full: all five)", 0},
         {"seeds", FL_INT, &seeds, "0", "seeds per variant and game (0: the tier's: quick 1, full 3)", 0},
         {"frames", FL_LONG, &frames, "0", "frames per run of DQN and Rainbow-lite (0: the tier's: quick 10000, full 1000000)", 0},
@@ -339,7 +351,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
     int full;
     int rc = cli_parse_study(fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, "tokenize", &o.tier, &full);
     if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
-    o.figures = figures ? figures : full ? "1,7,5,8,12,15,10,11,19" : "1,5";
+    o.figures = figures ? figures : full ? "1,7,5,8,12,15,10,11,19,sharp" : "1,5";
     o.games = games ? games : full ? "breakout,asterix,freeway,seaquest,space_invaders" : "breakout,asterix";
     o.seeds = seeds > 0 ? seeds : full ? 3 : 1;
     o.frames = frames > 0 ? frames : full ? 1000000 : 10000;
@@ -387,7 +399,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
             for (int i = 0; i < (which ? 5 : N_FIGURES); i++) known |= !strcmp(t, which ? kGames[i] : kFigures[i].id);
             if (!known) {
                 fprintf(stderr, "specmoe bench tokenize: unknown %s '%s' (%s)\n", which ? "game" : "figure", t,
-                        which ? "breakout, asterix, freeway, seaquest, space_invaders" : "1, 7, 5, 8, 12, 15, 10, 11, 19");
+                        which ? "breakout, asterix, freeway, seaquest, space_invaders" : "1, 7, 5, 8, 12, 15, 10, 11, 19, sharp");
                 return CLI_EXIT_USAGE;
             }
         }

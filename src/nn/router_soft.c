@@ -1,12 +1,15 @@
 /* SoftMoE router (Puigcerver et al. 2024), applied per group of tokens (one observation's tokens
  * in RL; the whole batch by default here). For a group of m tokens X (m,d) and S = E*p slots:
  *
- *   L = normalise(X) (scale * normalise(Phi))^T          (m,S)   [without --soft-norm: X Phi^T]
+ *   L = normalise(X) (scale * normalise(Phi))^T / tau    (m,S)   [without --soft-norm: X Phi^T / tau]
  *   D = softmax of L over the m tokens (per slot)        dispatch: slot inputs  X~ = D^T X
  *   C = softmax of L over the S slots  (per token)       combine:  outputs      Y  = C Y~
  * Slot s = e*p + j belongs to expert e. Phi is stored as (S,d) rows (one per slot), normalised along
- * d; scale is a learned scalar initialised at 1 (REFERENCE-NOTES, SoftMoE). The layer (moe.c) does
- * the dispatch/combine products; this file owns L and the two softmaxes.
+ * d; scale is a learned scalar initialised at 1 (REFERENCE-NOTES, SoftMoE). tau is the router
+ * temperature every router reads (--temperature, 1 by default: Puigcerver et al. and Dopamine's
+ * SoftMoE have none); below 1 it sharpens both softmaxes from the first update, where the learned
+ * scale moves by about the learning rate per update. The layer (moe.c) does the dispatch/combine
+ * products; this file owns L and the two softmaxes.
  *
  * Letters: T tokens, d width, E experts, p slots per expert, S = E p, G groups of m tokens.
  */
@@ -100,8 +103,8 @@ static sm_status soft_reserve(sm_router *r, int max_T, sm_error *err) {
  * but both are ratios of exp(L - shift) for any shift, so one exp per logit serves both when a
  * single shift keeps every exp in float's normal range: the group's maximum M, when all of the
  * group's logits lie within 64 of it (exp(-64) = 1.6e-28). With normalised tokens and slots
- * (--soft-norm) the logits lie within 2 |scale| of each other, so this is the path taken unless the
- * learned scale passes 32. Otherwise each softmax subtracts its own maxima (rows, then columns).
+ * (--soft-norm) the logits lie within 2 |scale| / tau of each other, so this is the path taken unless
+ * the learned scale passes 32 tau. Otherwise each softmax subtracts its own maxima (rows, then columns).
  * The loops run along the rows (the slots), contiguous, so they vectorise; the float exp is
  * sm_expf_v (core/vexp.h, within 2 ulp of expf), built for AVX-512, AVX2 and the baseline ISA (the same
  * bits in each: separate IEEE multiplies and adds, no contraction). */
@@ -254,13 +257,13 @@ static void soft_forward(sm_router *r, sm_route *route, const sm_real *x, int T,
     const int E = r->cfg.E, d = r->d, p = s->p, S = E * p;
     const int m = sm_soft_opts(&r->cfg)->soft_group > 0 ? sm_soft_opts(&r->cfg)->soft_group : T, G = (T + m - 1) / m;
     const sm_real *xa = x, *pa = s->phi;
-    sm_real sc = 1;
+    sm_real sc = (sm_real)(1.0 / r->cfg.temperature);
     if (sm_soft_opts(&r->cfg)->soft_norm) {
         sm_l2norm_forward(s->xn, s->xnorm, x, T, d);
         sm_l2norm_forward(s->phin, s->phinorm, s->phi, S, d);
         xa = s->xn;
         pa = s->phin;
-        sc = s->scale[0];
+        sc = (sm_real)(s->scale[0] / r->cfg.temperature);
     }
     for (int j = 0; j < S; j++) /* Pa^T (d,S): B of the logits product, rows contiguous */
         for (int k = 0; k < d; k++) s->phint[(size_t)k * S + j] = pa[(size_t)j * d + k];
@@ -297,12 +300,14 @@ static void soft_backward(sm_router *r, sm_real *dx, const sm_route *route, cons
     for (int t = 0; t < T && any; t++)
         for (int e = 0; e < E; e++)
             for (int j = 0; j < p; j++) route->dcombine[(size_t)t * S + e * p + j] += route->dprobs[(size_t)t * E + e];
-    /* L = sc Xa Pa^T (without --soft-norm: X Phi^T, sc = 1): dXa = sc dL Pa, dPa = sc dL^T Xa, and with
-     * the norm dsc = <dL, Xa Pa^T> = <dL^T Xa, Pa>, the same sum regrouped over S d terms instead of
-     * T S. The norm's dXn (dPhin) are scratch, overwritten (accumulated over the groups unscaled, then
-     * scaled); without it the gradients add into dx and dphi. */
+    /* L = sc Xa Pa^T, sc = scale / tau (without --soft-norm: X Phi^T, sc = 1 / tau): dXa = sc dL Pa,
+     * dPa = sc dL^T Xa, and with the norm dscale = <dL, Xa Pa^T> / tau = <dL^T Xa, Pa> / tau, the same
+     * sum regrouped over S d terms instead of T S. The norm's dXn (dPhin) are scratch, overwritten
+     * (accumulated over the groups unscaled, then scaled); without it the gradients add into dx and
+     * dphi. */
+    const double inv_tau = 1.0 / r->cfg.temperature;
     const sm_real *xa = norm ? s->xn : x, *pa = norm ? s->phin : s->phi;
-    const sm_real sc = norm ? s->scale[0] : 1;
+    const sm_real sc = (sm_real)((norm ? s->scale[0] : 1) * inv_tau);
     sm_real *dxa = norm ? s->dxn : dx, *dpa = norm ? s->dphin : s->dphi;
     for (int g = 0; g < G; g++) {
         const int t0 = g * m, mg = T - t0 < m ? T - t0 : m;
@@ -310,13 +315,13 @@ static void soft_backward(sm_router *r, sm_real *dx, const sm_route *route, cons
         soft_softmaxes_backward(dL, route->combine + o, route->dcombine + o, route->dispatch + o, route->ddispatch + o,
                                 s->colbuf, mg, S);
         sm_gemm_tiny(mg, d, S, sc, dL, S, 1, pa, d, norm ? 0 : 1, dxa + (size_t)t0 * d, d);
-        sm_gemm_tiny(S, d, mg, 1, dL, 1, S, xa + (size_t)t0 * d, d, norm && g == 0 ? 0 : 1, dpa, d);
+        sm_gemm_tiny(S, d, mg, norm ? 1 : sc, dL, 1, S, xa + (size_t)t0 * d, d, norm && g == 0 ? 0 : 1, dpa, d);
     }
     if (!norm) return;
     if (G == 0) memset(s->dphin, 0, sizeof(sm_real) * (size_t)S * d);
     double ds = 0;
     for (size_t i = 0; i < (size_t)S * d; i++) ds += (double)s->dphin[i] * s->phin[i];
-    s->dscale[0] += (sm_real)ds;
+    s->dscale[0] += (sm_real)(ds * inv_tau);
     for (size_t i = 0; i < (size_t)S * d; i++) s->dphin[i] *= sc;
     sm_l2norm_backward(dx, s->dxn, s->xn, s->xnorm, T, d);
     sm_l2norm_backward(s->dphi, s->dphin, s->phin, s->phinorm, S, d);
