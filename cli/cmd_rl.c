@@ -18,6 +18,8 @@
 #include "common.h"
 #include "flags.h"
 #include "specmoe/methods/softmoe_rl/reset.h"
+#include "specmoe/nn/metrics.h"
+#include "specmoe/nn/model.h"
 #include "specmoe/rl/agent.h"
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -68,8 +70,37 @@ typedef struct {
     const char *env, *policy;
     long episodes;
     uint64_t seed;
-    int threads, prune;
+    int threads, prune, routing;
 } eval_settings;
+
+/* rl eval --routing: the sharpness of every soft-routed MoE layer over the evaluation's states
+ * (sm_route_soft_sharpness after each act; up to 8 layers) */
+#define ROUTING_MAX_LAYERS 8
+typedef struct {
+    double comb[ROUTING_MAX_LAYERS], disp[ROUTING_MAX_LAYERS];
+    long nc[ROUTING_MAX_LAYERS], nd[ROUTING_MAX_LAYERS];
+} routing_acc;
+
+static void routing_observe(void *ctx, sm_policy *p, int N) {
+    (void)N;
+    routing_acc *a = ctx;
+    const int n = sm_model_n_moe(p->net);
+    for (int i = 0; i < n && i < ROUTING_MAX_LAYERS; i++)
+        sm_route_soft_sharpness(&sm_model_moe(p->net, i)->route, &a->comb[i], &a->nc[i], &a->disp[i], &a->nd[i]);
+}
+
+static void print_routing(const routing_acc *a, int n) {
+    for (int i = 0; i < n && i < ROUTING_MAX_LAYERS; i++) {
+        if (!a->nc[i] && !a->nd[i]) {
+            printf("rl-eval-routing moe=%d soft=0\n", i);
+            continue;
+        }
+        printf("rl-eval-routing moe=%d soft=1 combine_entropy=%.4f dispatch_entropy=%.4f tokens=%ld slots=%ld "
+               "(entropy / log of the support: 1 uniform, 0 one-hot)\n",
+               i, a->nc[i] ? a->comb[i] / (double)a->nc[i] : 0, a->nd[i] ? a->disp[i] / (double)a->nd[i] : 0, a->nc[i],
+               a->nd[i]);
+    }
+}
 
 /* Episodes are shared out in fixed quotas over this many environments (sm_rl_evaluate), so which
  * episodes count does not depend on which environment finishes first. */
@@ -102,12 +133,25 @@ static int eval_checkpoint(const eval_settings *o, const char *path) {
             return CLI_EXIT_USAGE;
         }
     }
+    routing_acc acc;
+    memset(&acc, 0, sizeof acc);
+    const int n_moe = o->routing && p->net ? sm_model_n_moe(p->net) : 0;
+    if (o->routing && !n_moe) {
+        p->destroy(p);
+        fprintf(stderr, "specmoe rl eval: %s: --routing: the policy's network has no MoE layer\n", path);
+        return CLI_EXIT_USAGE;
+    }
+    if (n_moe) {
+        p->observe = routing_observe;
+        p->observe_ctx = &acc;
+    }
     const char *env = o->env ? o->env : p->env->name;
     sm_env_log log;
     sm_status st = sm_rl_evaluate(p, env, NULL, (int)o->episodes, EVAL_MAX_ENVS, o->seed, o->threads, &log, &err);
     p->destroy(p);
     if (st != SM_OK) return cli_fail(st, &err);
     print_eval(env, path, k->name, &log, o->seed);
+    print_routing(&acc, n_moe);
     return 0;
 }
 
@@ -120,6 +164,9 @@ static int rl_eval(int argc, char **argv) {
         {"seed", FL_U64, &o.seed, "1", "seed of the environments and of the policy", 0},
         {"threads", FL_INT, &o.threads, "1", "OpenMP threads stepping the environments (the result does not depend on it)", 0},
         {"prune-experts", FL_INT, &o.prune, "0", "a checkpoint's policy with the last N experts of each MoE layer pruned (soft router)", 0},
+        {"routing", FL_BOOL, &o.routing, "0",
+         "also print each soft-routed MoE layer's routing sharpness over the evaluated states: mean combine and dispatch "
+         "entropy / log of their support (1 uniform)", 0},
     };
     const int nfl = (int)(sizeof fl / sizeof fl[0]);
     const char *pos[1];
@@ -136,6 +183,10 @@ static int rl_eval(int argc, char **argv) {
             return CLI_EXIT_USAGE;
         }
         return eval_checkpoint(&o, pos[0]);
+    }
+    if (o.routing) {
+        fprintf(stderr, "specmoe rl eval: --routing reads a checkpoint's MoE layers; the random policy has none\n");
+        return CLI_EXIT_USAGE;
     }
     if (!o.policy || strcmp(o.policy, "random") != 0) {
         if (o.policy) fprintf(stderr, "specmoe rl eval: unknown policy '%s' (one of: random)\n", o.policy);

@@ -97,3 +97,41 @@ Test(metrics, dormant_neurons_by_definition) {
     cr_expect_float_eq(sm_dormant_fraction(zero, 2, 3, 0.1, NULL), 1.0, 1e-12);
     cr_expect_float_eq(sm_dormant_fraction(h, 0, 4, 0.1, NULL), 0.0, 1e-12);
 }
+
+/* SoftMoE's routing sharpness (sm_route_soft_sharpness): entropies over the support, divided by its
+ * log. Two groups of 3 tokens, S = 2 experts x 2 slots = 4 slots, built by hand. */
+Test(metrics, soft_sharpness_is_one_when_uniform_and_zero_when_one_hot) {
+    enum { T = 6, S = 4, M = 3 };
+    sm_real comb[T * S], disp[T * S];
+    sm_route r = {.kind = SM_ROUTE_SOFT, .T = T, .E = 2, .groups = 2, .group_size = M, .slots = 2,
+                  .combine = comb, .dispatch = disp};
+    for (int i = 0; i < T * S; i++) comb[i] = (sm_real)(1.0 / S), disp[i] = (sm_real)(1.0 / M);
+    double cs = 0, ds = 0;
+    long cn = 0, dn = 0;
+    sm_route_soft_sharpness(&r, &cs, &cn, &ds, &dn);
+    cr_assert_eq(cn, T);
+    cr_assert_eq(dn, 2 * S); /* every slot of each group */
+    cr_assert_float_eq(cs / cn, 1.0, 1e-6);
+    cr_assert_float_eq(ds / dn, 1.0, 1e-6);
+    /* one-hot: token t takes slot t % S, slot s takes the group's token s % M */
+    for (int t = 0; t < T; t++)
+        for (int s = 0; s < S; s++) {
+            comb[t * S + s] = s == t % S;
+            disp[t * S + s] = s % M == t % M;
+        }
+    cs = ds = 0;
+    cn = dn = 0;
+    sm_route_soft_sharpness(&r, &cs, &cn, &ds, &dn);
+    cr_assert_float_eq(cs, 0.0, 1e-12);
+    cr_assert_float_eq(ds, 0.0, 1e-12);
+    /* half the mass on each of two slots: log 2 / log 4 = 1/2; accumulates onto the sums */
+    for (int t = 0; t < T; t++)
+        for (int s = 0; s < S; s++) comb[t * S + s] = (sm_real)(s < 2 ? 0.5 : 0);
+    sm_route_soft_sharpness(&r, &cs, &cn, &ds, &dn);
+    cr_assert_eq(cn, 2 * T);
+    cr_assert_float_eq(cs / T, 0.5, 1e-6);
+    /* a sparse route adds nothing */
+    r.kind = SM_ROUTE_SPARSE;
+    sm_route_soft_sharpness(&r, &cs, &cn, &ds, &dn);
+    cr_assert_eq(cn, 2 * T);
+}

@@ -20,6 +20,30 @@ double sm_entropy(const sm_real *p, int E) {
     return h;
 }
 
+void sm_route_soft_sharpness(const sm_route *r, double *combine_sum, long *combine_n, double *dispatch_sum,
+                             long *dispatch_n) {
+    if (r->kind != SM_ROUTE_SOFT || r->T < 1 || r->group_size < 1) return;
+    const int S = r->E * r->slots, m = r->group_size;
+    if (S > 1) /* combine: each token's row over the S slots */
+        for (int t = 0; t < r->T; t++) {
+            *combine_sum += sm_entropy(r->combine + (size_t)t * S, S) / log((double)S);
+            ++*combine_n;
+        }
+    for (int g = 0; g < r->groups; g++) { /* dispatch: each slot's column over the group's tokens */
+        const int t0 = g * m, mg = r->T - t0 < m ? r->T - t0 : m;
+        if (mg < 2) continue;
+        for (int s = 0; s < S; s++) {
+            double h = 0;
+            for (int t = t0; t < t0 + mg; t++) {
+                const double w = r->dispatch[(size_t)t * S + s];
+                if (w > 0) h -= w * log(w);
+            }
+            *dispatch_sum += h / log((double)mg);
+            ++*dispatch_n;
+        }
+    }
+}
+
 double sm_topk_mass(const sm_real *p, int E, int k) {
     /* sum of the k largest: k passes, each taking the largest not yet taken (k is small) */
     double mass = 0, prev = INFINITY;

@@ -116,8 +116,10 @@ sm_status sm_rl_evaluate(sm_policy *p, const char *env, const sm_env_opts *opts,
          * favour short ones, and the result would depend on the order in which environments end */
         for (int i = 0; i < N; i++) left[i] = episodes / N + (i < episodes % N);
         for (long remaining = episodes; remaining > 0;) {
-            if (p) p->act(p, obs, N, act, box);
-            else sm_env_random_actions(s, &rng, N, act, box);
+            if (p) {
+                p->act(p, obs, N, act, box);
+                if (p->observe) p->observe(p->observe_ctx, p, N);
+            } else sm_env_random_actions(s, &rng, N, act, box);
             sm_vecenv_step(&v);
             for (int i = 0; i < N; i++) {
                 if (!(term[i] || trunc[i])) continue;

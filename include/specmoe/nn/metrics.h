@@ -57,6 +57,13 @@ double sm_collapse_threshold(int E);
 /* Routing entropy (nats) and top-k mass of one probability vector p (E). */
 double sm_entropy(const sm_real *p, int E);
 double sm_topk_mass(const sm_real *p, int E, int k);
+/* SoftMoE's routing sharpness (a SOFT route after the forward): the mean over tokens of the combine
+ * weights' entropy over the S slots divided by log S, and the mean over slots and groups of the
+ * dispatch weights' entropy over the group's m tokens divided by log m, each added into *_sum with
+ * their counts into *_n (accumulate over batches, then divide). 1 is uniform: every slot the mean
+ * token, every output token the mean slot output; 0 is one-hot. A sparse route adds nothing. */
+void sm_route_soft_sharpness(const sm_route *r, double *combine_sum, long *combine_n, double *dispatch_sum,
+                             long *dispatch_n);
 /* Top-1 expert of every token (argmax of probs (T,E), ties to the lower index). */
 void sm_route_argmax(int *out, const sm_route *r);
 

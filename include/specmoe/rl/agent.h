@@ -83,6 +83,10 @@ struct sm_policy {
     /* The rows net sees for N observations (N <= max_N; e.g. PPO's normalised observations), owned
      * by the policy and valid until its next call; NULL when net reads observations as they are. */
     const float *(*inputs)(sm_policy *p, const float *obs, int N);
+    /* Called by sm_rl_evaluate after each act, when set by the caller (NULL from load_policy): it
+     * may read the last forward of net (e.g. `rl eval --routing`, its routes) */
+    void (*observe)(void *ctx, sm_policy *p, int N);
+    void *observe_ctx;
 };
 
 typedef struct sm_agent_kind {
