@@ -73,32 +73,42 @@ typedef struct {
     int threads, prune, routing;
 } eval_settings;
 
-/* rl eval --routing: the sharpness of every soft-routed MoE layer over the evaluation's states
- * (sm_route_soft_sharpness after each act; up to 8 layers) */
-#define ROUTING_MAX_LAYERS 8
+/* rl eval --routing: the sharpness of every soft-routed MoE layer over the states the evaluation
+ * acts on (sm_route_soft_sharpness after each act), one accumulator per MoE layer */
 typedef struct {
-    double comb[ROUTING_MAX_LAYERS], disp[ROUTING_MAX_LAYERS];
-    long nc[ROUTING_MAX_LAYERS], nd[ROUTING_MAX_LAYERS];
+    double comb, disp;
+    long nc, nd;
 } routing_acc;
+
+typedef struct {
+    routing_acc *layer; /* (n) */
+    int n;
+} routing_obs;
 
 static void routing_observe(void *ctx, sm_policy *p, int N) {
     (void)N;
-    routing_acc *a = ctx;
-    const int n = sm_model_n_moe(p->net);
-    for (int i = 0; i < n && i < ROUTING_MAX_LAYERS; i++)
-        sm_route_soft_sharpness(&sm_model_moe(p->net, i)->route, &a->comb[i], &a->nc[i], &a->disp[i], &a->nd[i]);
+    routing_obs *o = ctx;
+    for (int i = 0; i < o->n; i++) {
+        routing_acc *a = &o->layer[i];
+        sm_route_soft_sharpness(&sm_model_moe(p->net, i)->route, &a->comb, &a->nc, &a->disp, &a->nd);
+    }
 }
 
-static void print_routing(const routing_acc *a, int n) {
-    for (int i = 0; i < n && i < ROUTING_MAX_LAYERS; i++) {
-        if (!a->nc[i] && !a->nd[i]) {
+/* "n/a" where nothing was measured: one slot (S = 1) has no combine entropy, one-token groups no
+ * dispatch entropy */
+static void print_routing(const routing_obs *o) {
+    for (int i = 0; i < o->n; i++) {
+        const routing_acc *a = &o->layer[i];
+        if (!a->nc && !a->nd) {
             printf("rl-eval-routing moe=%d soft=0\n", i);
             continue;
         }
-        printf("rl-eval-routing moe=%d soft=1 combine_entropy=%.4f dispatch_entropy=%.4f tokens=%ld slots=%ld "
+        char c[32] = "n/a", d[32] = "n/a";
+        if (a->nc) snprintf(c, sizeof c, "%.4f", a->comb / (double)a->nc);
+        if (a->nd) snprintf(d, sizeof d, "%.4f", a->disp / (double)a->nd);
+        printf("rl-eval-routing moe=%d soft=1 combine_entropy=%s dispatch_entropy=%s tokens=%ld slots=%ld "
                "(entropy / log of the support: 1 uniform, 0 one-hot)\n",
-               i, a->nc[i] ? a->comb[i] / (double)a->nc[i] : 0, a->nd[i] ? a->disp[i] / (double)a->nd[i] : 0, a->nc[i],
-               a->nd[i]);
+               i, c, d, a->nc, a->nd);
     }
 }
 
@@ -133,26 +143,33 @@ static int eval_checkpoint(const eval_settings *o, const char *path) {
             return CLI_EXIT_USAGE;
         }
     }
-    routing_acc acc;
-    memset(&acc, 0, sizeof acc);
-    const int n_moe = o->routing && p->net ? sm_model_n_moe(p->net) : 0;
-    if (o->routing && !n_moe) {
+    routing_obs obs = {NULL, o->routing && p->net ? sm_model_n_moe(p->net) : 0};
+    if (o->routing && (!obs.n || o->prune > 0)) {
         p->destroy(p);
-        fprintf(stderr, "specmoe rl eval: %s: --routing: the policy's network has no MoE layer\n", path);
+        /* pruned experts' slots take no combine weight, so the entropies over all S slots would
+         * read a uniform route as sharp: measured on unpruned layers only */
+        fprintf(stderr, "specmoe rl eval: %s: --routing: %s\n", path,
+                obs.n ? "not with --prune-experts (the entropies are over every slot)" : "the policy's network has no MoE layer");
         return CLI_EXIT_USAGE;
     }
-    if (n_moe) {
+    if (obs.n) {
+        if (!(obs.layer = calloc((size_t)obs.n, sizeof *obs.layer))) {
+            p->destroy(p);
+            return cli_fail(sm_fail(&err, SM_ERR_NOMEM, "rl eval: out of memory"), &err);
+        }
         p->observe = routing_observe;
-        p->observe_ctx = &acc;
+        p->observe_ctx = &obs;
     }
     const char *env = o->env ? o->env : p->env->name;
     sm_env_log log;
     sm_status st = sm_rl_evaluate(p, env, NULL, (int)o->episodes, EVAL_MAX_ENVS, o->seed, o->threads, &log, &err);
     p->destroy(p);
-    if (st != SM_OK) return cli_fail(st, &err);
-    print_eval(env, path, k->name, &log, o->seed);
-    print_routing(&acc, n_moe);
-    return 0;
+    if (st == SM_OK) {
+        print_eval(env, path, k->name, &log, o->seed);
+        print_routing(&obs);
+    }
+    free(obs.layer);
+    return st == SM_OK ? 0 : cli_fail(st, &err);
 }
 
 static int rl_eval(int argc, char **argv) {
@@ -165,8 +182,8 @@ static int rl_eval(int argc, char **argv) {
         {"threads", FL_INT, &o.threads, "1", "OpenMP threads stepping the environments (the result does not depend on it)", 0},
         {"prune-experts", FL_INT, &o.prune, "0", "a checkpoint's policy with the last N experts of each MoE layer pruned (soft router)", 0},
         {"routing", FL_BOOL, &o.routing, "0",
-         "also print each soft-routed MoE layer's routing sharpness over the evaluated states: mean combine and dispatch "
-         "entropy / log of their support (1 uniform)", 0},
+         "also print each soft-routed MoE layer's routing sharpness over every state the evaluation acts on: mean "
+         "combine and dispatch entropy / log of their support (1 uniform; not with --prune-experts)", 0},
     };
     const int nfl = (int)(sizeof fl / sizeof fl[0]);
     const char *pos[1];
@@ -184,7 +201,7 @@ static int rl_eval(int argc, char **argv) {
         }
         return eval_checkpoint(&o, pos[0]);
     }
-    if (o.routing) {
+    if (o.routing && o.policy) {
         fprintf(stderr, "specmoe rl eval: --routing reads a checkpoint's MoE layers; the random policy has none\n");
         return CLI_EXIT_USAGE;
     }

@@ -129,10 +129,12 @@ expect 0 "rl train: the router is in the run's settings" '"router":[[:space:]]*"
 expect 0 "rl train: dormant neurons per layer and per expert are logged" '"dormant/layers.0": [0-9.e-]+, "dormant/layers.2.expert0"' -- \
     cat "$tmp/rl_soft/metrics.jsonl"
 expect 0 "rl eval --routing: a soft layer's combine and dispatch entropies, normalised to (0, 1]" \
-    "rl-eval-routing moe=0 soft=1 combine_entropy=(0\.[0-9]+|1\.0000) dispatch_entropy=(0\.[0-9]+|1\.0000) tokens=[1-9]" -- \
+    "rl-eval-routing moe=0 soft=1 combine_entropy=(0\.[0-9]*[1-9][0-9]*|1\.0000) dispatch_entropy=(0\.[0-9]*[1-9][0-9]*|1\.0000) tokens=[1-9]" -- \
     "$bin" rl eval "$tmp/rl_soft/checkpoint.safetensors" --episodes 2 --routing 1
 expect 2 "rl eval --routing refuses a network without an MoE layer" "--routing: the policy's network has no MoE layer" -- \
     "$bin" rl eval "$tmp/rl_straight/checkpoint.safetensors" --episodes 1 --routing 1
+expect 2 "rl eval --routing refuses pruned experts (the entropies are over every slot)" "--routing: not with --prune-experts" -- \
+    "$bin" rl eval "$tmp/rl_soft/checkpoint.safetensors" --episodes 1 --routing 1 --prune-experts 1
 expect 2 "rl eval --routing refuses the random policy" "--routing reads a checkpoint's MoE layers" -- \
     "$bin" rl eval --env classic/cartpole --policy random --routing 1
 expect 2 "rl train: a flag of another router is refused, naming it" "--kr is an option of the grassmann router, not of topk" -- \

@@ -102,7 +102,7 @@ static void run_case(const golden_case *c) {
     cr_assert(json, "%s: no model JSON", c->name);
     sm_model_config cfg;
     cr_assert_eq(sm_model_config_from_json(&cfg, json, &err), SM_OK, "%s: %s", c->name, err.msg);
-    /* the stored soft case says temperature 0.9 (golden_cases.h sets it for every router), but the
+    /* the stored soft case says temperature 0.9 (golden_cases.h set it for every router then), but the
      * code that wrote the reference ignored the soft router's temperature: its outputs are tau = 1's */
     if (!strcmp(c->router, "soft")) cfg.moe.router.temperature = 1;
     sm_model *m = sm_model_create(&cfg, GOLDEN_T, NULL, &err);

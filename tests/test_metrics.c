@@ -130,8 +130,29 @@ Test(metrics, soft_sharpness_is_one_when_uniform_and_zero_when_one_hot) {
     sm_route_soft_sharpness(&r, &cs, &cn, &ds, &dn);
     cr_assert_eq(cn, 2 * T);
     cr_assert_float_eq(cs / T, 0.5, 1e-6);
+    /* a ragged last group: 5 tokens in groups of 3 and 2, uniform dispatch over each group's own
+     * tokens is 1 in both (log 2 for the second, not log 3) */
+    r.T = 5;
+    for (int i = 0; i < T * S; i++) disp[i] = (sm_real)(i < 3 * S ? 1.0 / 3 : 0.5);
+    ds = 0;
+    dn = 0;
+    sm_route_soft_sharpness(&r, &cs, &cn, &ds, &dn);
+    cr_assert_eq(dn, 2 * S);
+    cr_assert_float_eq(ds / dn, 1.0, 1e-6);
+    /* one slot: no combine term (entropy over one slot is 0 / log 1) */
+    r.T = T;
+    r.E = 1;
+    r.slots = 1;
+    long cn0 = cn;
+    sm_route_soft_sharpness(&r, &cs, &cn, &ds, &dn);
+    cr_assert_eq(cn, cn0);
+    r.E = 2;
+    r.slots = 2;
     /* a sparse route adds nothing */
     r.kind = SM_ROUTE_SPARSE;
+    cn0 = cn;
+    long dn0 = dn;
     sm_route_soft_sharpness(&r, &cs, &cn, &ds, &dn);
-    cr_assert_eq(cn, 2 * T);
+    cr_assert_eq(cn, cn0);
+    cr_assert_eq(dn, dn0);
 }

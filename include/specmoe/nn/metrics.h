@@ -61,7 +61,9 @@ double sm_topk_mass(const sm_real *p, int E, int k);
  * weights' entropy over the S slots divided by log S, and the mean over slots and groups of the
  * dispatch weights' entropy over the group's m tokens divided by log m, each added into *_sum with
  * their counts into *_n (accumulate over batches, then divide). 1 is uniform: every slot the mean
- * token, every output token the mean slot output; 0 is one-hot. A sparse route adds nothing. */
+ * token, every output token the mean slot output; 0 is one-hot. A sparse route adds nothing; one
+ * slot (S = 1) adds no combine term, a one-token group no dispatch term. Every slot counts: with
+ * experts pruned (their slots take no combine weight) the combine term cannot reach 1. */
 void sm_route_soft_sharpness(const sm_route *r, double *combine_sum, long *combine_n, double *dispatch_sum,
                              long *dispatch_n);
 /* Top-1 expert of every token (argmax of probs (T,E), ties to the lower index). */
