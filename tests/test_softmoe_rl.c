@@ -231,3 +231,61 @@ Test(softmoe_rl, pruned_experts_take_no_part) {
     cr_expect(strstr(err.msg, "cannot prune"), "%s", err.msg);
     sm_model_free(t);
 }
+
+/* Fig. 5's tokenised baseline puts a batch's tokens through one dense layer: 8 observations x 64
+ * tokens = 512 rows, beyond the packed product's 256, run 128 at a time on it (modules.c,
+ * DENSE_CHUNK), the first chunk's gradients set and the rest added. So the layer's gradients from one
+ * call of 8 observations equal, bit for bit, those of four calls of 2 (128 rows each, one packed
+ * product per call) accumulated in order - which OpenBLAS in one piece would not give. Checked
+ * where the rule packs all three products at 128 rows (an AVX-512 core); skipped elsewhere. */
+Test(softmoe_rl, dense_rows_beyond_the_packed_reach_run_in_chunks) {
+    const int C = 16, HW = 8, W = 512, B = 8, Bs = 2, V = 6;
+    const int all = SM_LINEAR_SMALL_FWD | SM_LINEAR_SMALL_DINP | SM_LINEAR_SMALL_DWEIGHT;
+    if ((sm_linear_small_use(128, C, W) & all) != all) {
+        fprintf(stderr, "softmoe_rl: the packed product does not take 128 rows of 16 -> 512 here: no bits to compare\n");
+        return;
+    }
+    sm_model_config mc;
+    sm_model_config_default(&mc);
+    sm_error err = {0};
+    cr_assert_eq(sm_model_parse_arch(&mc, "tokens,dense:512,toksum", &err), SM_OK, "%s", err.msg);
+    mc.act = SM_ACT_RELU;
+    mc.in_c = C;
+    mc.in_h = mc.in_w = HW;
+    mc.in_dim = C * HW * HW;
+    mc.n_classes = V;
+    sm_rng r;
+    sm_rng_seed(&r, 3);
+    sm_model *m = sm_model_create(&mc, B, &r, &err);
+    cr_assert(m, "%s", err.msg);
+    const int D = mc.in_dim;
+    float *x = malloc(sizeof(float) * B * D);
+    sm_real *G = malloc(sizeof(sm_real) * B * V);
+    for (int i = 0; i < B * D; i++) x[i] = (float)sm_rng_normal(&r);
+    for (int i = 0; i < B * V; i++) G[i] = (sm_real)sm_rng_normal(&r);
+    const int iw = sm_params_find(&m->params, "layers.1.weight"), ib = sm_params_find(&m->params, "layers.1.bias");
+    cr_assert(iw >= 0 && ib >= 0, "no dense layer named layers.1");
+    const size_t nw = m->params.p[iw].numel, nb = m->params.p[ib].numel;
+    sm_real *gw = malloc(sizeof(sm_real) * nw), *gb = malloc(sizeof(sm_real) * nb);
+    /* one call of 8 observations (512 rows: four chunks) */
+    sm_params_zero_grad(&m->params);
+    sm_model_forward(m, x, B, NULL, 1);
+    memcpy(m->dlogits, G, sizeof(sm_real) * B * V);
+    sm_model_backward(m, B);
+    memcpy(gw, sm_params_grad(&m->params, iw), sizeof(sm_real) * nw);
+    memcpy(gb, sm_params_grad(&m->params, ib), sizeof(sm_real) * nb);
+    /* four calls of 2 (128 rows each), the gradients accumulated */
+    sm_params_zero_grad(&m->params);
+    for (int b0 = 0; b0 < B; b0 += Bs) {
+        sm_model_forward(m, x + (size_t)b0 * D, Bs, NULL, 1);
+        memcpy(m->dlogits, G + (size_t)b0 * V, sizeof(sm_real) * Bs * V);
+        sm_model_backward(m, Bs);
+    }
+    const sm_real *hw = sm_params_grad(&m->params, iw), *hb = sm_params_grad(&m->params, ib);
+    for (size_t i = 0; i < nw; i++)
+        cr_assert(gw[i] == hw[i], "weight gradient [%zu]: %.9g in one call, %.9g in four", i, gw[i], hw[i]);
+    for (size_t i = 0; i < nb; i++)
+        cr_assert(gb[i] == hb[i], "bias gradient [%zu]: %.9g in one call, %.9g in four", i, gb[i], hb[i]);
+    free(x), free(G), free(gw), free(gb);
+    sm_model_free(m);
+}

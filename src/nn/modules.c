@@ -96,27 +96,41 @@ static void dense_reserve(sm_module *m, int B, sm_arena *a) {
     const size_t nws = sm_linear_small_ws_upto(rows(m, B), fin(m), l->width, &l->ws_rows);
     l->ws = l->ws_rows ? sm_arena_take(a, nws) : NULL;
 }
+/* Rows beyond the packed product's reach (a batch's tokens through one dense layer: Fig. 5's
+ * tokenised baseline, 32 observations x 64 tokens of 16) run DENSE_CHUNK at a time on it when its
+ * rule takes that many rows (every product with AVX-512), as an expert's rows do (moe.c,
+ * EXPERT_CHUNK): OpenBLAS in one piece ran 2048 x 16 -> 512 at about 15% of the FMA peak
+ * (BENCHMARKS.md, "Frames/s of every variant"). Each row's output is the same for any chunking; the
+ * parameter gradients add the chunks in order. */
+#define DENSE_CHUNK 128
+static int dense_chunk(const leaf *l, int N) { return N > l->ws_rows && l->ws_rows >= DENSE_CHUNK ? DENSE_CHUNK : N; }
+
 static void dense_forward(sm_module *m, sm_real *out, const sm_real *in, int B, const sm_ctx *ctx) {
     leaf *l = (leaf *)m;
-    int N = rows(m, B);
-    /* without an activation the linear map writes the output directly */
-    sm_real *pre = l->act == SM_ACT_NONE ? out : l->pre;
-    const sm_real *W = sm_ctx_data(ctx, l->ip[0]), *b = sm_ctx_data(ctx, l->ip[1]);
+    const int N = rows(m, B), F = fin(m), W = l->width;
+    const sm_real *w = sm_ctx_data(ctx, l->ip[0]), *b = sm_ctx_data(ctx, l->ip[1]);
     if (N == 1) { /* one row: gemv (an RL agent acting on one observation) */
-        sm_linear_forward_row(pre, in, W, b, fin(m), l->width);
-        if (l->act != SM_ACT_NONE) sm_act_forward(out, l->pre, (size_t)l->width, l->act);
-    } else if (l->act == SM_ACT_NONE)
-        sm_linear_forward_ws(out, in, W, b, N, fin(m), l->width, N <= l->ws_rows ? l->ws : NULL);
-    else /* the ReLU in the packed product's tiles when it runs */
-        sm_linear_forward_act_ws(l->pre, out, in, W, b, N, fin(m), l->width, N <= l->ws_rows ? l->ws : NULL, l->act);
+        /* without an activation the linear map writes the output directly */
+        sm_linear_forward_row(l->act == SM_ACT_NONE ? out : l->pre, in, w, b, F, W);
+        if (l->act != SM_ACT_NONE) sm_act_forward(out, l->pre, (size_t)W, l->act);
+        return;
+    }
+    const int c = dense_chunk(l, N);
+    for (int r0 = 0; r0 < N; r0 += c) {
+        const int n = N - r0 < c ? N - r0 : c;
+        const size_t o = (size_t)r0 * W;
+        sm_real *ws = n <= l->ws_rows ? l->ws : NULL;
+        if (l->act == SM_ACT_NONE) sm_linear_forward_ws(out + o, in + (size_t)r0 * F, w, b, n, F, W, ws);
+        else /* the ReLU in the packed product's tiles when it runs */
+            sm_linear_forward_act_ws(l->pre + o, out + o, in + (size_t)r0 * F, w, b, n, F, W, ws, l->act);
+    }
 }
 static void dense_backward(sm_module *m, sm_real *din, const sm_real *dout, const sm_real *in, int B, const sm_ctx *ctx) {
     leaf *l = (leaf *)m;
     int N = rows(m, B);
     const sm_real *dpre = dout;
     if (l->act != SM_ACT_NONE) {
-        memcpy(l->dpre, dout, sizeof(sm_real) * (size_t)N * l->width);
-        sm_act_backward_inplace(l->dpre, l->pre, (size_t)N * l->width, l->act);
+        sm_act_backward_set(l->dpre, dout, l->pre, (size_t)N * l->width, l->act);
         dpre = l->dpre;
     }
     int set_w, set_b; /* both fresh or neither: sm_model_backward_set flags the two alike */
@@ -126,9 +140,13 @@ static void dense_backward(sm_module *m, sm_real *din, const sm_real *dout, cons
         if (set_b) memset(db, 0, sizeof(sm_real) * ctx->pv->p[l->ip[1]].numel);
         set_w = 0;
     }
-    sm_linear_backward_ex(din, dw, db, dpre, in, sm_ctx_data(ctx, l->ip[0]), N, fin(m), l->width,
-                          N <= l->ws_rows ? l->ws : NULL, set_w);
-    tap_linear(ctx, ctx->pv, l->ip[0], in, dpre, N, fin(m), l->width);
+    const int F = fin(m), W = l->width, c = dense_chunk(l, N);
+    for (int r0 = 0; r0 < N; r0 += c) { /* the first chunk sets the gradients (when set_w), the rest add */
+        const int n = N - r0 < c ? N - r0 : c;
+        sm_linear_backward_ex(din ? din + (size_t)r0 * F : NULL, dw, db, dpre + (size_t)r0 * W, in + (size_t)r0 * F,
+                              sm_ctx_data(ctx, l->ip[0]), n, F, W, n <= l->ws_rows ? l->ws : NULL, r0 ? 0 : set_w);
+    }
+    tap_linear(ctx, ctx->pv, l->ip[0], in, dpre, N, F, W);
 }
 static void dense_json(const sm_module *m, cJSON *o) {
     cJSON_AddNumberToObject(o, "width", ((const leaf *)m)->width);

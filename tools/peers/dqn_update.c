@@ -70,6 +70,8 @@ int main(int argc, char **argv) {
     double seconds = 3;
     int sample = 1, threads = 1, experts = 0, topk = 0, slots = 0;
     const char *arch = "conv:16:3:1:0,dense:128", *router = NULL, *obs_kind = "random";
+    const char *ropt[32][2]; /* other --flag value pairs: router options (--temperature, --capacity, ...) */
+    int n_ropt = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
         else if (!strcmp(argv[i], "--sample") && i + 1 < argc) sample = atoi(argv[++i]);
@@ -82,9 +84,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--experts") && i + 1 < argc) experts = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--topk") && i + 1 < argc) topk = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--slots") && i + 1 < argc) slots = atoi(argv[++i]);
-        else {
+        else if (!strncmp(argv[i], "--", 2) && i + 1 < argc && n_ropt < 32) {
+            ropt[n_ropt][0] = argv[i] + 2;
+            ropt[n_ropt++][1] = argv[++i];
+        } else {
             fprintf(stderr, "usage: dqn_update [--seconds S] [--sample 0|1] [--obs random|env] [--zero-skip 0|1] [--threads T] [--arch A --router R --experts E "
-                            "--topk K --slots P]\n");
+                            "--topk K --slots P] [--ROUTER-OPTION VALUE ...]\n");
             return 2;
         }
     }
@@ -106,6 +111,8 @@ int main(int argc, char **argv) {
     if (router && !strcmp(router, "soft")) mc.moe.router.k = 1;
     if (topk > 0) mc.moe.router.k = topk;
     if (slots > 0 && router && !strcmp(router, "soft")) sm_soft_opts(&mc.moe.router)->slots = slots;
+    for (int i = 0; i < n_ropt; i++) /* as `rl train` takes them (e.g. --temperature 0.1, --renorm 0) */
+        if (sm_router_config_set_flag(&mc.moe.router, ropt[i][0], ropt[i][1], &err) != SM_OK) fail("router option", &err);
     mc.act = SM_ACT_RELU;
     mc.in_c = C;
     mc.in_h = mc.in_w = HW;
