@@ -233,6 +233,21 @@ Test(grad_moe, expert_choice) {
     moe_check("expert-choice.grouped", &c, 12, 5, 26, &dropped);
 }
 
+/* A layer of config c on width d for up to max_T tokens, its parameters drawn from r (seeded) */
+static sm_moe *layer_of(const sm_moe_config *c, int d, int max_T, sm_params *ps, sm_rng *r, uint64_t seed) {
+    sm_error err = {0};
+    sm_moe *m = sm_moe_create(c, d, &err);
+    cr_assert(m, "%s", err.msg);
+    sm_params_init_table(ps);
+    cr_assert_eq(sm_moe_declare(m, ps, "moe", &err), SM_OK);
+    cr_assert_eq(sm_params_alloc(ps, &err), SM_OK);
+    sm_rng_seed(r, seed);
+    sm_params_initialize(ps, r);
+    sm_moe_bind(m, ps);
+    cr_assert_eq(sm_moe_reserve(m, max_T, &err), SM_OK);
+    return m;
+}
+
 /* Grouped routing keeps to its groups: an expert-choice expert takes the same number of tokens from
  * every full group, and a token-choice expert's kept assignments in a group never exceed the
  * group's capacity. */
@@ -240,18 +255,9 @@ Test(grad_moe, grouped_routing_stays_within_groups) {
     sm_moe_config c = base_router("expert-choice", 3, 1, 5);
     c.router.capacity = 1.0;
     sm_group_opts(&c.router)->group = 6; /* T = 18: three groups of 6, ceil(6 / 3) = 2 per expert each */
-    sm_error err = {0};
-    sm_moe *m = sm_moe_create(&c, 4, &err);
-    cr_assert(m, "%s", err.msg);
     sm_params ps;
-    sm_params_init_table(&ps);
-    cr_assert_eq(sm_moe_declare(m, &ps, "moe", &err), SM_OK);
-    cr_assert_eq(sm_params_alloc(&ps, &err), SM_OK);
     sm_rng r;
-    sm_rng_seed(&r, 5);
-    sm_params_initialize(&ps, &r);
-    sm_moe_bind(m, &ps);
-    cr_assert_eq(sm_moe_reserve(m, 18, &err), SM_OK);
+    sm_moe *m = layer_of(&c, 4, 18, &ps, &r, 5);
     sm_real x[18 * 4], out[18 * 4];
     for (int i = 0; i < 18 * 4; i++) x[i] = (sm_real)sm_rng_normal(&r);
     sm_moe_forward(m, out, x, 18, NULL, 0);
@@ -261,6 +267,44 @@ Test(grad_moe, grouped_routing_stays_within_groups) {
         for (int g = 0; g < 3; g++) cr_expect_eq(per_group[g], 2, "expert %d took %d tokens of group %d", e, per_group[g], g);
     }
     sm_moe_free(m);
+    sm_params_free(&ps);
+}
+
+/* Expert choice takes, per expert and group, the p tokens of highest probability, ties to the lower
+ * index, in token order: checked against a direct count on groups of 8 tokens whose rows repeat (so
+ * probabilities tie), p = ceil(1.5 * 8 / 3) = 4. */
+Test(grad_moe, expert_choice_takes_the_top_p_ties_to_the_lower_index) {
+    sm_moe_config c = base_router("expert-choice", 3, 1, 5);
+    c.router.capacity = 1.5;
+    sm_group_opts(&c.router)->group = 8;
+    enum { T = 24, d = 4, m = 8, p = 4 };
+    sm_params ps;
+    sm_rng r;
+    sm_moe *mo = layer_of(&c, d, T, &ps, &r, 8);
+    sm_real x[T * d], out[T * d];
+    for (int i = 0; i < T * d; i++) x[i] = (sm_real)sm_rng_normal(&r);
+    for (int t = 1; t < T; t += 4) /* rows repeat in pairs within a group: t - 1 and t = 1, 5, 9, ... */
+        for (int i = 0; i < d; i++) x[t * d + i] = x[(t - 1) * d + i];
+    sm_moe_forward(mo, out, x, T, NULL, 0);
+    const sm_route *rt = &mo->route;
+    int ties = 0;
+    for (int e = 0; e < 3; e++) {
+        int a = rt->offset[e];
+        cr_assert_eq(rt->offset[e + 1] - a, (T / m) * p);
+        for (int g = 0; g < T / m; g++)
+            for (int t = g * m; t < (g + 1) * m; t++) {
+                const sm_real v = rt->probs[t * 3 + e];
+                int beat = 0;
+                for (int u = g * m; u < (g + 1) * m; u++) {
+                    const sm_real w = rt->probs[u * 3 + e];
+                    beat += w > v || (w == v && u < t);
+                    ties += w == v && u != t;
+                }
+                if (beat < p) cr_assert_eq(rt->token[a++], t, "expert %d, group %d: token %d is among the top %d", e, g, t, p);
+            }
+    }
+    cr_assert_gt(ties, 0, "the case must have tied probabilities");
+    sm_moe_free(mo);
     sm_params_free(&ps);
 }
 
