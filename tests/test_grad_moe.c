@@ -31,24 +31,30 @@ static double moe_loss(void *p) {
     return s;
 }
 
+/* A layer of config c on width d for up to max_T tokens, its parameters drawn from r (seeded) */
+static sm_moe *layer_of(const sm_moe_config *c, int d, int max_T, sm_params *ps, sm_rng *r, uint64_t seed) {
+    sm_error err = {0};
+    sm_moe *m = sm_moe_create(c, d, &err);
+    cr_assert(m, "%s", err.msg);
+    sm_params_init_table(ps);
+    cr_assert_eq(sm_moe_declare(m, ps, "moe", &err), SM_OK);
+    cr_assert_eq(sm_params_alloc(ps, &err), SM_OK);
+    sm_rng_seed(r, seed);
+    sm_params_initialize(ps, r);
+    sm_moe_bind(m, ps);
+    cr_assert_eq(sm_moe_reserve(m, max_T, &err), SM_OK);
+    return m;
+}
+
 static void moe_setup(moe_ctx *c, const sm_moe_config *cfg, int T, int d, uint64_t seed) {
-    sm_error err;
     memset(c, 0, sizeof *c);
     c->T = T;
     c->d = d;
     c->noise_seed = seed * 7 + 1;
-    sm_params_init_table(&c->ps);
-    c->m = sm_moe_create(cfg, d, &err);
-    cr_assert(c->m, "%s", err.msg);
-    cr_assert_eq(sm_moe_declare(c->m, &c->ps, "moe", &err), SM_OK, "%s", err.msg);
-    cr_assert_eq(sm_params_alloc(&c->ps, &err), SM_OK);
     sm_rng r;
-    sm_rng_seed(&r, seed);
-    sm_params_initialize(&c->ps, &r);
+    c->m = layer_of(cfg, d, T, &c->ps, &r, seed);
     /* random, not zero, noise weights so the noise path is exercised */
     for (size_t i = 0; i < c->ps.total; i++) c->ps.data[i] += (sm_real)(0.2 * sm_rng_normal(&r));
-    sm_moe_bind(c->m, &c->ps);
-    cr_assert_eq(sm_moe_reserve(c->m, T, &err), SM_OK);
     c->O = c->m->O;
     c->x = calloc((size_t)T * d, sizeof(sm_real));
     c->G = calloc((size_t)T * c->O, sizeof(sm_real));
@@ -231,21 +237,6 @@ Test(grad_moe, expert_choice) {
     /* each expert picks within groups of 5 tokens (the last group has 2): ceil(1.5 * 5 / 4) = 2 each */
     sm_group_opts(&c.router)->group = 5;
     moe_check("expert-choice.grouped", &c, 12, 5, 26, &dropped);
-}
-
-/* A layer of config c on width d for up to max_T tokens, its parameters drawn from r (seeded) */
-static sm_moe *layer_of(const sm_moe_config *c, int d, int max_T, sm_params *ps, sm_rng *r, uint64_t seed) {
-    sm_error err = {0};
-    sm_moe *m = sm_moe_create(c, d, &err);
-    cr_assert(m, "%s", err.msg);
-    sm_params_init_table(ps);
-    cr_assert_eq(sm_moe_declare(m, ps, "moe", &err), SM_OK);
-    cr_assert_eq(sm_params_alloc(ps, &err), SM_OK);
-    sm_rng_seed(r, seed);
-    sm_params_initialize(ps, r);
-    sm_moe_bind(m, ps);
-    cr_assert_eq(sm_moe_reserve(m, max_T, &err), SM_OK);
-    return m;
 }
 
 /* Grouped routing keeps to its groups: an expert-choice expert takes the same number of tokens from

@@ -97,13 +97,14 @@ static void dense_reserve(sm_module *m, int B, sm_arena *a) {
     l->ws = l->ws_rows ? sm_arena_take(a, nws) : NULL;
 }
 /* Rows beyond the packed product's reach (a batch's tokens through one dense layer: Fig. 5's
- * tokenised baseline, 32 observations x 64 tokens of 16) run DENSE_CHUNK at a time on it when its
+ * tokenised baseline, 32 observations x 64 tokens of 16) run SM_LINEAR_SMALL_CHUNK at a time on it when its
  * rule takes that many rows (every product with AVX-512), as an expert's rows do (moe.c,
  * EXPERT_CHUNK): OpenBLAS in one piece ran 2048 x 16 -> 512 at about 15% of the FMA peak
  * (BENCHMARKS.md, "Frames/s of every variant"). Each row's output is the same for any chunking; the
  * parameter gradients add the chunks in order. */
-#define DENSE_CHUNK 128
-static int dense_chunk(const leaf *l, int N) { return N > l->ws_rows && l->ws_rows >= DENSE_CHUNK ? DENSE_CHUNK : N; }
+static int dense_chunk(const leaf *l, int N) {
+    return N > l->ws_rows && l->ws_rows >= SM_LINEAR_SMALL_CHUNK ? SM_LINEAR_SMALL_CHUNK : N;
+}
 
 static void dense_forward(sm_module *m, sm_real *out, const sm_real *in, int B, const sm_ctx *ctx) {
     leaf *l = (leaf *)m;

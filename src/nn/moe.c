@@ -316,7 +316,7 @@ static void expert_linear(sm_real *out, const sm_real *in, const sm_real *W, con
     else sm_linear_forward_ws(out, in, W, b, n, C, OC, ws);
 }
 
-/* An expert's rows beyond EXPERT_CHUNK run EXPERT_CHUNK at a time, its whole MLP per chunk (forward:
+/* An expert's rows beyond EXPERT_CHUNK (SM_LINEAR_SMALL_CHUNK) run EXPERT_CHUNK at a time, its whole MLP per chunk (forward:
  * every layer of a chunk before the next; backward: every gradient of a chunk, the parameter ones
  * accumulated over the chunks): each chunk takes the packed small GEMM (linear_small.c, up to
  * m->lin_rows rows), and a chunk's hidden activations (128 x 512 floats, 256 KB) stay in L2 from one
@@ -324,7 +324,7 @@ static void expert_linear(sm_real *out, const sm_real *in, const sm_real *W, con
  * through OpenBLAS in one piece its update took 6.95 ms, chunked 5.33 (64 rows: 5.42, 256: 5.82;
  * BENCHMARKS.md, "SoftMoE in the DQN update"). The sums of the parameter gradients are regrouped by
  * chunk; every other value is computed row by row as before. */
-enum { EXPERT_CHUNK = 128 };
+enum { EXPERT_CHUNK = SM_LINEAR_SMALL_CHUNK };
 static int chunked(const sm_moe *m, int n) { return n > EXPERT_CHUNK && m->lin_rows >= EXPERT_CHUNK; }
 
 /* What the backward reads the activation's derivative from: the pre-activations hpre, or for the

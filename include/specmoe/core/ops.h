@@ -66,6 +66,11 @@ size_t sm_linear_small_ws_for(int T, int C, int OC, int use); /* for those in us
  * the most rows at which it picks one (0: none, and no workspace is needed) */
 size_t sm_linear_small_ws_upto(int maxT, int C, int OC, int *rows);
 enum { SM_LINEAR_SMALL_FWD = 1, SM_LINEAR_SMALL_DINP = 2, SM_LINEAR_SMALL_DWEIGHT = 4 };
+/* Rows per call when a caller splits a product longer than the packed kernel's reach into pieces
+ * it takes (an expert's rows, moe.c; a dense layer's tokens, modules.c): 128 rows of a 512-wide
+ * activation (256 KB) stay in L2; 64 and 256 measured slower (BENCHMARKS.md, "SoftMoE in the DQN
+ * update"). Callers split only where the rule picks a product at this many rows. */
+enum { SM_LINEAR_SMALL_CHUNK = 128 };
 /* the shape rule (measured; linear_small.c): which products (SM_LINEAR_SMALL_* bits) take the packed
  * kernel at T rows of C -> OC; 0 without AVX2 (and in the double build) */
 int sm_linear_small_use(int T, int C, int OC);
