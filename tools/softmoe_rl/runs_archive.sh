@@ -1,0 +1,79 @@
+#!/bin/bash
+# Keeps the finished runs of `bench tokenize` in the repository, so that the full tier (about 125
+# CPU hours, many sessions) accumulates even when the machine that ran a part is gone.
+#
+#   tools/softmoe_rl/runs_archive.sh save OUT [ARCHIVE]      finished runs under OUT -> ARCHIVE
+#   tools/softmoe_rl/runs_archive.sh restore OUT [ARCHIVE]   ARCHIVE -> OUT (runs not finished there)
+#
+# OUT is the bench's --out; ARCHIVE defaults to docs/results/tokenize-full-runs (of this checkout).
+# A run is OUT/<agent>-<encoder>/<variant>/<game>-s<seed> with a `done` file. Kept per run:
+#   settings.json, command, train.log, done  as the run wrote them;
+#   metrics.jsonl  only the episodes `specmoe report` scores: those ending in the last 10% of the
+#                  run's frames (global_step >= 0.9 x the last episode's; the same rule as
+#                  cli/cmd_report.c), so a restored run scores exactly as the original;
+#   curve.tsv      the learning curve: per 50,000 frames, the episodes ending in that bin and their
+#                  mean return (the full metrics.jsonl, losses and dormant fractions, is 4-20 MB a run
+#                  and stays on the machine that ran it).
+# A restored run has `done`, so the bench skips it and its reports (and --reference-runs) include it.
+set -eu
+[ $# -ge 2 ] || { echo "usage: $0 save|restore OUT [ARCHIVE]" >&2; exit 2; }
+mode=$1 out=$2
+here=$(dirname "$(readlink -f "$0")")
+archive=${3:-$here/../../docs/results/tokenize-full-runs}
+
+case $mode in
+save)
+    mkdir -p "$archive"
+    n=0
+    while IFS= read -r d; do
+        run=${d%/done}
+        rel=${run#"$out"/}
+        dest=$archive/$rel
+        [ -f "$dest/done" ] && continue
+        mkdir -p "$dest"
+        for f in settings.json command train.log done; do
+            [ -f "$run/$f" ] && cp "$run/$f" "$dest/$f"
+        done
+        # the episodes of the last 10% of frames, and the curve, from one pass over the episode lines
+        awk -v tail="$dest/metrics.jsonl" -v curve="$dest/curve.tsv" '
+            /"episodic_return"/ {
+                if (!match($0, /"global_step": *[-0-9.eE+]+/)) next
+                s = substr($0, RSTART, RLENGTH); sub(/.*: */, "", s)
+                if (!match($0, /"episodic_return": *[-0-9.eE+]+/)) next
+                r = substr($0, RSTART, RLENGTH); sub(/.*: */, "", r)
+                n++; step[n] = s + 0; line[n] = $0; ret[n] = r + 0
+                if (s + 0 > xmax) xmax = s + 0
+            }
+            END {
+                for (i = 1; i <= n; i++) {
+                    if (step[i] >= 0.9 * xmax) print line[i] > tail
+                    b = int((step[i] - 1) / 50000); cnt[b]++; sum[b] += ret[i]; if (b > bmax) bmax = b
+                }
+                print "frames_end\tepisodes\tmean_return" > curve
+                for (b = 0; b <= bmax; b++)
+                    printf "%d\t%d\t%s\n", (b + 1) * 50000, cnt[b], cnt[b] ? sprintf("%.4f", sum[b] / cnt[b]) : "nan" > curve
+            }' "$run/metrics.jsonl"
+        n=$((n + 1))
+    done < <(find "$out" -mindepth 4 -maxdepth 4 -name done | sort)
+    echo "runs_archive: $n new finished runs saved to $archive"
+    ;;
+restore)
+    [ -d "$archive" ] || { echo "runs_archive: no archive at $archive" >&2; exit 1; }
+    n=0
+    while IFS= read -r d; do
+        run=${d%/done}
+        rel=${run#"$archive"/}
+        dest=$out/$rel
+        [ -f "$dest/done" ] && continue
+        mkdir -p "$dest"
+        rm -f "$dest/checkpoint.safetensors"
+        cp "$run"/* "$dest/"
+        n=$((n + 1))
+    done < <(find "$archive" -mindepth 4 -maxdepth 4 -name done | sort)
+    echo "runs_archive: $n finished runs restored into $out"
+    ;;
+*)
+    echo "usage: $0 save|restore OUT [ARCHIVE]" >&2
+    exit 2
+    ;;
+esac
