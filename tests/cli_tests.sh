@@ -896,6 +896,25 @@ expect 0 "bench tokenize: the reports normalise by the agent's best finished run
     sh -c '"$0" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$1" && [ "$(wc -l < "$1/der-minatar/reference-runs.txt")" -eq 10 ]' "$bin" "$tmp/tk"
 expect 0 "bench tokenize: a finished study is not run again" "status=done-before" -- \
     "$bin" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$tmp/tk"
+expect 0 "bench tokenize --report-only: the reports of the finished runs, none run" "^reported, nothing run\$" -- sh -c '
+    out=$("$0" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$1" --report-only 1) &&
+    echo "$out" | grep -q "^bench-tokenize report-only: 10 of the 10 planned runs finished" && echo "$out" | grep -q "^| tok-mean | 1 x 1 " &&
+    ! echo "$out" | grep -q "^bench-tokenize-run" && echo "reported, nothing run"' "$bin" "$tmp/tk"
+# a figure's table compares its variants on the same games and seeds: a (game, seed) with a run not
+# finished is left out, named, and with none complete there is no table
+expect 0 "bench tokenize: a figure reports only the games and seeds whose every variant finished" \
+    "^bench-tokenize-figure fig=5 agent=der: 0 of 1 games x seeds complete; left out, not complete: breakout-s1 \(9 of 10 runs\) no-table\$" -- sh -c '
+    rm -rf "$1-partial" && cp -r "$1" "$1-partial" && rm "$1-partial/der-minatar/tok-sum/breakout-s1/done" &&
+    out=$("$0" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$1-partial" --report-only 1) &&
+    echo "$out" | grep "games x seeds complete" | tr "\n" " " && { echo "$out" | grep -q "^| " && echo table || echo no-table; }' "$bin" "$tmp/tk"
+# tools/softmoe_rl/runs_archive.sh keeps a finished run's score: saved and restored elsewhere, the
+# study reports the same table
+expect 0 "runs_archive.sh: restored runs report as the originals" "^same\$" -- sh -c '
+    rm -rf "$1-arch" "$1-restored" && "$2/tools/softmoe_rl/runs_archive.sh" save "$1" "$1-arch" >/dev/null &&
+    "$2/tools/softmoe_rl/runs_archive.sh" restore "$1-restored" "$1-arch" >/dev/null &&
+    a=$("$0" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$1" --report-only 1 | grep "^|") &&
+    b=$("$0" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$1-restored" --report-only 1 | grep "^|") &&
+    [ -n "$a" ] && [ "$a" = "$b" ] && [ ! -e "$1-arch/der-minatar/tok-sum/breakout-s1/checkpoint.safetensors" ] && echo same' "$bin" "$tmp/tk" "$root"
 expect 2 "bench tokenize: a finished run of another command under the same name is refused, not reported" \
     "ran another command than this plan's" -- "$bin" bench tokenize --figures 5 --games breakout --frames 1900 --reps 100 --out "$tmp/tk"
 # continual RL (SPHERE Sec. 5.1): rl train --init-from, and a final policy scored on another task of its family

@@ -75,7 +75,11 @@
  * recorded another command than the plan's is refused before any work (exit 2).
  *
  * Output: a line per run (bench-tokenize-run ...), then per figure a header line and the report's
- * table; run directories, train logs and figure PNGs under --out. Each report's rows are named by
+ * table; run directories, train logs and figure PNGs under --out. A figure's table takes the (game,
+ * seed) pairs whose runs of every variant of the figure finished, and names the pairs it leaves out,
+ * so that its variants are compared on the same games and seeds while the tier is partial.
+ * --report-only runs nothing and prints the reports over what has finished under --out (e.g. the runs
+ * kept in the repository, restored by tools/softmoe_rl/runs_archive.sh). Each report's rows are named by
  * variant (`report --labels dir`), and every figure of one agent shares one normalisation: per game,
  * the best finished run of that agent anywhere under --out (`report --reference-runs`, the file
  * <agent>-<encoder>/reference-runs.txt), so that the same runs score alike in every figure. */
@@ -175,6 +179,20 @@ static const tk_figure kFigures[] = {
 
 static const char *const kAgents[3] = {"dqn", "der", "rainbow"};
 
+/* 1 if the variant is one of figure F's */
+static int fig_member(const tk_figure *F, const char *variant) {
+    for (int vi = 0; F->variants[vi]; vi++)
+        if (!strcmp(F->variants[vi], variant)) return 1;
+    return 0;
+}
+
+/* the index of game in the five games' names */
+static int game_index(const char *const games[5], const char *game) {
+    for (int g = 0; g < 5; g++)
+        if (!strcmp(games[g], game)) return g;
+    return 0;
+}
+
 static const tk_variant *find_variant(const char *name) {
     for (int i = 0; i < N_VARIANTS; i++)
         if (!strcmp(kVariants[i].name, name)) return &kVariants[i];
@@ -200,7 +218,7 @@ static const char *const kEncoders[][2] = {
 
 typedef struct {
     const char *tier, *figures, *games, *agent, *out, *encoder, *enc_arch;
-    int seeds, jobs, dry_run, reps;
+    int seeds, jobs, dry_run, report_only, reps;
     long frames, der_frames; /* frames per run: DQN and Rainbow-lite, and DER */
 } tk_opts;
 
@@ -347,6 +365,9 @@ int exp_softmoe_tokenize(int argc, char **argv) {
         {"reps", FL_INT, &o.reps, "2000", "bootstrap replicates of the reports", 0},
         {"out", FL_STRING, &o.out, "runs/bench-tokenize", "directory of the runs, logs and figures", 0},
         {"dry-run", FL_BOOL, &o.dry_run, "0", "print the runs' command lines and stop", 0},
+        {"report-only", FL_BOOL, &o.report_only, "0",
+         "run nothing: the figures' reports over the runs already finished under --out (e.g. restored by "
+         "tools/softmoe_rl/runs_archive.sh)", 0},
     };
     int full;
     int rc = cli_parse_study(fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, "tokenize", &o.tier, &full);
@@ -476,9 +497,14 @@ int exp_softmoe_tokenize(int argc, char **argv) {
         return 0;
     }
 
-    /* run them, o.jobs at a time */
-    int next = 0, running = 0, failed = 0;
+    /* run them, o.jobs at a time (none with --report-only) */
+    int next = o.report_only ? n : 0, running = 0, failed = 0;
     const double t_start = sm_time_now();
+    if (o.report_only) {
+        int finished = 0;
+        for (int i = 0; i < n; i++) finished += runs[i].skip;
+        printf("bench-tokenize report-only: %d of the %d planned runs finished\n", finished, n);
+    }
     while (next < n || running > 0) {
         while (running < o.jobs && next < n) {
             tk_run *r = &runs[next++];
@@ -523,7 +549,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
             fflush(stdout);
         }
     }
-    printf("bench-tokenize runs=%d failed=%d seconds=%.0f\n", n, failed, sm_time_now() - t_start);
+    if (!o.report_only) printf("bench-tokenize runs=%d failed=%d seconds=%.0f\n", n, failed, sm_time_now() - t_start);
     /* the reports still come, over the runs that finished (a failed run is left out of its figure,
      * which then says its counts are unequal); the exit status says that some failed */
 
@@ -549,16 +575,40 @@ int exp_softmoe_tokenize(int argc, char **argv) {
                 failed++;
                 continue;
             }
-            int ac = 0;
-            av[ac++] = self;
-            av[ac++] = "report";
+            /* A figure compares its variants on the same games and seeds: only the (game, seed)
+             * pairs whose runs of every variant finished enter its report (a partial tier's table,
+             * or a failed run, would otherwise set one variant's seeds beside another's). */
+            int n_var = 0;
+            while (F->variants[n_var]) n_var++;
+            int done_in[5][101] = {{0}}, planned[5][101] = {{0}};
             for (int i = 0; i < n; i++) {
+                if (strcmp(runs[i].agent, kAgents[a]) || !fig_member(F, runs[i].v->name)) continue;
+                const int g = game_index(kGames, runs[i].game);
                 char done[600];
                 snprintf(done, sizeof done, "%s/done", runs[i].dir);
-                if (strcmp(runs[i].agent, kAgents[a]) || !cli_file_exists(done)) continue;
-                int member = 0;
-                for (int vi = 0; F->variants[vi]; vi++) member |= !strcmp(F->variants[vi], runs[i].v->name);
-                if (member) av[ac++] = runs[i].dir;
+                planned[g][runs[i].seed] = 1;
+                done_in[g][runs[i].seed] += cli_file_exists(done);
+            }
+            int ac = 0, pairs = 0, pairs_planned = 0;
+            char left[1024] = "";
+            size_t left_at = 0;
+            av[ac++] = self;
+            av[ac++] = "report";
+            for (int g = 0; g < 5; g++)
+                for (int s = 1; s <= o.seeds; s++) {
+                    if (!planned[g][s]) continue;
+                    pairs_planned++;
+                    if (done_in[g][s] == n_var) {
+                        pairs++;
+                        continue;
+                    }
+                    if (left_at < sizeof left - 64)
+                        left_at += (size_t)snprintf(left + left_at, sizeof left - left_at, " %s-s%d (%d of %d runs)",
+                                                    kGames[g], s, done_in[g][s], n_var);
+                }
+            for (int i = 0; i < n; i++) {
+                if (strcmp(runs[i].agent, kAgents[a]) || !fig_member(F, runs[i].v->name)) continue;
+                if (done_in[game_index(kGames, runs[i].game)][runs[i].seed] == n_var) av[ac++] = runs[i].dir;
             }
             char png[600], reps[32];
             snprintf(png, sizeof png, "%s/fig%s-%s-%s.png", o.out, F->id, kAgents[a], o.encoder);
@@ -579,7 +629,13 @@ int exp_softmoe_tokenize(int argc, char **argv) {
             av[ac] = NULL;
             printf("\nbench-tokenize-figure fig=%s agent=%s: %s%s\n", F->id, kAgents[a], F->what,
                    full ? "" : " [quick tier: a smoke test, decides nothing]");
+            printf("bench-tokenize-figure fig=%s agent=%s: %d of %d games x seeds complete%s%s\n", F->id, kAgents[a], pairs,
+                   pairs_planned, left[0] ? "; left out, not complete:" : "", left);
             fflush(stdout);
+            if (!pairs) {
+                free(av);
+                continue;
+            }
             pid_t pid = fork();
             if (pid == 0) {
                 execv(av[0], (char *const *)av);
