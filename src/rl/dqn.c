@@ -357,6 +357,19 @@ static void free_nets(dqn_nets *n) {
     free(n->support);
 }
 
+/* The mean of one action's atom distribution: p (K) = softmax(z), returned sum_j p_j support_j. */
+static sm_real atom_mean(const dqn_nets *n, const sm_real *z, sm_real *p) {
+    const int K = n->K;
+    double mx = z[0], s = 0, e = 0;
+    for (int j = 1; j < K; j++) mx = z[j] > mx ? z[j] : mx;
+    for (int j = 0; j < K; j++) s += (p[j] = (sm_real)exp(z[j] - mx));
+    for (int j = 0; j < K; j++) {
+        p[j] = (sm_real)(p[j] / s);
+        e += p[j] * n->support[j];
+    }
+    return (sm_real)e;
+}
+
 /* Q-values (T, A) from network outputs (T, A*K): identity, or the mean of the atom distribution.
  * probs (T, A*K) receives the per-action softmax when K > 1. */
 static void q_values(const dqn_nets *n, const sm_real *out, int T, sm_real *q, sm_real *probs) {
@@ -365,18 +378,7 @@ static void q_values(const dqn_nets *n, const sm_real *out, int T, sm_real *q, s
         memcpy(q, out, sizeof(sm_real) * (size_t)T * A);
         return;
     }
-    for (int t = 0; t < T * A; t++) {
-        const sm_real *z = out + (size_t)t * K;
-        sm_real *p = probs + (size_t)t * K;
-        double mx = z[0], s = 0, e = 0;
-        for (int j = 1; j < K; j++) mx = z[j] > mx ? z[j] : mx;
-        for (int j = 0; j < K; j++) s += (p[j] = (sm_real)exp(z[j] - mx));
-        for (int j = 0; j < K; j++) {
-            p[j] = (sm_real)(p[j] / s);
-            e += p[j] * n->support[j];
-        }
-        q[t] = (sm_real)e;
-    }
+    for (int t = 0; t < T * A; t++) q[t] = atom_mean(n, out + (size_t)t * K, probs + (size_t)t * K);
 }
 
 static int argmax(const sm_real *q, int A) {
@@ -816,9 +818,9 @@ static sm_status update(dqn_nets *n, sm_optim *opt, sm_replay *rb, dqn_bufs *b, 
         *mean_q = mq / B;
     } else {
         L = sm_c51_loss(q->dlogits, b->td, out, s->act, b->m, c->prioritized ? s->weight : NULL, B, A, K);
-        q_values(n, out, B, b->qa, b->pa);
+        /* the logged mean Q of the chosen actions: their distributions only (A times fewer exps) */
         double mq = 0;
-        for (int i = 0; i < B; i++) mq += b->qa[(size_t)i * A + s->act[i]];
+        for (int i = 0; i < B; i++) mq += atom_mean(n, out + ((size_t)i * A + s->act[i]) * K, b->pa);
         *mean_q = mq / B;
     }
     sm_model_backward_set(q, B); /* zero_grad + backward, without zeroing what the backward overwrites */
