@@ -69,6 +69,8 @@
  * minutes on 2 cores: Figs. 1 and 5, games breakout and asterix, one seed, 10k frames; its tables
  * decide nothing and say so. --tier full runs every figure on the five games with 3 seeds and 1M
  * frames per run (DER 250k); its time is in BENCHMARKS.md. Either tier's settings can be overridden by flag.
+ * --variants runs only some of the selected figures' variants (e.g. the cheap ones of every game
+ * and seed first); the reports still take every finished run.
  * Runs are resumable: a run directory with a `done` file is skipped, one with a checkpoint resumes
  * it (`rl train --resume`, exact), so an interrupted study continues where it stopped. Each run
  * records its fresh command (DIR/command, cli_run_fingerprint); a finished or resumable run that
@@ -217,7 +219,7 @@ static const char *const kEncoders[][2] = {
 };
 
 typedef struct {
-    const char *tier, *figures, *games, *agent, *out, *encoder, *enc_arch;
+    const char *tier, *figures, *games, *agent, *out, *encoder, *enc_arch, *variants;
     int seeds, jobs, dry_run, report_only, reps;
     long frames, der_frames; /* frames per run: DQN and Rainbow-lite, and DER */
 } tk_opts;
@@ -228,7 +230,7 @@ typedef struct {
     char fp[CLI_ARGV_BUF]; /* the fresh run's fingerprint (cli_run_fingerprint), kept in DIR/command */
     const tk_variant *v;
     char agent[16], game[32];
-    int seed, skip, resume;
+    int seed, skip, resume, unselected; /* unselected: not in --variants (reported, not run) */
     pid_t pid;
     double t0;
 } tk_run;
@@ -364,6 +366,9 @@ int exp_softmoe_tokenize(int argc, char **argv) {
         {"jobs", FL_INT, &o.jobs, "2", "runs at once (one thread each)", 0},
         {"reps", FL_INT, &o.reps, "2000", "bootstrap replicates of the reports", 0},
         {"out", FL_STRING, &o.out, "runs/bench-tokenize", "directory of the runs, logs and figures", 0},
+        {"variants", FL_STRING, &o.variants, NULL,
+         "comma list: run only these variants of the selected figures (the reports still take every variant's "
+         "finished runs; e.g. the cheap ones first)", 0},
         {"dry-run", FL_BOOL, &o.dry_run, "0", "print the runs' command lines and stop", 0},
         {"report-only", FL_BOOL, &o.report_only, "0",
          "run nothing: the figures' reports over the runs already finished under --out (e.g. restored by "
@@ -429,6 +434,20 @@ int exp_softmoe_tokenize(int argc, char **argv) {
         fprintf(stderr, "specmoe bench tokenize: no figure or no game selected\n");
         return CLI_EXIT_USAGE;
     }
+    /* --variants: each a variant of a selected figure */
+    if (o.variants) {
+        char b[1024];
+        snprintf(b, sizeof b, "%s", o.variants);
+        for (char *save = NULL, *t = strtok_r(b, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            int in_fig = 0;
+            for (int f = 0; f < N_FIGURES; f++) in_fig |= cli_in_list(o.figures, kFigures[f].id) && fig_member(&kFigures[f], t);
+            if (!in_fig) {
+                fprintf(stderr, "specmoe bench tokenize: variant '%s' is %s\n", t,
+                        find_variant(t) ? "in none of the selected figures" : "unknown (`--dry-run` lists the plan's)");
+                return CLI_EXIT_USAGE;
+            }
+        }
+    }
     char self[512];
     if (cli_self_exe(self, sizeof self)) {
         fprintf(stderr, "specmoe bench tokenize: cannot find the specmoe executable (/proc/self/exe)\n");
@@ -460,6 +479,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
                         snprintf(r->game, sizeof r->game, "%s", kGames[g]);
                         r->v = v;
                         r->seed = s;
+                        r->unselected = o.variants && !cli_in_list(o.variants, v->name);
                         if (plan_run(r, &o, self)) {
                             fprintf(stderr, "specmoe bench tokenize: command line of %s too long\n", dir);
                             free(runs);
@@ -490,7 +510,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
            o.frames, o.der_frames, o.agent, o.encoder, n, o.jobs, o.out);
     if (o.dry_run) {
         for (int i = 0; i < n; i++) {
-            printf("%s", runs[i].skip ? "# done: " : "");
+            printf("%s", runs[i].skip ? "# done: " : runs[i].unselected ? "# not in --variants: " : "");
             print_cmd(stdout, &runs[i]);
         }
         free(runs);
@@ -508,6 +528,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
     while (next < n || running > 0) {
         while (running < o.jobs && next < n) {
             tk_run *r = &runs[next++];
+            if (r->unselected) continue;
             if (r->skip) {
                 printf("bench-tokenize-run agent=%s variant=%s game=%s seed=%d status=done-before\n", r->agent, r->v->name,
                        r->game, r->seed);

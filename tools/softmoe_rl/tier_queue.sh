@@ -2,27 +2,29 @@
 # Runs parts of `bench tokenize --tier full` one after another on one core: the way the full tier is
 # spread over sessions of a 2-core machine (two queues, one per core, on disjoint games).
 #
-#   tools/softmoe_rl/tier_queue.sh BINARY OUT CORE "FIGURES;GAMES;SEEDS" ...
+#   tools/softmoe_rl/tier_queue.sh BINARY OUT CORE "FIGURES;GAMES;SEEDS[;VARIANTS]" ...
 #
 # BINARY  a copy of build/specmoe that stays put while the queue runs (rebuilding build/ would change
 #         the runs' binary halfway); OUT the bench's --out; CORE the core to pin to (taskset).
 # Each part is one `bench tokenize --tier full --jobs 1 --figures FIGURES --games GAMES --seeds SEEDS`
-# (SEEDS is a count: seeds 1..SEEDS). Finished runs are skipped and interrupted ones resume from their
+# (SEEDS is a count: seeds 1..SEEDS), with --variants VARIANTS when given. Finished runs are skipped and interrupted ones resume from their
 # checkpoint (the bench's own rule), so a queue can be stopped and started again with the same parts.
 # The log is OUT/queue-CORE.log; after every part the finished runs are archived into the repository
 # (tools/softmoe_rl/runs_archive.sh save) when RUNS_ARCHIVE names the archive.
 set -u
-[ $# -ge 4 ] || { echo "usage: $0 BINARY OUT CORE \"FIGURES;GAMES;SEEDS\" ..." >&2; exit 2; }
+[ $# -ge 4 ] || { echo "usage: $0 BINARY OUT CORE \"FIGURES;GAMES;SEEDS[;VARIANTS]\" ..." >&2; exit 2; }
 bin=$(readlink -f "$1") out=$2 core=$3
 shift 3
 mkdir -p "$out"
 log=$out/queue-$core.log
 here=$(dirname "$(readlink -f "$0")")
 for part in "$@"; do
-    IFS=';' read -r figs games seeds <<< "$part"
-    echo "$(date -u +%FT%TZ) start figures=$figs games=$games seeds=$seeds" >> "$log"
+    IFS=';' read -r figs games seeds variants <<< "$part"
+    sel=()
+    [ -n "$variants" ] && sel=(--variants "$variants")
+    echo "$(date -u +%FT%TZ) start figures=$figs games=$games seeds=$seeds variants=${variants:-all}" >> "$log"
     taskset -c "$core" "$bin" bench tokenize --tier full --jobs 1 --figures "$figs" --games "$games" \
-        --seeds "$seeds" --out "$out" >> "$log" 2>&1
+        --seeds "$seeds" "${sel[@]}" --out "$out" >> "$log" 2>&1
     echo "$(date -u +%FT%TZ) end figures=$figs games=$games seeds=$seeds rc=$?" >> "$log"
     [ -n "${RUNS_ARCHIVE:-}" ] && "$here/runs_archive.sh" save "$out" "$RUNS_ARCHIVE" >> "$log" 2>&1
 done
