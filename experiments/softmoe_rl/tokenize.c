@@ -571,8 +571,8 @@ int exp_softmoe_tokenize(int argc, char **argv) {
         }
     }
     if (!o.report_only) printf("bench-tokenize runs=%d failed=%d seconds=%.0f\n", n, failed, sm_time_now() - t_start);
-    /* the reports still come, over the runs that finished (a failed run is left out of its figure,
-     * which then says its counts are unequal); the exit status says that some failed */
+    /* the reports still come, over the runs that finished (a failed run's game and seed are left
+     * out of its figures, which name them); the exit status says that some failed */
 
     /* each reporting agent's reference pool, written once (every figure of the agent reads it) */
     char pools[3][700];
