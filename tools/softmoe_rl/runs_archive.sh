@@ -19,7 +19,7 @@ set -eu
 [ $# -ge 2 ] || { echo "usage: $0 save|restore OUT [ARCHIVE]" >&2; exit 2; }
 mode=$1 out=$2
 here=$(dirname "$(readlink -f "$0")")
-archive=${3:-$here/../../docs/results/tokenize-full-runs}
+archive=$(readlink -m "${3:-$here/../../docs/results/tokenize-full-runs}")
 
 case $mode in
 save)
