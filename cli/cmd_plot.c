@@ -5,10 +5,14 @@
  * one group: the group's curve is the mean over its runs and a band from the lowest to the highest
  * run, on a common grid of --bins points along x (each run's value in a bin is the mean of its points
  * there, carried forward through empty bins). Defaults: episodic_return against global_step for RL
- * runs, the training loss against the step for supervised ones.
+ * runs, the training loss against the step for supervised ones. Curves are named by the group's
+ * first run (cli_run_label), or with --labels dir by that run's parent directory (`bench
+ * tokenize`'s layout .../<variant>/<game>-s<seed>, where the variant names the curve). A line per
+ * curve is printed (plot-curve label=... runs=N).
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +49,7 @@ static void bin_series(const sm_series *s, double xmax, int B, double *out) {
 
 int cmd_plot(int argc, char **argv) {
     struct {
-        const char *out, *x, *y, *kind, *title;
+        const char *out, *x, *y, *kind, *title, *labels;
         int bins;
     } o;
     fl_flag fl[] = {
@@ -55,6 +59,7 @@ int cmd_plot(int argc, char **argv) {
         {"kind", FL_STRING, &o.kind, NULL, "supervised records of this kind only: train, val, test (default train)", 0},
         {"bins", FL_INT, &o.bins, "100", "points along x of each curve", 0},
         {"title", FL_STRING, &o.title, "", "plot title", 0},
+        {"labels", FL_STRING, &o.labels, NULL, "dir: name each curve by its first run's parent directory (bench tokenize: the variant)", 0},
     };
     const char *pos[PLOT_MAX_RUNS];
     int npos;
@@ -67,6 +72,10 @@ int cmd_plot(int argc, char **argv) {
     }
     if (o.bins < 2 || o.bins > 100000) {
         fprintf(stderr, "specmoe plot: --bins must be in [2, 100000] (got %d)\n", o.bins);
+        return CLI_EXIT_USAGE;
+    }
+    if (o.labels && strcmp(o.labels, "dir")) {
+        fprintf(stderr, "specmoe plot: --labels must be dir (got '%s')\n", o.labels);
         return CLI_EXIT_USAGE;
     }
     if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
@@ -174,7 +183,16 @@ int cmd_plot(int argc, char **argv) {
                 if (n) fprintf(f, "%.9g %.9g %.9g %.9g\n", (b + 0.5) * xmax / B, sum / n, lo, hi);
             }
             if (fclose(f) != 0) code = CLI_EXIT_RUNTIME;
-            cli_run_label(pos[first[g]], label, sizeof label);
+            char full[PATH_MAX];
+            if (o.labels && realpath(pos[first[g]], full)) { /* the parent directory's name */
+                char *slash = strrchr(full, '/');
+                if (slash && slash != full) *slash = 0;
+                slash = strrchr(full, '/');
+                snprintf(label, sizeof label, "%s", slash && slash[1] ? slash + 1 : "/");
+            } else {
+                cli_run_label(pos[first[g]], label, sizeof label);
+            }
+            printf("plot-curve label=%s runs=%d\n", label, members);
             cli_bprintf(&script, "%s'%s' using 1:3:4 with filledcurves lc %d notitle, '%s' using 1:2 with lines lw 2 lc %d title \"%s (%d run%s)\"",
                         g ? ", " : "", data, g + 1, data, g + 1, label, members, members == 1 ? "" : "s");
         }

@@ -921,6 +921,11 @@ expect 0 "runs_archive.sh: restored runs report as the originals" "^same\$" -- s
     a=$("$0" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$1" --report-only 1 | grep "^|") &&
     b=$("$0" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$1-restored" --report-only 1 | grep "^|") &&
     [ -n "$a" ] && [ "$a" = "$b" ] && [ ! -e "$1-arch/der-minatar/tok-sum/breakout-s1/checkpoint.safetensors" ] && echo same' "$bin" "$tmp/tk" "$root"
+expect 0 "runs_archive.sh: a restored run keeps its learning curve; plot --labels dir names curves by variant" \
+    "^plot-curve label=baseline runs=1 plot-curve label=tok-sum runs=1 plot: 2 runs in 2 groups" -- sh -c '
+    "$0" plot "$1-restored/der-minatar/baseline/breakout-s1" "$1-restored/der-minatar/tok-sum/breakout-s1" --x global_step \
+        --y curve_return --labels dir --out "$1-curves.png" | tr "\n" " " && [ -s "$1-curves.png" ]' "$bin" "$tmp/tk"
+expect 2 "plot --labels: only dir" "--labels must be dir" -- "$bin" plot "$tmp/tk" --labels variant
 expect 2 "bench tokenize: a finished run of another command under the same name is refused, not reported" \
     "ran another command than this plan's" -- "$bin" bench tokenize --figures 5 --games breakout --frames 1900 --reps 100 --out "$tmp/tk"
 # continual RL (SPHERE Sec. 5.1): rl train --init-from, and a final policy scored on another task of its family

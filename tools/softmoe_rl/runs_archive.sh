@@ -8,12 +8,13 @@
 # OUT is the bench's --out; ARCHIVE defaults to docs/results/tokenize-full-runs (of this checkout).
 # A run is OUT/<agent>-<encoder>/<variant>/<game>-s<seed> with a `done` file. Kept per run:
 #   settings.json, command, train.log, done  as the run wrote them;
-#   metrics.jsonl  only the episodes `specmoe report` scores: those ending in the last 10% of the
-#                  run's frames (global_step >= 0.9 x the last episode's; the same rule as
-#                  cli/cmd_report.c), so a restored run scores exactly as the original;
-#   curve.tsv      the learning curve: per 50,000 frames, the episodes ending in that bin and their
-#                  mean return (the full metrics.jsonl, losses and dormant fractions, is 4-20 MB a run
-#                  and stays on the machine that ran it).
+#   metrics.jsonl  the learning curve, one record per 50,000 frames: {"global_step": END,
+#                  "curve_return": MEAN, "curve_episodes": N} over the episodes ending in that bin
+#                  (`specmoe plot DIR... --y curve_return` draws it); then the episodes
+#                  `specmoe report` scores, those ending in the last 10% of the run's frames
+#                  (global_step >= 0.9 x the last episode's; the same rule as cli/cmd_report.c), so a
+#                  restored run scores exactly as the original. The full metrics.jsonl (every
+#                  episode, losses, dormant fractions: 1-20 MB a run) stays on the machine that ran it.
 # A restored run has `done`, so the bench skips it and its reports (and --reference-runs) include it.
 set -eu
 [ $# -ge 2 ] || { echo "usage: $0 save|restore OUT [ARCHIVE]" >&2; exit 2; }
@@ -34,8 +35,8 @@ save)
         for f in settings.json command train.log done; do
             [ -f "$run/$f" ] && cp "$run/$f" "$dest/$f"
         done
-        # the episodes of the last 10% of frames, and the curve, from one pass over the episode lines
-        awk -v tail="$dest/metrics.jsonl" -v curve="$dest/curve.tsv" '
+        # the curve, then the episodes of the last 10% of frames, from one pass over the episode lines
+        awk '
             /"episodic_return"/ {
                 if (!match($0, /"global_step": *[-0-9.eE+]+/)) next
                 s = substr($0, RSTART, RLENGTH); sub(/.*: */, "", s)
@@ -46,13 +47,13 @@ save)
             }
             END {
                 for (i = 1; i <= n; i++) {
-                    if (step[i] >= 0.9 * xmax) print line[i] > tail
                     b = int((step[i] - 1) / 50000); cnt[b]++; sum[b] += ret[i]; if (b > bmax) bmax = b
                 }
-                print "frames_end\tepisodes\tmean_return" > curve
                 for (b = 0; b <= bmax; b++)
-                    printf "%d\t%d\t%s\n", (b + 1) * 50000, cnt[b], cnt[b] ? sprintf("%.4f", sum[b] / cnt[b]) : "nan" > curve
-            }' "$run/metrics.jsonl"
+                    if (cnt[b]) printf "{\"global_step\": %d, \"curve_return\": %.4f, \"curve_episodes\": %d}\n", (b + 1) * 50000, sum[b] / cnt[b], cnt[b]
+                for (i = 1; i <= n; i++)
+                    if (step[i] >= 0.9 * xmax) print line[i]
+            }' "$run/metrics.jsonl" > "$dest/metrics.jsonl"
         n=$((n + 1))
     done < <(find "$out" -mindepth 4 -maxdepth 4 -name done | sort)
     echo "runs_archive: $n new finished runs saved to $archive"
