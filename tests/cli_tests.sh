@@ -908,9 +908,10 @@ expect 0 "bench tokenize: a figure reports only the games and seeds whose every 
     out=$("$0" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$1-partial" --report-only 1) &&
     echo "$out" | grep "games x seeds complete" | tr "\n" " " && { echo "$out" | grep -q "^| " && echo table || echo no-table; }' "$bin" "$tmp/tk"
 expect 0 "bench tokenize --variants: runs those variants only; the figure waits for the rest" \
-    "^ran 2; bench-tokenize-figure fig=5 agent=der: 0 of 1 games x seeds complete; left out, not complete: breakout-s1 \(2 of 10 runs\)\$" -- sh -c '
+    "^ran 2, bench-tokenize runs=2; bench-tokenize-figure fig=5 agent=der: 0 of 1 games x seeds complete; left out, not complete: breakout-s1 \(2 of 10 runs\)\$" -- sh -c '
     rm -rf "$1" && out=$("$0" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --variants baseline,tok-sum --out "$1") &&
-    printf "ran %s; " "$(echo "$out" | grep -c "status=ok")" && echo "$out" | grep "games x seeds complete"' "$bin" "$tmp/tk-variants"
+    printf "ran %s, %s; " "$(echo "$out" | grep -c "status=ok")" "$(echo "$out" | grep -o "^bench-tokenize runs=[0-9]*")" &&
+    echo "$out" | grep "games x seeds complete"' "$bin" "$tmp/tk-variants"
 expect 2 "bench tokenize --variants: a variant of no selected figure is refused" "variant 'softmoe-4' is in none of the selected figures" -- \
     "$bin" bench tokenize --figures 5 --variants softmoe-4 --dry-run
 # tools/softmoe_rl/runs_archive.sh keeps a finished run's score: saved and restored elsewhere, the

@@ -570,7 +570,9 @@ int exp_softmoe_tokenize(int argc, char **argv) {
             fflush(stdout);
         }
     }
-    if (!o.report_only) printf("bench-tokenize runs=%d failed=%d seconds=%.0f\n", n, failed, sm_time_now() - t_start);
+    int selected = 0;
+    for (int i = 0; i < n; i++) selected += !runs[i].unselected;
+    if (!o.report_only) printf("bench-tokenize runs=%d failed=%d seconds=%.0f\n", selected, failed, sm_time_now() - t_start);
     /* the reports still come, over the runs that finished (a failed run's game and seed are left
      * out of its figures, which name them); the exit status says that some failed */
 
