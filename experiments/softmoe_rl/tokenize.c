@@ -188,13 +188,6 @@ static int fig_member(const tk_figure *F, const char *variant) {
     return 0;
 }
 
-/* the index of game in the five games' names */
-static int game_index(const char *const games[5], const char *game) {
-    for (int g = 0; g < 5; g++)
-        if (!strcmp(games[g], game)) return g;
-    return 0;
-}
-
 static const tk_variant *find_variant(const char *name) {
     for (int i = 0; i < N_VARIANTS; i++)
         if (!strcmp(kVariants[i].name, name)) return &kVariants[i];
@@ -230,7 +223,8 @@ typedef struct {
     char fp[CLI_ARGV_BUF]; /* the fresh run's fingerprint (cli_run_fingerprint), kept in DIR/command */
     const tk_variant *v;
     char agent[16], game[32];
-    int seed, skip, resume, unselected; /* unselected: not in --variants (reported, not run) */
+    int game_i, seed, skip, resume; /* game_i: the game's index in the five games */
+    int unselected;                 /* not in --variants: reported, not run */
     pid_t pid;
     double t0;
 } tk_run;
@@ -479,6 +473,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
                         snprintf(r->game, sizeof r->game, "%s", kGames[g]);
                         r->v = v;
                         r->seed = s;
+                        r->game_i = g;
                         r->unselected = o.variants && !cli_in_list(o.variants, v->name);
                         if (plan_run(r, &o, self)) {
                             fprintf(stderr, "specmoe bench tokenize: command line of %s too long\n", dir);
@@ -606,7 +601,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
             int done_in[5][101] = {{0}}, planned[5][101] = {{0}};
             for (int i = 0; i < n; i++) {
                 if (strcmp(runs[i].agent, kAgents[a]) || !fig_member(F, runs[i].v->name)) continue;
-                const int g = game_index(kGames, runs[i].game);
+                const int g = runs[i].game_i;
                 char done[600];
                 snprintf(done, sizeof done, "%s/done", runs[i].dir);
                 planned[g][runs[i].seed] = 1;
@@ -631,7 +626,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
                 }
             for (int i = 0; i < n; i++) {
                 if (strcmp(runs[i].agent, kAgents[a]) || !fig_member(F, runs[i].v->name)) continue;
-                if (done_in[game_index(kGames, runs[i].game)][runs[i].seed] == n_var) av[ac++] = runs[i].dir;
+                if (done_in[runs[i].game_i][runs[i].seed] == n_var) av[ac++] = runs[i].dir;
             }
             char png[600], reps[32];
             snprintf(png, sizeof png, "%s/fig%s-%s-%s.png", o.out, F->id, kAgents[a], o.encoder);
