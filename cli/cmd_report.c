@@ -25,6 +25,14 @@
  *
  * Output: a Markdown table of Median, IQM, Mean and optimality gap with stratified-bootstrap 95%
  * intervals per variant, the raw mean score per game, and with --out a PNG of the intervals (gnuplot).
+ *
+ * --claims "A>B;C~D;E<F" tests claims about the variants (A, B: their labels as printed): for each,
+ * the interval of IQM(A) - IQM(B) and of the probability of improvement P(A > B)
+ * (sm_rliable_compare), and a verdict by sm_claim_verdict's rule with --margin (the smallest IQM
+ * difference that matters, in normalised score; 0.1 by default: a tenth of the way from random
+ * play to the reference). A claim whose variants have fewer than --min-runs runs per game (3 by
+ * default) is not decidable whatever its interval: a bootstrap over one or two runs a game has no
+ * spread to speak of (with one, every interval is a point).
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -210,6 +218,43 @@ static int reference_pool(const char *file, char games[][64], int ng, double *be
     return rc;
 }
 
+#define REPORT_MAX_CLAIMS 32
+
+typedef struct {
+    char a[96], b[96]; /* variant labels; "A < B" is kept as B > A, "A !< B" as B !> A */
+    sm_claim_kind kind;
+} report_claim;
+
+/* one name of a claim, spaces around it dropped, into out (96); 0 if empty or too long */
+static int claim_name(const char *p, const char *end, char out[96]) {
+    while (p < end && *p == ' ') p++;
+    while (end > p && end[-1] == ' ') end--;
+    if (p == end || end - p >= 96) return 0;
+    snprintf(out, 96, "%.*s", (int)(end - p), p);
+    return 1;
+}
+
+/* --claims "A>B;C~D;E<F;G!>H": the claims, or -1 for a malformed list (each needs one of > < ~ !>
+ * !< between two names; names may hold commas, as settings labels do, so claims are separated by
+ * ';'). A < B is kept as B > A, A !< B as B !> A. */
+static int parse_claims(const char *list, report_claim *c, int max) {
+    int n = 0;
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ';'), *op = NULL;
+        if (!end) end = p + strlen(p);
+        int nops = 0;
+        for (const char *q = p; q < end; q++)
+            if (*q == '>' || *q == '<' || *q == '~') op = q, nops++;
+        if (nops != 1 || n == max) return -1;
+        report_claim *x = &c[n++];
+        const int less = *op == '<', neg = op > p && op[-1] == '!' && *op != '~';
+        x->kind = *op == '~' ? SM_CLAIM_EQUIVALENT : neg ? SM_CLAIM_NOT_GREATER : SM_CLAIM_GREATER;
+        if (!claim_name(p, op - neg, less ? x->b : x->a) || !claim_name(op + 1, end, less ? x->a : x->b)) return -1;
+        p = *end ? end + 1 : end;
+    }
+    return n;
+}
+
 /* The interval plot: one panel per aggregate, a row per variant. */
 static int draw(const char *out, const sm_interval (*ci)[SM_AGG_N], char labels[][96], int nv) {
     char dir[] = "/tmp/specmoe-report-XXXXXX";
@@ -259,11 +304,49 @@ static int draw(const char *out, const sm_interval (*ci)[SM_AGG_N], char labels[
     return code;
 }
 
+/* The claims' table: per claim, IQM(A) - IQM(B) and P(A > B) with their intervals, and the verdict. */
+static int print_claims(const report_claim *claims, int nclaims, int (*cv)[2], double *const *mats, const int *Rv, int ng,
+                        double margin, int min_runs, int reps, double conf, uint64_t seed) {
+    printf("\nClaims, on the normalised scores: IQM(A) - IQM(B) and the probability of improvement P(A > B), %.0f%% "
+           "stratified-bootstrap intervals (each variant's runs resampled within games). Margin %g. A > B: reproduced "
+           "when the difference's interval lies above 0, not reproduced when it lies below the margin, else not decidable "
+           "(A !> B, A offers no gain: the same with the outcomes swapped). "
+           "A ~ B: reproduced when it lies within +-margin, not reproduced when it lies beyond it, else not decidable. "
+           "Fewer than %d runs per game: not decidable.\n\n| claim | runs x games | IQM(A) - IQM(B) | P(A > B) | verdict |\n"
+           "|---|---|---|---|---|\n",
+           100 * conf, margin, min_runs);
+    for (int c = 0; c < nclaims; c++) {
+        const int a = cv[c][0], b = cv[c][1];
+        const char *op = claims[c].kind == SM_CLAIM_GREATER ? ">" : claims[c].kind == SM_CLAIM_NOT_GREATER ? "!>" : "~";
+        if (!mats[a] || !mats[b]) {
+            printf("| %s %s %s | - | - | - | not decidable (a variant lacks a game) |\n", claims[c].a, op, claims[c].b);
+            continue;
+        }
+        sm_comparison cmp;
+        sm_error err = {0};
+        sm_status st = sm_rliable_compare(mats[a], Rv[a], mats[b], Rv[b], ng, SM_AGG_IQM, reps, conf, seed, &cmp, &err);
+        if (st != SM_OK) return cli_fail(st, &err);
+        const int few = Rv[a] < min_runs || Rv[b] < min_runs;
+        char runs[48];
+        if (Rv[a] == Rv[b]) snprintf(runs, sizeof runs, "%d x %d", Rv[a], ng);
+        else snprintf(runs, sizeof runs, "%d and %d x %d", Rv[a], Rv[b], ng);
+        printf("| %s %s %s | %s | %.3f [%.3f, %.3f] | %.3f [%.3f, %.3f] | ", claims[c].a, op, claims[c].b, runs, cmp.diff.point,
+               cmp.diff.lo, cmp.diff.hi, cmp.poi.point, cmp.poi.lo, cmp.poi.hi);
+        if (few) {
+            const int r = Rv[a] < Rv[b] ? Rv[a] : Rv[b];
+            printf("not decidable (%d run%s per game; %d needed) |\n", r, r == 1 ? "" : "s", min_runs);
+        } else {
+            printf("%s |\n", sm_verdict_name(sm_claim_verdict(claims[c].kind, cmp.diff, margin)));
+        }
+    }
+    return 0;
+}
+
 int cmd_report(int argc, char **argv) {
     struct {
-        const char *reference, *reference_runs, *labels, *out;
-        int reps, random_episodes;
-        double conf;
+        const char *reference, *reference_runs, *labels, *out, *claims;
+        int reps, random_episodes, min_runs;
+        double conf, margin;
         uint64_t seed;
     } o;
     fl_flag fl[] = {
@@ -277,6 +360,10 @@ int cmd_report(int argc, char **argv) {
         {"conf", FL_DOUBLE, &o.conf, "0.95", "coverage of the intervals", 0},
         {"seed", FL_U64, &o.seed, "1", "seed of the bootstrap", 0},
         {"out", FL_STRING, &o.out, NULL, "also draw the intervals into this PNG (gnuplot)", 0},
+        {"claims", FL_STRING, &o.claims, NULL,
+         "claims to test, \"A>B;C~D\" (A, B: variant labels): the IQM difference, P(A > B) and a verdict", 0},
+        {"margin", FL_DOUBLE, &o.margin, "0.1", "the smallest IQM difference a claim counts (normalised score)", 0},
+        {"min-runs", FL_INT, &o.min_runs, "3", "runs per game a claim's variants need for a verdict", 0},
     };
     const char *pos[REPORT_MAX_RUNS];
     int npos;
@@ -293,6 +380,17 @@ int cmd_report(int argc, char **argv) {
     }
     if (o.reference && !reference_ok(o.reference)) {
         fprintf(stderr, "specmoe report: --reference: '%s' is not GAME=SCORE,GAME=SCORE,...\n", o.reference);
+        return CLI_EXIT_USAGE;
+    }
+    static report_claim claims[REPORT_MAX_CLAIMS];
+    const int nclaims = o.claims ? parse_claims(o.claims, claims, REPORT_MAX_CLAIMS) : 0;
+    if (nclaims < 0) {
+        fprintf(stderr, "specmoe report: --claims: '%s' is not \"A>B;C~D;...\" (at most %d claims, each two variant labels "
+                        "around one of > < ~ !> !<)\n", o.claims, REPORT_MAX_CLAIMS);
+        return CLI_EXIT_USAGE;
+    }
+    if (!(o.margin > 0 && o.margin < 1e6) || o.min_runs < 1) {
+        fprintf(stderr, "specmoe report: --margin must be > 0 and --min-runs >= 1\n");
         return CLI_EXIT_USAGE;
     }
     if (strcmp(o.labels, "settings") && strcmp(o.labels, "dir")) {
@@ -369,10 +467,28 @@ int cmd_report(int argc, char **argv) {
         }
     }
     sm_interval(*ci)[SM_AGG_N] = code ? NULL : calloc((size_t)nv, sizeof *ci);
+    static double *mats[REPORT_MAX_RUNS]; /* per variant: its (R, G) normalised scores, R = Rv[v] */
+    static int Rv[REPORT_MAX_RUNS];
+    int cv[REPORT_MAX_CLAIMS][2]; /* each claim's two variants */
     if (!code && !ci) code = cli_fail(sm_fail(&err, SM_ERR_NOMEM, "report: out of memory"), &err);
     if (!code) {
         if (!strcmp(o.labels, "dir")) dir_labels(runs, npos, nv, labels);
         else variant_labels(keys, nv, labels);
+        for (int c = 0; c < nclaims && !code; c++)
+            for (int side = 0; side < 2 && !code; side++) {
+                const char *name = side ? claims[c].b : claims[c].a;
+                cv[c][side] = -1;
+                for (int v = 0; v < nv; v++)
+                    if (!strcmp(labels[v], name)) cv[c][side] = v;
+                if (cv[c][side] < 0) {
+                    fprintf(stderr, "specmoe report: --claims: no variant is labelled '%s'; the labels:", name);
+                    for (int v = 0; v < nv; v++) fprintf(stderr, "%s '%s'", v ? "," : "", labels[v]);
+                    fprintf(stderr, "\n");
+                    code = CLI_EXIT_USAGE;
+                }
+            }
+    }
+    if (!code) {
         printf("report: %d run%s, %d variant%s x %d game%s; score = mean episodic return over the last 10%% of frames, "
                "normalised (score - random) / (reference - random)\n",
                npos, npos == 1 ? "" : "s", nv, nv == 1 ? "" : "s", ng, ng == 1 ? "" : "s");
@@ -390,6 +506,7 @@ int cmd_report(int argc, char **argv) {
         if (R == 0) {
             printf("| %s | - | a game without runs: no aggregate (each variant needs runs of every game) | | | |\n", labels[v]);
             for (int k = 0; k < SM_AGG_N; k++) ci[v][k] = (sm_interval){NAN, NAN, NAN};
+            mats[v] = NULL, Rv[v] = 0;
             continue;
         }
         double *s = malloc(sizeof(double) * (size_t)R * ng);
@@ -403,7 +520,7 @@ int cmd_report(int argc, char **argv) {
             s[(size_t)taken[x->game]++ * ng + x->game] = sm_rliable_normalise(x->score, rnd[x->game], rf);
         }
         sm_status st = s ? sm_rliable(s, R, ng, o.reps, o.conf, o.seed, ci[v], &err) : sm_fail(&err, SM_ERR_NOMEM, "report: out of memory");
-        free(s);
+        mats[v] = s, Rv[v] = R;
         if (st != SM_OK) {
             code = cli_fail(st, &err);
             break;
@@ -433,11 +550,12 @@ int cmd_report(int argc, char **argv) {
         printf("\nIntervals: %.0f%% stratified-bootstrap percentile intervals, %d replicates (Agarwal et al. 2021).\n",
                100 * o.conf, o.reps);
     }
+    if (!code && nclaims) code = print_claims(claims, nclaims, cv, mats, Rv, ng, o.margin, o.min_runs, o.reps, o.conf, o.seed);
     if (!code && o.out) {
         code = draw(o.out, (const sm_interval(*)[SM_AGG_N])ci, labels, nv);
         if (!code) printf("report: intervals -> %s\n", o.out);
     }
     free(ci);
-    for (int v = 0; v < nv; v++) free(keys[v]);
+    for (int v = 0; v < nv; v++) free(keys[v]), free(mats[v]), mats[v] = NULL;
     return code;
 }

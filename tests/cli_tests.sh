@@ -326,6 +326,27 @@ expect 0 "report --out draws the intervals" "^report: intervals -> $tmp/rep.png"
 expect 0 "report: the interval plot is a PNG" "PNG" -- head -c 4 "$tmp/rep.png"
 expect 2 "report: a malformed --reference is refused" "not GAME=SCORE" -- "$bin" report "$tmp"/rep/* --reference cartpole
 expect 1 "report: a directory that is not an RL run is named" "nope: no settings.json" -- "$bin" report "$tmp/nope"
+# report --claims: three variants of 3 seeds on two games. lr=2 beats lr=1 in every run; lr=3 is
+# lr=1 plus half a point (about 0.002 of a game's normalised range); the verdicts follow rliable.h's rule.
+for v in 1 2 3; do for g in cartpole mountaincar; do for s in 1 2 3; do
+    d="$tmp/rep3/$g-v$v-s$s"; mkdir -p "$d"
+    printf '{"env": "classic/%s", "agent": "dqn", "seed": "%s", "agent_settings": {"lr": %s}}\n' $g $s $v > "$d/settings.json"
+    case $v in 1) r=$((100 + s)); m=$((-190 + s));; 2) r=$((300 + s)); m=$((-150 + s));; 3) r="$((100 + s)).5"; m="-$((189 - s)).5";; esac
+    [ $g = mountaincar ] && r=$m
+    printf '{"global_step": 1000, "episodic_return": %s}\n' $r > "$d/metrics.jsonl"
+done; done; done
+claims='lr=2>lr=1;lr=3~lr=1;lr=2~lr=1;lr=1!>lr=2;lr=1<lr=2;lr=1!<lr=2'
+rep3() { "$bin" report "$tmp"/rep3/* --random-episodes 20 --reps 300 "$@"; }
+expect 0 "report --claims: a gain in every run is reproduced" "^\| lr=2 > lr=1 \| 3 x 2 \| 0\.[0-9]+ \[0\.[0-9]+, 0\.[0-9]+\] \| 1\.000 \[1\.000, 1\.000\] \| reproduced \|\$" -- rep3 --claims "$claims"
+expect 0 "report --claims: equal within the margin is reproduced" "^\| lr=3 ~ lr=1 \| 3 x 2 \| 0\.00[0-9] .*\| reproduced \|\$" -- rep3 --claims "$claims"
+expect 0 "report --claims: a large difference refutes A ~ B" "^\| lr=2 ~ lr=1 \| .*\| not reproduced \|\$" -- rep3 --claims "$claims"
+expect 0 "report --claims: A !> B holds when A is far worse" "^\| lr=1 !> lr=2 \| .*\| reproduced \|\$" -- rep3 --claims "$claims"
+expect 0 "report --claims: A < B is B > A, A !< B is B !> A" "^\| lr=2 !> lr=1 \| .*\| not reproduced \|\$" -- rep3 --claims "$claims"
+expect 0 "report --claims: too few runs per game decide nothing" "^\| lr=2 > lr=1 \| .*\| not decidable \(3 runs per game; 4 needed\) \|\$" -- \
+    rep3 --claims "$claims" --min-runs 4
+expect 2 "report --claims: a label no variant has is named, with the labels" "no variant is labelled 'lr=9'; the labels: 'lr=1', 'lr=2', 'lr=3'" -- \
+    rep3 --claims "lr=9>lr=1"
+expect 2 "report --claims: a claim without an operator is refused" "--claims: 'lr=2' is not" -- rep3 --claims "lr=2"
 expect 2 "rl eval without --env names the environments" "--env is required .*classic/cartpole" -- "$bin" rl eval --policy random
 expect 0 "bench env runs on one environment" "^bench-env env=classic/mountaincar threads=1 steps_per_s=[0-9]+ steps_per_cpu_s=[0-9]+\$" -- \
     "$bin" bench env --env classic/mountaincar --steps 20000 --envs 8
@@ -900,6 +921,12 @@ expect 0 "bench tokenize --report-only: the reports of the finished runs, none r
     out=$("$0" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$1" --report-only 1) &&
     echo "$out" | grep -q "^bench-tokenize report-only: 10 of the 10 planned runs finished" && echo "$out" | grep -q "^| tok-mean | 1 x 1 " &&
     ! echo "$out" | grep -q "^bench-tokenize-run" && echo "reported, nothing run"' "$bin" "$tmp/tk"
+expect 0 "bench tokenize: a figure tests its paper claims; one seed a game decides none" \
+    "^\| tok-mean-x4 > baseline-x4 \| 1 x 1 \| .* \| not decidable \(1 run per game; 3 needed\) \|\$" -- \
+    "$bin" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$tmp/tk" --report-only 1
+expect 0 "bench tokenize --report-only: an agent with no run yet needs no reference pool" "^exit 0, no complaint\$" -- sh -c '
+    out=$("$0" bench tokenize --figures 5,10 --games breakout --frames 30000 --der-frames 1800 --reps 100 --out "$1" --report-only 1 2>&1) &&
+    ! echo "$out" | grep -q "cannot write" && [ ! -e "$1/dqn-minatar" ] && echo "exit 0, no complaint"' "$bin" "$tmp/tk"
 # a figure's table compares its variants on the same games and seeds: a (game, seed) with a run not
 # finished is left out, named, and with none complete there is no table
 expect 0 "bench tokenize: a figure reports only the games and seeds whose every variant finished" \

@@ -2,6 +2,7 @@
  * the stratification of the bootstrap, and the coverage of its intervals. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <string.h>
 
 #include "specmoe/rl/rliable.h"
 
@@ -69,4 +70,81 @@ Test(rliable, mean_interval_covers_the_truth) {
         cover += out[SM_AGG_MEAN].lo <= truth && truth <= out[SM_AGG_MEAN].hi;
     }
     cr_expect(cover >= (int)(0.88 * trials) && cover <= (int)(0.99 * trials), "coverage %d / %d", cover, trials);
+}
+
+/* Comparisons: the point estimates by hand, the probability of improvement's extremes, and the
+ * bootstrap's resampling within games of each variant separately. */
+Test(rliable, compare_points_and_extremes) {
+    sm_error err = {0};
+    sm_comparison c;
+    /* X against itself: no difference, P(X > X) = 1/2 (ties count half) */
+    cr_assert_eq(sm_rliable_compare(kS, 4, kS, 4, 3, SM_AGG_IQM, 500, 0.95, 3, &c, &err), SM_OK, "%s", err.msg);
+    cr_expect_float_eq(c.diff.point, 0, 1e-15);
+    cr_expect_float_eq(c.poi.point, 0.5, 1e-15);
+    cr_expect(c.diff.lo < 0 && c.diff.hi > 0, "X - X: [%g, %g] should straddle 0 on spread data", c.diff.lo, c.diff.hi);
+    /* Y = X + 10 in every run: every y beats every x of its game, whatever the resample */
+    double y[12];
+    for (int i = 0; i < 12; i++) y[i] = kS[i] + 10;
+    cr_assert_eq(sm_rliable_compare(kS, 4, y, 4, 3, SM_AGG_MEAN, 500, 0.95, 3, &c, &err), SM_OK);
+    cr_expect_float_eq(c.diff.point, -10, 1e-12);
+    cr_expect(c.poi.point == 0 && c.poi.lo == 0 && c.poi.hi == 0, "P(X > X + 10) = %g [%g, %g]", c.poi.point, c.poi.lo, c.poi.hi);
+    /* unequal run counts, by hand: game 0 of X {0, 1}, of Y {0.5}: S = 0 + 1 -> 1/2; game 1 of X
+     * {2, 2}, of Y {2}: two ties -> 1/2; P = 1/2. Means: X 1.25, Y 1.25. */
+    double x2[4] = {0, 2, 1, 2}, y1[2] = {0.5, 2};
+    cr_assert_eq(sm_rliable_compare(x2, 2, y1, 1, 2, SM_AGG_MEAN, 200, 0.95, 1, &c, &err), SM_OK);
+    cr_expect_float_eq(c.poi.point, 0.5, 1e-15);
+    cr_expect_float_eq(c.diff.point, 0, 1e-15);
+    /* stratified: constant runs within each game give point intervals although the games differ */
+    double fx[6] = {0, 5, 0, 5, 0, 5}, fy[6] = {1, 3, 1, 3, 1, 3};
+    cr_assert_eq(sm_rliable_compare(fx, 3, fy, 3, 2, SM_AGG_IQM, 300, 0.95, 9, &c, &err), SM_OK);
+    cr_expect(c.diff.lo == c.diff.point && c.diff.hi == c.diff.point, "[%g, %g] around %g", c.diff.lo, c.diff.hi, c.diff.point);
+    cr_expect(c.poi.point == 0.5 && c.poi.lo == 0.5 && c.poi.hi == 0.5);
+    double bad[2] = {0, INFINITY};
+    cr_expect_eq(sm_rliable_compare(kS, 4, bad, 1, 2, SM_AGG_IQM, 10, 0.95, 1, &c, &err), SM_ERR_ARG);
+    cr_expect(strstr(err.msg, "of Y") != NULL, "%s", err.msg);
+    cr_expect_eq(sm_rliable_compare(kS, 0, kS, 4, 3, SM_AGG_IQM, 10, 0.95, 1, &c, &err), SM_ERR_ARG);
+    cr_expect_eq(sm_rliable_compare(kS, 4, kS, 4, 3, SM_AGG_N, 10, 0.95, 1, &c, &err), SM_ERR_ARG);
+}
+
+/* Power: X is Y shifted up by 0.3 with noise of spread ~0.1; with 5 runs x 5 games the interval of
+ * the IQM difference excludes 0 and holds 0.3, and P(X > Y) is near 1. */
+Test(rliable, compare_detects_a_shift) {
+    sm_rng rng;
+    sm_rng_seed(&rng, 5);
+    double x[25], y[25];
+    for (int i = 0; i < 25; i++) {
+        y[i] = 0.2 * (i % 5) + 0.35 * (sm_rng_uniform(&rng) - 0.5);
+        x[i] = 0.2 * (i % 5) + 0.3 + 0.35 * (sm_rng_uniform(&rng) - 0.5);
+    }
+    sm_comparison c;
+    sm_error err = {0};
+    cr_assert_eq(sm_rliable_compare(x, 5, y, 5, 5, SM_AGG_IQM, 2000, 0.95, 11, &c, &err), SM_OK);
+    cr_expect(c.diff.lo > 0 && c.diff.lo < 0.3 && c.diff.hi > 0.3, "IQM difference %g [%g, %g]", c.diff.point, c.diff.lo, c.diff.hi);
+    cr_expect(c.poi.point > 0.85 && c.poi.lo > 0.5, "P(X > Y) = %g [%g, %g]", c.poi.point, c.poi.lo, c.poi.hi);
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_GREATER, c.diff, 0.1), SM_VERDICT_REPRODUCED);
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_EQUIVALENT, c.diff, 0.1), SM_VERDICT_NOT_REPRODUCED);
+}
+
+/* The verdict rule of rliable.h, branch by branch, at margin 0.1 */
+Test(rliable, claim_verdicts) {
+#define IV(l, h) ((sm_interval){.point = 0.5 * ((l) + (h)), .lo = (l), .hi = (h)})
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_GREATER, IV(0.01, 0.3), 0.1), SM_VERDICT_REPRODUCED);
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_GREATER, IV(0.01, 0.05), 0.1), SM_VERDICT_REPRODUCED);
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_GREATER, IV(-0.2, 0.09), 0.1), SM_VERDICT_NOT_REPRODUCED);
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_GREATER, IV(-0.3, -0.1), 0.1), SM_VERDICT_NOT_REPRODUCED);
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_GREATER, IV(-0.05, 0.2), 0.1), SM_VERDICT_UNDECIDED);
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_GREATER, IV(0, 0.2), 0.1), SM_VERDICT_UNDECIDED);
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_NOT_GREATER, IV(0.01, 0.05), 0.1), SM_VERDICT_NOT_REPRODUCED);
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_NOT_GREATER, IV(-0.9, -0.5), 0.1), SM_VERDICT_REPRODUCED);
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_NOT_GREATER, IV(-0.2, 0.09), 0.1), SM_VERDICT_REPRODUCED);
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_NOT_GREATER, IV(-0.05, 0.2), 0.1), SM_VERDICT_UNDECIDED);
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_EQUIVALENT, IV(-0.1, 0.1), 0.1), SM_VERDICT_REPRODUCED);
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_EQUIVALENT, IV(-0.05, 0.12), 0.1), SM_VERDICT_UNDECIDED);
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_EQUIVALENT, IV(0.11, 0.4), 0.1), SM_VERDICT_NOT_REPRODUCED);
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_EQUIVALENT, IV(-0.4, -0.11), 0.1), SM_VERDICT_NOT_REPRODUCED);
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_EQUIVALENT, IV(-0.4, 0.4), 0.1), SM_VERDICT_UNDECIDED);
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_GREATER, IV(NAN, 0.3), 0.1), SM_VERDICT_UNDECIDED);
+    cr_expect_eq(sm_claim_verdict(SM_CLAIM_GREATER, IV(0.2, 0.3), 0), SM_VERDICT_UNDECIDED);
+    cr_expect_str_eq(sm_verdict_name(SM_VERDICT_NOT_REPRODUCED), "not reproduced");
+#undef IV
 }

@@ -152,30 +152,62 @@ typedef struct {
     const char *id, *what;
     const char *variants[12]; /* NULL-terminated */
     const char *agents;       /* NULL: the bench's agent; else a comma list run for every variant */
+    /* The paper's claims for `report --claims` ("A>B;C~D;E!>F", see cli/cmd_report.c), from its text,
+     * not from our runs (fixed 2026-11-29, with 26 of the full tier's 675 runs in); "agent:" before a
+     * claim limits it to that agent's report. NULL: none. */
+    const char *claims;
 } tk_figure;
 
+/* The claims, from the paper's text (../shared/papers/003_*.txt):
+ *  1   softmoe-4 > baseline: the premise (Obando Ceron et al. 2024; Fig. 1); baseline > baseline-x4:
+ *      "the performance degradation observed in the baseline, even when increasing its width"
+ *      (Fig. 4); softmoe-1-x4 ~ softmoe-4: "A single scaled expert matches the performance of
+ *      multiple experts" (Fig. 1); expert-choice-1-x4 ~ softmoe-4: "even with a single expert the
+ *      performance is comparable to that of SoftMoE with multiple experts" (Fig. 6).
+ *  7   "PerConv performs best, and in particular outperforms PerFeat ... Shuffled is the worst":
+ *      PerConv above PerFeat and Shuffled, standard and scaled (PerPatch "is close": no claim).
+ *  5   "Tokenization with a scaled representation can yield significant performance gains": the
+ *      scaled PerConv sum and mean above the scaled flattened baseline.
+ *  8   "with only 10% of the default number of slots ..., and even with a single slot, achieves a
+ *      comparable performance"; "the reduced performance of ExpertChoice-1" at 10% of the slots.
+ *  12  "expert choice routing consistently outperforms token choice routing".
+ *  15  "global average pooling improves the performance of the baseline and enables scaling".
+ *  10  DQN: "SoftMoE-1 does not appear to offer significant improvements over the baseline" (!>);
+ *      DER: "SoftMoE-4 achieves a superior performance over the baseline, SoftMoE-1 is able to
+ *      offer the same gains".
+ *  11  "Resets and S&P seem to benefit DER, but degrade performance for Rainbow" (all experts).
+ *  19  "pruning these experts does not change the performance of the agent". */
 static const tk_figure kFigures[] = {
     {"1", "Figs. 1/6: scaling the penultimate layer vs SoftMoE, and a single scaled expert under expert choice (Fig. 6)",
-     {"baseline", "baseline-x4", "softmoe-4", "softmoe-1-x4", "expert-choice-1-x4"}, NULL},
+     {"baseline", "baseline-x4", "softmoe-4", "softmoe-1-x4", "expert-choice-1-x4"}, NULL,
+     "softmoe-4>baseline;baseline>baseline-x4;softmoe-1-x4~softmoe-4;expert-choice-1-x4~softmoe-4"},
     {"7", "Fig. 7: tokenisation for SoftMoE-1, standard and scaled",
      {"softmoe-1", "softmoe-1-perfeat", "softmoe-1-perpatch", "softmoe-1-shuffled", "softmoe-1-x4", "softmoe-1-x4-perfeat",
       "softmoe-1-x4-perpatch", "softmoe-1-x4-shuffled"},
-     NULL},
+     NULL,
+     "softmoe-1>softmoe-1-perfeat;softmoe-1>softmoe-1-shuffled;softmoe-1-x4>softmoe-1-x4-perfeat;"
+     "softmoe-1-x4>softmoe-1-x4-shuffled"},
     {"5", "Fig. 5: tokenised baseline without experts (PerConv and PerFeat, sum and mean, unscaled and scaled)",
      {"baseline", "tok-sum", "tok-mean", "tok-perfeat-sum", "tok-perfeat-mean", "baseline-x4", "tok-sum-x4", "tok-mean-x4",
       "tok-perfeat-sum-x4", "tok-perfeat-mean-x4"},
-     NULL},
+     NULL, "tok-sum-x4>baseline-x4;tok-mean-x4>baseline-x4"},
     {"8", "Fig. 8: fewer slots with a single scaled expert, SoftMoE and expert choice",
-     {"softmoe-1-x4", "softmoe-1-x4-slots10", "softmoe-1-x4-slot1", "expert-choice-1-x4", "expert-choice-1-x4-slots10"}, NULL},
-    {"12", "Fig. 12: expert choice vs token choice", {"softmoe-4", "expert-choice-4", "token-choice-4"}, NULL},
-    {"15", "Fig. 15: global average pooling, unscaled and scaled", {"baseline", "gap", "baseline-x4", "gap-x4", "softmoe-4"}, NULL},
-    {"10", "Fig. 10: other agents (DQN, DER)", {"baseline", "softmoe-4", "softmoe-1-x4"}, "dqn,der"},
+     {"softmoe-1-x4", "softmoe-1-x4-slots10", "softmoe-1-x4-slot1", "expert-choice-1-x4", "expert-choice-1-x4-slots10"}, NULL,
+     "softmoe-1-x4-slots10~softmoe-1-x4;softmoe-1-x4-slot1~softmoe-1-x4;softmoe-1-x4-slots10>expert-choice-1-x4-slots10"},
+    {"12", "Fig. 12: expert choice vs token choice", {"softmoe-4", "expert-choice-4", "token-choice-4"}, NULL,
+     "expert-choice-4>token-choice-4"},
+    {"15", "Fig. 15: global average pooling, unscaled and scaled", {"baseline", "gap", "baseline-x4", "gap-x4", "softmoe-4"}, NULL,
+     "gap>baseline;gap-x4>baseline-x4"},
+    {"10", "Fig. 10: other agents (DQN, DER)", {"baseline", "softmoe-4", "softmoe-1-x4"}, "dqn,der",
+     "dqn:softmoe-1-x4!>baseline;der:softmoe-4>baseline;der:softmoe-1-x4~softmoe-4"},
     {"11", "Fig. 11: resets and shrink-and-perturb of all experts or the 2 most dormant",
-     {"softmoe-4", "softmoe-4-reset", "softmoe-4-sp", "softmoe-4-reset-2", "softmoe-4-sp-2"}, "der,rainbow"},
+     {"softmoe-4", "softmoe-4-reset", "softmoe-4-sp", "softmoe-4-reset-2", "softmoe-4-sp-2"}, "der,rainbow",
+     "rainbow:softmoe-4>softmoe-4-reset;rainbow:softmoe-4>softmoe-4-sp;der:softmoe-4-reset>softmoe-4;der:softmoe-4-sp>softmoe-4"},
     {"sharp", "Ablation, not a paper figure: SoftMoE-4 and SoftMoE-1 x4 with their routing sharpened (temperature 0.1)",
-     {"baseline", "softmoe-4", "softmoe-4-t0.1", "softmoe-1-x4", "softmoe-1-x4-t0.1"}, NULL},
+     {"baseline", "softmoe-4", "softmoe-4-t0.1", "softmoe-1-x4", "softmoe-1-x4-t0.1"}, NULL, NULL},
     {"19", "Fig. 19: two of SoftMoE-4's experts pruned during training, once or gradually",
-     {"softmoe-4", "softmoe-4-prune-once", "softmoe-4-prune-gradual"}, NULL},
+     {"softmoe-4", "softmoe-4-prune-once", "softmoe-4-prune-gradual"}, NULL,
+     "softmoe-4-prune-once~softmoe-4;softmoe-4-prune-gradual~softmoe-4"},
 };
 #define N_FIGURES ((int)(sizeof kFigures / sizeof kFigures[0]))
 
@@ -185,6 +217,38 @@ static const char *const kAgents[3] = {"dqn", "der", "rainbow"};
 static int fig_member(const tk_figure *F, const char *variant) {
     for (int vi = 0; F->variants[vi]; vi++)
         if (!strcmp(F->variants[vi], variant)) return 1;
+    return 0;
+}
+
+/* F's claims for agent's report into buf (the "agent:" prefixes resolved, ';'-separated, "" when
+ * none); -1 when a claim names a variant that is not F's (kFigures is checked at every start) */
+static int fig_claims(const tk_figure *F, const char *agent, char *buf, size_t cap) {
+    buf[0] = 0;
+    size_t at = 0;
+    for (const char *p = F->claims; p && *p;) {
+        const char *end = strchr(p, ';'), *colon = strchr(p, ':');
+        if (!end) end = p + strlen(p);
+        const char *c = p;
+        int mine = 1;
+        if (colon && colon < end) {
+            mine = (size_t)(colon - p) == strlen(agent) && !strncmp(p, agent, (size_t)(colon - p));
+            c = colon + 1;
+        }
+        /* the two names around the operator (> ~ or !>) must be F's variants */
+        const char *op = c + strcspn(c, ">~");
+        if (op >= end) return -1;
+        char a[64], b[64];
+        const int na = (int)(op - c) - (op > c && op[-1] == '!'), nb = (int)(end - op - 1);
+        if (na <= 0 || nb <= 0 || na >= 64 || nb >= 64) return -1;
+        snprintf(a, sizeof a, "%.*s", na, c);
+        snprintf(b, sizeof b, "%.*s", nb, op + 1);
+        if (!fig_member(F, a) || !fig_member(F, b)) return -1;
+        if (mine) {
+            if (at + (size_t)(end - c) + 2 > cap) return -1;
+            at += (size_t)snprintf(buf + at, cap - at, "%s%.*s", at ? ";" : "", (int)(end - c), c);
+        }
+        p = *end ? end + 1 : end;
+    }
     return 0;
 }
 
@@ -316,6 +380,8 @@ static int plan_run(tk_run *r, const tk_opts *o, const char *self) {
 static int write_reference_runs(const tk_opts *o, const char *agent, const char *path) {
     char root[600];
     snprintf(root, sizeof root, "%s/%s-%s", o->out, agent, o->encoder);
+    struct stat st;
+    if (stat(root, &st) != 0) return 0; /* no run of the agent yet (--report-only): no report to normalise */
     FILE *f = fopen(path, "w");
     if (!f) return -1;
     DIR *d = opendir(root);
@@ -371,6 +437,14 @@ int exp_softmoe_tokenize(int argc, char **argv) {
     int full;
     int rc = cli_parse_study(fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, "tokenize", &o.tier, &full);
     if (rc) return rc == 1 ? 0 : CLI_EXIT_USAGE;
+    for (int f = 0; f < N_FIGURES; f++) { /* the claims' names are their figures' variants */
+        char buf[1024];
+        if (fig_claims(&kFigures[f], "", buf, sizeof buf)) {
+            fprintf(stderr, "specmoe bench tokenize: internal error: Fig. %s's claims name a variant it does not run\n",
+                    kFigures[f].id);
+            return CLI_EXIT_RUNTIME;
+        }
+    }
     o.figures = figures ? figures : full ? "1,7,5,8,12,15,10,11,19,sharp" : "1,5";
     o.games = games ? games : full ? "breakout,asterix,freeway,seaquest,space_invaders" : "breakout,asterix";
     o.seeds = seeds > 0 ? seeds : full ? 3 : 1;
@@ -587,8 +661,9 @@ int exp_softmoe_tokenize(int argc, char **argv) {
         const tk_figure *F = &kFigures[f];
         for (int a = 0; a < 3; a++) {
             if (!fig_runs(F, &o, a)) continue;
-            /* report RUN_DIR... --out PNG --reps R: the directories are the runs' own strings */
-            const char **av = calloc((size_t)n + 12, sizeof *av);
+            /* specmoe report RUN_DIR... --out PNG --reps R --labels dir --reference-runs FILE [--claims C]
+             * and NULL: 2 + n + 10 + 1 at most; the directories are the runs' own strings */
+            const char **av = calloc((size_t)n + 13, sizeof *av);
             if (!av) {
                 failed++;
                 continue;
@@ -628,14 +703,10 @@ int exp_softmoe_tokenize(int argc, char **argv) {
                 if (strcmp(runs[i].agent, kAgents[a]) || !fig_member(F, runs[i].v->name)) continue;
                 if (done_in[runs[i].game_i][runs[i].seed] == n_var) av[ac++] = runs[i].dir;
             }
-            char png[600], reps[32];
+            char png[600], reps[32], claims[1024];
             snprintf(png, sizeof png, "%s/fig%s-%s-%s.png", o.out, F->id, kAgents[a], o.encoder);
             snprintf(reps, sizeof reps, "%d", o.reps);
-            if (!pool_ok[a]) {
-                free(av);
-                failed++;
-                continue;
-            }
+            fig_claims(F, kAgents[a], claims, sizeof claims);
             av[ac++] = "--out";
             av[ac++] = png;
             av[ac++] = "--reps";
@@ -644,13 +715,21 @@ int exp_softmoe_tokenize(int argc, char **argv) {
             av[ac++] = "dir";
             av[ac++] = "--reference-runs";
             av[ac++] = pools[a];
+            if (claims[0]) {
+                av[ac++] = "--claims";
+                av[ac++] = claims;
+            }
             av[ac] = NULL;
             printf("\nbench-tokenize-figure fig=%s agent=%s: %s%s\n", F->id, kAgents[a], F->what,
                    full ? "" : " [quick tier: a smoke test, decides nothing]");
             printf("bench-tokenize-figure fig=%s agent=%s: %d of %d games x seeds complete%s%s\n", F->id, kAgents[a], pairs,
                    pairs_planned, left[0] ? "; left out, not complete:" : "", left);
+            if (pairs && pairs < pairs_planned && claims[0])
+                printf("bench-tokenize-figure fig=%s agent=%s: its verdicts below are provisional (%d of %d games x seeds)\n",
+                       F->id, kAgents[a], pairs, pairs_planned);
             fflush(stdout);
-            if (!pairs) {
+            if (!pairs || !pool_ok[a]) {
+                failed += pairs && !pool_ok[a];
                 free(av);
                 continue;
             }

@@ -64,14 +64,26 @@ static double quantile_sorted(const double *v, int n, double q) {
     return v[i] + (pos - i) * (v[i + 1] - v[i]);
 }
 
-sm_status sm_rliable(const double *scores, int R, int G, int reps, double conf, uint64_t seed, sm_interval out[SM_AGG_N],
-                     sm_error *err) {
-    if (R < 1 || G < 1) return sm_fail(err, SM_ERR_ARG, "rliable: need at least one run of one game (got %d x %d)", R, G);
+/* one stratified resample of m (R, G) into res: each game's runs drawn among that game's runs */
+static void resample(const double *m, int R, int G, sm_rng *rng, double *res) {
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < R; r++) res[(size_t)r * G + g] = m[(size_t)sm_rng_below(rng, (uint32_t)R) * G + g];
+}
+
+/* the checks both interval functions make: reps, coverage and finite scores (m: R x G, named who) */
+static sm_status check_args(const double *m, int R, int G, const char *who, int reps, double conf, sm_error *err) {
     if (reps < 1) return sm_fail(err, SM_ERR_ARG, "rliable: bootstrap replicates must be >= 1 (got %d)", reps);
     if (!(conf > 0 && conf < 1)) return sm_fail(err, SM_ERR_ARG, "rliable: the interval's coverage must be in (0, 1)");
     for (int i = 0; i < R * G; i++)
-        if (!isfinite(scores[i]))
-            return sm_fail(err, SM_ERR_ARG, "rliable: score of run %d, game %d is not finite", i / G, i % G);
+        if (!isfinite(m[i])) return sm_fail(err, SM_ERR_ARG, "rliable: score of run %d, game %d%s is not finite", i / G, i % G, who);
+    return SM_OK;
+}
+
+sm_status sm_rliable(const double *scores, int R, int G, int reps, double conf, uint64_t seed, sm_interval out[SM_AGG_N],
+                     sm_error *err) {
+    if (R < 1 || G < 1) return sm_fail(err, SM_ERR_ARG, "rliable: need at least one run of one game (got %d x %d)", R, G);
+    sm_status st = check_args(scores, R, G, "", reps, conf, err);
+    if (st != SM_OK) return st;
     const size_t N = (size_t)R * G;
     /* one allocation: a resampled matrix, the scratch of sm_aggregate, the replicates per aggregate */
     double *block = malloc(sizeof(double) * (N + N + G + (size_t)reps * SM_AGG_N));
@@ -81,9 +93,7 @@ sm_status sm_rliable(const double *scores, int R, int G, int reps, double conf, 
     sm_rng rng;
     sm_rng_seed(&rng, seed);
     for (int b = 0; b < reps; b++) {
-        /* stratified: each game's runs are resampled among that game's runs */
-        for (int g = 0; g < G; g++)
-            for (int r = 0; r < R; r++) res[(size_t)r * G + g] = scores[(size_t)sm_rng_below(&rng, (uint32_t)R) * G + g];
+        resample(scores, R, G, &rng, res);
         for (int k = 0; k < SM_AGG_N; k++) rep[(size_t)k * reps + b] = sm_aggregate((sm_aggregate_kind)k, res, R, G, scratch);
     }
     for (int k = 0; k < SM_AGG_N; k++) {
@@ -94,4 +104,71 @@ sm_status sm_rliable(const double *scores, int R, int G, int reps, double conf, 
     }
     free(block);
     return SM_OK;
+}
+
+/* P(X > Y) of one resampled pair: the mean over games of the Mann-Whitney statistic */
+static double prob_improvement(const double *x, int Rx, const double *y, int Ry, int G) {
+    double acc = 0;
+    for (int g = 0; g < G; g++) {
+        double s = 0;
+        for (int i = 0; i < Rx; i++)
+            for (int j = 0; j < Ry; j++) {
+                const double a = x[(size_t)i * G + g], b = y[(size_t)j * G + g];
+                s += a > b ? 1 : a == b ? 0.5 : 0;
+            }
+        acc += s / ((double)Rx * Ry);
+    }
+    return acc / G;
+}
+
+sm_status sm_rliable_compare(const double *x, int Rx, const double *y, int Ry, int G, sm_aggregate_kind k, int reps,
+                             double conf, uint64_t seed, sm_comparison *out, sm_error *err) {
+    if (Rx < 1 || Ry < 1 || G < 1)
+        return sm_fail(err, SM_ERR_ARG, "rliable: need at least one run of each variant on one game (got %d and %d x %d)", Rx, Ry, G);
+    if (k < 0 || k >= SM_AGG_N) return sm_fail(err, SM_ERR_ARG, "rliable: unknown aggregate %d", (int)k);
+    sm_status st = check_args(x, Rx, G, " of X", reps, conf, err);
+    if (st == SM_OK) st = check_args(y, Ry, G, " of Y", reps, conf, err);
+    if (st != SM_OK) return st;
+    const size_t Nx = (size_t)Rx * G, Ny = (size_t)Ry * G, Nmax = Nx > Ny ? Nx : Ny;
+    /* one allocation: the two resampled matrices, sm_aggregate's scratch, the replicates of d and P */
+    double *block = malloc(sizeof(double) * (Nx + Ny + Nmax + G + 2 * (size_t)reps));
+    if (!block) return sm_fail(err, SM_ERR_NOMEM, "rliable: out of memory (%d replicates)", reps);
+    double *rx = block, *ry = rx + Nx, *scratch = ry + Ny, *rep_d = scratch + Nmax + G, *rep_p = rep_d + reps;
+    out->diff.point = sm_aggregate(k, x, Rx, G, scratch) - sm_aggregate(k, y, Ry, G, scratch);
+    out->poi.point = prob_improvement(x, Rx, y, Ry, G);
+    sm_rng rng;
+    sm_rng_seed(&rng, seed);
+    for (int b = 0; b < reps; b++) {
+        resample(x, Rx, G, &rng, rx);
+        resample(y, Ry, G, &rng, ry);
+        rep_d[b] = sm_aggregate(k, rx, Rx, G, scratch) - sm_aggregate(k, ry, Ry, G, scratch);
+        rep_p[b] = prob_improvement(rx, Rx, ry, Ry, G);
+    }
+    sm_interval *iv[2] = {&out->diff, &out->poi};
+    double *reps_of[2] = {rep_d, rep_p};
+    for (int i = 0; i < 2; i++) {
+        qsort(reps_of[i], (size_t)reps, sizeof(double), cmp_double);
+        iv[i]->lo = quantile_sorted(reps_of[i], reps, (1 - conf) / 2);
+        iv[i]->hi = quantile_sorted(reps_of[i], reps, 1 - (1 - conf) / 2);
+    }
+    free(block);
+    return SM_OK;
+}
+
+sm_verdict sm_claim_verdict(sm_claim_kind kind, sm_interval d, double m) {
+    if (isnan(d.lo) || isnan(d.hi) || !(m > 0)) return SM_VERDICT_UNDECIDED;
+    if (kind == SM_CLAIM_GREATER || kind == SM_CLAIM_NOT_GREATER) {
+        const int neg = kind == SM_CLAIM_NOT_GREATER;
+        if (d.lo > 0) return neg ? SM_VERDICT_NOT_REPRODUCED : SM_VERDICT_REPRODUCED;
+        if (d.hi < m) return neg ? SM_VERDICT_REPRODUCED : SM_VERDICT_NOT_REPRODUCED;
+        return SM_VERDICT_UNDECIDED;
+    }
+    if (d.lo >= -m && d.hi <= m) return SM_VERDICT_REPRODUCED;
+    if (d.lo > m || d.hi < -m) return SM_VERDICT_NOT_REPRODUCED;
+    return SM_VERDICT_UNDECIDED;
+}
+
+const char *sm_verdict_name(sm_verdict v) {
+    static const char *const names[] = {"reproduced", "not reproduced", "not decidable"};
+    return v >= 0 && v <= SM_VERDICT_UNDECIDED ? names[v] : "?";
 }

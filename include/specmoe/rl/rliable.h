@@ -48,6 +48,40 @@ double sm_aggregate(sm_aggregate_kind k, const double *scores, int R, int G, dou
 sm_status sm_rliable(const double *scores, int R, int G, int reps, double conf, uint64_t seed, sm_interval out[SM_AGG_N],
                      sm_error *err);
 
+/* Two variants X and Y on the same G games (their run counts Rx, Ry need not match; runs are not
+ * paired): the difference of aggregate k, k(X) - k(Y), and rliable's probability of improvement
+ *   P(X > Y) = 1/G sum_g 1/(Rx Ry) sum_i sum_j S(x_ig, y_jg),  S = 1 if x > y, 1/2 if equal, else 0
+ * (Agarwal et al. 2021, Sec. 4: the Mann-Whitney statistic per game, averaged over games). Both
+ * intervals come from the same replicates: each replicate resamples X's and Y's runs independently,
+ * within each game (the stratified bootstrap of each variant, as sm_rliable). */
+typedef struct {
+    sm_interval diff; /* k(X) - k(Y) */
+    sm_interval poi;  /* P(X > Y) */
+} sm_comparison;
+
+sm_status sm_rliable_compare(const double *x, int Rx, const double *y, int Ry, int G, sm_aggregate_kind k, int reps,
+                             double conf, uint64_t seed, sm_comparison *out, sm_error *err);
+
+/* A claim about two variants, decided on the interval of the difference d = k(A) - k(B) and a margin
+ * m > 0 (the smallest difference that matters, in normalised score):
+ *   A > B  reproduced      lo > 0            (A is better, with the interval's confidence)
+ *          not reproduced  hi < m            (any gain of A is below the margin, or A is worse)
+ *          not decidable   otherwise         (the interval reaches both 0 and m: more runs needed)
+ *   A !> B not reproduced  lo > 0            (A is better: the claim that it is not, refuted)
+ *          reproduced      hi < m            (no gain of the margin's size is left)
+ *          not decidable   otherwise         (A > B's rule with its outcomes swapped)
+ *   A ~ B  reproduced      -m <= lo, hi <= m (equivalent within the margin: two one-sided tests)
+ *          not reproduced  lo > m or hi < -m (they differ by more than the margin)
+ *          not decidable   otherwise
+ * A NaN bound, or m <= 0, is not decidable. "A !> B" states what a paper means by "A offers no
+ * significant gain over B", which A ~ B would misjudge when A is far worse. */
+typedef enum { SM_CLAIM_GREATER = 0, SM_CLAIM_NOT_GREATER, SM_CLAIM_EQUIVALENT } sm_claim_kind;
+typedef enum { SM_VERDICT_REPRODUCED = 0, SM_VERDICT_NOT_REPRODUCED, SM_VERDICT_UNDECIDED } sm_verdict;
+
+sm_verdict sm_claim_verdict(sm_claim_kind kind, sm_interval diff, double margin);
+/* "reproduced", "not reproduced", "not decidable" */
+const char *sm_verdict_name(sm_verdict v);
+
 #ifdef __cplusplus
 }
 #endif
