@@ -361,7 +361,8 @@ int cmd_report(int argc, char **argv) {
         {"seed", FL_U64, &o.seed, "1", "seed of the bootstrap", 0},
         {"out", FL_STRING, &o.out, NULL, "also draw the intervals into this PNG (gnuplot)", 0},
         {"claims", FL_STRING, &o.claims, NULL,
-         "claims to test, \"A>B;C~D\" (A, B: variant labels): the IQM difference, P(A > B) and a verdict", 0},
+         "claims to test, \"A>B;C~D;E!>F\" (variant labels; > better, ~ comparable, !> no gain): the IQM difference, "
+         "P(A > B) and a verdict", 0},
         {"margin", FL_DOUBLE, &o.margin, "0.1", "the smallest IQM difference a claim counts (normalised score)", 0},
         {"min-runs", FL_INT, &o.min_runs, "3", "runs per game a claim's variants need for a verdict", 0},
     };
