@@ -51,9 +51,9 @@ sm_status sm_rliable(const double *scores, int R, int G, int reps, double conf, 
 /* Two variants X and Y on the same G games (their run counts Rx, Ry need not match; runs are not
  * paired): the difference of aggregate k, k(X) - k(Y), and rliable's probability of improvement
  *   P(X > Y) = 1/G sum_g 1/(Rx Ry) sum_i sum_j S(x_ig, y_jg),  S = 1 if x > y, 1/2 if equal, else 0
- * (Agarwal et al. 2021, Sec. 4: the Mann-Whitney statistic per game, averaged over games). Both
- * intervals come from the same replicates: each replicate resamples X's and Y's runs independently,
- * within each game (the stratified bootstrap of each variant, as sm_rliable). */
+ * (Agarwal et al. 2021, "probability of improvement": the Mann-Whitney statistic per game, averaged
+ * over games). Both intervals come from the same replicates: each replicate resamples X's and Y's
+ * runs independently, within each game (the stratified bootstrap of each variant, as sm_rliable). */
 typedef struct {
     sm_interval diff; /* k(X) - k(Y) */
     sm_interval poi;  /* P(X > Y) */
