@@ -220,41 +220,6 @@ static int reference_pool(const char *file, char games[][64], int ng, double *be
 
 #define REPORT_MAX_CLAIMS 32
 
-typedef struct {
-    char a[96], b[96]; /* variant labels; "A < B" is kept as B > A, "A !< B" as B !> A */
-    sm_claim_kind kind;
-} report_claim;
-
-/* one name of a claim, spaces around it dropped, into out (96); 0 if empty or too long */
-static int claim_name(const char *p, const char *end, char out[96]) {
-    while (p < end && *p == ' ') p++;
-    while (end > p && end[-1] == ' ') end--;
-    if (p == end || end - p >= 96) return 0;
-    snprintf(out, 96, "%.*s", (int)(end - p), p);
-    return 1;
-}
-
-/* --claims "A>B;C~D;E<F;G!>H": the claims, or -1 for a malformed list (each needs one of > < ~ !>
- * !< between two names; names may hold commas, as settings labels do, so claims are separated by
- * ';'). A < B is kept as B > A, A !< B as B !> A. */
-static int parse_claims(const char *list, report_claim *c, int max) {
-    int n = 0;
-    for (const char *p = list; *p;) {
-        const char *end = strchr(p, ';'), *op = NULL;
-        if (!end) end = p + strlen(p);
-        int nops = 0;
-        for (const char *q = p; q < end; q++)
-            if (*q == '>' || *q == '<' || *q == '~') op = q, nops++;
-        if (nops != 1 || n == max) return -1;
-        report_claim *x = &c[n++];
-        const int less = *op == '<', neg = op > p && op[-1] == '!' && *op != '~';
-        x->kind = *op == '~' ? SM_CLAIM_EQUIVALENT : neg ? SM_CLAIM_NOT_GREATER : SM_CLAIM_GREATER;
-        if (!claim_name(p, op - neg, less ? x->b : x->a) || !claim_name(op + 1, end, less ? x->a : x->b)) return -1;
-        p = *end ? end + 1 : end;
-    }
-    return n;
-}
-
 /* The interval plot: one panel per aggregate, a row per variant. */
 static int draw(const char *out, const sm_interval (*ci)[SM_AGG_N], char labels[][96], int nv) {
     char dir[] = "/tmp/specmoe-report-XXXXXX";
@@ -305,7 +270,7 @@ static int draw(const char *out, const sm_interval (*ci)[SM_AGG_N], char labels[
 }
 
 /* The claims' table: per claim, IQM(A) - IQM(B) and P(A > B) with their intervals, and the verdict. */
-static int print_claims(const report_claim *claims, int nclaims, int (*cv)[2], double *const *mats, const int *Rv, int ng,
+static int print_claims(const sm_claim *claims, int nclaims, int (*cv)[2], double *const *mats, const int *Rv, int ng,
                         double margin, int min_runs, int reps, double conf, uint64_t seed) {
     printf("\nClaims, on the normalised scores: IQM(A) - IQM(B) and the probability of improvement P(A > B), %.0f%% "
            "stratified-bootstrap intervals (each variant's runs resampled within games). Margin %g. A > B: reproduced "
@@ -317,7 +282,7 @@ static int print_claims(const report_claim *claims, int nclaims, int (*cv)[2], d
            100 * conf, margin, min_runs);
     for (int c = 0; c < nclaims; c++) {
         const int a = cv[c][0], b = cv[c][1];
-        const char *op = claims[c].kind == SM_CLAIM_GREATER ? ">" : claims[c].kind == SM_CLAIM_NOT_GREATER ? "!>" : "~";
+        const char *op = sm_claim_op(claims[c].kind);
         if (!mats[a] || !mats[b]) {
             printf("| %s %s %s | - | - | - | not decidable (a variant lacks a game) |\n", claims[c].a, op, claims[c].b);
             continue;
@@ -383,8 +348,8 @@ int cmd_report(int argc, char **argv) {
         fprintf(stderr, "specmoe report: --reference: '%s' is not GAME=SCORE,GAME=SCORE,...\n", o.reference);
         return CLI_EXIT_USAGE;
     }
-    static report_claim claims[REPORT_MAX_CLAIMS];
-    const int nclaims = o.claims ? parse_claims(o.claims, claims, REPORT_MAX_CLAIMS) : 0;
+    static sm_claim claims[REPORT_MAX_CLAIMS];
+    const int nclaims = o.claims ? sm_claims_parse(o.claims, claims, REPORT_MAX_CLAIMS) : 0;
     if (nclaims < 0) {
         fprintf(stderr, "specmoe report: --claims: '%s' is not \"A>B;C~D;...\" (at most %d claims, each two variant labels "
                         "around one of > < ~ !> !<)\n", o.claims, REPORT_MAX_CLAIMS);

@@ -148,3 +148,32 @@ Test(rliable, claim_verdicts) {
     cr_expect_str_eq(sm_verdict_name(SM_VERDICT_NOT_REPRODUCED), "not reproduced");
 #undef IV
 }
+
+/* The claim syntax the report and the bench share (sm_claims_parse): every operator, the sides of
+ * < and !< swapped, spaces dropped, names with commas and colons, and each malformed form refused */
+Test(rliable, claims_parse) {
+    sm_claim c[4];
+    cr_assert_eq(sm_claims_parse("a>b; x , y:1 < z ;A!<B;p~q;", c, 4), 4);
+    cr_expect_str_eq(c[0].a, "a");
+    cr_expect_str_eq(c[0].b, "b");
+    cr_expect_eq(c[0].kind, SM_CLAIM_GREATER);
+    cr_expect_str_eq(c[1].a, "z");
+    cr_expect_str_eq(c[1].b, "x , y:1");
+    cr_expect_eq(c[1].kind, SM_CLAIM_GREATER);
+    cr_expect_str_eq(c[2].a, "B");
+    cr_expect_str_eq(c[2].b, "A");
+    cr_expect_eq(c[2].kind, SM_CLAIM_NOT_GREATER);
+    cr_expect_eq(c[3].kind, SM_CLAIM_EQUIVALENT);
+    cr_expect_str_eq(sm_claim_op(c[2].kind), "!>");
+    cr_expect_eq(sm_claims_parse("", c, 4), 0);
+    const char *bad[] = {"a>b>c", "a;b", ">b", "a>", "a!>", "!>b", "a>b;;c>d", " >b", "a~<b", "a>b;c>d;e>f;g>h;i>j"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_expect_eq(sm_claims_parse(bad[i], c, 4), -1, "'%s' was accepted", bad[i]);
+    char longname[SM_CLAIM_NAME + 8];
+    memset(longname, 'n', SM_CLAIM_NAME - 1);
+    strcpy(longname + SM_CLAIM_NAME - 1, ">b");
+    cr_expect_eq(sm_claims_parse(longname, c, 4), 1, "a name of %d characters fits", SM_CLAIM_NAME - 1);
+    memset(longname, 'n', SM_CLAIM_NAME);
+    strcpy(longname + SM_CLAIM_NAME, ">b");
+    cr_expect_eq(sm_claims_parse(longname, c, 4), -1, "a name of %d characters does not", SM_CLAIM_NAME);
+}

@@ -99,6 +99,7 @@
 #include "cli/common.h"
 #include "cli/flags.h"
 #include "experiments/experiments.h"
+#include "specmoe/rl/rliable.h"
 
 typedef struct {
     const char *name;
@@ -234,15 +235,9 @@ static int fig_claims(const tk_figure *F, const char *agent, char *buf, size_t c
             mine = (size_t)(colon - p) == strlen(agent) && !strncmp(p, agent, (size_t)(colon - p));
             c = colon + 1;
         }
-        /* the two names around the operator (> ~ or !>) must be F's variants */
-        const char *op = c + strcspn(c, ">~");
-        if (op >= end) return -1;
-        char a[64], b[64];
-        const int na = (int)(op - c) - (op > c && op[-1] == '!'), nb = (int)(end - op - 1);
-        if (na <= 0 || nb <= 0 || na >= 64 || nb >= 64) return -1;
-        snprintf(a, sizeof a, "%.*s", na, c);
-        snprintf(b, sizeof b, "%.*s", nb, op + 1);
-        if (!fig_member(F, a) || !fig_member(F, b)) return -1;
+        /* a claim (the report's syntax, sm_claim_parse) between two of F's variants */
+        sm_claim cl;
+        if (sm_claim_parse(c, end, &cl) || !fig_member(F, cl.a) || !fig_member(F, cl.b)) return -1;
         if (mine) {
             if (at + (size_t)(end - c) + 2 > cap) return -1;
             at += (size_t)snprintf(buf + at, cap - at, "%s%.*s", at ? ";" : "", (int)(end - c), c);

@@ -2,6 +2,7 @@
 #include "specmoe/rl/rliable.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,4 +172,41 @@ sm_verdict sm_claim_verdict(sm_claim_kind kind, sm_interval d, double m) {
 const char *sm_verdict_name(sm_verdict v) {
     static const char *const names[] = {"reproduced", "not reproduced", "not decidable"};
     return v >= 0 && v <= SM_VERDICT_UNDECIDED ? names[v] : "?";
+}
+
+/* one name of a claim, spaces around it dropped; 0 if empty or too long */
+static int claim_name(const char *p, const char *end, char out[SM_CLAIM_NAME]) {
+    while (p < end && *p == ' ') p++;
+    while (end > p && end[-1] == ' ') end--;
+    if (p == end || end - p >= SM_CLAIM_NAME) return 0;
+    snprintf(out, SM_CLAIM_NAME, "%.*s", (int)(end - p), p);
+    return 1;
+}
+
+int sm_claim_parse(const char *p, const char *end, sm_claim *out) {
+    const char *op = NULL;
+    int nops = 0;
+    for (const char *q = p; q < end; q++)
+        if (*q == '>' || *q == '<' || *q == '~') op = q, nops++;
+    if (nops != 1) return -1;
+    const int less = *op == '<', neg = op > p && op[-1] == '!' && *op != '~';
+    out->kind = *op == '~' ? SM_CLAIM_EQUIVALENT : neg ? SM_CLAIM_NOT_GREATER : SM_CLAIM_GREATER;
+    if (!claim_name(p, op - neg, less ? out->b : out->a) || !claim_name(op + 1, end, less ? out->a : out->b)) return -1;
+    return 0;
+}
+
+int sm_claims_parse(const char *list, sm_claim *out, int max) {
+    int n = 0;
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ';');
+        if (!end) end = p + strlen(p);
+        if (n == max || sm_claim_parse(p, end, &out[n])) return -1;
+        n++;
+        p = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+const char *sm_claim_op(sm_claim_kind kind) {
+    return kind == SM_CLAIM_GREATER ? ">" : kind == SM_CLAIM_NOT_GREATER ? "!>" : "~";
 }

@@ -82,6 +82,24 @@ sm_verdict sm_claim_verdict(sm_claim_kind kind, sm_interval diff, double margin)
 /* "reproduced", "not reproduced", "not decidable" */
 const char *sm_verdict_name(sm_verdict v);
 
+/* A claim as written: "A>B", "A<B", "A~B", "A!>B" or "A!<B" between two names (spaces around a name
+ * dropped; names may hold commas and colons, as run labels do, but not > < ~ ;). "A < B" is kept as
+ * B > A and "A !< B" as B !> A. */
+#define SM_CLAIM_NAME 96
+typedef struct {
+    char a[SM_CLAIM_NAME], b[SM_CLAIM_NAME];
+    sm_claim_kind kind;
+} sm_claim;
+
+/* One claim from the text [p, end): 0, or -1 when it has no operator or more than one, or a name is
+ * empty or SM_CLAIM_NAME characters or longer. */
+int sm_claim_parse(const char *p, const char *end, sm_claim *out);
+/* The ';'-separated claims of list into out[0..max): their count, or -1 when one is malformed or
+ * there are more than max. */
+int sm_claims_parse(const char *list, sm_claim *out, int max);
+/* ">", "!>" or "~" */
+const char *sm_claim_op(sm_claim_kind kind);
+
 #ifdef __cplusplus
 }
 #endif
