@@ -270,14 +270,23 @@ static int draw(const char *out, const sm_interval (*ci)[SM_AGG_N], char labels[
 }
 
 /* The claims' table: per claim, IQM(A) - IQM(B) and P(A > B) with their intervals, and the verdict. */
-static int print_claims(const sm_claim *claims, int nclaims, int (*cv)[2], double *const *mats, const int *Rv, int ng,
-                        double margin, int min_runs, int reps, double conf, uint64_t seed) {
+/* Mean normalised score of variant matrix m (R, G) on game g */
+static double game_mean(const double *m, int R, int G, int g) {
+    double sum = 0;
+    for (int r = 0; r < R; r++) sum += m[(size_t)r * G + g];
+    return sum / R;
+}
+
+static int print_claims(const sm_claim *claims, int nclaims, int (*cv)[2], double *const *mats, const int *Rv,
+                        char (*games)[64], int ng, double margin, int min_runs, int reps, double conf, uint64_t seed) {
     printf("\nClaims, on the normalised scores: IQM(A) - IQM(B) and the probability of improvement P(A > B), %.0f%% "
            "stratified-bootstrap intervals (each variant's runs resampled within games). Margin %g. A > B: reproduced "
            "when the difference's interval lies above 0, not reproduced when it lies below the margin, else not decidable "
            "(A !> B, A offers no gain: the same with the outcomes swapped). "
            "A ~ B: reproduced when it lies within +-margin, not reproduced when it lies beyond it, else not decidable. "
-           "Fewer than %d runs per game: not decidable.\n\n| claim | runs x games | IQM(A) - IQM(B) | P(A > B) | verdict |\n"
+           "Fewer than %d runs per game: not decidable. A reproduced A ~ B or A !> B names the games where both "
+           "variants' mean normalised scores are below the margin: there both are at random play, and alike only in "
+           "failing.\n\n| claim | runs x games | IQM(A) - IQM(B) | P(A > B) | verdict |\n"
            "|---|---|---|---|---|\n",
            100 * conf, margin, min_runs);
     for (int c = 0; c < nclaims; c++) {
@@ -301,7 +310,14 @@ static int print_claims(const sm_claim *claims, int nclaims, int (*cv)[2], doubl
             const int r = Rv[a] < Rv[b] ? Rv[a] : Rv[b];
             printf("not decidable (%d run%s per game; %d needed) |\n", r, r == 1 ? "" : "s", min_runs);
         } else {
-            printf("%s |\n", sm_verdict_name(sm_claim_verdict(claims[c].kind, cmp.diff, margin)));
+            const sm_verdict v = sm_claim_verdict(claims[c].kind, cmp.diff, margin);
+            printf("%s", sm_verdict_name(v));
+            /* equal, or no gain, where neither learns: say so beside the verdict */
+            int floor = 0;
+            for (int g = 0; g < ng && v == SM_VERDICT_REPRODUCED && claims[c].kind != SM_CLAIM_GREATER; g++)
+                if (game_mean(mats[a], Rv[a], ng, g) < margin && game_mean(mats[b], Rv[b], ng, g) < margin)
+                    printf("%s%s", floor++ ? ", " : " (both at random play, within the margin, on ", games[g]);
+            printf("%s |\n", floor ? floor == ng ? ": every game, so the claim is untested)" : ")" : "");
         }
     }
     return 0;
@@ -516,7 +532,7 @@ int cmd_report(int argc, char **argv) {
         printf("\nIntervals: %.0f%% stratified-bootstrap percentile intervals, %d replicates (Agarwal et al. 2021).\n",
                100 * o.conf, o.reps);
     }
-    if (!code && nclaims) code = print_claims(claims, nclaims, cv, mats, Rv, ng, o.margin, o.min_runs, o.reps, o.conf, o.seed);
+    if (!code && nclaims) code = print_claims(claims, nclaims, cv, mats, Rv, games, ng, o.margin, o.min_runs, o.reps, o.conf, o.seed);
     if (!code && o.out) {
         code = draw(o.out, (const sm_interval(*)[SM_AGG_N])ci, labels, nv);
         if (!code) printf("report: intervals -> %s\n", o.out);

@@ -347,6 +347,21 @@ expect 0 "report --claims: too few runs per game decide nothing" "^\| lr=2 > lr=
 expect 2 "report --claims: a label no variant has is named, with the labels" "no variant is labelled 'lr=9'; the labels: 'lr=1', 'lr=2', 'lr=3'" -- \
     rep3 --claims "lr=9>lr=1"
 expect 2 "report --claims: a claim without an operator is refused" "--claims: 'lr=2' is not" -- rep3 --claims "lr=2"
+# A ~ B where neither learns is named: lr=4 and lr=5 play at random on both games, lr=6 and lr=7 learn
+# CartPole alike and stay at random on MountainCar (-200); lr=1 learns both.
+for v in 1 4 5 6 7; do for g in cartpole mountaincar; do for s in 1 2 3; do
+    d="$tmp/rep4/$g-v$v-s$s"; mkdir -p "$d"
+    printf '{"env": "classic/%s", "agent": "dqn", "seed": "%s", "agent_settings": {"lr": %s}}\n' $g $s $v > "$d/settings.json"
+    case $v in 1) r=$((300 + s)); m=$((-150 + s));; 4|5) r=$((20 + s)); m=-200;; 6|7) r=$((250 + s)); m=-200;; esac
+    [ $g = mountaincar ] && r=$m
+    printf '{"global_step": 1000, "episodic_return": %s}\n' $r > "$d/metrics.jsonl"
+done; done; done
+rep4() { "$bin" report "$tmp"/rep4/* --random-episodes 20 --reps 300 --claims "lr=4~lr=5;lr=6~lr=7;lr=1>lr=4"; }
+expect 0 "report --claims: A ~ B with both at random play on every game is said to be untested" \
+    "^\| lr=4 ~ lr=5 \| .*\| reproduced \(both at random play, within the margin, on classic/cartpole, classic/mountaincar: every game, so the claim is untested\) \|\$" -- rep4
+expect 0 "report --claims: the games where both are at random play are named" \
+    "^\| lr=6 ~ lr=7 \| .*\| reproduced \(both at random play, within the margin, on classic/mountaincar\) \|\$" -- rep4
+expect 0 "report --claims: A > B carries no such note" "^\| lr=1 > lr=4 \| .*\| reproduced \|\$" -- rep4
 expect 2 "rl eval without --env names the environments" "--env is required .*classic/cartpole" -- "$bin" rl eval --policy random
 expect 0 "bench env runs on one environment" "^bench-env env=classic/mountaincar threads=1 steps_per_s=[0-9]+ steps_per_cpu_s=[0-9]+\$" -- \
     "$bin" bench env --env classic/mountaincar --steps 20000 --envs 8
