@@ -313,11 +313,11 @@ static int print_claims(const sm_claim *claims, int nclaims, int (*cv)[2], doubl
             const sm_verdict v = sm_claim_verdict(claims[c].kind, cmp.diff, margin);
             printf("%s", sm_verdict_name(v));
             /* equal, or no gain, where neither learns: say so beside the verdict */
-            int floor = 0;
+            int nrandom = 0;
             for (int g = 0; g < ng && v == SM_VERDICT_REPRODUCED && claims[c].kind != SM_CLAIM_GREATER; g++)
                 if (game_mean(mats[a], Rv[a], ng, g) < margin && game_mean(mats[b], Rv[b], ng, g) < margin)
-                    printf("%s%s", floor++ ? ", " : " (both at random play, within the margin, on ", games[g]);
-            printf("%s |\n", floor ? floor == ng ? ": every game, so the claim is untested)" : ")" : "");
+                    printf("%s%s", nrandom++ ? ", " : " (both at random play, within the margin, on ", games[g]);
+            printf("%s |\n", nrandom ? nrandom == ng ? ": every game, so the claim is untested)" : ")" : "");
         }
     }
     return 0;

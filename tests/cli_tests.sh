@@ -356,12 +356,17 @@ for v in 1 4 5 6 7; do for g in cartpole mountaincar; do for s in 1 2 3; do
     [ $g = mountaincar ] && r=$m
     printf '{"global_step": 1000, "episodic_return": %s}\n' $r > "$d/metrics.jsonl"
 done; done; done
-rep4() { "$bin" report "$tmp"/rep4/* --random-episodes 20 --reps 300 --claims "lr=4~lr=5;lr=6~lr=7;lr=1>lr=4"; }
+rep4() { "$bin" report "$tmp"/rep4/* --random-episodes 20 --reps 300 --claims "lr=4~lr=5;lr=6~lr=7;lr=1>lr=4;lr=4!>lr=5;lr=6!<lr=7;lr=4~lr=1"; }
 expect 0 "report --claims: A ~ B with both at random play on every game is said to be untested" \
     "^\| lr=4 ~ lr=5 \| .*\| reproduced \(both at random play, within the margin, on classic/cartpole, classic/mountaincar: every game, so the claim is untested\) \|\$" -- rep4
 expect 0 "report --claims: the games where both are at random play are named" \
     "^\| lr=6 ~ lr=7 \| .*\| reproduced \(both at random play, within the margin, on classic/mountaincar\) \|\$" -- rep4
 expect 0 "report --claims: A > B carries no such note" "^\| lr=1 > lr=4 \| .*\| reproduced \|\$" -- rep4
+expect 0 "report --claims: A !> B where neither learns is named too" \
+    "^\| lr=4 !> lr=5 \| .*\| reproduced \(both at random play, within the margin, on classic/cartpole, classic/mountaincar: every game, so the claim is untested\) \|\$" -- rep4
+expect 0 "report --claims: A !< B, swapped to B !> A, is named on its games" \
+    "^\| lr=7 !> lr=6 \| .*\| reproduced \(both at random play, within the margin, on classic/mountaincar\) \|\$" -- rep4
+expect 0 "report --claims: a refuted A ~ B carries no note" "^\| lr=4 ~ lr=1 \| .*\| not reproduced \|\$" -- rep4
 expect 2 "rl eval without --env names the environments" "--env is required .*classic/cartpole" -- "$bin" rl eval --policy random
 expect 0 "bench env runs on one environment" "^bench-env env=classic/mountaincar threads=1 steps_per_s=[0-9]+ steps_per_cpu_s=[0-9]+\$" -- \
     "$bin" bench env --env classic/mountaincar --steps 20000 --envs 8

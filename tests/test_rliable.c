@@ -166,7 +166,7 @@ Test(rliable, claims_parse) {
     cr_expect_eq(c[3].kind, SM_CLAIM_EQUIVALENT);
     cr_expect_str_eq(sm_claim_op(c[2].kind), "!>");
     cr_expect_eq(sm_claims_parse("", c, 4), 0);
-    const char *bad[] = {"a>b>c", "a;b", ">b", "a>", "a!>", "!>b", "a>b;;c>d", " >b", "a~<b", "a>b;c>d;e>f;g>h;i>j"};
+    const char *bad[] = {"a>b>c", "a;b", ">b", "a>", "a!>", "!>b", "a>b;;c>d", " >b", "a~<b", "a!~b", "a>b;c>d;e>f;g>h;i>j"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         cr_expect_eq(sm_claims_parse(bad[i], c, 4), -1, "'%s' was accepted", bad[i]);
     char longname[SM_CLAIM_NAME + 8];

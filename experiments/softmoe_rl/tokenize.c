@@ -231,10 +231,13 @@ static int fig_claims(const tk_figure *F, const char *agent, char *buf, size_t c
         if (!end) end = p + strlen(p);
         const char *c = p;
         int mine = 1;
-        if (colon && colon < end) {
-            mine = (size_t)(colon - p) == strlen(agent) && !strncmp(p, agent, (size_t)(colon - p));
-            c = colon + 1;
-        }
+        /* "agent:" only when the text before the first colon is one of kAgents (a variant name may
+         * hold a colon) */
+        for (int a = 0; colon && colon < end && a < 3; a++)
+            if ((size_t)(colon - p) == strlen(kAgents[a]) && !strncmp(p, kAgents[a], (size_t)(colon - p))) {
+                mine = !strcmp(kAgents[a], agent);
+                c = colon + 1;
+            }
         /* a claim (the report's syntax, sm_claim_parse) between two of F's variants */
         sm_claim cl;
         if (sm_claim_parse(c, end, &cl) || !fig_member(F, cl.a) || !fig_member(F, cl.b)) return -1;

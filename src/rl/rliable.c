@@ -188,7 +188,7 @@ int sm_claim_parse(const char *p, const char *end, sm_claim *out) {
     int nops = 0;
     for (const char *q = p; q < end; q++)
         if (*q == '>' || *q == '<' || *q == '~') op = q, nops++;
-    if (nops != 1) return -1;
+    if (nops != 1 || (*op == '~' && op > p && op[-1] == '!')) return -1; /* "!~" means nothing */
     const int less = *op == '<', neg = op > p && op[-1] == '!' && *op != '~';
     out->kind = *op == '~' ? SM_CLAIM_EQUIVALENT : neg ? SM_CLAIM_NOT_GREATER : SM_CLAIM_GREATER;
     if (!claim_name(p, op - neg, less ? out->b : out->a) || !claim_name(op + 1, end, less ? out->a : out->b)) return -1;
