@@ -269,13 +269,14 @@ static int draw(const char *out, const sm_interval (*ci)[SM_AGG_N], char labels[
     return code;
 }
 
-/* The claims' table: per claim, IQM(A) - IQM(B) and P(A > B) with their intervals, and the verdict. */
 /* Mean normalised score of variant matrix m (R, G) on game g */
 static double game_mean(const double *m, int R, int G, int g) {
     double sum = 0;
     for (int r = 0; r < R; r++) sum += m[(size_t)r * G + g];
     return sum / R;
 }
+
+/* The claims' table: per claim, IQM(A) - IQM(B) and P(A > B) with their intervals, and the verdict. */
 
 static int print_claims(const sm_claim *claims, int nclaims, int (*cv)[2], double *const *mats, const int *Rv,
                         char (*games)[64], int ng, double margin, int min_runs, int reps, double conf, uint64_t seed) {

@@ -233,7 +233,7 @@ static int fig_claims(const tk_figure *F, const char *agent, char *buf, size_t c
         int mine = 1;
         /* "agent:" only when the text before the first colon is one of kAgents (a variant name may
          * hold a colon) */
-        for (int a = 0; colon && colon < end && a < 3; a++)
+        for (int a = 0; colon && colon < end && a < (int)(sizeof kAgents / sizeof kAgents[0]); a++)
             if ((size_t)(colon - p) == strlen(kAgents[a]) && !strncmp(p, kAgents[a], (size_t)(colon - p))) {
                 mine = !strcmp(kAgents[a], agent);
                 c = colon + 1;
