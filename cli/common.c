@@ -11,6 +11,7 @@
 #include <string.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -343,6 +344,17 @@ int cli_run_plan_write(const char *dir, const char *fp) {
     if (!f) return -1;
     int bad = fprintf(f, "%s\n", fp) < 0;
     return (fclose(f) != 0 || bad) ? -1 : 0;
+}
+
+int cli_run_lock(const char *dir) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/lock", dir);
+    const int fd = open(path, O_RDWR | O_CREAT, 0644); /* not O_CLOEXEC: the spawned training inherits it */
+    if (fd < 0) return -1;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
+    const int busy = errno == EWOULDBLOCK;
+    close(fd);
+    return busy ? -2 : -1;
 }
 
 int cli_spawn(const cli_argv *a, const char *log) {

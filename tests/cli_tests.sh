@@ -959,6 +959,16 @@ expect 0 "bench tokenize --variants: runs those variants only; the figure waits 
     rm -rf "$1" && out=$("$0" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --variants baseline,tok-sum --out "$1") &&
     printf "ran %s, %s; " "$(echo "$out" | grep -c "status=ok")" "$(echo "$out" | grep -o "^bench-tokenize runs=[0-9]*")" &&
     echo "$out" | grep "games x seeds complete"' "$bin" "$tmp/tk-variants"
+# two benches on one --out (the full tier's two queues): a run another process holds (DIR/lock, here
+# this shell's flock on fd 9) is skipped as busy, not run twice at once; once free, it runs
+expect 0 "bench tokenize: a run another process holds is skipped as busy, and runs once free" \
+    "^busy 1, ran 0, untouched; then ran 1\$" -- sh -c '
+    d="$1/der-minatar/tok-mean/breakout-s1" && mkdir -p "$d" && exec 9>"$d/lock" && flock -n 9 &&
+    out=$("$0" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --variants baseline,tok-sum,tok-mean --out "$1") &&
+    printf "busy %s, ran %s, " "$(echo "$out" | grep -c "variant=tok-mean .*status=busy")" "$(echo "$out" | grep -c "status=ok")" &&
+    { [ -e "$d/metrics.jsonl" ] || [ -e "$d/command" ] || echo "untouched; "; } | tr -d "\n" && exec 9>&- &&
+    out=$("$0" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --variants baseline,tok-sum,tok-mean --out "$1") &&
+    echo "then ran $(echo "$out" | grep -c "variant=tok-mean .*status=ok")"' "$bin" "$tmp/tk-variants"
 expect 2 "bench tokenize --variants: a variant of no selected figure is refused" "variant 'softmoe-4' is in none of the selected figures" -- \
     "$bin" bench tokenize --figures 5 --variants softmoe-4 --dry-run
 # tools/softmoe_rl/runs_archive.sh keeps a finished run's score: saved and restored elsewhere, the

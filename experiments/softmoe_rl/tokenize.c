@@ -74,7 +74,9 @@
  * Runs are resumable: a run directory with a `done` file is skipped, one with a checkpoint resumes
  * it (`rl train --resume`, exact), so an interrupted study continues where it stopped. Each run
  * records its fresh command (DIR/command, cli_run_fingerprint); a finished or resumable run that
- * recorded another command than the plan's is refused before any work (exit 2).
+ * recorded another command than the plan's is refused before any work (exit 2). A run is held while
+ * it trains (DIR/lock, cli_run_lock): several benches may share one --out, e.g. one queue per core
+ * over the same figures, and each skips, as status=busy, a run another is training.
  *
  * Output: a line per run (bench-tokenize-run ...), then per figure a header line and the report's
  * table; run directories, train logs and figure PNGs under --out. A figure's table takes the (game,
@@ -288,6 +290,7 @@ typedef struct {
     int game_i, seed, skip, resume; /* game_i: the game's index in the five games */
     int unselected;                 /* not in --variants: reported, not run */
     pid_t pid;
+    int lock; /* the run's lock (cli_run_lock) while it trains, held until its `done` is written */
     double t0;
 } tk_run;
 
@@ -546,6 +549,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
                         r->v = v;
                         r->seed = s;
                         r->game_i = g;
+                        r->lock = -1;
                         r->unselected = o.variants && !cli_in_list(o.variants, v->name);
                         if (plan_run(r, &o, self)) {
                             fprintf(stderr, "specmoe bench tokenize: command line of %s too long\n", dir);
@@ -585,7 +589,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
     }
 
     /* run them, o.jobs at a time (none with --report-only) */
-    int next = o.report_only ? n : 0, running = 0, failed = 0;
+    int next = o.report_only ? n : 0, running = 0, failed = 0, busy = 0;
     const double t_start = sm_time_now();
     if (o.report_only) {
         int finished = 0;
@@ -601,18 +605,42 @@ int exp_softmoe_tokenize(int argc, char **argv) {
                        r->game, r->seed);
                 continue;
             }
-            if (cli_mkdirs(r->dir) || (!r->resume && cli_run_plan_write(r->dir, r->fp))) {
-                fprintf(stderr, "specmoe bench tokenize: cannot create %s or its command file\n", r->dir);
+            /* the run is held while it trains (cli_run_lock): another bench on this --out, e.g. the
+             * other core's queue, skips it, and it is planned again under the lock, since that
+             * bench may have finished or started it after this one's plan */
+            const int lock = cli_mkdirs(r->dir) ? -1 : cli_run_lock(r->dir);
+            if (lock == -2) {
+                printf("bench-tokenize-run agent=%s variant=%s game=%s seed=%d status=busy (another process holds %s/lock)\n",
+                       r->agent, r->v->name, r->game, r->seed, r->dir);
+                busy++;
+                continue;
+            }
+            int bad = lock < 0 || plan_run(r, &o, self), stale_now = 0, unrec = 0;
+            if (!bad && r->skip) {
+                close(lock);
+                printf("bench-tokenize-run agent=%s variant=%s game=%s seed=%d status=done-before\n", r->agent, r->v->name,
+                       r->game, r->seed);
+                continue;
+            }
+            if (!bad && r->resume) cli_run_plan_verify("tokenize", r->dir, r->fp, &stale_now, &unrec);
+            if (bad || stale_now || (!r->resume && cli_run_plan_write(r->dir, r->fp))) {
+                fprintf(stderr, "specmoe bench tokenize: cannot create or lock %s, or its command file%s\n", r->dir,
+                        stale_now ? " (it ran another command)" : "");
+                if (lock >= 0) close(lock);
                 failed++;
                 continue;
             }
             r->t0 = sm_time_now();
-            r->pid = cli_spawn(&r->cmd, r->log);
+            r->pid = cli_spawn(&r->cmd, r->log); /* the training inherits the lock */
             if (r->pid < 0) {
+                close(lock);
                 fprintf(stderr, "specmoe bench tokenize: fork failed\n");
                 failed++;
                 continue;
             }
+            /* this bench keeps it too, until `done` is written, but no later training inherits it */
+            fcntl(lock, F_SETFD, FD_CLOEXEC);
+            r->lock = lock;
             running++;
         }
         if (!running) break;
@@ -629,9 +657,10 @@ int exp_softmoe_tokenize(int argc, char **argv) {
                 char done[600];
                 snprintf(done, sizeof done, "%s/done", r->dir);
                 ok = cli_write_text(done, "done\n") == 0;
-            } else {
-                failed++;
             }
+            failed += !ok;
+            close(r->lock);
+            r->lock = -1;
             printf("bench-tokenize-run agent=%s variant=%s game=%s seed=%d status=%s seconds=%.0f log=%s\n", r->agent,
                    r->v->name, r->game, r->seed, ok ? "ok" : "failed", sm_time_now() - r->t0, r->log);
             fflush(stdout);
@@ -639,7 +668,8 @@ int exp_softmoe_tokenize(int argc, char **argv) {
     }
     int selected = 0;
     for (int i = 0; i < n; i++) selected += !runs[i].unselected;
-    if (!o.report_only) printf("bench-tokenize runs=%d failed=%d seconds=%.0f\n", selected, failed, sm_time_now() - t_start);
+    if (!o.report_only)
+        printf("bench-tokenize runs=%d failed=%d busy=%d seconds=%.0f\n", selected, failed, busy, sm_time_now() - t_start);
     /* the reports still come, over the runs that finished (a failed run's game and seed are left
      * out of its figures, which name them); the exit status says that some failed */
 

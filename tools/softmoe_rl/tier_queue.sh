@@ -1,6 +1,7 @@
 #!/bin/bash
 # Runs parts of `bench tokenize --tier full` one after another on one core: the way the full tier is
-# spread over sessions of a 2-core machine (two queues, one per core, on disjoint games).
+# spread over sessions of a 2-core machine (two queues, one per core). The queues may share parts:
+# a run one of them is training is held (DIR/lock, cli_run_lock) and the other skips it as busy.
 #
 #   tools/softmoe_rl/tier_queue.sh BINARY OUT CORE "FIGURES;GAMES;SEEDS[;VARIANTS]" ...
 #
