@@ -349,8 +349,14 @@ int cli_run_plan_write(const char *dir, const char *fp) {
 int cli_run_lock(const char *dir) {
     char path[1100];
     snprintf(path, sizeof path, "%s/lock", dir);
-    const int fd = open(path, O_RDWR | O_CREAT, 0644); /* not O_CLOEXEC: the spawned training inherits it */
-    if (fd < 0) return -1;
+    const int fd0 = open(path, O_RDWR | O_CREAT, 0644); /* not O_CLOEXEC: the spawned training inherits it */
+    if (fd0 < 0) return -1;
+    int fd = fd0;
+    if (fd0 < 3) { /* a caller started with 0, 1 or 2 closed: keep it off the standard streams */
+        fd = fcntl(fd0, F_DUPFD, 3);
+        close(fd0);
+        if (fd < 0) return -1;
+    }
     if (flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
     const int busy = errno == EWOULDBLOCK;
     close(fd);

@@ -100,11 +100,14 @@ void cli_run_plan_verify(const char *study, const char *dir, const char *fp, int
 int cli_run_plan_write(const char *dir, const char *fp);
 /* A run directory held by one process at a time, so that two benches on the same --out (two queues
  * of a study, one per core) never run one run twice at once: an exclusive flock(2) on DIR/lock. The
- * lock belongs to the open file, which a child started after it inherits: a bench takes the lock,
- * spawns the run's training (cli_spawn) and closes its own descriptor, and the run stays held while
- * the training lives, even if the bench is killed; the kernel drops it when the training exits,
- * however it exits. The file stays (removing it would let a third process lock an unlinked copy).
- * The descriptor (>= 0) when taken, -2 when another process holds it, -1 on an I/O error. */
+ * lock belongs to the open file, which a child started after it inherits: a bench takes the lock and
+ * spawns the run's training (cli_spawn), and the run stays held while any holder lives - the
+ * training, even if the bench is killed, and the bench until it closes its copy (after writing the
+ * run's `done`; it marks its copy close-on-exec so that no later child inherits it). The kernel
+ * drops the lock when the last holder closes it or exits, however it exits. The file stays
+ * (removing it would let a third process lock an unlinked copy). The descriptor (>= 3, so that a
+ * child's dup2 onto stdout or stderr never closes it) when taken, -2 when another process holds it,
+ * -1 on an I/O error. */
 int cli_run_lock(const char *dir);
 /* Starts argv[0] with stdout and stderr appended to log; the child's pid, or -1. */
 int cli_spawn(const cli_argv *a, const char *log);

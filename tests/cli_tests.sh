@@ -946,7 +946,8 @@ expect 0 "bench tokenize: a figure tests its paper claims; one seed a game decid
     "$bin" bench tokenize --figures 5 --games breakout --frames 1800 --reps 100 --out "$tmp/tk" --report-only 1
 expect 0 "bench tokenize: the sharpness ablation tests its own claims (sharpening helps; Fig. 1's claims sharpened)" \
     "^\| softmoe-4-t0.1 > softmoe-4 \| 1 x 1 \| .*\| softmoe-1-x4-t0.1 > softmoe-1-x4 \| .*\| softmoe-4-t0.1 > baseline \| .*\| softmoe-1-x4-t0.1 ~ softmoe-4-t0.1 \| 1 x 1 \| .* \| not decidable \(1 run per game; 3 needed\) \|\$" -- \
-    sh -c '"$0" bench tokenize --figures sharp --games breakout --frames 1800 --reps 100 --out "$1" | grep "^| softmoe.* [>~] " | tr "\n" " " | sed "s/ \$//"' "$bin" "$tmp/tk-sharp"
+    sh -c 'out=$("$0" bench tokenize --figures sharp --games breakout --frames 1800 --reps 100 --out "$1") &&
+        echo "$out" | grep "^| softmoe.* [>~] " | tr "\n" " " | sed "s/ \$//"' "$bin" "$tmp/tk-sharp"
 expect 0 "bench tokenize --report-only: an agent with no run yet needs no reference pool" "^exit 0, no complaint\$" -- sh -c '
     out=$("$0" bench tokenize --figures 5,10 --games breakout --frames 30000 --der-frames 1800 --reps 100 --out "$1" --report-only 1 2>&1) &&
     ! echo "$out" | grep -q "cannot write" && [ ! -e "$1/dqn-minatar" ] && echo "exit 0, no complaint"' "$bin" "$tmp/tk"

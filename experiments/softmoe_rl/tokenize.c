@@ -623,16 +623,21 @@ int exp_softmoe_tokenize(int argc, char **argv) {
                 continue;
             }
             int bad = lock < 0 || plan_run(r, &o, self), stale_now = 0, unrec = 0;
-            if (!bad && r->skip) {
+            /* finished or started meanwhile by a bench of another plan (other flags, one --out): left
+             * alone, as the check before any work would have; counted as failed (exit 1) */
+            if (!bad && (r->skip || r->resume)) cli_run_plan_verify("tokenize", r->dir, r->fp, &stale_now, &unrec);
+            if (!bad && !stale_now && r->skip) {
                 close(lock);
                 printf("bench-tokenize-run agent=%s variant=%s game=%s seed=%d status=done-before\n", r->agent, r->v->name,
                        r->game, r->seed);
                 continue;
             }
-            if (!bad && r->resume) cli_run_plan_verify("tokenize", r->dir, r->fp, &stale_now, &unrec);
             if (bad || stale_now || (!r->resume && cli_run_plan_write(r->dir, r->fp))) {
-                fprintf(stderr, "specmoe bench tokenize: cannot create or lock %s, or its command file%s\n", r->dir,
-                        stale_now ? " (it ran another command)" : "");
+                if (stale_now)
+                    fprintf(stderr, "specmoe bench tokenize: %s was finished or started meanwhile by another plan: left alone\n",
+                            r->dir);
+                else
+                    fprintf(stderr, "specmoe bench tokenize: cannot create or lock %s, or write its command file\n", r->dir);
                 if (lock >= 0) close(lock);
                 failed++;
                 continue;
@@ -646,7 +651,8 @@ int exp_softmoe_tokenize(int argc, char **argv) {
                 continue;
             }
             /* this bench keeps it too, until `done` is written, but no later training inherits it */
-            fcntl(lock, F_SETFD, FD_CLOEXEC);
+            if (fcntl(lock, F_SETFD, FD_CLOEXEC) != 0)
+                fprintf(stderr, "specmoe bench tokenize: %s/lock: cannot mark it close-on-exec\n", r->dir);
             r->lock = lock;
             running++;
         }

@@ -2,6 +2,9 @@
 # Runs parts of `bench tokenize --tier full` one after another on one core: the way the full tier is
 # spread over sessions of a 2-core machine (two queues, one per core). The queues may share parts:
 # a run one of them is training is held (DIR/lock, cli_run_lock) and the other skips it as busy.
+# Stop a queue with its training (kill the process group, or `pkill -f "BINARY "`): a training left
+# running after its bench is killed still holds its run and finishes it, but no one writes its
+# `done`, so the next bench resumes it from its last checkpoint (time lost, nothing corrupted).
 #
 #   tools/softmoe_rl/tier_queue.sh BINARY OUT CORE "FIGURES;GAMES;SEEDS[;VARIANTS]" ...
 #
@@ -26,6 +29,7 @@ for part in "$@"; do
     echo "$(date -u +%FT%TZ) start figures=$figs games=$games seeds=$seeds variants=${variants:-all}" >> "$log"
     taskset -c "$core" "$bin" bench tokenize --tier full --jobs 1 --figures "$figs" --games "$games" \
         --seeds "$seeds" "${sel[@]}" --out "$out" >> "$log" 2>&1
-    echo "$(date -u +%FT%TZ) end figures=$figs games=$games seeds=$seeds rc=$?" >> "$log"
+    rc=$?
+    echo "$(date -u +%FT%TZ) end figures=$figs games=$games seeds=$seeds rc=$rc" >> "$log"
     [ -n "${RUNS_ARCHIVE:-}" ] && "$here/runs_archive.sh" save "$out" "$RUNS_ARCHIVE" >> "$log" 2>&1
 done
