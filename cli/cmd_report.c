@@ -277,7 +277,6 @@ static double game_mean(const double *m, int R, int G, int g) {
 }
 
 /* The claims' table: per claim, IQM(A) - IQM(B) and P(A > B) with their intervals, and the verdict. */
-
 static int print_claims(const sm_claim *claims, int nclaims, int (*cv)[2], double *const *mats, const int *Rv,
                         char (*games)[64], int ng, double margin, int min_runs, int reps, double conf, uint64_t seed) {
     printf("\nClaims, on the normalised scores: IQM(A) - IQM(B) and the probability of improvement P(A > B), %.0f%% "
@@ -314,8 +313,9 @@ static int print_claims(const sm_claim *claims, int nclaims, int (*cv)[2], doubl
             const sm_verdict v = sm_claim_verdict(claims[c].kind, cmp.diff, margin);
             printf("%s", sm_verdict_name(v));
             /* equal, or no gain, where neither learns: say so beside the verdict */
+            const int alike = v == SM_VERDICT_REPRODUCED && claims[c].kind != SM_CLAIM_GREATER;
             int nrandom = 0;
-            for (int g = 0; g < ng && v == SM_VERDICT_REPRODUCED && claims[c].kind != SM_CLAIM_GREATER; g++)
+            for (int g = 0; alike && g < ng; g++)
                 if (game_mean(mats[a], Rv[a], ng, g) < margin && game_mean(mats[b], Rv[b], ng, g) < margin)
                     printf("%s%s", nrandom++ ? ", " : " (both at random play, within the margin, on ", games[g]);
             printf("%s |\n", nrandom ? nrandom == ng ? ": every game, so the claim is untested)" : ")" : "");

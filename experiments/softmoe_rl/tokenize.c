@@ -365,6 +365,13 @@ static int fresh_command(cli_argv *a, const tk_run *r, const tk_opts *o, const c
     return bad;
 }
 
+/* one line of a run's fate: "bench-tokenize-run agent=A variant=V game=G seed=S status=STATUS" */
+static void run_line(const tk_run *r, const char *status) {
+    printf("bench-tokenize-run agent=%s variant=%s game=%s seed=%d status=%s\n", r->agent, r->v->name, r->game, r->seed,
+           status);
+    fflush(stdout);
+}
+
 /* the run's command line: a fresh run, or the resumption of its checkpoint; either way the fresh
  * command's fingerprint, which a finished or resumed run's directory must have recorded */
 static int plan_run(tk_run *r, const tk_opts *o, const char *self) {
@@ -608,8 +615,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
             tk_run *r = &runs[next++];
             if (r->unselected) continue;
             if (r->skip) {
-                printf("bench-tokenize-run agent=%s variant=%s game=%s seed=%d status=done-before\n", r->agent, r->v->name,
-                       r->game, r->seed);
+                run_line(r, "done-before");
                 continue;
             }
             /* the run is held while it trains (cli_run_lock): another bench on this --out, e.g. the
@@ -617,8 +623,9 @@ int exp_softmoe_tokenize(int argc, char **argv) {
              * bench may have finished or started it after this one's plan */
             const int lock = cli_mkdirs(r->dir) ? -1 : cli_run_lock(r->dir);
             if (lock == -2) {
-                printf("bench-tokenize-run agent=%s variant=%s game=%s seed=%d status=busy (another process holds %s/lock)\n",
-                       r->agent, r->v->name, r->game, r->seed, r->dir);
+                char why[600];
+                snprintf(why, sizeof why, "busy (another process holds %s/lock)", r->dir);
+                run_line(r, why);
                 busy++;
                 continue;
             }
@@ -628,8 +635,7 @@ int exp_softmoe_tokenize(int argc, char **argv) {
             if (!bad && (r->skip || r->resume)) cli_run_plan_verify("tokenize", r->dir, r->fp, &stale_now, &unrec);
             if (!bad && !stale_now && r->skip) {
                 close(lock);
-                printf("bench-tokenize-run agent=%s variant=%s game=%s seed=%d status=done-before\n", r->agent, r->v->name,
-                       r->game, r->seed);
+                run_line(r, "done-before");
                 continue;
             }
             if (bad || stale_now || (!r->resume && cli_run_plan_write(r->dir, r->fp))) {
@@ -674,9 +680,9 @@ int exp_softmoe_tokenize(int argc, char **argv) {
             failed += !ok;
             close(r->lock);
             r->lock = -1;
-            printf("bench-tokenize-run agent=%s variant=%s game=%s seed=%d status=%s seconds=%.0f log=%s\n", r->agent,
-                   r->v->name, r->game, r->seed, ok ? "ok" : "failed", sm_time_now() - r->t0, r->log);
-            fflush(stdout);
+            char what[700];
+            snprintf(what, sizeof what, "%s seconds=%.0f log=%s", ok ? "ok" : "failed", sm_time_now() - r->t0, r->log);
+            run_line(r, what);
         }
     }
     int selected = 0;
