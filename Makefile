@@ -119,9 +119,13 @@ $(BUILD)/tests/mpi_check: tests/mpi_check.c $(BUILD)/libspecmoe.a
 	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) $(OMP) -o $@ $< $(BUILD)/libspecmoe.a $(LIBS)
 
 # the measuring tools of BENCHMARKS.md that link the library (built by `make test`, so they keep compiling)
-TOOLS := $(BUILD)/penalty_time $(BUILD)/step_time
+TOOLS := $(BUILD)/penalty_time $(BUILD)/step_time $(BUILD)/dqn_update
 $(BUILD)/%_time: tools/sphere/%_time.c tools/sphere/cpu_time.h $(BUILD)/libspecmoe.a
 	$(CC) $(CPPFLAGS) -I. $(WARN) $(CFLAGS) $(OMP) -o $@ $< $(BUILD)/libspecmoe.a $(LIBS)
+# the DQN update of any --arch network timed alone, against the FMA peak (tools/peers/:
+# compare_tokenize.sh, tokenize_updates.sh; compare_dqn.sh builds its own beside its --bin)
+$(BUILD)/dqn_update: tools/peers/dqn_update.c experiments/engine/peak.c experiments/engine/peak.h $(BUILD)/libspecmoe.a
+	$(CC) $(CPPFLAGS) -I. $(WARN) $(CFLAGS) $(OMP) -o $@ tools/peers/dqn_update.c experiments/engine/peak.c $(BUILD)/libspecmoe.a $(LIBS)
 tools: $(TOOLS)
 
 # `make test` builds everything and runs every test binary plus the CLI and MPI checks.

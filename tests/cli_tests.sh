@@ -990,6 +990,25 @@ expect 0 "runs_archive.sh: a restored run keeps its learning curve; plot --label
 expect 2 "plot --labels: only dir" "--labels must be dir" -- "$bin" plot "$tmp/tk" --labels variant
 expect 2 "bench tokenize: a finished run of another command under the same name is refused, not reported" \
     "ran another command than this plan's" -- "$bin" bench tokenize --figures 5 --games breakout --frames 1900 --reps 100 --out "$tmp/tk"
+# the PyTorch peer of the Fig. 1 networks (tools/peers/dqn_minatar.py, timed by
+# tools/peers/compare_tokenize.sh) computes specmoe's function: specmoe's parameters loaded into it
+# give specmoe's Q-values; a changed Q-value is caught
+dqnu=$(dirname "$bin")/dqn_update
+if [ -x "$dqnu" ] && /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    for pair in "softmoe-4|tokens,moe:128,flatten --router soft --experts 4" \
+                "expert-choice-1-x4|tokens,moe:512,flatten --router expert-choice --experts 1" "baseline|dense:128"; do
+        net=${pair%%|*}
+        expect 0 "the PyTorch peer's $net gives specmoe's Q-values" "^peer-check net=$net .* ok\$" -- sh -c '
+            "$0" --obs env --sample 0 --arch conv:16:3:1:0,$3 --dump "$1.st" >/dev/null && /usr/bin/python3 "$2" --check "$1.st" --net "$4"' \
+            "$dqnu" "$tmp/peer-$net" "$root/tools/peers/dqn_minatar.py" "${pair#*|}" "$net"
+    done
+    expect 1 "the PyTorch peer's check catches a Q-value that differs" "MISMATCH" -- sh -c '
+        /usr/bin/python3 -c "import sys; sys.path.insert(0, sys.argv[3]); import safetensors_torch as st
+t, m = st.load(sys.argv[1]); t[\"check.q\"][0, 0] += 1e-3; st.save(t, sys.argv[2], metadata=m)" "$0" "$1" "$2/tools" &&
+        /usr/bin/python3 "$2/tools/peers/dqn_minatar.py" --check "$1" --net softmoe-4' "$tmp/peer-softmoe-4.st" "$tmp/peer-bad.st" "$root"
+else
+    echo "skip the PyTorch peer's check ($dqnu or /usr/bin/python3 with torch missing)"
+fi
 # continual RL (SPHERE Sec. 5.1): rl train --init-from, and a final policy scored on another task of its family
 expect 0 "rl train --init-from: the next task starts from the previous task's checkpoint" "^rl-train env=mujoco/reach-1 agent=ppo frames=256 " -- \
     sh -c "'$bin' rl train --env mujoco/reach-0 --agent ppo --num-envs 2 --num-steps 64 --num-minibatches 2 --frames 256 --out '$tmp/crl0' >/dev/null &&

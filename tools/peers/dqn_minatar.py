@@ -35,13 +35,22 @@ Modes (one result line on stdout each; diagnostics on stderr):
     (SPS = all N frames over the wall time of the loop, as `specmoe rl train` reports it)
   --update-only    the update alone, no environment and no replay sampling: target forward on
                    32 next states, online forward + backward on 32 states, Huber loss, RMSprop
-                   step, on fixed random binary batches; --seconds S of timed updates:
-    peer-dqn-update batch=32 updates=K seconds=S updates_per_s=X us_per_update=U cpu_us_per_update=V
+                   step, on fixed random binary batches (--obs env: Breakout frames under a random
+                   policy, as dqn_update's); --seconds S of timed updates. --net NAME takes another
+                   Q-network of the same update: the Fig. 1 networks of `specmoe bench tokenize`
+                   (baseline, baseline-x4, softmoe-4, softmoe-1-x4, expert-choice-1-x4; issue 14),
+                   as tools/peers/compare_tokenize.sh times them against specmoe's:
+    peer-dqn-update net=NAME obs=KIND batch=32 updates=K seconds=S updates_per_s=X us_per_update=U
+                    cpu_us_per_update=V params=P
+  --check FILE     the --net network with specmoe's parameters against specmoe's Q-values, both from
+                   `build/dqn_update --dump FILE` (same --arch): the peer computes the same function:
+    peer-check net=NAME max_abs_diff=E max_abs_q=Q ok|MISMATCH   (exit status 1 on a mismatch)
   --random-episodes N  N episodes of a uniform random policy (to check the port against
                    `specmoe rl eval --env minatar/breakout --policy random --episodes N`):
     peer-breakout-random episodes=N mean_return=R std_return=D mean_length=L
 
-Usage: /usr/bin/python3 tools/peers/dqn_minatar.py [--frames N] [--seed S] [--update-only [--seconds S]]
+Usage: /usr/bin/python3 tools/peers/dqn_minatar.py [--frames N] [--seed S]
+       [--update-only [--seconds S] [--net NAME] [--obs random|env] [--profile]]
        [--random-episodes N]
 """
 import argparse
@@ -157,16 +166,100 @@ class Breakout:
 # ---- the agent: src/rl/dqn.c, preset "minatar" ----
 
 class QNet(nn.Module):
-    def __init__(self, in_c=CHANNELS, n_actions=NUM_ACTIONS):
+    def __init__(self, in_c=CHANNELS, n_actions=NUM_ACTIONS, hidden=128):
         super().__init__()
         self.conv = nn.Conv2d(in_c, 16, kernel_size=3, stride=1, padding=0)
-        self.fc = nn.Linear(16 * 8 * 8, 128)
-        self.head = nn.Linear(128, n_actions)
+        self.fc = nn.Linear(16 * 8 * 8, hidden)
+        self.head = nn.Linear(hidden, n_actions)
 
     def forward(self, x):
         x = F.relu(self.conv(x))
         x = F.relu(self.fc(x.flatten(1)))
         return self.head(x)
+
+
+# ---- the networks of `specmoe bench tokenize` (issue 14), for --update-only --net NAME ----
+# Written as a PyTorch user would write them, batched over the observations: the slots (SoftMoE) or
+# the chosen tokens (expert choice) of the whole batch go through each expert in one call. The
+# experts are a ModuleList of Linear -> ReLU -> Linear applied one after another. With Debian's torch
+# 1.13 and glibc's default allocator that ran SoftMoE-4's update 2.7x faster than the experts'
+# weights stacked into batched products (torch.baddbmm over (E, B p, d)); with the allocator tuned
+# (compare_tokenize.sh, C) the batched form was about 10% faster on SoftMoE-4 (5.5-5.7 against
+# 6.2-6.6 ms) and as fast on SoftMoE-1 x4. The peer keeps the loop.
+# Shapes: B observations, m = 64 tokens (the 8 x 8 positions of the convolution's output, PerConv),
+# d = 16 channels, E experts, p slots (SoftMoE) or tokens (expert choice) per expert.
+
+def experts(E, d, H):
+    """E two-layer experts d -> H -> d with biases (nn.Linear's initialisation, which is specmoe's)."""
+    return nn.ModuleList(nn.Sequential(nn.Linear(d, H), nn.ReLU(), nn.Linear(H, d)) for _ in range(E))
+
+
+class SoftMoE(nn.Module):
+    """Soft MoE (Puigcerver et al. 2024) over each observation's tokens, as src/nn/router_soft.c and
+    src/nn/moe.c compute it: L = normalise(X) (scale normalise(Phi))^T / tau, dispatch softmax over the
+    tokens (per slot), combine softmax over the slots (per token); slot inputs D^T X, outputs C Y~."""
+
+    def __init__(self, d, E, p, H, tau=1.0):
+        super().__init__()
+        self.E, self.p, self.tau = E, p, tau
+        self.phi = nn.Parameter(torch.randn(E * p, d) / d ** 0.5)  # (S, d), LeCun normal
+        self.scale = nn.Parameter(torch.ones(()))
+        self.experts = experts(E, d, H)
+
+    def forward(self, x):  # (B, m, d) -> (B, m, d)
+        B, m, d = x.shape
+        logits = F.normalize(x, dim=-1) @ (self.scale * F.normalize(self.phi, dim=-1)).t() / self.tau  # (B, m, S)
+        dispatch, combine = logits.softmax(dim=1), logits.softmax(dim=2)
+        xs = (dispatch.transpose(1, 2) @ x).view(B, self.E, self.p, d)  # slot inputs
+        ys = torch.stack([f(xs[:, e]) for e, f in enumerate(self.experts)], 1)  # (B, E, p, d)
+        return combine @ ys.view(B, self.E * self.p, d)
+
+
+class ExpertChoice(nn.Module):
+    """Expert choice (Zhou et al. 2022) per observation, as src/nn/router_assign.c: S = softmax(x Wg^T)
+    over the experts; each expert takes its top p = ceil(m / E) tokens by S[:, e], weighted by S."""
+
+    def __init__(self, d, E, H):
+        super().__init__()
+        self.E = E
+        self.gate = nn.Linear(d, E, bias=False)
+        self.experts = experts(E, d, H)
+
+    def forward(self, x):  # (B, m, d) -> (B, m, d)
+        B, m, d = x.shape
+        p = -(-m // self.E)
+        g, idx = self.gate(x).softmax(dim=-1).transpose(1, 2).topk(p, dim=-1)  # (B, E, p)
+        out = torch.zeros_like(x)
+        for e, f in enumerate(self.experts):
+            at = idx[:, e].unsqueeze(-1).expand(B, p, d)
+            out = out.scatter_add(1, at, f(x.gather(1, at)) * g[:, e].unsqueeze(-1))
+        return out
+
+
+class TokenQNet(nn.Module):
+    """conv:16:3:1:0,tokens,moe:H,flatten: the convolution's 64 positions as tokens of 16 channels
+    (PerConv), the MoE layer over them, flattened (64 x 16 = 1024) into the head."""
+
+    def __init__(self, moe, in_c=CHANNELS, n_actions=NUM_ACTIONS):
+        super().__init__()
+        self.conv = nn.Conv2d(in_c, 16, kernel_size=3, stride=1, padding=0)
+        self.moe = moe
+        self.head = nn.Linear(64 * 16, n_actions)
+
+    def forward(self, x):
+        tokens = F.relu(self.conv(x)).flatten(2).transpose(1, 2)  # (B, 64, 16)
+        return self.head(self.moe(tokens).flatten(1))
+
+
+# the networks by their variant names in `specmoe bench tokenize` (tools/peers/compare_tokenize.sh
+# takes specmoe's flags for each from the tier's plan)
+NETS = {
+    "baseline": lambda: QNet(),
+    "baseline-x4": lambda: QNet(hidden=512),
+    "softmoe-4": lambda: TokenQNet(SoftMoE(16, 4, 16, 128)),
+    "softmoe-1-x4": lambda: TokenQNet(SoftMoE(16, 1, 64, 512)),
+    "expert-choice-1-x4": lambda: TokenQNet(ExpertChoice(16, 1, 512)),
+}
 
 
 class Config:
@@ -215,10 +308,10 @@ class Replay:
                 torch.from_numpy(self.next[idx]).float())
 
 
-def make_agent(c, seed):
+def make_agent(c, seed, net="baseline"):
     torch.manual_seed(seed)
-    q = QNet()
-    qt = QNet()
+    q = NETS[net]()
+    qt = NETS[net]()
     qt.load_state_dict(q.state_dict())
     opt = torch.optim.RMSprop(q.parameters(), lr=c.lr, alpha=c.rms_alpha, eps=c.rms_eps, centered=True)
     return q, qt, opt
@@ -296,9 +389,22 @@ def train(args):
     print("peer-dqn " + " ".join(fields))
 
 
+def env_frames(seed, n):
+    """n transitions of Breakout under a uniform random policy (dqn_update --obs env): each a frame
+    and the one after it, the final frame of an episode as its next."""
+    env, rng = Breakout(seed), random.Random(seed + 1)
+    obs, s, s2 = env.reset(), [], []
+    for _ in range(n):
+        nxt, _, term = env.step(rng.randrange(NUM_ACTIONS))
+        s.append(obs)
+        s2.append(nxt)
+        obs = env.reset() if term else nxt
+    return torch.from_numpy(np.stack(s)), torch.from_numpy(np.stack(s2))
+
+
 def update_only(args):
     c = Config()
-    q, qt, opt = make_agent(c, args.seed)
+    q, qt, opt = make_agent(c, args.seed, args.net)
     g = torch.Generator().manual_seed(args.seed)
     B = c.batch_size
     n_batches = 16  # a few distinct batches, reused round-robin
@@ -306,9 +412,13 @@ def update_only(args):
     def binary():
         return (torch.rand(B, CHANNELS, N, N, generator=g) < 0.1).float()
 
-    batches = [(binary(), torch.randint(0, NUM_ACTIONS, (B,), generator=g),
-                (torch.rand(B, generator=g) < 0.05).float(), (torch.rand(B, generator=g) < 0.01).float(),
-                binary()) for _ in range(n_batches)]
+    if args.obs == "env":
+        s, s2 = env_frames(args.seed, n_batches * B)
+        states = [(s[i * B:(i + 1) * B], s2[i * B:(i + 1) * B]) for i in range(n_batches)]
+    else:
+        states = [(binary(), binary()) for _ in range(n_batches)]
+    batches = [(st, torch.randint(0, NUM_ACTIONS, (B,), generator=g), (torch.rand(B, generator=g) < 0.05).float(),
+                (torch.rand(B, generator=g) < 0.01).float(), st2) for st, st2 in states]
     for i in range(50):  # warm-up: allocator, optimiser state
         update(c, q, qt, opt, *batches[i % n_batches])
     k = 0
@@ -322,8 +432,54 @@ def update_only(args):
             break
     p1 = time.process_time()
     wall, cpu = t1 - t0, p1 - p0
-    print(f"peer-dqn-update batch={B} updates={k} seconds={wall:.2f} updates_per_s={k / wall:.0f} "
-          f"us_per_update={1e6 * wall / k:.1f} cpu_us_per_update={1e6 * cpu / k:.1f}")
+    params = sum(t.numel() for t in q.parameters())
+    if args.profile:  # where the time goes: torch's profiler over 20 more updates, on stderr
+        with torch.autograd.profiler.profile() as prof:
+            for i in range(20):
+                update(c, q, qt, opt, *batches[i % n_batches])
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12), file=sys.stderr)
+    print(f"peer-dqn-update net={args.net} obs={args.obs} batch={B} updates={k} seconds={wall:.2f} "
+          f"updates_per_s={k / wall:.0f} us_per_update={1e6 * wall / k:.1f} cpu_us_per_update={1e6 * cpu / k:.1f} "
+          f"params={params}")
+
+
+def load_specmoe(q, t):
+    """specmoe's parameters (by their names in `dqn_update --dump`) into this Q-network; strict: every
+    parameter of the network must be given, and nothing else. The layouts agree: images NCHW, a
+    convolution's weight (OC, C, K, K), a dense layer's (out, in), an expert's w1 (H, d) and w2 (d, H),
+    the PerConv tokens position-major and flattened the same way."""
+    sd = {"conv.weight": t["layers.0.weight"], "conv.bias": t["layers.0.bias"],
+          "head.weight": t["head.weight"], "head.bias": t["head.bias"]}
+    if isinstance(q, QNet):
+        sd["fc.weight"], sd["fc.bias"] = t["layers.1.weight"], t["layers.1.bias"]
+    else:
+        moe = q.moe
+        if isinstance(moe, SoftMoE):
+            sd["moe.phi"], sd["moe.scale"] = t["layers.2.router.phi"], t["layers.2.router.scale"].reshape(())
+        else:
+            sd["moe.gate.weight"] = t["layers.2.router.weight"]
+        for e in range(len(moe.experts)):
+            for k, name in (("0.weight", "w1"), ("0.bias", "b1"), ("2.weight", "w2"), ("2.bias", "b2")):
+                sd[f"moe.experts.{e}.{k}"] = t[f"layers.2.experts.{name}"][e]
+    q.load_state_dict(sd)
+
+
+def check(args):
+    """The network of --net with specmoe's parameters must give specmoe's Q-values (dqn_update --dump):
+    the peer computes the same function, so the two sides' times are for the same work."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)) + "/..")
+    import safetensors_torch  # tools/safetensors_torch.py
+
+    t, _ = safetensors_torch.load(args.check)
+    q = NETS[args.net]()
+    load_specmoe(q, t)
+    with torch.no_grad():
+        out = q(t["check.obs"])
+    err = (out - t["check.q"]).abs().max().item()
+    scale = t["check.q"].abs().max().item()
+    ok = err <= 1e-5 + 1e-4 * scale
+    print(f"peer-check net={args.net} max_abs_diff={err:.3g} max_abs_q={scale:.3g} {'ok' if ok else 'MISMATCH'}")
+    return 0 if ok else 1
 
 
 def random_episodes(args):
@@ -352,12 +508,22 @@ def main():
     ap.add_argument("--log-every", type=int, default=0, help="frames between progress lines on stderr (0: none)")
     ap.add_argument("--update-only", action="store_true", help="time the update alone (no environment)")
     ap.add_argument("--seconds", type=float, default=5.0, help="--update-only: timed seconds (default 5)")
+    ap.add_argument("--net", choices=sorted(NETS), default="baseline",
+                    help="--update-only: the Q-network (a network of `specmoe bench tokenize`; default baseline)")
+    ap.add_argument("--profile", action="store_true",
+                    help="--update-only: also print torch's profile of 20 updates by operator (stderr)")
+    ap.add_argument("--obs", choices=("random", "env"), default="random",
+                    help="--update-only: random binary batches (10%% ones) or Breakout frames (as dqn_update --obs)")
     ap.add_argument("--random-episodes", type=int, default=0, help="episodes of a random policy (port check)")
+    ap.add_argument("--check", metavar="FILE",
+                    help="load specmoe's network and Q-values (build/dqn_update --dump FILE) into --net and compare")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
     print(f"torch {torch.__version__}, intra-op threads {torch.get_num_threads()}, "
           f"interop threads {torch.get_num_interop_threads()}", file=sys.stderr)
+    if args.check:
+        sys.exit(check(args))
     if args.random_episodes > 0:
         random_episodes(args)
     elif args.update_only:

@@ -34,6 +34,7 @@
  *   cc -O3 -march=x86-64-v2 -mtune=native -fopenmp -Iinclude -I. tools/peers/dqn_update.c \
  *      experiments/engine/peak.c build/libspecmoe.a <the Makefile's LIBS> -o build/dqn_update
  *   build/dqn_update [--seconds S] [--sample 0|1] [--obs random|env] [--zero-skip 0|1] [--threads T] [--arch A --router R --experts E --topk K --slots P]
+ *                    [--dump FILE]   (writes the network and its Q-values on one batch instead; see dump_network)
  */
 #include <math.h>
 #include <omp.h>
@@ -44,6 +45,7 @@
 
 #include "experiments/engine/peak.h"
 #include "specmoe.h"
+#include "specmoe/io/safetensors.h"
 #include "specmoe/rl/dqn.h"
 #include "specmoe/rl/env.h"
 #include "specmoe/rl/replay.h"
@@ -66,10 +68,35 @@ static void fail(const char *what, const sm_error *e) {
     exit(1);
 }
 
+/* --dump FILE: the online network's parameters under their names, the first batch's observations
+ * ("check.obs", (B, C, HW, HW) as the environment writes them) and the network's Q-values for them
+ * in evaluation mode ("check.q", (B, A)), as safetensors; the PyTorch peer loads them into its own
+ * network and compares (tools/peers/dqn_minatar.py --check FILE). */
+static sm_status dump_network(const char *path, sm_model *q, const float *obs, sm_error *err) {
+    sm_rng rng;
+    sm_rng_seed(&rng, 1);
+    const sm_real *out = sm_model_forward(q, obs, B, &rng, 0);
+    float qv[B * A];
+    for (int i = 0; i < B * A; i++) qv[i] = (float)out[i];
+    sm_st_writer w;
+    sm_st_writer_init(&w);
+    sm_status st = SM_OK;
+    for (int i = 0; i < q->params.n && st == SM_OK; i++) {
+        const sm_param *p = &q->params.p[i];
+        st = sm_st_writer_add(&w, p->name, p->ndim, p->shape, sm_params_data(&q->params, i), err);
+    }
+    const int64_t so[4] = {B, C, HW, HW}, sq[2] = {B, A};
+    if (st == SM_OK) st = sm_st_writer_add(&w, "check.obs", 4, so, obs, err);
+    if (st == SM_OK) st = sm_st_writer_add(&w, "check.q", 2, sq, qv, err);
+    if (st == SM_OK) st = sm_st_writer_write(&w, path, err);
+    sm_st_writer_free(&w);
+    return st;
+}
+
 int main(int argc, char **argv) {
     double seconds = 3;
     int sample = 1, threads = 1, experts = 0, topk = 0, slots = 0;
-    const char *arch = "conv:16:3:1:0,dense:128", *router = NULL, *obs_kind = "random";
+    const char *arch = "conv:16:3:1:0,dense:128", *router = NULL, *obs_kind = "random", *dump = NULL;
     const char *ropt[32][2]; /* other --flag value pairs: router options (--temperature, --capacity, ...) */
     int n_ropt = 0;
     for (int i = 1; i < argc; i++) {
@@ -84,12 +111,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--experts") && i + 1 < argc) experts = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--topk") && i + 1 < argc) topk = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--slots") && i + 1 < argc) slots = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--dump") && i + 1 < argc) dump = argv[++i];
         else if (!strncmp(argv[i], "--", 2) && i + 1 < argc && n_ropt < 32) {
             ropt[n_ropt][0] = argv[i] + 2;
             ropt[n_ropt++][1] = argv[++i];
         } else {
             fprintf(stderr, "usage: dqn_update [--seconds S] [--sample 0|1] [--obs random|env] [--zero-skip 0|1] [--threads T] [--arch A --router R --experts E "
-                            "--topk K --slots P] [--ROUTER-OPTION VALUE ...]\n");
+                            "--topk K --slots P] [--ROUTER-OPTION VALUE ...] [--dump FILE]\n");
             return 2;
         }
     }
@@ -176,6 +204,11 @@ int main(int argc, char **argv) {
         }
     }
     sm_real y[B], td[B];
+    sm_status dumped = SM_OK;
+    if (dump) {
+        dumped = dump_network(dump, q, obs, &err);
+        goto done; /* nothing timed */
+    }
 
     double t_tf = 0, t_of = 0, t_bw = 0, t_op = 0, t_sm = 0;
     long k = 0, warm = 50;
@@ -244,11 +277,13 @@ int main(int argc, char **argv) {
            B, n, wall, n / wall, us, 1e6 * cpu / n, flops / 1e6, flops / (us * 1e3), flops / (us * 1e3) / peak, us_net,
            flops / (us_net * 1e3), flops / (us_net * 1e3) / peak, flops / (cpu / n) / 1e9, flops / (cpu / n) / 1e9 / peak_cpu, 1e6 * t_sm / n, 1e6 * t_tf / n, 1e6 * t_of / n,
            1e6 * t_bw / n, 1e6 * t_op / n, q->params.total);
+done:
     sm_replay_free(&rb);
     sm_optim_free(&opt);
     sm_model_free(q);
     sm_model_free(qt);
     free(obs), free(next), free(ret), free(disc), free(act);
     free(sb.obs), free(sb.act), free(sb.ret), free(sb.next), free(sb.disc), free(sb.idx), free(sb.weight);
+    if (dumped != SM_OK) fail("--dump", &err);
     return 0;
 }

@@ -9,15 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-2}
-make -s build/libspecmoe.a
-# a library built with MPI (the Makefile's default when mpicc is there) needs MPI's link flags too
-mpi=$(command -v mpicc >/dev/null 2>&1 && mpicc --showme:link || true)
-cc -O3 -march=x86-64-v2 -mtune=native -fopenmp -Iinclude -I. tools/peers/dqn_update.c experiments/engine/peak.c \
-   build/libspecmoe.a -L/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -llapacke -lcjson -lmujoco -lz -lm $mpi \
-   -o build/dqn_update
+make -s build/dqn_update build/specmoe
 # the networks: every Rainbow-lite variant of the full tier's plan (`bench tokenize --dry-run`), its
 # flags from --arch on; the reset and pruning variants are left out (their network is softmoe-4's)
-make -s build/specmoe
 plan=$(build/specmoe bench tokenize --tier full --dry-run --games breakout --seeds 1 --out /tmp/tokenize-updates-plan |
     grep -- '--agent rainbow' | grep -v -- '--reset-every\|--prune-experts' |
     sed -n 's#.*/rainbow-minatar/\([^/ ]*\)/breakout-s1 .*\(--arch .*\)#\1 \2#p')
