@@ -992,20 +992,23 @@ expect 2 "bench tokenize: a finished run of another command under the same name 
     "ran another command than this plan's" -- "$bin" bench tokenize --figures 5 --games breakout --frames 1900 --reps 100 --out "$tmp/tk"
 # the PyTorch peer of the Fig. 1 networks (tools/peers/dqn_minatar.py, timed by
 # tools/peers/compare_tokenize.sh) computes specmoe's function: specmoe's parameters loaded into it
-# give specmoe's Q-values; a changed Q-value is caught
+# give specmoe's Q-values and gradients of the update's loss; a changed Q-value or gradient is caught
 dqnu=$(dirname "$bin")/dqn_update
 if [ -x "$dqnu" ] && /usr/bin/python3 -c "import torch" 2>/dev/null; then
     for pair in "softmoe-4|tokens,moe:128,flatten --router soft --experts 4" \
                 "expert-choice-1-x4|tokens,moe:512,flatten --router expert-choice --experts 1" "baseline|dense:128"; do
         net=${pair%%|*}
-        expect 0 "the PyTorch peer's $net gives specmoe's Q-values" "^peer-check net=$net .* ok\$" -- sh -c '
+        expect 0 "the PyTorch peer's $net gives specmoe's Q-values and gradients" "^peer-check net=$net .* ok\$" -- sh -c '
             "$0" --obs env --sample 0 --arch conv:16:3:1:0,$3 --dump "$1.st" >/dev/null && /usr/bin/python3 "$2" --check "$1.st" --net "$4"' \
             "$dqnu" "$tmp/peer-$net" "$root/tools/peers/dqn_minatar.py" "${pair#*|}" "$net"
     done
-    expect 1 "the PyTorch peer's check catches a Q-value that differs" "MISMATCH" -- sh -c '
-        /usr/bin/python3 -c "import sys; sys.path.insert(0, sys.argv[3]); import safetensors_torch as st
-t, m = st.load(sys.argv[1]); t[\"check.q\"][0, 0] += 1e-3; st.save(t, sys.argv[2], metadata=m)" "$0" "$1" "$2/tools" &&
-        /usr/bin/python3 "$2/tools/peers/dqn_minatar.py" --check "$1" --net softmoe-4' "$tmp/peer-softmoe-4.st" "$tmp/peer-bad.st" "$root"
+    for what in "check.q|a Q-value" "grad.layers.2.router.phi|a gradient"; do
+        expect 1 "the PyTorch peer's check catches ${what#*|} that differs" "MISMATCH" -- sh -c '
+            /usr/bin/python3 -c "import sys; sys.path.insert(0, sys.argv[3]); import safetensors_torch as st
+t, m = st.load(sys.argv[1]); v = t[sys.argv[4]]; v.view(-1)[0] += 0.1 * v.abs().max(); st.save(t, sys.argv[2], metadata=m)" \
+                "$0" "$1" "$2/tools" "$3" && /usr/bin/python3 "$2/tools/peers/dqn_minatar.py" --check "$1" --net softmoe-4' \
+            "$tmp/peer-softmoe-4.st" "$tmp/peer-bad.st" "$root" "${what%%|*}"
+    done
 else
     echo "skip the PyTorch peer's check ($dqnu or /usr/bin/python3 with torch missing)"
 fi

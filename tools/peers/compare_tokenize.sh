@@ -63,9 +63,10 @@ for r in $(seq 1 "$reps"); do
         out=$(build/dqn_update --seconds "$secs" --sample 0 --obs env $flags)
         a=$(grep '^dqn-update ' <<<"$out") pk=$(grep '^bench-peak ' <<<"$out")
         peer=("$python" tools/peers/dqn_minatar.py --update-only --seconds "$secs" --obs env --net "$net")
-        b=$("${peer[@]}" 2>/dev/null | grep '^peer-dqn-update ') || die "the PyTorch peer failed on $net"
-        c=$(MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824 "${peer[@]}" 2>/dev/null |
-            grep '^peer-dqn-update ') || die "the PyTorch peer failed on $net (allocator tuned)"
+        b=$("${peer[@]}" 2>"$tmp/err" | grep '^peer-dqn-update ') ||
+            die "the PyTorch peer failed on $net: $(tail -n 3 "$tmp/err")"
+        c=$(MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824 "${peer[@]}" 2>"$tmp/err" |
+            grep '^peer-dqn-update ') || die "the PyTorch peer failed on $net (allocator tuned): $(tail -n 3 "$tmp/err")"
         [ "$(field "$a" params)" = "$(field "$b" params)" ] ||
             die "$net: specmoe has $(field "$a" params) parameters, the PyTorch network $(field "$b" params)"
         echo "round $r $net A $a"

@@ -42,9 +42,12 @@ Modes (one result line on stdout each; diagnostics on stderr):
                    as tools/peers/compare_tokenize.sh times them against specmoe's:
     peer-dqn-update net=NAME obs=KIND batch=32 updates=K seconds=S updates_per_s=X us_per_update=U
                     cpu_us_per_update=V params=P
-  --check FILE     the --net network with specmoe's parameters against specmoe's Q-values, both from
-                   `build/dqn_update --dump FILE` (same --arch): the peer computes the same function:
-    peer-check net=NAME max_abs_diff=E max_abs_q=Q ok|MISMATCH   (exit status 1 on a mismatch)
+  --check FILE     the --net network with specmoe's parameters against specmoe's Q-values and its
+                   gradients of the update's Huber loss, all from `build/dqn_update --dump FILE`
+                   (same --arch): the peer computes the same function, forward and backward:
+    peer-check net=NAME max_abs_diff=E max_abs_q=Q grad_max_rel_diff=G (PARAM) ok|MISMATCH
+                   (exit status 1 on a mismatch: |dQ| > 1e-5 + 1e-4 max|Q|, or a gradient off by more
+                   than 1e-3 of its tensor's largest entry)
   --random-episodes N  N episodes of a uniform random policy (to check the port against
                    `specmoe rl eval --env minatar/breakout --policy random --episodes N`):
     peer-breakout-random episodes=N mean_return=R std_return=D mean_length=L
@@ -181,11 +184,8 @@ class QNet(nn.Module):
 # ---- the networks of `specmoe bench tokenize` (issue 14), for --update-only --net NAME ----
 # Written as a PyTorch user would write them, batched over the observations: the slots (SoftMoE) or
 # the chosen tokens (expert choice) of the whole batch go through each expert in one call. The
-# experts are a ModuleList of Linear -> ReLU -> Linear applied one after another. With Debian's torch
-# 1.13 and glibc's default allocator that ran SoftMoE-4's update 2.7x faster than the experts'
-# weights stacked into batched products (torch.baddbmm over (E, B p, d)); with the allocator tuned
-# (compare_tokenize.sh, C) the batched form was about 10% faster on SoftMoE-4 (5.5-5.7 against
-# 6.2-6.6 ms) and as fast on SoftMoE-1 x4. The peer keeps the loop.
+# experts are a ModuleList of Linear -> ReLU -> Linear applied one after another (the common form;
+# the experts' weights stacked into batched products, torch.baddbmm over (E, B p, d), is the other).
 # Shapes: B observations, m = 64 tokens (the 8 x 8 positions of the convolution's output, PerConv),
 # d = 16 channels, E experts, p slots (SoftMoE) or tokens (expert choice) per expert.
 
@@ -443,42 +443,61 @@ def update_only(args):
           f"params={params}")
 
 
-def load_specmoe(q, t):
-    """specmoe's parameters (by their names in `dqn_update --dump`) into this Q-network; strict: every
-    parameter of the network must be given, and nothing else. The layouts agree: images NCHW, a
-    convolution's weight (OC, C, K, K), a dense layer's (out, in), an expert's w1 (H, d) and w2 (d, H),
-    the PerConv tokens position-major and flattened the same way."""
-    sd = {"conv.weight": t["layers.0.weight"], "conv.bias": t["layers.0.bias"],
-          "head.weight": t["head.weight"], "head.bias": t["head.bias"]}
+def specmoe_names(q):
+    """This Q-network's parameter names -> (specmoe's name in `dqn_update --dump`, expert index or None).
+    The layouts agree: images NCHW, a convolution's weight (OC, C, K, K), a dense layer's (out, in),
+    an expert's w1 (H, d) and w2 (d, H) (specmoe stacks them over the experts), the PerConv tokens
+    position-major and flattened the same way."""
+    names = {"conv.weight": ("layers.0.weight", None), "conv.bias": ("layers.0.bias", None),
+             "head.weight": ("head.weight", None), "head.bias": ("head.bias", None)}
     if isinstance(q, QNet):
-        sd["fc.weight"], sd["fc.bias"] = t["layers.1.weight"], t["layers.1.bias"]
+        names.update({"fc.weight": ("layers.1.weight", None), "fc.bias": ("layers.1.bias", None)})
+        return names
+    if isinstance(q.moe, SoftMoE):
+        names.update({"moe.phi": ("layers.2.router.phi", None), "moe.scale": ("layers.2.router.scale", None)})
     else:
-        moe = q.moe
-        if isinstance(moe, SoftMoE):
-            sd["moe.phi"], sd["moe.scale"] = t["layers.2.router.phi"], t["layers.2.router.scale"].reshape(())
-        else:
-            sd["moe.gate.weight"] = t["layers.2.router.weight"]
-        for e in range(len(moe.experts)):
-            for k, name in (("0.weight", "w1"), ("0.bias", "b1"), ("2.weight", "w2"), ("2.bias", "b2")):
-                sd[f"moe.experts.{e}.{k}"] = t[f"layers.2.experts.{name}"][e]
-    q.load_state_dict(sd)
+        names["moe.gate.weight"] = ("layers.2.router.weight", None)
+    for e in range(len(q.moe.experts)):
+        for k, name in (("0.weight", "w1"), ("0.bias", "b1"), ("2.weight", "w2"), ("2.bias", "b2")):
+            names[f"moe.experts.{e}.{k}"] = (f"layers.2.experts.{name}", e)
+    return names
 
 
 def check(args):
-    """The network of --net with specmoe's parameters must give specmoe's Q-values (dqn_update --dump):
-    the peer computes the same function, so the two sides' times are for the same work."""
+    """The network of --net with specmoe's parameters must give specmoe's Q-values and the same
+    gradients of the mean Huber loss (dqn_update --dump): the peer computes the same function,
+    forward and backward, so the two sides' times are for the same work."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)) + "/..")
     import safetensors_torch  # tools/safetensors_torch.py
 
     t, _ = safetensors_torch.load(args.check)
     q = NETS[args.net]()
-    load_specmoe(q, t)
+    params = dict(q.named_parameters())
+    names = specmoe_names(q)
+
+    def of(prefix, tn):
+        sn, e = names[tn]
+        v = t[prefix + sn]
+        return (v if e is None else v[e]).reshape(params[tn].shape)
+
+    q.load_state_dict({tn: of("", tn) for tn in names})  # strict: every parameter, nothing else
     with torch.no_grad():
         out = q(t["check.obs"])
     err = (out - t["check.q"]).abs().max().item()
     scale = t["check.q"].abs().max().item()
     ok = err <= 1e-5 + 1e-4 * scale
-    print(f"peer-check net={args.net} max_abs_diff={err:.3g} max_abs_q={scale:.3g} {'ok' if ok else 'MISMATCH'}")
+    # the gradients of the update's loss: mean Huber (beta 1) of Q(s, a) - y
+    q_sa = q(t["check.obs"]).gather(1, t["check.act"].long().unsqueeze(1)).squeeze(1)
+    F.smooth_l1_loss(q_sa, t["check.y"]).backward()
+    worst, worst_name = 0.0, ""
+    for tn in names:
+        g = of("grad.", tn)
+        rel = (params[tn].grad - g).abs().max().item() / max(g.abs().max().item(), 1e-12)
+        if rel > worst:
+            worst, worst_name = rel, tn
+    ok = ok and worst <= 1e-3
+    print(f"peer-check net={args.net} max_abs_diff={err:.3g} max_abs_q={scale:.3g} "
+          f"grad_max_rel_diff={worst:.3g} ({worst_name}) {'ok' if ok else 'MISMATCH'}")
     return 0 if ok else 1
 
 

@@ -68,28 +68,49 @@ static void fail(const char *what, const sm_error *e) {
     exit(1);
 }
 
-/* --dump FILE: the online network's parameters under their names, the first batch's observations
- * ("check.obs", (B, C, HW, HW) as the environment writes them) and the network's Q-values for them
- * in evaluation mode ("check.q", (B, A)), as safetensors; the PyTorch peer loads them into its own
- * network and compares (tools/peers/dqn_minatar.py --check FILE). */
-static sm_status dump_network(const char *path, sm_model *q, const float *obs, sm_error *err) {
+/* --dump FILE: a fixture for the PyTorch peer's check (tools/peers/dqn_minatar.py --check FILE) that
+ * it computes this network's function, forward and backward. Written as safetensors:
+ *   every parameter under its name, SoftMoE's learned scale set to 1.7 first (at initialisation it
+ *     is 1, where a peer that left it out or squared it would agree);
+ *   "check.obs" (B, C, HW, HW) the first batch's observations as the environment writes them,
+ *   "check.act" (B) its actions (as floats), "check.y" (B) targets (its rewards),
+ *   "check.q" (B, A) the Q-values of the observations in evaluation mode,
+ *   "grad.<name>" the gradient of every parameter of the mean Huber loss of Q(s, a) - y (train mode;
+ *     sm_dqn_td_loss, as the update's). */
+_Static_assert(sizeof(sm_real) == sizeof(float), "dqn_update writes the float library's parameters as F32");
+static sm_status dump_network(const char *path, sm_model *q, const float *obs, const int *act, const float *ret,
+                              sm_error *err) {
+    for (int i = 0; i < q->params.n; i++)
+        if (strstr(q->params.p[i].name, "router.scale")) sm_params_data(&q->params, i)[0] = 1.7f;
     sm_rng rng;
     sm_rng_seed(&rng, 1);
     const sm_real *out = sm_model_forward(q, obs, B, &rng, 0);
-    float qv[B * A];
+    float qv[B * A], a[B], y[B];
     for (int i = 0; i < B * A; i++) qv[i] = (float)out[i];
+    for (int i = 0; i < B; i++) a[i] = (float)act[i], y[i] = ret[i];
+    sm_real td[B];
+    out = sm_model_forward(q, obs, B, &rng, 1);
+    sm_dqn_td_loss(q->dlogits, td, out, act, y, NULL, B, A, 1);
+    sm_model_backward_set(q, B);
     sm_st_writer w;
     sm_st_writer_init(&w);
     sm_status st = SM_OK;
+    char (*gname)[SM_NAME_MAX + 8] = calloc((size_t)q->params.n, sizeof *gname);
+    if (!gname) st = sm_fail(err, SM_ERR_NOMEM, "out of memory");
     for (int i = 0; i < q->params.n && st == SM_OK; i++) {
         const sm_param *p = &q->params.p[i];
+        snprintf(gname[i], sizeof gname[i], "grad.%s", p->name);
         st = sm_st_writer_add(&w, p->name, p->ndim, p->shape, sm_params_data(&q->params, i), err);
+        if (st == SM_OK) st = sm_st_writer_add(&w, gname[i], p->ndim, p->shape, sm_params_grad(&q->params, i), err);
     }
-    const int64_t so[4] = {B, C, HW, HW}, sq[2] = {B, A};
+    const int64_t so[4] = {B, C, HW, HW}, sq[2] = {B, A}, sb[1] = {B};
     if (st == SM_OK) st = sm_st_writer_add(&w, "check.obs", 4, so, obs, err);
+    if (st == SM_OK) st = sm_st_writer_add(&w, "check.act", 1, sb, a, err);
+    if (st == SM_OK) st = sm_st_writer_add(&w, "check.y", 1, sb, y, err);
     if (st == SM_OK) st = sm_st_writer_add(&w, "check.q", 2, sq, qv, err);
     if (st == SM_OK) st = sm_st_writer_write(&w, path, err);
     sm_st_writer_free(&w);
+    free(gname);
     return st;
 }
 
@@ -195,6 +216,11 @@ int main(int argc, char **argv) {
     sm_replay_batch sb = {malloc(sizeof(float) * B * D), malloc(sizeof(int) * B), malloc(sizeof(float) * B),
                           malloc(sizeof(float) * B * D), malloc(sizeof(float) * B), malloc(sizeof(long) * B),
                           malloc(sizeof(float) * B), 1};
+    sm_status dumped = SM_OK;
+    if (dump) {
+        dumped = dump_network(dump, q, obs, act, ret, &err);
+        goto done; /* nothing timed */
+    }
     if (sample) {
         if (sm_replay_init(&rb, 100000, 1, D, 1, 1, 0.99, 0, 0, &err) != SM_OK) fail("replay", &err);
         for (long t = 0; t < 100000; t++) {
@@ -204,11 +230,6 @@ int main(int argc, char **argv) {
         }
     }
     sm_real y[B], td[B];
-    sm_status dumped = SM_OK;
-    if (dump) {
-        dumped = dump_network(dump, q, obs, &err);
-        goto done; /* nothing timed */
-    }
 
     double t_tf = 0, t_of = 0, t_bw = 0, t_op = 0, t_sm = 0;
     long k = 0, warm = 50;
