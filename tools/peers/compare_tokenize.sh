@@ -11,10 +11,11 @@
 #      MALLOC_TRIM_THRESHOLD_ at 1 GB). By default glibc hands torch's large tensors back to the
 #      kernel when they are freed and takes them again, page fault by page fault, on the next update:
 #      on this machine that was most of SoftMoE-1 x4's update (81 ms with 776k minor faults, 10 ms
-#      with the allocator tuned). C is PyTorch at its best here; B is what a user gets by default.
+#      with the allocator tuned). C is PyTorch without that cost; B is what a user gets by default.
 # Both sides: batch 32, a target forward on the next states, an online forward and backward, the
 # Huber loss and a centered RMSprop step, on 16 fixed batches of Breakout frames under a random
-# policy; no replay sampling. The two networks must have the same parameter count (checked). FLOPs
+# policy; no replay sampling. The two networks must have the same parameter count (checked here;
+# that they compute the same function, forward and backward, is `dqn_minatar.py --check`'s). FLOPs
 # are specmoe's count of the network (sm_model_update_macs), so both fractions divide the same work.
 # Prints each run, then per network the medians over rounds and pytorch / specmoe for B and C.
 #
