@@ -45,12 +45,9 @@ case "$reps" in ''|*[!0-9]*|0) die "--reps must be a positive integer (got '$rep
 "$python" -c 'import torch' 2>/dev/null || die "$python: cannot import torch (Debian's python3-torch: scripts/setup.sh)"
 make -s build/dqn_update build/specmoe
 
-# each network's flags in the full tier's plan
-plan=$(build/specmoe bench tokenize --tier full --dry-run --figures 1 --games breakout --seeds 1 --out /tmp/compare-tokenize-plan |
-    sed -n 's#.*/rainbow-minatar/\([^/ ]*\)/breakout-s1 .*\(--arch .*\)#\1 \2#p')
-field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p" | head -n 1; }
-median() { sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-calc() { awk "BEGIN {printf \"%.${2:-1}f\", $1}"; }
+# shellcheck source=tools/peers/tokenize_common.sh
+. tools/peers/tokenize_common.sh
+plan=$(tokenize_plan "" --figures 1) # each network's flags in the full tier's plan
 
 tmp=$(mktemp -d /tmp/specmoe-tokenize-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT

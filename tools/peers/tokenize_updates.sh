@@ -12,14 +12,14 @@ secs=${1:-2}
 make -s build/dqn_update build/specmoe
 # the networks: every Rainbow-lite variant of the full tier's plan (`bench tokenize --dry-run`), its
 # flags from --arch on; the reset and pruning variants are left out (their network is softmoe-4's)
-plan=$(build/specmoe bench tokenize --tier full --dry-run --games breakout --seeds 1 --out /tmp/tokenize-updates-plan |
-    grep -- '--agent rainbow' | grep -v -- '--reset-every\|--prune-experts' |
-    sed -n 's#.*/rainbow-minatar/\([^/ ]*\)/breakout-s1 .*\(--arch .*\)#\1 \2#p')
+# shellcheck source=tools/peers/tokenize_common.sh
+. tools/peers/tokenize_common.sh
+plan=$(tokenize_plan '--reset-every\|--prune-experts')
 [ -n "$plan" ] || { echo "tokenize_updates: no variants in the plan" >&2; exit 1; }
 while read -r name args; do
     # shellcheck disable=SC2086
     line=$(build/dqn_update --seconds "$secs" --obs env $args | tail -1)
-    get() { echo "$line" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+    get() { field "$line" "$1"; }
     printf 'tokenize-update variant=%s mflop=%s cpu_us_per_update=%s cpu_gflops=%s cpu_roofline_fraction=%s\n' \
         "$name" "$(get mflop)" "$(get cpu_us_per_update)" "$(get cpu_gflops)" "$(get cpu_roofline_fraction)"
 done <<< "$plan"
