@@ -46,6 +46,7 @@
 #include "common.h"
 #include "flags.h"
 #include "specmoe/io/runlog.h"
+#include "specmoe/nn/model.h"
 #include "specmoe/rl/agent.h"
 #include "specmoe/rl/rliable.h"
 
@@ -117,16 +118,42 @@ static int reference_ok(const char *list) {
     return 1;
 }
 
-/* level k of a run's settings: the top level, agent_settings, network, network.moe */
+/* Whether a run's network has an MoE layer: a network's settings hold the router's options ("moe")
+ * whether or not its --arch uses them. Without an arch to read, it may. */
+static int network_has_moe(const cJSON *net) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(net, "arch");
+    if (!cJSON_IsString(a) || !a->valuestring[0]) return 1;
+    sm_model_config c;
+    sm_model_config_default(&c);
+    sm_error e;
+    if (sm_model_parse_arch(&c, a->valuestring, &e) != SM_OK) return 1;
+    for (int i = 0; i < c.n_layers; i++)
+        if (c.layers[i].kind == SM_LAYER_MOE || c.layers[i].kind == SM_LAYER_MOEHEAD) return 1;
+    return 0;
+}
+
+/* level k of a run's settings: the top level, agent_settings, network, network.moe (NULL for a
+ * network without an MoE layer: its router options are defaults it does not use) */
 static const cJSON *settings_level(const cJSON *o, int level) {
     if (!o || level == 0) return o;
     if (level == 1) return cJSON_GetObjectItemCaseSensitive(o, "agent_settings");
     const cJSON *net = cJSON_GetObjectItemCaseSensitive(o, "network");
-    return level == 2 ? net : cJSON_GetObjectItemCaseSensitive(net, "moe");
+    if (level == 2) return net;
+    return net && network_has_moe(net) ? cJSON_GetObjectItemCaseSensitive(net, "moe") : NULL;
 }
 
 /* The variants' labels: the settings that differ between them ("agent=dqn arch=..."), or the agent
- * when there is one variant. */
+ * when there is one variant. A level a variant lacks (network.moe without an MoE layer) is compared
+ * among the variants that have it; a key=value already in the label (the arch, kept by the agent and
+ * the network alike) is not repeated. */
+/* whether the space-separated words of s include w */
+static int has_word(const char *s, const char *w) {
+    const size_t n = strlen(w);
+    for (const char *p = s; (p = strstr(p, w)) != NULL; p++)
+        if ((p == s || p[-1] == ' ') && (p[n] == ' ' || !p[n])) return 1;
+    return 0;
+}
+
 static void variant_labels(char *const *keys, int nv, char labels[][96]) {
     cJSON *o[REPORT_MAX_RUNS];
     for (int v = 0; v < nv; v++) {
@@ -145,6 +172,7 @@ static void variant_labels(char *const *keys, int nv, char labels[][96]) {
                 int differs = !strcmp(it->string, "agent") && nv == 1, everywhere = 1, other_value = 0;
                 for (int u = 0; u < nv && !differs; u++) {
                     const cJSON *other = settings_level(o[u], level);
+                    if (!other && level == 3) continue;
                     const cJSON *w = other ? cJSON_GetObjectItemCaseSensitive(other, it->string) : NULL;
                     everywhere &= w != NULL;
                     other_value |= w && !cJSON_Compare(it, w, 1);
@@ -153,9 +181,11 @@ static void variant_labels(char *const *keys, int nv, char labels[][96]) {
                 if (!differs || at >= 90) continue;
                 char *val = cJSON_PrintUnformatted(it);
                 if (val) {
-                    char *q = val;
+                    char *q = val, kv[96];
                     if (*q == '"') q++, q[strlen(q) - (q[strlen(q) - 1] == '"')] = 0;
-                    at += (size_t)snprintf(labels[v] + at, 96 - at, "%s%s=%s", at ? " " : "", it->string, q);
+                    snprintf(kv, sizeof kv, "%s=%s", it->string, q);
+                    if (!has_word(labels[v], kv))
+                        at += (size_t)snprintf(labels[v] + at, 96 - at, "%s%s", at ? " " : "", kv);
                     free(val);
                 }
             }
@@ -238,8 +268,14 @@ static int draw(const char *out, const sm_interval (*ci)[SM_AGG_N], char labels[
     }
     if (f && fclose(f) != 0) code = CLI_EXIT_RUNTIME;
     cli_buf s = {0};
-    /* the labels (at most 48 characters) left of the first panel, the four panels side by side */
-    const double left = 0.34, w = (1 - left) / SM_AGG_N;
+    /* the labels (at most 48 characters) left of the first panel, the four panels side by side; the
+     * labels' margin is sized to the longest (about 7 pixels a character at 10 points on 1400) */
+    size_t longest = 1;
+    for (int v = 0; v < nv; v++) {
+        const size_t n = strlen(labels[v]);
+        if (n > longest) longest = n < 48 ? n : 48;
+    }
+    const double left = 0.03 + 0.0055 * (double)longest, w = (1 - left) / SM_AGG_N; /* at most 0.294 */
     cli_bprintf(&s, "set terminal pngcairo size 1400,%d enhanced font ',10'\nset output '%s'\n", 160 + 36 * nv, out);
     cli_bprintf(&s, "set multiplot\nset grid xtics\nset offsets 0,0,0.5,0.5\nunset key\nset xtics nomirror font ',8'\nset format x '%%.3g'\n");
     cli_bprintf(&s, "set yrange [-0.5:%d.5]\nset ytics (", nv - 1);

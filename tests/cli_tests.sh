@@ -326,6 +326,17 @@ expect 0 "report --out draws the intervals" "^report: intervals -> $tmp/rep.png"
 expect 0 "report: the interval plot is a PNG" "PNG" -- head -c 4 "$tmp/rep.png"
 expect 2 "report: a malformed --reference is refused" "not GAME=SCORE" -- "$bin" report "$tmp"/rep/* --reference cartpole
 expect 1 "report: a directory that is not an RL run is named" "nope: no settings.json" -- "$bin" report "$tmp/nope"
+# labels by settings: a network without an MoE layer keeps the router's defaults in its settings, which
+# are not its own; the arch, in the agent's settings and the network's alike, is named once
+for v in "dense:64 topk 8 1" "dense:64,moe:64 soft 4 1" "dense:64,moe:64 soft 4 0.1"; do
+    read -r arch router experts temp <<< "$v"; d="$tmp/replab/$arch-$temp"; mkdir -p "$d"
+    printf '{"env": "classic/cartpole", "agent": "dqn", "seed": "1", "agent_settings": {"arch": "%s"}, "network": {"arch": "%s", "moe": {"router": "%s", "experts": %s, "temperature": %s}}}\n' \
+        "$arch" "$arch" "$router" "$experts" "$temp" > "$d/settings.json"
+    printf '{"global_step": 1000, "episodic_return": 100}\n' > "$d/metrics.jsonl"
+done
+replab() { "$bin" report "$tmp"/replab/* --random-episodes 5 --reps 20 | sed -n 's/^| \(arch=[^|]*[^ ]\) *| 1 x 1 .*/\1/p' | LC_ALL=C sort | paste -sd'|' -; }
+expect 0 "report: labels name what differs, once, and not the router defaults of a network without MoE" \
+    "^arch=dense:64\|arch=dense:64,moe:64 temperature=0\.1\|arch=dense:64,moe:64 temperature=1$" -- replab
 # report --claims: three variants of 3 seeds on two games. lr=2 beats lr=1 in every run; lr=3 is
 # lr=1 plus half a point (about 0.002 of a game's normalised range); the verdicts follow rliable.h's rule.
 for v in 1 2 3; do for g in cartpole mountaincar; do for s in 1 2 3; do
