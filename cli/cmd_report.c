@@ -142,10 +142,6 @@ static const cJSON *settings_level(const cJSON *o, int level) {
     return net && network_has_moe(net) ? cJSON_GetObjectItemCaseSensitive(net, "moe") : NULL;
 }
 
-/* The variants' labels: the settings that differ between them ("agent=dqn arch=..."), or the agent
- * when there is one variant. A level a variant lacks (network.moe without an MoE layer) is compared
- * among the variants that have it; a key=value already in the label (the arch, kept by the agent and
- * the network alike) is not repeated. */
 /* whether the space-separated words of s include w */
 static int has_word(const char *s, const char *w) {
     const size_t n = strlen(w);
@@ -154,26 +150,31 @@ static int has_word(const char *s, const char *w) {
     return 0;
 }
 
+/* The variants' labels: the settings that differ between them ("agent=dqn arch=..."), or the agent
+ * when there is one variant. A level is compared among the variants that have it (network.moe is
+ * absent without an MoE layer); a key=value already in the label (the arch, kept by the agent and
+ * the network alike) is not repeated. */
 static void variant_labels(char *const *keys, int nv, char labels[][96]) {
     cJSON *o[REPORT_MAX_RUNS];
+    const cJSON *lv[REPORT_MAX_RUNS][4]; /* each variant's levels (settings_level), NULL where absent */
     for (int v = 0; v < nv; v++) {
         o[v] = keys[v] ? cJSON_Parse(keys[v]) : NULL;
+        for (int level = 0; level < 4; level++) lv[v][level] = settings_level(o[v], level);
         labels[v][0] = 0;
     }
     for (int v = 0; v < nv; v++) {
         size_t at = 0;
         /* top-level, agent_settings, network and network.moe leaves */
-        for (int level = 0; level < 4 && o[v]; level++) {
-            const cJSON *obj = settings_level(o[v], level);
+        for (int level = 0; level < 4; level++) {
+            const cJSON *obj = lv[v][level];
             for (const cJSON *it = obj ? obj->child : NULL; it; it = it->next) {
                 if (cJSON_IsObject(it)) continue;
                 /* a key every variant has, with another value in one of them (the agent always, when
                  * it differs or there is one variant); keys of one agent only follow from the agent */
                 int differs = !strcmp(it->string, "agent") && nv == 1, everywhere = 1, other_value = 0;
                 for (int u = 0; u < nv && !differs; u++) {
-                    const cJSON *other = settings_level(o[u], level);
-                    if (!other && level == 3) continue;
-                    const cJSON *w = other ? cJSON_GetObjectItemCaseSensitive(other, it->string) : NULL;
+                    if (!lv[u][level]) continue;
+                    const cJSON *w = cJSON_GetObjectItemCaseSensitive(lv[u][level], it->string);
                     everywhere &= w != NULL;
                     other_value |= w && !cJSON_Compare(it, w, 1);
                 }
