@@ -998,6 +998,15 @@ expect 0 "runs_archive.sh: a restored run keeps its learning curve; plot --label
     "^plot-curve label=baseline runs=1 plot-curve label=tok-sum runs=1 plot: 2 runs in 2 groups" -- sh -c '
     "$0" plot "$1-restored/der-minatar/baseline/breakout-s1" "$1-restored/der-minatar/tok-sum/breakout-s1" --x global_step \
         --y curve_return --labels dir --out "$1-curves.png" | tr "\n" " " && [ -s "$1-curves.png" ]' "$bin" "$tmp/tk"
+# tools/softmoe_rl/tier_left.sh prices what is left of the full tier: a finished run is not left, and a
+# run two figures share (softmoe-4: Figs. 15 and 12) is counted under the first figure only
+expect 0 "tier_left.sh: the runs left per figure, priced, a shared run counted once" \
+    "^15 75 1 74 7.9 12 45 0 30 4.2 tier-left runs=104 cpu_hours=12.1" -- sh -c '
+    rm -rf "$1" && mkdir -p "$1/rainbow-minatar/gap/breakout-s1" && touch "$1/rainbow-minatar/gap/breakout-s1/done" &&
+    "$2/tools/softmoe_rl/tier_left.sh" "$0" "$2/docs/results/tokenize_full_tier_cost_4aefb9a.txt" "$1" 15,12 |
+        sed 1d | tr -s " \n" " "' "$bin" "$tmp/tier-left" "$root"
+expect 2 "tier_left.sh: a runs directory that is not there is named" "/nonexistent-runs is not a directory" -- \
+    "$root/tools/softmoe_rl/tier_left.sh" "$bin" "$root/docs/results/tokenize_full_tier_cost_4aefb9a.txt" /nonexistent-runs
 expect 2 "plot --labels: only dir" "--labels must be dir" -- "$bin" plot "$tmp/tk" --labels variant
 expect 2 "bench tokenize: a finished run of another command under the same name is refused, not reported" \
     "ran another command than this plan's" -- "$bin" bench tokenize --figures 5 --games breakout --frames 1900 --reps 100 --out "$tmp/tk"
