@@ -45,7 +45,7 @@
  *                    in 1M frames (245k Adam steps of at most lr = 6.25e-5 each), the dispatch and combine
  *                    weights stay near uniform, and every output token is nearly the average of the
  *                    slots: the figure measures how much of SoftMoE's deficit here is that (BENCHMARKS.md,
- *                    "Don't Flatten, Tokenize": routing sharpness). One value, 0.1, chosen before any run
+ *                    "Routing sharpness, and the ablation `sharp`"). One value, 0.1, chosen before any run
  *                    with it and not tuned.
  *
  * Agents: the paper runs every figure but Figs. 10 and 11 on Rainbow, so the full tier does too.
@@ -185,7 +185,7 @@ typedef struct {
  *      routing sharpness: near-uniform routing is SoftMoE's deficit here), as claims - sharpening
  *      helps both networks - and Fig. 1's first and third claims again with sharpened routing.
  *      Added 2026-11-29 (sixth session), when 9 of the ablation's 30 sharpened runs had finished
- *      (seed 1 of four games, Asterix s2); the verdicts wait for all 15 games x seeds. */
+ *      (seed 1 of four games, Asterix s2); the other 21 decided them (BENCHMARKS.md, "Routing sharpness"). */
 static const tk_figure kFigures[] = {
     {"1", "Figs. 1/6: scaling the penultimate layer vs SoftMoE, and a single scaled expert under expert choice (Fig. 6)",
      {"baseline", "baseline-x4", "softmoe-4", "softmoe-1-x4", "expert-choice-1-x4"}, NULL,
