@@ -200,18 +200,9 @@ int cmd_plot(int argc, char **argv) {
     }
     if (!code && (!vals || script.failed)) code = CLI_EXIT_RUNTIME;
     if (!code) {
-        char sp[4200], cmd[8600];
+        char sp[4200];
         snprintf(sp, sizeof sp, "%s/plot.gp", dir);
-        if (cli_write_text(sp, script.s)) {
-            fprintf(stderr, "specmoe plot: cannot write %s\n", sp);
-            code = CLI_EXIT_RUNTIME;
-        } else {
-            snprintf(cmd, sizeof cmd, "gnuplot '%s'", sp);
-            if (system(cmd) != 0) {
-                fprintf(stderr, "specmoe plot: gnuplot failed on %s (is %s writable?)\n", sp, o.out);
-                code = CLI_EXIT_RUNTIME;
-            }
-        }
+        code = cli_gnuplot("plot", sp, script.s, o.out);
     }
     if (!code) printf("plot: %d run%s in %d group%s -> %s\n", npos, npos == 1 ? "" : "s", ng, ng == 1 ? "" : "s", o.out);
     /* scratch files */

@@ -26,6 +26,15 @@
  * Output: a Markdown table of Median, IQM, Mean and optimality gap with stratified-bootstrap 95%
  * intervals per variant, the raw mean score per game, and with --out a PNG of the intervals (gnuplot).
  *
+ * --curves PNG: the IQM over training, as the paper's figures draw it (normalised IQM against frames,
+ * a 95% band per variant). Point b of a run is the mean return of the episodes ending in frames
+ * (b E, (b+1) E], E = --curve-every (50,000 by default); an archived run of `bench tokenize`
+ * (tools/softmoe_rl/runs_archive.sh) keeps exactly these points as its curve_return records, which
+ * are read as they are. Each point is normalised by the same random policy and reference as the
+ * final score, and aggregated over games x runs with the same stratified bootstrap, so a curve's
+ * last point differs from the table's IQM only by its window (the last E frames, not the last 10%).
+ * A point where some run had no episode ending is left out of its variant's curve.
+ *
  * --claims "A>B;C~D;E<F" tests claims about the variants (A, B: their labels as printed): for each,
  * the interval of IQM(A) - IQM(B) and of the probability of improvement P(A > B)
  * (sm_rliable_compare), and a verdict by sm_claim_verdict's rule with --margin (the smallest IQM
@@ -52,16 +61,59 @@
 
 #define REPORT_MAX_RUNS 512
 #define REPORT_MAX_GAMES 32
+#define REPORT_MAX_POINTS 1000
 
 typedef struct {
     const char *dir;
     char env[64];
     double score;
+    double *curve; /* (npoints) the learning curve at --curve-every frames (NAN: no episode ended there) */
+    int npoints;
     int variant, game;
 } run_score;
 
-/* The run's score: mean episodic_return of the episodes ending in the last 10% of its frames. */
-static int run_score_of(run_score *r, sm_error *err) {
+/* The run's curve at `every` frames: from its curve_return records (an archived run) when it has
+ * them, else from its episodes s (x: the frame an episode ended, y: its return). */
+static int run_curve_of(run_score *r, const char *path, const sm_series *s, long every, sm_error *err) {
+    sm_series c = {0};
+    if (sm_runlog_read(&c, path, "global_step", "curve_return", NULL, err) != SM_OK) return -1;
+    const sm_series *src = c.n ? &c : s;
+    double xmax = 0;
+    for (size_t i = 0; i < src->n; i++) xmax = src->x[i] > xmax ? src->x[i] : xmax;
+    const double nb = xmax < 1 ? 1 : ceil(xmax / (double)every);
+    if (nb > REPORT_MAX_POINTS) {
+        sm_series_free(&c);
+        sm_fail(err, SM_ERR_ARG, "%s: %.0f frames make more than %d points of --curve-every %ld", path, xmax,
+                REPORT_MAX_POINTS, every);
+        return -1;
+    }
+    r->npoints = (int)nb;
+    r->curve = malloc(sizeof(double) * (size_t)r->npoints);
+    long *cnt = calloc((size_t)r->npoints, sizeof *cnt);
+    int rc = r->curve && cnt ? 0 : -1;
+    if (rc) sm_fail(err, SM_ERR_NOMEM, "report: out of memory");
+    for (int b = 0; !rc && b < r->npoints; b++) r->curve[b] = 0;
+    for (size_t i = 0; !rc && i < src->n; i++) {
+        /* an episode ending at frame x is in (b E, (b+1) E]; a curve_return record stands at (b+1) E */
+        const double x = src->x[i];
+        const long b = x < 1 ? 0 : (long)((x - 1) / (double)every);
+        if (c.n && fmod(x, (double)every) != 0) {
+            sm_fail(err, SM_ERR_FORMAT, "%s: a curve_return record at frame %.0f, not a multiple of --curve-every %ld "
+                                        "(an archived run's curve is kept every 50000 frames)", path, x, every);
+            rc = -1;
+        } else if (b < r->npoints) {
+            r->curve[b] += src->y[i], cnt[b]++;
+        }
+    }
+    for (int b = 0; !rc && b < r->npoints; b++) r->curve[b] = cnt[b] ? r->curve[b] / (double)cnt[b] : NAN;
+    free(cnt);
+    sm_series_free(&c);
+    return rc;
+}
+
+/* The run's score: mean episodic_return of the episodes ending in the last 10% of its frames; with
+ * every > 0 also its learning curve (run_curve_of). */
+static int run_score_of(run_score *r, long every, sm_error *err) {
     cJSON *o = cli_run_settings(r->dir);
     const cJSON *env = o ? cJSON_GetObjectItemCaseSensitive(o, "env") : NULL;
     if (!cJSON_IsString(env)) {
@@ -80,13 +132,14 @@ static int run_score_of(run_score *r, sm_error *err) {
     for (size_t i = 0; i < s.n; i++) xmax = s.x[i] > xmax ? s.x[i] : xmax;
     for (size_t i = 0; i < s.n; i++)
         if (s.x[i] >= 0.9 * xmax) sum += s.y[i], n++;
+    const int rc = n && every > 0 ? run_curve_of(r, path, &s, every, err) : 0;
     sm_series_free(&s);
     if (!n) {
         sm_fail(err, SM_ERR_FORMAT, "%s: no finished episodes", path);
         return -1;
     }
     r->score = sum / n;
-    return 0;
+    return rc;
 }
 
 /* --reference GAME=SCORE,...: the score for env, or NAN */
@@ -235,7 +288,7 @@ static int reference_pool(const char *file, char games[][64], int ng, double *be
         while (k && (line[k - 1] == '\n' || line[k - 1] == '\r' || line[k - 1] == ' ')) line[--k] = 0;
         if (!k) continue;
         run_score r = {.dir = line};
-        if (run_score_of(&r, err)) {
+        if (run_score_of(&r, 0, err)) {
             char why[sizeof err->msg];
             snprintf(why, sizeof why, "%s", err->msg);
             sm_fail(err, SM_ERR_FORMAT, "--reference-runs %s:%ld: %s", file, n, why);
@@ -290,19 +343,119 @@ static int draw(const char *out, const sm_interval (*ci)[SM_AGG_N], char labels[
                     sm_aggregate_name((sm_aggregate_kind)k), data, k);
     }
     cli_bprintf(&s, "unset multiplot\n");
-    if (!code && (s.failed || cli_write_text(sp, s.s))) code = CLI_EXIT_RUNTIME;
-    if (!code) {
-        char cmd[8600];
-        snprintf(cmd, sizeof cmd, "gnuplot '%s'", sp);
-        if (system(cmd) != 0) {
-            fprintf(stderr, "specmoe report: gnuplot failed on %s (is %s writable?)\n", sp, out);
-            code = CLI_EXIT_RUNTIME;
-        }
-    }
+    if (!code) code = cli_gnuplot("report", sp, s.failed ? NULL : s.s, out);
     free(s.s);
     remove(data);
     remove(sp);
     rmdir(dir);
+    return code;
+}
+
+/* (raw - random) / (reference - random); a reference below random play scales by |reference - random|,
+ * not inverting the game's order */
+static double normalised(double raw, double random, double reference) {
+    return sm_rliable_normalise(raw, random, reference < random ? 2 * random - reference : reference);
+}
+
+/* --curves: per variant and point b, the IQM of its runs' normalised curve points over games x runs
+ * (the same runs as the table: the first R of each game), with its interval; printed as a table, one
+ * row per point, and drawn into out as lines with their bands. */
+static int report_curves(const char *out, const run_score *runs, int npos, int nv, int ng, const double *rnd,
+                         const double *ref, const int *Rv, char labels[][96], long every, int reps, double conf,
+                         uint64_t seed) {
+    int bmax = 0, code = 0;
+    sm_interval *iqm = calloc((size_t)nv * REPORT_MAX_POINTS, sizeof *iqm); /* (nv, REPORT_MAX_POINTS) */
+    int *nb = calloc((size_t)nv, sizeof *nb);
+    double *m = malloc(sizeof(double) * (size_t)npos * ng);
+    const run_score **sel = malloc(sizeof *sel * (size_t)npos); /* the variant's runs, (R, G) */
+    sm_error err = {0};
+    if (!iqm || !nb || !m || !sel) code = cli_fail(sm_fail(&err, SM_ERR_NOMEM, "report: out of memory"), &err);
+    for (int v = 0; v < nv && !code; v++) {
+        const int R = Rv[v];
+        if (R == 0) continue;
+        int taken[REPORT_MAX_GAMES] = {0};
+        nb[v] = REPORT_MAX_POINTS;
+        for (int r = 0; r < npos; r++) {
+            const run_score *x = &runs[r];
+            if (x->variant != v || taken[x->game] >= R) continue;
+            sel[(size_t)taken[x->game]++ * ng + x->game] = x;
+            nb[v] = x->npoints < nb[v] ? x->npoints : nb[v];
+        }
+        bmax = nb[v] > bmax ? nb[v] : bmax;
+        for (int b = 0; b < nb[v] && !code; b++) {
+            int ok = 1;
+            for (int i = 0; i < R * ng; i++) {
+                const run_score *x = sel[i];
+                m[i] = normalised(x->curve[b], rnd[x->game], ref[x->game]);
+                ok &= isfinite(m[i]) != 0;
+            }
+            sm_interval agg[SM_AGG_N];
+            if (!ok) {
+                iqm[(size_t)v * REPORT_MAX_POINTS + b] = (sm_interval){NAN, NAN, NAN};
+                continue;
+            }
+            sm_status st = sm_rliable(m, R, ng, reps, conf, seed, agg, &err);
+            if (st != SM_OK) code = cli_fail(st, &err);
+            else iqm[(size_t)v * REPORT_MAX_POINTS + b] = agg[SM_AGG_IQM];
+        }
+    }
+    if (!code) {
+        printf("\nIQM over training (--curves): point b = the episodes ending in frames (b E, (b+1) E], E = %ld, "
+               "normalised as above; %.0f%% intervals; - where a run had no episode end there.\n\n| frames |",
+               every, 100 * conf);
+        for (int v = 0; v < nv; v++) printf(" %s |", labels[v]);
+        printf("\n|---|");
+        for (int v = 0; v < nv; v++) printf("---|");
+        printf("\n");
+        for (int b = 0; b < bmax; b++) {
+            printf("| %ld |", (long)(b + 1) * every);
+            for (int v = 0; v < nv; v++) {
+                const sm_interval q = iqm[(size_t)v * REPORT_MAX_POINTS + b];
+                if (b < nb[v] && isfinite(q.point)) printf(" %.3f [%.3f, %.3f] |", q.point, q.lo, q.hi);
+                else printf(" - |");
+            }
+            printf("\n");
+        }
+    }
+    char dir[] = "/tmp/specmoe-curves-XXXXXX";
+    int made = 0;
+    if (!code && !(made = mkdtemp(dir) != NULL)) {
+        fprintf(stderr, "specmoe report: cannot make a scratch directory: %s\n", strerror(errno));
+        code = CLI_EXIT_RUNTIME;
+    }
+    char data[4200], sp[4200];
+    snprintf(data, sizeof data, "%s/iqm.dat", dir);
+    snprintf(sp, sizeof sp, "%s/curves.gp", dir);
+    FILE *f = code ? NULL : fopen(data, "w");
+    if (!code && !f) code = CLI_EXIT_RUNTIME;
+    for (int v = 0; f && v < nv; v++) { /* one gnuplot index per variant; a blank line breaks a curve */
+        for (int b = 0; b < nb[v]; b++) {
+            const sm_interval q = iqm[(size_t)v * REPORT_MAX_POINTS + b];
+            if (isfinite(q.point)) fprintf(f, "%.9g %.9g %.9g %.9g\n", (double)(b + 1) * (double)every / 1e6, q.point, q.lo, q.hi);
+            else fprintf(f, "\n");
+        }
+        fprintf(f, "\n\n");
+    }
+    if (f && fclose(f) != 0) code = CLI_EXIT_RUNTIME;
+    cli_buf g = {0};
+    cli_bprintf(&g, "set terminal pngcairo size 900,600 enhanced font ',10'\nset output '%s'\n", out);
+    cli_bprintf(&g, "set xlabel 'frames (millions)'\nset ylabel 'IQM normalised score'\nset grid\nset key top left noenhanced\n"
+                    "set style fill transparent solid 0.2 noborder\nplot ");
+    static const char *const colour[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                         "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+    for (int v = 0, first = 1; v < nv; v++) {
+        if (!nb[v]) continue;
+        const char *c = colour[v % 10];
+        cli_bprintf(&g, "%s'%s' index %d using 1:3:4 with filledcurves lc rgb '%s' notitle, '' index %d using 1:2 with lines "
+                        "lc rgb '%s' lw 2 title \"%s\"", first ? "" : ", ", data, v, c, v, c, labels[v]);
+        first = 0;
+    }
+    cli_bprintf(&g, "\n");
+    if (!code) code = cli_gnuplot("report", sp, g.failed ? NULL : g.s, out);
+    if (!code) printf("report: IQM over training -> %s\n", out);
+    free(g.s);
+    if (made) remove(data), remove(sp), rmdir(dir);
+    free(iqm), free(nb), free(m), free(sel);
     return code;
 }
 
@@ -363,8 +516,9 @@ static int print_claims(const sm_claim *claims, int nclaims, int (*cv)[2], doubl
 
 int cmd_report(int argc, char **argv) {
     struct {
-        const char *reference, *reference_runs, *labels, *out, *claims;
+        const char *reference, *reference_runs, *labels, *out, *claims, *curves;
         int reps, random_episodes, min_runs;
+        long curve_every;
         double conf, margin;
         uint64_t seed;
     } o;
@@ -384,6 +538,10 @@ int cmd_report(int argc, char **argv) {
          "P(A > B) and a verdict", 0},
         {"margin", FL_DOUBLE, &o.margin, "0.1", "the smallest IQM difference a claim counts (normalised score)", 0},
         {"min-runs", FL_INT, &o.min_runs, "3", "runs per game a claim's variants need for a verdict", 0},
+        {"curves", FL_STRING, &o.curves, NULL,
+         "also the IQM over training: a table, and its lines with their intervals drawn into this PNG (gnuplot)", 0},
+        {"curve-every", FL_LONG, &o.curve_every, "50000",
+         "frames per point of --curves (an archived run of bench tokenize keeps its curve every 50000)", 0},
     };
     const char *pos[REPORT_MAX_RUNS];
     int npos;
@@ -417,11 +575,15 @@ int cmd_report(int argc, char **argv) {
         fprintf(stderr, "specmoe report: --labels must be settings or dir (got '%s')\n", o.labels);
         return CLI_EXIT_USAGE;
     }
-    if (o.out && strpbrk(o.out, "'\"\\\n")) {
-        fprintf(stderr, "specmoe report: --out may not contain quotes, backslashes or newlines\n");
+    if ((o.out && strpbrk(o.out, "'\"\\\n")) || (o.curves && strpbrk(o.curves, "'\"\\\n"))) {
+        fprintf(stderr, "specmoe report: --out and --curves may not contain quotes, backslashes or newlines\n");
         return CLI_EXIT_USAGE;
     }
-    if (o.out && system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    if (o.curve_every < 1 || o.curve_every > 1000000000L) {
+        fprintf(stderr, "specmoe report: --curve-every must be in [1, 1e9] frames\n");
+        return CLI_EXIT_USAGE;
+    }
+    if ((o.out || o.curves) && system("command -v gnuplot >/dev/null 2>&1") != 0) {
         fprintf(stderr, "specmoe report: gnuplot is not installed (scripts/setup.sh installs gnuplot-nox)\n");
         return CLI_EXIT_RUNTIME;
     }
@@ -433,7 +595,7 @@ int cmd_report(int argc, char **argv) {
     sm_error err = {0};
     for (int r = 0; r < npos && !code; r++) {
         runs[r] = (run_score){.dir = pos[r]};
-        if (run_score_of(&runs[r], &err)) {
+        if (run_score_of(&runs[r], o.curves ? o.curve_every : 0, &err)) {
             code = cli_fail(SM_ERR_FORMAT, &err);
             break;
         }
@@ -535,9 +697,7 @@ int cmd_report(int argc, char **argv) {
         for (int r = 0; s && r < npos; r++) {
             const run_score *x = &runs[r];
             if (x->variant != v || taken[x->game] >= R) continue;
-            /* a reference below random play scales by |reference - random|, not inverting the order */
-            const double rf = ref[x->game] < rnd[x->game] ? 2 * rnd[x->game] - ref[x->game] : ref[x->game];
-            s[(size_t)taken[x->game]++ * ng + x->game] = sm_rliable_normalise(x->score, rnd[x->game], rf);
+            s[(size_t)taken[x->game]++ * ng + x->game] = normalised(x->score, rnd[x->game], ref[x->game]);
         }
         sm_status st = s ? sm_rliable(s, R, ng, o.reps, o.conf, o.seed, ci[v], &err) : sm_fail(&err, SM_ERR_NOMEM, "report: out of memory");
         mats[v] = s, Rv[v] = R;
@@ -575,6 +735,9 @@ int cmd_report(int argc, char **argv) {
         code = draw(o.out, (const sm_interval(*)[SM_AGG_N])ci, labels, nv);
         if (!code) printf("report: intervals -> %s\n", o.out);
     }
+    if (!code && o.curves)
+        code = report_curves(o.curves, runs, npos, nv, ng, rnd, ref, Rv, labels, o.curve_every, o.reps, o.conf, o.seed);
+    for (int r = 0; r < npos; r++) free(runs[r].curve), runs[r].curve = NULL;
     free(ci);
     for (int v = 0; v < nv; v++) free(keys[v]), free(mats[v]), mats[v] = NULL;
     return code;

@@ -31,6 +31,20 @@ int cli_write_text(const char *path, const char *text) {
     return (fclose(f) != 0 || bad) ? -1 : 0;
 }
 
+int cli_gnuplot(const char *who, const char *script_path, const char *text, const char *out) {
+    if (cli_write_text(script_path, text)) {
+        fprintf(stderr, "specmoe %s: cannot write %s\n", who, script_path);
+        return CLI_EXIT_RUNTIME;
+    }
+    char cmd[8600];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s'", script_path);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "specmoe %s: gnuplot failed on %s (is %s writable?)\n", who, script_path, out);
+        return CLI_EXIT_RUNTIME;
+    }
+    return 0;
+}
+
 void cli_bprintf(cli_buf *b, const char *fmt, ...) {
     if (b->failed) return;
     for (;;) {

@@ -44,6 +44,10 @@ int cli_dispatch(const cli_table *t, int argc, char **argv, int at);
 int cli_fail(sm_status st, const sm_error *err);
 /* Writes text to path; 0 on success (the write and the close both checked); -1 for NULL text. */
 int cli_write_text(const char *path, const char *text);
+/* Writes a gnuplot script (text; NULL: out of memory) to script_path and runs gnuplot on it, which
+ * draws out. 0 on success; else prints "specmoe <who>: ..." naming the script and out, and returns
+ * CLI_EXIT_RUNTIME. */
+int cli_gnuplot(const char *who, const char *script_path, const char *text, const char *out);
 /* A growing text buffer for the benchmarks' Markdown and JSON reports. cli_bprintf appends; s stays
  * NUL-terminated (NULL before the first append). If memory runs out, failed is set, the append is
  * dropped and later appends are ignored, so the caller checks failed once before using s. */

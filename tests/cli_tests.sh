@@ -378,6 +378,34 @@ expect 0 "report --claims: A !> B where neither learns is named too" \
 expect 0 "report --claims: A !< B, swapped to B !> A, is named on its games" \
     "^\| lr=7 !> lr=6 \| .*\| reproduced \(both at random play, within the margin, on classic/mountaincar\) \|\$" -- rep4
 expect 0 "report --claims: a refuted A ~ B carries no note" "^\| lr=4 ~ lr=1 \| .*\| not reproduced \|\$" -- rep4
+# report --curves: the IQM over training. Two variants x two games x 3 seeds: an early episode at frame
+# 300 and the scored ones at 950 and 1000, so at --curve-every 500 the last point holds exactly the
+# episodes the table scores (its IQM must be the table's), and lr=1 s3 on CartPole has no early one.
+for v in 1 2; do for g in cartpole mountaincar; do for s in 1 2 3; do
+    d="$tmp/repc/$g-v$v-s$s"; mkdir -p "$d"
+    printf '{"env": "classic/%s", "agent": "dqn", "seed": "%s", "agent_settings": {"lr": %s}}\n' $g $s $v > "$d/settings.json"
+    case $v in 1) e=$((20 + s)); r=$((100 + s)); m=$((-190 + s));; 2) e=$((100 + s)); r=$((300 + s)); m=$((-150 + s));; esac
+    [ $g = mountaincar ] && e=-200 && r=$m
+    { [ "$g-$v-$s" = cartpole-1-3 ] || printf '{"global_step": 300, "episodic_return": %s}\n' $e
+      printf '{"global_step": 950, "episodic_return": %s}\n{"global_step": 1000, "episodic_return": %s}\n' $r $((r + 2)); } > "$d/metrics.jsonl"
+done; done; done
+repc() { "$bin" report "$tmp"/repc/* --random-episodes 20 --reps 300 --curves "$tmp/repc.png" --curve-every 500 "$@"; }
+expect 0 "report --curves: the last point, holding the scored episodes, is the table's IQM" "^same [0-9.]+\$" -- sh -c '
+    out=$("$@") && t=$(echo "$out" | sed -n "s/^| lr=2 | 3 x 2 | [^|]*| \([-0-9.]*\) .*/\1/p") &&
+    c=$(echo "$out" | sed -n "s/^| 1000 | [^|]*| \([-0-9.]*\) .*/\1/p") && [ -n "$t" ] && [ "$t" = "$c" ] && echo "same $t"' sh \
+    "$bin" report "$tmp"/repc/* --random-episodes 20 --reps 300 --curves "$tmp/repc.png" --curve-every 500
+expect 0 "report --curves: a point where a run had no episode end is left out" "^\| 500 \| - \| [-0-9.]+ \[[-0-9.]+, [-0-9.]+\] \|\$" -- repc
+expect 0 "report --curves: learning shows as a rising curve" "^rising\$" -- sh -c '
+    out=$("$@") && a=$(echo "$out" | sed -n "s/^| 500 | [^|]*| \([-0-9.]*\) .*/\1/p") &&
+    b=$(echo "$out" | sed -n "s/^| 1000 | [^|]*| \([-0-9.]*\) .*/\1/p") && awk -v a="$a" -v b="$b" "BEGIN { if (b > a) print \"rising\" }"' sh \
+    "$bin" report "$tmp"/repc/* --random-episodes 20 --reps 300 --curves "$tmp/repc.png" --curve-every 500
+expect 0 "report --curves: the curve plot is a PNG" "PNG" -- head -c 4 "$tmp/repc.png"
+expect 2 "report --curve-every: at least one frame" "--curve-every must be in" -- repc --curve-every 0
+mkdir -p "$tmp/repc-arch" && cp "$tmp/repc/cartpole-v1-s1/settings.json" "$tmp/repc-arch/" &&
+    printf '{"global_step": 50000, "curve_return": 20, "curve_episodes": 3}\n{"global_step": 50000, "episodic_return": 20}\n' > "$tmp/repc-arch/metrics.jsonl"
+expect 1 "report --curves: an archived curve at other frames than --curve-every is refused, naming the run" \
+    "repc-arch/metrics.jsonl: a curve_return record at frame 50000, not a multiple of --curve-every 3000" -- \
+    "$bin" report "$tmp/repc-arch" --random-episodes 5 --curves "$tmp/repc-arch.png" --curve-every 3000
 expect 2 "rl eval without --env names the environments" "--env is required .*classic/cartpole" -- "$bin" rl eval --policy random
 expect 0 "bench env runs on one environment" "^bench-env env=classic/mountaincar threads=1 steps_per_s=[0-9]+ steps_per_cpu_s=[0-9]+\$" -- \
     "$bin" bench env --env classic/mountaincar --steps 20000 --envs 8
@@ -1007,6 +1035,10 @@ expect 0 "tier_left.sh: the runs left per figure, priced, a shared run counted o
         sed 1d | tr -s " \n" " "' "$bin" "$tmp/tier-left" "$root"
 expect 2 "tier_left.sh: a runs directory that is not there is named" "/nonexistent-runs is not a directory" -- \
     "$root/tools/softmoe_rl/tier_left.sh" "$bin" "$root/docs/results/tokenize_full_tier_cost_4aefb9a.txt" /nonexistent-runs
+expect 0 "runs_archive.sh: report --curves reads a restored run's kept curve as the original's episodes" "^same 1 point\$" -- sh -c '
+    a=$("$0" report "$1"/der-minatar/*/breakout-s1 --labels dir --random-episodes 20 --reps 50 --curves "$1-c.png" | grep "^| 50000 |") &&
+    b=$("$0" report "$1-restored"/der-minatar/*/breakout-s1 --labels dir --random-episodes 20 --reps 50 --curves "$1-c.png" | grep "^| 50000 |") &&
+    [ -n "$a" ] && [ "$a" = "$b" ] && echo "same $(echo "$a" | wc -l) point"' "$bin" "$tmp/tk"
 expect 2 "plot --labels: only dir" "--labels must be dir" -- "$bin" plot "$tmp/tk" --labels variant
 expect 2 "bench tokenize: a finished run of another command under the same name is refused, not reported" \
     "ran another command than this plan's" -- "$bin" bench tokenize --figures 5 --games breakout --frames 1900 --reps 100 --out "$tmp/tk"

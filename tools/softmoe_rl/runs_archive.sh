@@ -50,7 +50,7 @@ save)
                     b = int((step[i] - 1) / 50000); cnt[b]++; sum[b] += ret[i]; if (b > bmax) bmax = b
                 }
                 for (b = 0; b <= bmax; b++)
-                    if (cnt[b]) printf "{\"global_step\": %d, \"curve_return\": %.4f, \"curve_episodes\": %d}\n", (b + 1) * 50000, sum[b] / cnt[b], cnt[b]
+                    if (cnt[b]) printf "{\"global_step\": %d, \"curve_return\": %.9g, \"curve_episodes\": %d}\n", (b + 1) * 50000, sum[b] / cnt[b], cnt[b]
                 for (i = 1; i <= n; i++)
                     if (step[i] >= 0.9 * xmax) print line[i]
             }' "$run/metrics.jsonl" > "$dest/metrics.jsonl"
