@@ -2,8 +2,9 @@
  * MinAtar games. Each figure of the paper is a set of network variants; every (variant, game, seed)
  * is one `specmoe rl train` run in its own directory, and every figure ends with `specmoe report`
  * over its runs: IQM, median, mean and optimality gap of the final returns, normalised per game by
- * the random policy (0) and the best run of the figure (1), with stratified-bootstrap 95% intervals
- * (Agarwal et al. 2021, the paper's protocol), and the interval plot as a PNG.
+ * the random policy (0) and the agent's best finished run under --out (1), with stratified-bootstrap
+ * 95% intervals (Agarwal et al. 2021, the paper's protocol), and the interval plot as a PNG; the full
+ * tier adds the IQM over training (`report --curves`), the form of the paper's figures.
  *
  * The networks (the paper's shapes at MinAtar scale; with the default encoder, MinAtar's conv 3x3x16,
  * a frame's encoder output is 8 x 8 x 16 and PerConv gives 64 tokens of width 16; --encoder
@@ -709,8 +710,9 @@ int exp_softmoe_tokenize(int argc, char **argv) {
         for (int a = 0; a < 3; a++) {
             if (!fig_runs(F, &o, a)) continue;
             /* specmoe report RUN_DIR... --out PNG --reps R --labels dir --reference-runs FILE [--claims C]
-             * and NULL: 2 + n + 10 + 1 at most; the directories are the runs' own strings */
-            const char **av = calloc((size_t)n + 13, sizeof *av);
+             * [--curves PNG --curve-every 50000] and NULL: 2 + n + 14 + 1 at most; the directories are the
+             * runs' own strings */
+            const char **av = calloc((size_t)n + 17, sizeof *av);
             if (!av) {
                 failed++;
                 continue;
@@ -765,6 +767,17 @@ int exp_softmoe_tokenize(int argc, char **argv) {
             if (claims[0]) {
                 av[ac++] = "--claims";
                 av[ac++] = claims;
+            }
+            /* the full tier also draws the IQM over training, the paper's figures' form, at the
+             * archive's curve step (tools/softmoe_rl/runs_archive.sh keeps a run's curve every 50,000
+             * frames: 20 points of Rainbow-lite's 1M, 5 of DER's 250k) */
+            char curves[600];
+            snprintf(curves, sizeof curves, "%s/fig%s-%s-%s-curves.png", o.out, F->id, kAgents[a], o.encoder);
+            if (full) {
+                av[ac++] = "--curves";
+                av[ac++] = curves;
+                av[ac++] = "--curve-every";
+                av[ac++] = "50000";
             }
             av[ac] = NULL;
             printf("\nbench-tokenize-figure fig=%s agent=%s: %s%s\n", F->id, kAgents[a], F->what,
