@@ -261,6 +261,40 @@ Test(grad_moe, grouped_routing_stays_within_groups) {
     sm_params_free(&ps);
 }
 
+/* With a single expert, expert choice does not route (BENCHMARKS.md, "Fig. 8"): the softmax over one
+ * expert is 1 for every token, so every probability ties and each group's p picks are its first p
+ * tokens, whatever the input; at capacity 1 it takes every token with weight 1. Fig. 8's
+ * ExpertChoice-1 x4 at 10% (p = ceil(0.1 x 64) = 7) sees a fixed crop of each observation. */
+Test(grad_moe, expert_choice_with_one_expert_takes_the_first_tokens_of_each_group) {
+    enum { d = 4, m = 64, G = 3, T = G * m };
+    const double caps[2] = {0.1, 1.0};
+    const int want_p[2] = {7, 64};
+    for (int c_i = 0; c_i < 2; c_i++) {
+        sm_moe_config c = base_router("expert-choice", 1, 1, 5);
+        c.router.capacity = caps[c_i];
+        sm_group_opts(&c.router)->group = m;
+        sm_params ps;
+        sm_rng r;
+        sm_moe *mo = layer_of(&c, d, T, &ps, &r, 11);
+        static sm_real x[T * d], out[T * d];
+        for (int i = 0; i < T * d; i++) x[i] = (sm_real)sm_rng_normal(&r);
+        sm_moe_forward(mo, out, x, T, NULL, 0);
+        const sm_route *rt = &mo->route;
+        cr_assert_eq(rt->offset[1] - rt->offset[0], G * want_p[c_i], "capacity %g: %d picks", caps[c_i], rt->offset[1]);
+        for (int a = 0; a < G * want_p[c_i]; a++) {
+            const int g = a / want_p[c_i], j = a % want_p[c_i];
+            cr_assert_eq(rt->token[rt->offset[0] + a], g * m + j, "capacity %g: pick %d is token %d", caps[c_i], a,
+                         rt->token[rt->offset[0] + a]);
+            cr_assert_eq(rt->weight[rt->offset[0] + a], (sm_real)1, "a single expert's weight is 1");
+        }
+        for (int g = 0; g < G; g++) /* the tokens not picked output 0 */
+            for (int t = g * m + want_p[c_i]; t < (g + 1) * m; t++)
+                for (int i = 0; i < d; i++) cr_assert_eq(out[t * d + i], (sm_real)0, "token %d was not picked", t);
+        sm_moe_free(mo);
+        sm_params_free(&ps);
+    }
+}
+
 /* Expert choice takes, per expert and group, the p tokens of highest probability, ties to the lower
  * index, in token order: checked against a direct count on groups of 8 tokens whose rows repeat (so
  * probabilities tie), p = ceil(1.5 * 8 / 3) = 4. */
