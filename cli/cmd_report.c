@@ -27,10 +27,10 @@
  * intervals per variant, the raw mean score per game, and with --out a PNG of the intervals (gnuplot).
  *
  * --curves PNG: the IQM over training, as the paper's figures draw it (normalised IQM against frames,
- * a 95% band per variant). Point b of a run is the mean return of the episodes ending in frames
- * (b E, (b+1) E], E = --curve-every (50,000 by default); an archived run of `bench tokenize`
- * (tools/softmoe_rl/runs_archive.sh) keeps exactly these points as its curve_return records, which
- * are read as they are. Each point is normalised by the same random policy and reference as the
+ * a band of --conf coverage per variant). Point b of a run is the mean return of the episodes ending
+ * in frames (b E, (b+1) E], E = --curve-every (50,000 by default); an archived run of `bench
+ * tokenize` (tools/softmoe_rl/runs_archive.sh) keeps exactly these points at E = 50,000 as its
+ * curve_return records, which are read as they are (and refused at another E). Each point is normalised by the same random policy and reference as the
  * final score, and aggregated over games x runs with the same stratified bootstrap, so a curve's
  * last point differs from the table's IQM only by its window (the last E frames, not the last 10%).
  * A point where some run had no episode ending is left out of its variant's curve.
@@ -62,6 +62,8 @@
 #define REPORT_MAX_RUNS 512
 #define REPORT_MAX_GAMES 32
 #define REPORT_MAX_POINTS 1000
+/* the step of an archived run's curve_return records (tools/softmoe_rl/runs_archive.sh) */
+#define REPORT_ARCHIVE_CURVE_STEP 50000
 
 typedef struct {
     const char *dir;
@@ -73,10 +75,21 @@ typedef struct {
 } run_score;
 
 /* The run's curve at `every` frames: from its curve_return records (an archived run) when it has
- * them, else from its episodes s (x: the frame an episode ended, y: its return). */
+ * them, else from its episodes s (x: the frame an episode ended, y: its return). An archived curve
+ * is kept every REPORT_ARCHIVE_CURVE_STEP frames, so only that --curve-every reads it. */
 static int run_curve_of(run_score *r, const char *path, const sm_series *s, long every, sm_error *err) {
     sm_series c = {0};
-    if (sm_runlog_read(&c, path, "global_step", "curve_return", NULL, err) != SM_OK) return -1;
+    if (sm_runlog_read(&c, path, "global_step", "curve_return", NULL, err) != SM_OK) {
+        sm_series_free(&c);
+        return -1;
+    }
+    if (c.n && every != REPORT_ARCHIVE_CURVE_STEP) {
+        sm_series_free(&c);
+        sm_fail(err, SM_ERR_FORMAT, "%s: an archived curve (curve_return records, kept every %d frames) cannot be read "
+                                    "at --curve-every %ld; use --curve-every %d", path, REPORT_ARCHIVE_CURVE_STEP, every,
+                REPORT_ARCHIVE_CURVE_STEP);
+        return -1;
+    }
     const sm_series *src = c.n ? &c : s;
     double xmax = 0;
     for (size_t i = 0; i < src->n; i++) xmax = src->x[i] > xmax ? src->x[i] : xmax;
@@ -98,8 +111,7 @@ static int run_curve_of(run_score *r, const char *path, const sm_series *s, long
         const double x = src->x[i];
         const long b = x < 1 ? 0 : (long)((x - 1) / (double)every);
         if (c.n && fmod(x, (double)every) != 0) {
-            sm_fail(err, SM_ERR_FORMAT, "%s: a curve_return record at frame %.0f, not a multiple of --curve-every %ld "
-                                        "(an archived run's curve is kept every 50000 frames)", path, x, every);
+            sm_fail(err, SM_ERR_FORMAT, "%s: a curve_return record at frame %.0f, not a multiple of %ld", path, x, every);
             rc = -1;
         } else if (b < r->npoints) {
             r->curve[b] += src->y[i], cnt[b]++;
@@ -126,7 +138,10 @@ static int run_score_of(run_score *r, long every, sm_error *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", r->dir);
     sm_series s = {0};
-    if (sm_runlog_read(&s, path, "global_step", "episodic_return", NULL, err) != SM_OK) return -1;
+    if (sm_runlog_read(&s, path, "global_step", "episodic_return", NULL, err) != SM_OK) {
+        sm_series_free(&s);
+        return -1;
+    }
     double xmax = 0, sum = 0;
     long n = 0;
     for (size_t i = 0; i < s.n; i++) xmax = s.x[i] > xmax ? s.x[i] : xmax;
@@ -401,7 +416,8 @@ static int report_curves(const char *out, const run_score *runs, int npos, int n
     }
     if (!code) {
         printf("\nIQM over training (--curves): point b = the episodes ending in frames (b E, (b+1) E], E = %ld, "
-               "normalised as above; %.0f%% intervals; - where a run had no episode end there.\n\n| frames |",
+               "normalised as above; %.0f%% intervals; - where a run had no episode end there, or the variant has no "
+               "runs of every game or none that long. The last point is labelled (b+1) E even when the runs end before.\n\n| frames |",
                every, 100 * conf);
         for (int v = 0; v < nv; v++) printf(" %s |", labels[v]);
         printf("\n|---|");
@@ -417,44 +433,76 @@ static int report_curves(const char *out, const run_score *runs, int npos, int n
             printf("\n");
         }
     }
+    /* the picture: a data file per variant with a finite point (a blank line between the runs of
+     * finite points: gnuplot breaks the line there), a band and a line with points for each */
+    int drawn = 0;
+    for (int v = 0; !code && v < nv; v++)
+        for (int b = 0; b < nb[v]; b++)
+            if (isfinite(iqm[(size_t)v * REPORT_MAX_POINTS + b].point)) {
+                drawn++;
+                break;
+            }
+    if (!code && !drawn) {
+        printf("report: no point of any variant to draw; %s not written\n", out);
+        code = -1; /* nothing more to do; not an error */
+    }
     char dir[] = "/tmp/specmoe-curves-XXXXXX";
     int made = 0;
     if (!code && !(made = mkdtemp(dir) != NULL)) {
         fprintf(stderr, "specmoe report: cannot make a scratch directory: %s\n", strerror(errno));
         code = CLI_EXIT_RUNTIME;
     }
-    char data[4200], sp[4200];
-    snprintf(data, sizeof data, "%s/iqm.dat", dir);
-    snprintf(sp, sizeof sp, "%s/curves.gp", dir);
-    FILE *f = code ? NULL : fopen(data, "w");
-    if (!code && !f) code = CLI_EXIT_RUNTIME;
-    for (int v = 0; f && v < nv; v++) { /* one gnuplot index per variant; a blank line breaks a curve */
-        for (int b = 0; b < nb[v]; b++) {
-            const sm_interval q = iqm[(size_t)v * REPORT_MAX_POINTS + b];
-            if (isfinite(q.point)) fprintf(f, "%.9g %.9g %.9g %.9g\n", (double)(b + 1) * (double)every / 1e6, q.point, q.lo, q.hi);
-            else fprintf(f, "\n");
-        }
-        fprintf(f, "\n\n");
-    }
-    if (f && fclose(f) != 0) code = CLI_EXIT_RUNTIME;
-    cli_buf g = {0};
-    cli_bprintf(&g, "set terminal pngcairo size 900,600 enhanced font ',10'\nset output '%s'\n", out);
-    cli_bprintf(&g, "set xlabel 'frames (millions)'\nset ylabel 'IQM normalised score'\nset grid\nset key top left noenhanced\n"
-                    "set style fill transparent solid 0.2 noborder\nplot ");
     static const char *const colour[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                          "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
-    for (int v = 0, first = 1; v < nv; v++) {
-        if (!nb[v]) continue;
+    cli_buf g = {0};
+    if (!code) {
+        cli_bprintf(&g, "set terminal pngcairo size 900,600 enhanced font ',10'\nset output '%s'\n", out);
+        cli_bprintf(&g, "set xlabel 'frames (millions)'\nset ylabel 'IQM normalised score (%.0f%% interval)'\nset grid\n"
+                        "set key top left noenhanced\nset style fill transparent solid 0.2 noborder\nplot ", 100 * conf);
+    }
+    for (int v = 0, first = 1; !code && v < nv; v++) {
+        char data[4200];
+        snprintf(data, sizeof data, "%s/v%d.dat", dir, v);
+        FILE *f = fopen(data, "w");
+        if (!f) {
+            code = CLI_EXIT_RUNTIME;
+            break;
+        }
+        int points = 0, gap = 0;
+        for (int b = 0; b < nb[v]; b++) {
+            const sm_interval q = iqm[(size_t)v * REPORT_MAX_POINTS + b];
+            if (!isfinite(q.point)) {
+                gap = points > 0;
+                continue;
+            }
+            if (gap) fprintf(f, "\n"); /* one blank line: a break in the line, not a new data set */
+            gap = 0;
+            fprintf(f, "%.9g %.9g %.9g %.9g\n", (double)(b + 1) * (double)every / 1e6, q.point, q.lo, q.hi);
+            points++;
+        }
+        if (fclose(f) != 0) code = CLI_EXIT_RUNTIME;
+        if (!points) continue;
         const char *c = colour[v % 10];
-        cli_bprintf(&g, "%s'%s' index %d using 1:3:4 with filledcurves lc rgb '%s' notitle, '' index %d using 1:2 with lines "
-                        "lc rgb '%s' lw 2 title \"%s\"", first ? "" : ", ", data, v, c, v, c, labels[v]);
+        cli_bprintf(&g, "%s'%s' using 1:3:4 with filledcurves lc rgb '%s' notitle, '' using 1:2 with linespoints "
+                        "lc rgb '%s' lw 2 pt 7 ps 0.6 title \"%s\"", first ? "" : ", ", data, c, c, labels[v]);
         first = 0;
     }
-    cli_bprintf(&g, "\n");
-    if (!code) code = cli_gnuplot("report", sp, g.failed ? NULL : g.s, out);
+    if (!code) {
+        char sp[4200];
+        snprintf(sp, sizeof sp, "%s/curves.gp", dir);
+        cli_bprintf(&g, "\n");
+        code = cli_gnuplot("report", sp, g.failed ? NULL : g.s, out);
+        remove(sp);
+    }
     if (!code) printf("report: IQM over training -> %s\n", out);
     free(g.s);
-    if (made) remove(data), remove(sp), rmdir(dir);
+    for (int v = 0; made && v < nv; v++) {
+        char data[4200];
+        snprintf(data, sizeof data, "%s/v%d.dat", dir, v);
+        remove(data);
+    }
+    if (made) rmdir(dir);
+    if (code == -1) code = 0;
     free(iqm), free(nb), free(m), free(sel);
     return code;
 }

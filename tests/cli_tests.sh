@@ -403,9 +403,12 @@ expect 0 "report --curves: the curve plot is a PNG" "PNG" -- head -c 4 "$tmp/rep
 expect 2 "report --curve-every: at least one frame" "--curve-every must be in" -- repc --curve-every 0
 mkdir -p "$tmp/repc-arch" && cp "$tmp/repc/cartpole-v1-s1/settings.json" "$tmp/repc-arch/" &&
     printf '{"global_step": 50000, "curve_return": 20, "curve_episodes": 3}\n{"global_step": 50000, "episodic_return": 20}\n' > "$tmp/repc-arch/metrics.jsonl"
-expect 1 "report --curves: an archived curve at other frames than --curve-every is refused, naming the run" \
-    "repc-arch/metrics.jsonl: a curve_return record at frame 50000, not a multiple of --curve-every 3000" -- \
-    "$bin" report "$tmp/repc-arch" --random-episodes 5 --curves "$tmp/repc-arch.png" --curve-every 3000
+expect 1 "report --curves: an archived curve is read at its own step only, naming the run" \
+    "repc-arch/metrics.jsonl: an archived curve \(curve_return records, kept every 50000 frames\) cannot be read at --curve-every 25000" -- \
+    "$bin" report "$tmp/repc-arch" --random-episodes 5 --curves "$tmp/repc-arch.png" --curve-every 25000
+# two variants with runs of one game each: neither has runs of every game, so neither has a point
+expect 0 "report --curves: with no point to draw, says so and exits 0" "^report: no point of any variant to draw; .*repc-none.png not written\$" -- \
+    "$bin" report "$tmp"/repc/cartpole-v1-s* "$tmp"/repc/mountaincar-v2-s* --random-episodes 5 --reps 20 --curves "$tmp/repc-none.png" --curve-every 500
 expect 2 "rl eval without --env names the environments" "--env is required .*classic/cartpole" -- "$bin" rl eval --policy random
 expect 0 "bench env runs on one environment" "^bench-env env=classic/mountaincar threads=1 steps_per_s=[0-9]+ steps_per_cpu_s=[0-9]+\$" -- \
     "$bin" bench env --env classic/mountaincar --steps 20000 --envs 8
@@ -1038,7 +1041,8 @@ expect 2 "tier_left.sh: a runs directory that is not there is named" "/nonexiste
 expect 0 "runs_archive.sh: report --curves reads a restored run's kept curve as the original's episodes" "^same 1 point\$" -- sh -c '
     a=$("$0" report "$1"/der-minatar/*/breakout-s1 --labels dir --random-episodes 20 --reps 50 --curves "$1-c.png" | grep "^| 50000 |") &&
     b=$("$0" report "$1-restored"/der-minatar/*/breakout-s1 --labels dir --random-episodes 20 --reps 50 --curves "$1-c.png" | grep "^| 50000 |") &&
-    [ -n "$a" ] && [ "$a" = "$b" ] && echo "same $(echo "$a" | wc -l) point"' "$bin" "$tmp/tk"
+    [ -n "$a" ] && [ "$a" = "$b" ] && echo "$a" | grep -qE "^\| 50000 \|( -?[0-9]+\.[0-9]+ \[[-0-9.]+, [-0-9.]+\] \|)+\$" &&
+    echo "same $(echo "$a" | wc -l) point"' "$bin" "$tmp/tk"
 expect 2 "plot --labels: only dir" "--labels must be dir" -- "$bin" plot "$tmp/tk" --labels variant
 expect 2 "bench tokenize: a finished run of another command under the same name is refused, not reported" \
     "ran another command than this plan's" -- "$bin" bench tokenize --figures 5 --games breakout --frames 1900 --reps 100 --out "$tmp/tk"
