@@ -28,7 +28,7 @@
  *   gap              global average pooling instead of flattening (Fig. 15)
  *   softmoe-1-x4-slots10, softmoe-1-x4-slot1  Fig. 8: SoftMoE-1 with its expert scaled 4x, with 10% of
  *                    its 64 slots (p = 6) and with a single slot; expert-choice-1-x4 and its 10%
- *                    (capacity 0.1: 6 of 64 tokens), the paper's ExpertChoice-1 beside them
+ *                    (capacity 0.1: ceil(6.4) = 7 of 64 tokens), the paper's ExpertChoice-1 beside them
  *   expert-choice-4, token-choice-4  4 experts of 128 under expert choice (each picks within an
  *                    observation) and token-choice top-1 with capacity factor 1 per observation (16 of
  *                    its 64 tokens per expert, the first kept) and the raw softmax weight (a top-1
