@@ -101,11 +101,10 @@ static int run_curve_of(run_score *r, const char *path, const sm_series *s, long
         return -1;
     }
     r->npoints = (int)nb;
-    r->curve = malloc(sizeof(double) * (size_t)r->npoints);
+    r->curve = calloc((size_t)r->npoints, sizeof *r->curve);
     long *cnt = calloc((size_t)r->npoints, sizeof *cnt);
     int rc = r->curve && cnt ? 0 : -1;
     if (rc) sm_fail(err, SM_ERR_NOMEM, "report: out of memory");
-    for (int b = 0; !rc && b < r->npoints; b++) r->curve[b] = 0;
     for (size_t i = 0; !rc && i < src->n; i++) {
         /* an episode ending at frame x is in (b E, (b+1) E]; a curve_return record stands at (b+1) E */
         const double x = src->x[i];
@@ -433,19 +432,8 @@ static int report_curves(const char *out, const run_score *runs, int npos, int n
             printf("\n");
         }
     }
-    /* the picture: a data file per variant with a finite point (a blank line between the runs of
-     * finite points: gnuplot breaks the line there), a band and a line with points for each */
-    int drawn = 0;
-    for (int v = 0; !code && v < nv; v++)
-        for (int b = 0; b < nb[v]; b++)
-            if (isfinite(iqm[(size_t)v * REPORT_MAX_POINTS + b].point)) {
-                drawn++;
-                break;
-            }
-    if (!code && !drawn) {
-        printf("report: no point of any variant to draw; %s not written\n", out);
-        code = -1; /* nothing more to do; not an error */
-    }
+    /* the picture: a data file per variant (a blank line between the runs of finite points: gnuplot
+     * breaks the line there), a band and a line with points for each variant with a finite point */
     char dir[] = "/tmp/specmoe-curves-XXXXXX";
     int made = 0;
     if (!code && !(made = mkdtemp(dir) != NULL)) {
@@ -460,7 +448,8 @@ static int report_curves(const char *out, const run_score *runs, int npos, int n
         cli_bprintf(&g, "set xlabel 'frames (millions)'\nset ylabel 'IQM normalised score (%.0f%% interval)'\nset grid\n"
                         "set key top left noenhanced\nset style fill transparent solid 0.2 noborder\nplot ", 100 * conf);
     }
-    for (int v = 0, first = 1; !code && v < nv; v++) {
+    int drawn = 0;
+    for (int v = 0; !code && v < nv; v++) {
         char data[4200];
         snprintf(data, sizeof data, "%s/v%d.dat", dir, v);
         FILE *f = fopen(data, "w");
@@ -484,17 +473,18 @@ static int report_curves(const char *out, const run_score *runs, int npos, int n
         if (!points) continue;
         const char *c = colour[v % 10];
         cli_bprintf(&g, "%s'%s' using 1:3:4 with filledcurves lc rgb '%s' notitle, '' using 1:2 with linespoints "
-                        "lc rgb '%s' lw 2 pt 7 ps 0.6 title \"%s\"", first ? "" : ", ", data, c, c, labels[v]);
-        first = 0;
+                        "lc rgb '%s' lw 2 pt 7 ps 0.6 title \"%s\"", drawn ? ", " : "", data, c, c, labels[v]);
+        drawn++;
     }
-    if (!code) {
+    if (!code && !drawn) printf("report: no point of any variant to draw; %s not written\n", out);
+    if (!code && drawn) {
         char sp[4200];
         snprintf(sp, sizeof sp, "%s/curves.gp", dir);
         cli_bprintf(&g, "\n");
         code = cli_gnuplot("report", sp, g.failed ? NULL : g.s, out);
         remove(sp);
+        if (!code) printf("report: IQM over training -> %s\n", out);
     }
-    if (!code) printf("report: IQM over training -> %s\n", out);
     free(g.s);
     for (int v = 0; made && v < nv; v++) {
         char data[4200];
@@ -502,7 +492,6 @@ static int report_curves(const char *out, const run_score *runs, int npos, int n
         remove(data);
     }
     if (made) rmdir(dir);
-    if (code == -1) code = 0;
     free(iqm), free(nb), free(m), free(sel);
     return code;
 }
