@@ -1068,6 +1068,21 @@ t, m = st.load(sys.argv[1]); v = t[sys.argv[4]]; v.view(-1)[0] += 0.1 * v.abs().
 else
     echo "skip the PyTorch peer's check ($dqnu or /usr/bin/python3 with torch missing)"
 fi
+# tools/peers/tokenize_encoders.sh times the speed bar's two networks on each encoder of the tier's
+# plan: the plan it reads names the encoder's networks (Impala's here), and its summary gives each
+# network's FLOPs and its time over the first network's
+expect 0 "tokenize_common.sh: the plan's networks on the Impala encoder" \
+    "^baseline --arch conv:16:3:1:1,maxpool:2:2,.*,res:32,act,dense:128 softmoe-4 --arch conv:16:3:1:1,.*,act,tokens,moe:128,flatten --router soft --experts 4\$" -- \
+    bash -c 'cd "$1" && . tools/peers/tokenize_common.sh && TOKENIZE_SPECMOE=$0 tokenize_plan "" --figures 1 --encoder impala |
+        grep -E "^(baseline|softmoe-4) " | tr "\n" " " | sed "s/ \$//"' "$bin" "$root"
+if [ -x "$dqnu" ]; then
+    expect 0 "tokenize_encoders.sh: the baseline and SoftMoE-4 on MinAtar's encoder, timed, with their ratio" \
+        "^encoder=minatar net=baseline mflop=40.83 .* over_baseline=1.00 .* encoder=minatar net=softmoe-4 mflop=126.09 .* over_baseline=[0-9]+\.[0-9]{2} " -- \
+        sh -c '"$1/tools/peers/tokenize_encoders.sh" --build "$0" --encoders minatar --reps 1 --seconds 0.01 |
+            sed -n "s/^tokenize-encoder //p" | tr "\n" " "' "$(dirname "$bin")" "$root"
+    expect 1 "tokenize_encoders.sh: a network not in the plan is named" "no network 'softmoe-9' in the plan" -- \
+        "$root/tools/peers/tokenize_encoders.sh" --build "$(dirname "$bin")" --encoders minatar --reps 1 --nets baseline,softmoe-9
+fi
 # continual RL (SPHERE Sec. 5.1): rl train --init-from, and a final policy scored on another task of its family
 expect 0 "rl train --init-from: the next task starts from the previous task's checkpoint" "^rl-train env=mujoco/reach-1 agent=ppo frames=256 " -- \
     sh -c "'$bin' rl train --env mujoco/reach-0 --agent ppo --num-envs 2 --num-steps 64 --num-minibatches 2 --frames 256 --out '$tmp/crl0' >/dev/null &&

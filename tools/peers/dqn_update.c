@@ -30,9 +30,8 @@
  *   dqn-update batch=32 updates=K us_per_update=U cpu_us_per_update=V mflop=F gflops=R
  *              roofline_fraction=X target_fwd_us=.. online_fwd_us=.. backward_us=.. optim_us=.. [sample_us=..]
  *
- * Build and run (tools/peers/compare_dqn.sh does this):
- *   cc -O3 -march=x86-64-v2 -mtune=native -fopenmp -Iinclude -I. tools/peers/dqn_update.c \
- *      experiments/engine/peak.c build/libspecmoe.a <the Makefile's LIBS> -o build/dqn_update
+ * Build and run (`make build/dqn_update`, with the Makefile's LIBS: -lmpi too when OpenMPI is
+ * present; tools/peers/compare_dqn.sh builds its own beside its --bin):
  *   build/dqn_update [--seconds S] [--sample 0|1] [--obs random|env] [--zero-skip 0|1] [--threads T] [--arch A --router R --experts E --topk K --slots P]
  *                    [--dump FILE]   (writes the network and its Q-values on one batch instead; see dump_network)
  */

@@ -8,16 +8,19 @@
 #
 #   tools/softmoe_rl/tier_cost.sh [BINARY] [SCRATCH_DIR]     (BINARY: build/specmoe)
 #   TC_FRAMES=2200 tools/softmoe_rl/tier_cost.sh              (a smoke test of the script: 10x shorter)
+#   TC_BENCH_FLAGS="--figures 1 --encoder impala" tools/softmoe_rl/tier_cost.sh
+#                                                  (only the plan of these `bench tokenize` flags)
 #
 # Prints one line per (agent, variant): CPU seconds, frames per CPU second, CPU hours per run of the tier;
 # then the tier's total in CPU hours.
 set -u
 F=${TC_FRAMES:-22000}
+read -r -a extra <<< "${TC_BENCH_FLAGS:-}"
 bin=$(readlink -f "${1:-build/specmoe}")
 tmp=${2:-$(mktemp -d)}
 mkdir -p "$tmp"
-"$bin" bench tokenize --tier full --dry-run --games breakout --seeds 1 --out "$tmp/plan" | grep -v '^bench-tokenize' > "$tmp/plan.txt" || exit 1
-header=$("$bin" bench tokenize --tier full --dry-run --out "$tmp/plan" | grep '^bench-tokenize tier')
+"$bin" bench tokenize --tier full --dry-run "${extra[@]}" --games breakout --seeds 1 --out "$tmp/plan" | grep -v '^bench-tokenize' > "$tmp/plan.txt" || exit 1
+header=$("$bin" bench tokenize --tier full --dry-run "${extra[@]}" --out "$tmp/plan" | grep '^bench-tokenize tier')
 seeds=$(echo "$header" | sed -n 's/.* seeds=\([0-9]*\) .*/\1/p')
 games=$(echo "$header" | sed -n 's/.* games=\([^ ]*\) .*/\1/p' | tr ',' '\n' | wc -l)
 games_seeds=$((games * seeds))

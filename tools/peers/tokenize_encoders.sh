@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Issue 14's speed bar ("SoftMoE-4 must cost no more than 1.5x the flattened baseline's time per
+# update") at each encoder of `specmoe bench tokenize`: MinAtar's single convolution (the study's),
+# and the Nature-CNN and Impala-ResNet shapes scaled to 10 x 10 (the paper's Fig. 9 and its main
+# encoder). Per round and encoder, the flattened baseline and SoftMoE-4 in turn, each network's
+# flags from the full tier's plan (`bench tokenize --tier full --dry-run --figures 1 --encoder E`):
+#   build/dqn_update --seconds S --sample 0 --obs env FLAGS
+# (tools/peers/dqn_update.c: batch 32, a target forward on the next states, an online forward and
+# backward, the Huber loss and a centered RMSprop step on 16 fixed batches of Breakout frames).
+# Prints each run, then per encoder and network the median CPU us per update over the rounds, its
+# MFLOP (sm_model_update_macs), the fraction of the one-core FMA peak, and the ratio to the baseline
+# of the same encoder, from the same rounds.
+#
+# Usage: tools/peers/tokenize_encoders.sh [--seconds S] [--reps R] [--encoders LIST] [--nets LIST] [--build DIR]
+#   --seconds S     timed seconds of each run (default 2)
+#   --reps R        rounds (default 5)
+#   --encoders L    comma list (default minatar,nature,impala)
+#   --nets L        comma list of Fig. 1 networks (default baseline,softmoe-4; the first is the ratios' base)
+#   --build DIR     the directory of specmoe and dqn_update (default build, made first; another is used as it is)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+secs=2 reps=5 encoders=minatar,nature,impala nets=baseline,softmoe-4 build=
+die() { echo "tokenize_encoders: $*" >&2; exit 1; }
+while [ $# -gt 0 ]; do
+    [ $# -ge 2 ] || die "$1 needs a value (see the header of $0)"
+    case "$1" in
+    --seconds) secs=$2 ;;
+    --reps) reps=$2 ;;
+    --encoders) encoders=$2 ;;
+    --nets) nets=$2 ;;
+    --build) build=$2 ;;
+    *) die "unknown argument '$1' (see the header of $0)" ;;
+    esac
+    shift 2
+done
+case "$reps" in ''|*[!0-9]*|0) die "--reps must be a positive integer (got '$reps')" ;; esac
+if [ -z "$build" ]; then make -s build/dqn_update build/specmoe; build=build; fi
+[ -x "$build/specmoe" ] && [ -x "$build/dqn_update" ] || die "$build has no specmoe and dqn_update (make build/dqn_update)"
+export TOKENIZE_SPECMOE=$build/specmoe
+
+# shellcheck source=tools/peers/tokenize_common.sh
+. tools/peers/tokenize_common.sh
+IFS=, read -r -a encs <<<"$encoders"
+IFS=, read -r -a list <<<"$nets"
+tmp=$(mktemp -d /tmp/specmoe-encoders-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+for e in "${encs[@]}"; do
+    tokenize_plan "" --figures 1 --encoder "$e" >"$tmp/plan-$e" || die "bench tokenize has no encoder '$e'"
+done
+echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) $(uname -m), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+for r in $(seq 1 "$reps"); do
+    for e in "${encs[@]}"; do
+        for net in "${list[@]}"; do
+            flags=$(awk -v n="$net" '$1 == n {$1 = ""; print substr($0, 2)}' "$tmp/plan-$e")
+            [ -n "$flags" ] || die "no network '$net' in the plan of bench tokenize's Fig. 1 (encoder $e)"
+            # shellcheck disable=SC2086
+            out=$("$build/dqn_update" --seconds "$secs" --sample 0 --obs env $flags)
+            a=$(grep '^dqn-update ' <<<"$out") pk=$(grep '^bench-peak ' <<<"$out")
+            echo "round $r $e $net $a"
+            echo "$e $net $(field "$a" cpu_us_per_update) $(field "$a" mflop) $(field "$pk" peak_gflops_per_cpu_s)" >>"$tmp/rows"
+            echo "$r $e $net $(field "$a" cpu_us_per_update)" >>"$tmp/round"
+        done
+    done
+done
+for e in "${encs[@]}"; do
+    col() { awk -v e="$e" -v n="$1" -v c="$2" '$1 == e && $2 == n {print $c}' "$tmp/rows" | median; }
+    base=$(col "${list[0]}" 3)
+    for net in "${list[@]}"; do
+        us=$(col "$net" 3) mflop=$(col "$net" 4) peak=$(col "$net" 5)
+        # the ratio within each round (the host's slow spells move both networks of a round alike)
+        ratios=$(awk -v e="$e" -v n="$net" -v b="${list[0]}" '$2 == e && $3 == b {t[$1] = $4}
+            $2 == e && $3 == n {u[$1] = $4} END {for (r in u) printf "%.2f\n", u[r] / t[r]}' "$tmp/round" | sort -g)
+        echo "tokenize-encoder encoder=$e net=$net mflop=$mflop cpu_us_per_update=$us" \
+             "cpu_roofline_fraction=$(calc "$mflop * 1e3 / $us / $peak" 3) over_${list[0]}=$(calc "$us / $base" 2)" \
+             "round_ratio_median=$(median <<<"$ratios") round_ratio_min=$(head -n 1 <<<"$ratios") round_ratio_max=$(tail -n 1 <<<"$ratios")"
+    done
+done
