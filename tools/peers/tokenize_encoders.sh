@@ -45,14 +45,17 @@ IFS=, read -r -a list <<<"$nets"
 tmp=$(mktemp -d /tmp/specmoe-encoders-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 for e in "${encs[@]}"; do
-    tokenize_plan "" --figures 1 --encoder "$e" >"$tmp/plan-$e" || die "bench tokenize has no encoder '$e'"
+    tokenize_plan "" --figures 1 --encoder "$e" >"$tmp/plan-$e"
+    for net in "${list[@]}"; do # every network is in every plan before anything is timed
+        awk -v n="$net" '$1 == n {f = 1} END {exit !f}' "$tmp/plan-$e" ||
+            die "no network '$net' in the plan of bench tokenize's Fig. 1 (encoder $e)"
+    done
 done
 echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) $(uname -m), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq 1 "$reps"); do
     for e in "${encs[@]}"; do
         for net in "${list[@]}"; do
             flags=$(awk -v n="$net" '$1 == n {$1 = ""; print substr($0, 2)}' "$tmp/plan-$e")
-            [ -n "$flags" ] || die "no network '$net' in the plan of bench tokenize's Fig. 1 (encoder $e)"
             # shellcheck disable=SC2086
             out=$("$build/dqn_update" --seconds "$secs" --sample 0 --obs env $flags)
             a=$(grep '^dqn-update ' <<<"$out") pk=$(grep '^bench-peak ' <<<"$out")
