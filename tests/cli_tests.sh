@@ -1069,19 +1069,27 @@ else
     echo "skip the PyTorch peer's check ($dqnu or /usr/bin/python3 with torch missing)"
 fi
 # tools/peers/tokenize_encoders.sh times the speed bar's two networks on each encoder of the tier's
-# plan: the plan it reads names the encoder's networks (Impala's here), and its summary gives each
-# network's FLOPs and its time over the first network's
+# plan: the plan it reads names the encoder's networks (Impala's, Nature's here), and its summary
+# gives each network's FLOPs and its time over the first network's, as the ratio of its own numbers
 expect 0 "tokenize_common.sh: the plan's networks on the Impala encoder" \
     "^baseline --arch conv:16:3:1:1,maxpool:2:2,.*,res:32,act,dense:128 softmoe-4 --arch conv:16:3:1:1,.*,act,tokens,moe:128,flatten --router soft --experts 4\$" -- \
     bash -c 'cd "$1" && . tools/peers/tokenize_common.sh && TOKENIZE_SPECMOE=$0 tokenize_plan "" --figures 1 --encoder impala |
         grep -E "^(baseline|softmoe-4) " | tr "\n" " " | sed "s/ \$//"' "$bin" "$root"
 if [ -x "$dqnu" ]; then
-    expect 0 "tokenize_encoders.sh: the baseline and SoftMoE-4 on MinAtar's encoder, timed, with their ratio" \
-        "^encoder=minatar net=baseline mflop=40.83 .* over_baseline=1.00 .* encoder=minatar net=softmoe-4 mflop=126.09 .* over_baseline=[0-9]+\.[0-9]{2} " -- \
-        sh -c '"$1/tools/peers/tokenize_encoders.sh" --build "$0" --encoders minatar --reps 1 --seconds 0.01 |
-            sed -n "s/^tokenize-encoder //p" | tr "\n" " "' "$(dirname "$bin")" "$root"
-    expect 1 "tokenize_encoders.sh: a network not in the plan is named" "no network 'softmoe-9' in the plan" -- \
-        "$root/tools/peers/tokenize_encoders.sh" --build "$(dirname "$bin")" --encoders minatar --reps 1 --nets baseline,softmoe-9
+    expect 0 "tokenize_encoders.sh --plan: each encoder's networks, as the tier plans them" \
+        "^nature baseline --arch conv:32:3:1:0,conv:64:3:1:0,conv:64:3:1:0,dense:128 nature softmoe-4 --arch conv:32:3:1:0,conv:64:3:1:0,conv:64:3:1:0,tokens,moe:128,flatten --router soft --experts 4 \$" -- \
+        sh -c '"$1/tools/peers/tokenize_encoders.sh" --build "$0" --encoders nature --plan 1 | tr "\n" " "' "$(dirname "$bin")" "$root"
+    expect 0 "tokenize_encoders.sh: the baseline and SoftMoE-4 on MinAtar's encoder, timed, the ratio of its times" "^ok\$" -- \
+        sh -c '"$1/tools/peers/tokenize_encoders.sh" --build "$0" --encoders minatar --reps 1 --seconds 0.01 | sed -n "s/^tokenize-encoder //p" |
+            awk "{ for (i = 1; i <= NF; i++) { split(\$i, kv, \"=\"); v[NR, kv[1]] = kv[2] } }
+                 END { want = sprintf(\"%.2f\", v[2, \"cpu_us_per_update\"] / v[1, \"cpu_us_per_update\"]);
+                       ok = NR == 2 && v[1, \"net\"] == \"baseline\" && v[1, \"mflop\"] == \"40.83\" && v[1, \"over_baseline\"] == \"1.00\" &&
+                            v[2, \"net\"] == \"softmoe-4\" && v[2, \"mflop\"] == \"126.09\" && v[2, \"over_baseline\"] == want &&
+                            v[2, \"round_ratio_median\"] == want && v[2, \"round_ratio_min\"] == want && v[2, \"round_ratio_max\"] == want;
+                       print ok ? \"ok\" : \"wrong: ratio \" v[2, \"over_baseline\"] \" want \" want }"' "$(dirname "$bin")" "$root"
+    expect 0 "tokenize_encoders.sh: a network not in the plan is named before anything is timed" "^no network 'softmoe-9' in the plan.* untimed\$" -- \
+        sh -c 'out=$("$1/tools/peers/tokenize_encoders.sh" --build "$0" --encoders minatar --reps 1 --nets baseline,softmoe-9 2>&1); rc=$?
+            echo "$out" | grep -q "^round" && exit 3; [ $rc -eq 1 ] && echo "${out#tokenize_encoders: } untimed"' "$(dirname "$bin")" "$root"
 fi
 # continual RL (SPHERE Sec. 5.1): rl train --init-from, and a final policy scored on another task of its family
 expect 0 "rl train --init-from: the next task starts from the previous task's checkpoint" "^rl-train env=mujoco/reach-1 agent=ppo frames=256 " -- \

@@ -19,8 +19,8 @@ read -r -a extra <<< "${TC_BENCH_FLAGS:-}"
 bin=$(readlink -f "${1:-build/specmoe}")
 tmp=${2:-$(mktemp -d)}
 mkdir -p "$tmp"
-"$bin" bench tokenize --tier full --dry-run "${extra[@]}" --games breakout --seeds 1 --out "$tmp/plan" | grep -v '^bench-tokenize' > "$tmp/plan.txt" || exit 1
-header=$("$bin" bench tokenize --tier full --dry-run "${extra[@]}" --out "$tmp/plan" | grep '^bench-tokenize tier')
+"$bin" bench tokenize --tier full --dry-run ${extra[@]+"${extra[@]}"} --games breakout --seeds 1 --out "$tmp/plan" | grep -v '^bench-tokenize' > "$tmp/plan.txt" || exit 1
+header=$("$bin" bench tokenize --tier full --dry-run ${extra[@]+"${extra[@]}"} --out "$tmp/plan" | grep '^bench-tokenize tier')
 seeds=$(echo "$header" | sed -n 's/.* seeds=\([0-9]*\) .*/\1/p')
 games=$(echo "$header" | sed -n 's/.* games=\([^ ]*\) .*/\1/p' | tr ',' '\n' | wc -l)
 games_seeds=$((games * seeds))
@@ -47,4 +47,4 @@ while read -r line; do
     echo "$line_out"
     total=$(awk -v t="$total" -v u="$u" -v s="$s" -v k="$games_seeds" -v f="$F" -v T="$full" 'BEGIN { printf "%.1f", t + (u + s) / f * T * k }')
 done < "$tmp/plan.txt"
-awk -v t="$total" -v k="$games_seeds" 'BEGIN { printf "tier-cost cpu_hours=%.0f (every run above x %d games and seeds, at the tier frames per run)\n", t / 3600, k }'
+awk -v t="$total" -v k="$games_seeds" -v x="${TC_BENCH_FLAGS:-}" 'BEGIN { printf "tier-cost cpu_hours=%.0f (every run above x %d games and seeds, at the tier frames per run%s)\n", t / 3600, k, x == "" ? "" : "; the plan of " x }'
