@@ -1079,6 +1079,12 @@ if [ -x "$dqnu" ]; then
     expect 0 "tokenize_encoders.sh --plan: each encoder's networks, as the tier plans them" \
         "^nature baseline --arch conv:32:3:1:0,conv:64:3:1:0,conv:64:3:1:0,dense:128 nature softmoe-4 --arch conv:32:3:1:0,conv:64:3:1:0,conv:64:3:1:0,tokens,moe:128,flatten --router soft --experts 4 \$" -- \
         sh -c '"$1/tools/peers/tokenize_encoders.sh" --build "$0" --encoders nature --plan 1 | tr "\n" " "' "$(dirname "$bin")" "$root"
+    expect 0 "tokenize_encoders.sh --equal: SoftMoE-4 with its experts as wide as asked, on each encoder" \
+        "^impala softmoe-4-eq --arch conv:16:3:1:1,.*,act,tokens,moe:240,flatten --router soft --experts 4 \$" -- \
+        sh -c '"$1/tools/peers/tokenize_encoders.sh" --build "$0" --encoders impala --nets softmoe-4 --equal 240 --plan 1 | sed 1d | tr "\n" " "' \
+        "$(dirname "$bin")" "$root"
+    expect 1 "tokenize_encoders.sh --equal: one width per encoder" "--equal needs one width per encoder \(2\)" -- \
+        "$root/tools/peers/tokenize_encoders.sh" --build "$(dirname "$bin")" --encoders minatar,impala --equal 240 --plan 1
     expect 0 "tokenize_encoders.sh: the baseline and SoftMoE-4 on MinAtar's encoder, timed, the ratio of its times" "^ok\$" -- \
         sh -c '"$1/tools/peers/tokenize_encoders.sh" --build "$0" --encoders minatar --reps 1 --seconds 0.01 | sed -n "s/^tokenize-encoder //p" |
             awk "{ for (i = 1; i <= NF; i++) { split(\$i, kv, \"=\"); v[NR, kv[1]] = kv[2] } }

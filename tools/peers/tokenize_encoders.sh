@@ -19,9 +19,12 @@
 #   --encoders L    comma list (default minatar,nature,impala)
 #   --nets L        comma list of Fig. 1 networks (default baseline,softmoe-4; the first is the ratios' base)
 #   --build DIR     the directory of specmoe and dqn_update (default build, made first; another is used as it is)
+#   --equal L       comma list, one expert hidden width per encoder: adds the network softmoe-4-eq,
+#                   softmoe-4 with its experts that wide (moe:H for moe:128), to size SoftMoE-4 to the
+#                   baseline's parameters ("at equal expert parameters": the summary prints params)
 #   --plan 1        print "ENCODER NETWORK FLAGS" for each network and stop, timing nothing
 set -euo pipefail
-secs=2 reps=5 encoders=minatar,nature,impala nets=baseline,softmoe-4 build= plan_only=0
+secs=2 reps=5 encoders=minatar,nature,impala nets=baseline,softmoe-4 build= plan_only=0 equal=
 die() { echo "tokenize_encoders: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || die "$1 needs a value (see the header of $0)"
@@ -32,6 +35,7 @@ while [ $# -gt 0 ]; do
     --nets) nets=$2 ;;
     --build) build=$(cd "$2" 2>/dev/null && pwd) || die "--build $2: not a directory" ;;
     --plan) plan_only=$2 ;;
+    --equal) equal=$2 ;;
     *) die "unknown argument '$1' (see the header of $0)" ;;
     esac
     shift 2
@@ -46,12 +50,24 @@ export TOKENIZE_SPECMOE=$build/specmoe
 . tools/peers/tokenize_common.sh
 IFS=, read -r -a encs <<<"$encoders"
 IFS=, read -r -a list <<<"$nets"
+[ -n "$equal" ] && list+=(softmoe-4-eq)
 [ ${#encs[@]} -gt 0 ] || die "--encoders names no encoder"
 [ ${#list[@]} -gt 0 ] || die "--nets names no network"
+widths=()
+if [ -n "$equal" ]; then
+    IFS=, read -r -a widths <<<"$equal"
+    [ ${#widths[@]} -eq ${#encs[@]} ] || die "--equal needs one width per encoder (${#encs[@]}), got '$equal'"
+    for h in "${widths[@]}"; do case "$h" in ''|*[!0-9]*|0) die "--equal: '$h' is not a positive width" ;; esac; done
+fi
 tmp=$(mktemp -d /tmp/specmoe-encoders-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-for e in "${encs[@]}"; do
+for i in "${!encs[@]}"; do
+    e=${encs[$i]}
     tokenize_plan "" --figures 1 --encoder "$e" >"$tmp/plan-$e"
+    if [ ${#widths[@]} -gt 0 ]; then
+        awk -v h="${widths[$i]}" '$1 == "softmoe-4" {$1 = "softmoe-4-eq"; if (!sub(/,moe:128,/, ",moe:" h ",")) exit 1; print}' \
+            "$tmp/plan-$e" >>"$tmp/plan-$e" || die "softmoe-4's plan on $e has no moe:128"
+    fi
     for net in "${list[@]}"; do # every network is in every plan before anything is timed
         awk -v n="$net" '$1 == n {f = 1} END {exit !f}' "$tmp/plan-$e" ||
             die "no network '$net' in the plan of bench tokenize's Fig. 1 (encoder $e)"
@@ -73,7 +89,7 @@ for r in $(seq 1 "$reps"); do
             a=$(grep '^dqn-update ' <<<"$out") || die "$e $net: dqn_update printed no dqn-update line"
             pk=$(grep '^bench-peak ' <<<"$out") || die "$e $net: dqn_update printed no bench-peak line"
             echo "round $r $e $net $a"
-            echo "$e $net $(field "$a" cpu_us_per_update) $(field "$a" mflop) $(field "$pk" peak_gflops_per_cpu_s)" >>"$tmp/rows"
+            echo "$e $net $(field "$a" cpu_us_per_update) $(field "$a" mflop) $(field "$pk" peak_gflops_per_cpu_s) $(field "$a" params)" >>"$tmp/rows"
             echo "$r $e $net $(field "$a" cpu_us_per_update)" >>"$tmp/round"
         done
     done
@@ -82,11 +98,11 @@ for e in "${encs[@]}"; do
     col() { awk -v e="$e" -v n="$1" -v c="$2" '$1 == e && $2 == n {print $c}' "$tmp/rows" | median; }
     base=$(col "${list[0]}" 3)
     for net in "${list[@]}"; do
-        us=$(col "$net" 3) mflop=$(col "$net" 4) peak=$(col "$net" 5)
+        us=$(col "$net" 3) mflop=$(col "$net" 4) peak=$(col "$net" 5) params=$(col "$net" 6)
         # the ratio within each round (the host's slow spells move both networks of a round alike)
         ratios=$(awk -v e="$e" -v n="$net" -v b="${list[0]}" '$2 == e && $3 == b {t[$1] = $4}
             $2 == e && $3 == n {u[$1] = $4} END {for (r in u) printf "%.9g\n", u[r] / t[r]}' "$tmp/round" | sort -g)
-        echo "tokenize-encoder encoder=$e net=$net mflop=$mflop cpu_us_per_update=$us" \
+        echo "tokenize-encoder encoder=$e net=$net params=$params mflop=$mflop cpu_us_per_update=$us" \
              "cpu_roofline_fraction=$(calc "$mflop * 1e3 / $us / $peak" 3) over_${list[0]}=$(calc "$us / $base" 2)" \
              "round_ratio_median=$(calc "$(median <<<"$ratios")" 2) round_ratio_min=$(calc "$(head -n 1 <<<"$ratios")" 2)" \
              "round_ratio_max=$(calc "$(tail -n 1 <<<"$ratios")" 2)"
