@@ -1079,7 +1079,7 @@ if [ -x "$dqnu" ]; then
     expect 0 "tokenize_encoders.sh --plan: each encoder's networks, as the tier plans them" \
         "^nature baseline --arch conv:32:3:1:0,conv:64:3:1:0,conv:64:3:1:0,dense:128 nature softmoe-4 --arch conv:32:3:1:0,conv:64:3:1:0,conv:64:3:1:0,tokens,moe:128,flatten --router soft --experts 4 \$" -- \
         sh -c '"$1/tools/peers/tokenize_encoders.sh" --build "$0" --encoders nature --plan 1 | tr "\n" " "' "$(dirname "$bin")" "$root"
-    expect 0 "tokenize_encoders.sh --equal: SoftMoE-4 with its experts as wide as asked, on each encoder" \
+    expect 0 "tokenize_encoders.sh --equal: SoftMoE-4 with its experts as wide as asked (Impala)" \
         "^impala softmoe-4-eq --arch conv:16:3:1:1,.*,act,tokens,moe:240,flatten --router soft --experts 4 \$" -- \
         sh -c '"$1/tools/peers/tokenize_encoders.sh" --build "$0" --encoders impala --nets softmoe-4 --equal 240 --plan 1 | sed 1d | tr "\n" " "' \
         "$(dirname "$bin")" "$root"

@@ -2,8 +2,8 @@
 # Issue 14's speed bar ("SoftMoE-4 must cost no more than 1.5x the flattened baseline's time per
 # update") at each encoder of `specmoe bench tokenize`: MinAtar's single convolution (the study's),
 # and the Nature-CNN and Impala-ResNet shapes scaled to 10 x 10 (the paper's Fig. 9 and its main
-# encoder). Per round and encoder, the flattened baseline and SoftMoE-4 in turn, each network's
-# flags from the full tier's plan (`bench tokenize --tier full --dry-run --figures 1 --encoder E`):
+# encoder). Per round and encoder, the networks of --nets (the flattened baseline and SoftMoE-4) in
+# turn, each network's flags from the full tier's plan (`bench tokenize --tier full --dry-run --figures 1 --encoder E`):
 #   build/dqn_update --seconds S --sample 0 --obs env FLAGS
 # (tools/peers/dqn_update.c: batch 32, a target forward on the next states, an online forward and
 # backward, the Huber loss and a centered RMSprop step on 16 fixed batches of Breakout frames).
@@ -13,7 +13,8 @@
 # _min / _max, the ratio within each round (a slow spell of the host moves both networks of a round
 # alike), its median and range over the rounds.
 #
-# Usage: tools/peers/tokenize_encoders.sh [--seconds S] [--reps R] [--encoders LIST] [--nets LIST] [--build DIR] [--plan 1]
+# Usage: tools/peers/tokenize_encoders.sh [--seconds S] [--reps R] [--encoders LIST] [--nets LIST] [--equal LIST]
+#                                         [--build DIR] [--plan 1]
 #   --seconds S     timed seconds of each run (default 2)
 #   --reps R        rounds (default 5)
 #   --encoders L    comma list (default minatar,nature,impala)
@@ -50,6 +51,7 @@ export TOKENIZE_SPECMOE=$build/specmoe
 . tools/peers/tokenize_common.sh
 IFS=, read -r -a encs <<<"$encoders"
 IFS=, read -r -a list <<<"$nets"
+for net in "${list[@]}"; do [ "$net" != softmoe-4-eq ] || die "softmoe-4-eq is not a network of --nets: --equal adds it"; done
 [ -n "$equal" ] && list+=(softmoe-4-eq)
 [ ${#encs[@]} -gt 0 ] || die "--encoders names no encoder"
 [ ${#list[@]} -gt 0 ] || die "--nets names no network"
@@ -57,7 +59,9 @@ widths=()
 if [ -n "$equal" ]; then
     IFS=, read -r -a widths <<<"$equal"
     [ ${#widths[@]} -eq ${#encs[@]} ] || die "--equal needs one width per encoder (${#encs[@]}), got '$equal'"
-    for h in "${widths[@]}"; do case "$h" in ''|*[!0-9]*|0) die "--equal: '$h' is not a positive width" ;; esac; done
+    for h in "${widths[@]}"; do case "$h" in ''|*[!0-9]*|0*) die "--equal: '$h' is not a positive width" ;; esac; done
+fi
+if [ "$(printf '%s\n' "${encs[@]}" | sort | uniq -d)" ]; then die "--encoders names an encoder twice ('$encoders')"
 fi
 tmp=$(mktemp -d /tmp/specmoe-encoders-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -66,7 +70,8 @@ for i in "${!encs[@]}"; do
     tokenize_plan "" --figures 1 --encoder "$e" >"$tmp/plan-$e"
     if [ ${#widths[@]} -gt 0 ]; then
         awk -v h="${widths[$i]}" '$1 == "softmoe-4" {$1 = "softmoe-4-eq"; if (!sub(/,moe:128,/, ",moe:" h ",")) exit 1; print}' \
-            "$tmp/plan-$e" >>"$tmp/plan-$e" || die "softmoe-4's plan on $e has no moe:128"
+            "$tmp/plan-$e" >"$tmp/eq" || die "softmoe-4's plan on $e has no moe:128"
+        cat "$tmp/eq" >>"$tmp/plan-$e"
     fi
     for net in "${list[@]}"; do # every network is in every plan before anything is timed
         awk -v n="$net" '$1 == n {f = 1} END {exit !f}' "$tmp/plan-$e" ||
