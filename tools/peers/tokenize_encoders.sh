@@ -61,8 +61,7 @@ if [ -n "$equal" ]; then
     [ ${#widths[@]} -eq ${#encs[@]} ] || die "--equal needs one width per encoder (${#encs[@]}), got '$equal'"
     for h in "${widths[@]}"; do case "$h" in ''|*[!0-9]*|0*) die "--equal: '$h' is not a positive width" ;; esac; done
 fi
-if [ "$(printf '%s\n' "${encs[@]}" | sort | uniq -d)" ]; then die "--encoders names an encoder twice ('$encoders')"
-fi
+[ -z "$(printf '%s\n' "${encs[@]}" | sort | uniq -d)" ] || die "--encoders names an encoder twice ('$encoders')"
 tmp=$(mktemp -d /tmp/specmoe-encoders-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 for i in "${!encs[@]}"; do
@@ -94,19 +93,19 @@ for r in $(seq 1 "$reps"); do
             a=$(grep '^dqn-update ' <<<"$out") || die "$e $net: dqn_update printed no dqn-update line"
             pk=$(grep '^bench-peak ' <<<"$out") || die "$e $net: dqn_update printed no bench-peak line"
             echo "round $r $e $net $a"
-            echo "$e $net $(field "$a" cpu_us_per_update) $(field "$a" mflop) $(field "$pk" peak_gflops_per_cpu_s) $(field "$a" params)" >>"$tmp/rows"
-            echo "$r $e $net $(field "$a" cpu_us_per_update)" >>"$tmp/round"
+            # one row per run: round encoder network us mflop peak params
+            echo "$r $e $net $(field "$a" cpu_us_per_update) $(field "$a" mflop) $(field "$pk" peak_gflops_per_cpu_s) $(field "$a" params)" >>"$tmp/rows"
         done
     done
 done
 for e in "${encs[@]}"; do
-    col() { awk -v e="$e" -v n="$1" -v c="$2" '$1 == e && $2 == n {print $c}' "$tmp/rows" | median; }
-    base=$(col "${list[0]}" 3)
+    col() { awk -v e="$e" -v n="$1" -v c="$2" '$2 == e && $3 == n {print $c}' "$tmp/rows" | median; }
+    base=$(col "${list[0]}" 4)
     for net in "${list[@]}"; do
-        us=$(col "$net" 3) mflop=$(col "$net" 4) peak=$(col "$net" 5) params=$(col "$net" 6)
+        us=$(col "$net" 4) mflop=$(col "$net" 5) peak=$(col "$net" 6) params=$(col "$net" 7)
         # the ratio within each round (the host's slow spells move both networks of a round alike)
         ratios=$(awk -v e="$e" -v n="$net" -v b="${list[0]}" '$2 == e && $3 == b {t[$1] = $4}
-            $2 == e && $3 == n {u[$1] = $4} END {for (r in u) printf "%.9g\n", u[r] / t[r]}' "$tmp/round" | sort -g)
+            $2 == e && $3 == n {u[$1] = $4} END {for (r in u) printf "%.9g\n", u[r] / t[r]}' "$tmp/rows" | sort -g)
         echo "tokenize-encoder encoder=$e net=$net params=$params mflop=$mflop cpu_us_per_update=$us" \
              "cpu_roofline_fraction=$(calc "$mflop * 1e3 / $us / $peak" 3) over_${list[0]}=$(calc "$us / $base" 2)" \
              "round_ratio_median=$(calc "$(median <<<"$ratios")" 2) round_ratio_min=$(calc "$(head -n 1 <<<"$ratios")" 2)" \
