@@ -1038,6 +1038,15 @@ expect 0 "tier_left.sh: the runs left per figure, priced, a shared run counted o
         sed 1d | tr -s " \n" " "' "$bin" "$tmp/tier-left" "$root"
 expect 2 "tier_left.sh: a runs directory that is not there is named" "/nonexistent-runs is not a directory" -- \
     "$root/tools/softmoe_rl/tier_left.sh" "$bin" "$root/docs/results/tokenize_full_tier_cost_4aefb9a.txt" /nonexistent-runs
+# tools/softmoe_rl/tier_start.sh: each session's queues; the runs that decide a claim come first (the first
+# part is Fig. 7 without PerPatch, which no claim names), and every part is a valid plan (--print checks them)
+expect 0 "tier_start.sh --print: claim-deciding runs first, the figures completed after" \
+    "^7:softmoe-1,softmoe-1-perfeat,softmoe-1-shuffled,softmoe-1-x4,softmoe-1-x4-perfeat,softmoe-1-x4-shuffled 10:all 11:softmoe-4,softmoe-4-reset,softmoe-4-sp 5:baseline-x4,tok-sum-x4,tok-mean-x4 7:all 11:all 5:all 1,sharp,15,12,8,19:all queues=2 \$" -- sh -c '
+    SPECMOE="$0" "$1/tools/softmoe_rl/tier_start.sh" --print "$2" > "$2.txt" &&
+    sed -n "s/^tier-start part=[0-9]* figures=\([^ ]*\) .* variants=\(.*\)/\1:\2/p" "$2.txt" | tr "\n" " " &&
+    echo "queues=$(grep -c "tier_queue.sh $2/specmoe-[0-9a-z]* $2/tokenize-full [01] \"7;" "$2.txt") "' "$bin" "$root" "$tmp/tier-start"
+expect 2 "tier_start.sh: a binary that is not there is named" "/nonexistent/specmoe is not built" -- \
+    env SPECMOE=/nonexistent/specmoe "$root/tools/softmoe_rl/tier_start.sh" --print "$tmp/tier-start"
 expect 0 "runs_archive.sh: report --curves reads a restored run's kept curve as the original's episodes" "^same 1 point\$" -- sh -c '
     a=$("$0" report "$1"/der-minatar/*/breakout-s1 --labels dir --random-episodes 20 --reps 50 --curves "$1-c.png" | grep "^| 50000 |") &&
     b=$("$0" report "$1-restored"/der-minatar/*/breakout-s1 --labels dir --random-episodes 20 --reps 50 --curves "$1-c.png" | grep "^| 50000 |") &&
