@@ -7,7 +7,7 @@
 # The binary is build/specmoe of this checkout (SPECMOE=PATH names another).
 # BENCH_DIR (default /work/bench-runs) holds the bench's --out, BENCH_DIR/tokenize-full, and the
 # queues' copy of the binary. Before it starts anything it:
-#   - refuses when a queue on BENCH_DIR/tokenize-full is already running;
+#   - refuses when a queue of the tier (tier_queue.sh) is already running;
 #   - refuses when src/ or include/ differ from ARITH_REV (bc95e0c), the arithmetic every archived run
 #     was made with: a change in the order of a sum moves a SoftMoE run by up to a seed's spread
 #     (BENCHMARKS.md, "The runs are deterministic"), so one figure's runs keep one arithmetic;
@@ -44,8 +44,10 @@ die() { echo "tier_start.sh: $*" >&2; exit 2; }
 [ -x "$bin" ] || die "$bin is not built (make -j2)"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+lines=()
 for p in "${parts[@]}"; do
     IFS=';' read -r figs games seeds variants <<< "$p"
+    lines+=("tier-start part=$((${#lines[@]} + 1)) figures=$figs games=$games seeds=$seeds variants=${variants:-all}")
     sel=()
     [ -n "$variants" ] && sel=(--variants "$variants")
     "$bin" bench tokenize --tier full --dry-run --figures "$figs" --games "$games" --seeds "$seeds" "${sel[@]}" \
@@ -58,12 +60,7 @@ for c in 0 1; do
     cmds+=("RUNS_ARCHIVE=$root/docs/results/tokenize-full-runs $here/tier_queue.sh $qbin $out $c$(printf ' "%s"' "${parts[@]}")")
 done
 if [ $print = 1 ]; then
-    i=0
-    for p in "${parts[@]}"; do
-        IFS=';' read -r figs games seeds variants <<< "$p"
-        echo "tier-start part=$((++i)) figures=$figs games=$games seeds=$seeds variants=${variants:-all}"
-    done
-    printf '%s\n' "${cmds[@]}"
+    printf '%s\n' "${lines[@]}" "${cmds[@]}"
     exit 0
 fi
 pgrep -f "tier_queue.sh " > /dev/null && die "a queue of the tier is already running (pgrep -af tier_queue.sh)"
