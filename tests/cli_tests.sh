@@ -1047,6 +1047,29 @@ expect 0 "tier_start.sh --print: claim-deciding runs first, the figures complete
     echo "queues=$(grep -c "tier_queue.sh $2/specmoe-[0-9a-z]* $2/tokenize-full [01] \"7;" "$2.txt") "' "$bin" "$root" "$tmp/tier-start"
 expect 2 "tier_start.sh: a binary that is not there is named" "/nonexistent/specmoe is not built" -- \
     env SPECMOE=/nonexistent/specmoe "$root/tools/softmoe_rl/tier_start.sh" --print "$tmp/tier-start"
+# tools/softmoe_rl/tier_queue.sh saves the finished runs while a part still runs (every SAVE_EVERY
+# seconds), not only after it: a stand-in for the bench finishes one run, then waits (up to 10 s) for
+# it to appear in the archive before it exits; the run arrives whole (its curve and scored episode)
+mkdir -p "$tmp/tier-queue" && cat > "$tmp/tier-queue/bench" <<'FAKE'
+#!/bin/sh
+while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
+d=$out/rainbow-minatar/softmoe-1/breakout-s1 a=$RUNS_ARCHIVE/rainbow-minatar/softmoe-1/breakout-s1
+mkdir -p "$d" && echo '{}' > "$d/settings.json" && echo cmd > "$d/command" && echo log > "$d/train.log" &&
+echo '{"global_step": 1000, "episodic_return": 2.5}' > "$d/metrics.jsonl" && touch "$d/done"
+i=0; while [ $i -lt 100 ] && [ ! -f "$a/done" ]; do sleep 0.1; i=$((i + 1)); done
+[ -f "$a/done" ] && echo "stand-in: saved while running" || echo "stand-in: not saved while running"
+FAKE
+chmod +x "$tmp/tier-queue/bench"
+expect 0 "tier_queue.sh: a finished run is archived while its part still runs, whole" \
+    "^stand-in: saved while running; 5 files; \{\"global_step\": 50000, \"curve_return\": 2.5, \"curve_episodes\": 1\} \{\"global_step\": 1000, \"episodic_return\": 2.5\} \$" -- sh -c '
+    RUNS_ARCHIVE="$1/arch" SAVE_EVERY=1 "$0/tools/softmoe_rl/tier_queue.sh" "$1/bench" "$1/out" 0 "7;breakout;1" &&
+    printf "%s; %s files; " "$(grep -o "^stand-in: .*" "$1/out/queue-0.log")" "$(ls "$1"/arch/*/*/* | wc -l)" &&
+    cat "$1/arch/rainbow-minatar/softmoe-1/breakout-s1/metrics.jsonl" | tr "\n" " "' "$root" "$tmp/tier-queue"
+expect 0 "runs_archive.sh: a save stopped halfway (RUN.saving) is not restored as a run" \
+    "^runs_archive: 1 finished runs restored into [^ ]* breakout-s1 \$" -- sh -c '
+    mkdir -p "$1/arch/rainbow-minatar/softmoe-1/breakout-s2.saving" && touch "$1/arch/rainbow-minatar/softmoe-1/breakout-s2.saving/done" &&
+    { "$0/tools/softmoe_rl/runs_archive.sh" restore "$1/restored" "$1/arch" && ls "$1/restored/rainbow-minatar/softmoe-1"; } | tr "\n" " "' \
+    "$root" "$tmp/tier-queue"
 expect 0 "runs_archive.sh: report --curves reads a restored run's kept curve as the original's episodes" "^same 1 point\$" -- sh -c '
     a=$("$0" report "$1"/der-minatar/*/breakout-s1 --labels dir --random-episodes 20 --reps 50 --curves "$1-c.png" | grep "^| 50000 |") &&
     b=$("$0" report "$1-restored"/der-minatar/*/breakout-s1 --labels dir --random-episodes 20 --reps 50 --curves "$1-c.png" | grep "^| 50000 |") &&

@@ -16,6 +16,10 @@
 #                  restored run scores exactly as the original. The full metrics.jsonl (every
 #                  episode, losses, dormant fractions: 1-20 MB a run) stays on the machine that ran it.
 # A restored run has `done`, so the bench skips it and its reports (and --reference-runs) include it.
+# A save holds a lock on ARCHIVE (flock on the directory), so the two queues' periodic saves
+# (tier_queue.sh) never write one run at once, and writes each run into a scratch directory beside
+# it (RUN.saving, which restore ignores) that it then renames: a save stopped halfway leaves no run in
+# the archive without its curve.
 set -eu
 [ $# -ge 2 ] || { echo "usage: $0 save|restore OUT [ARCHIVE]" >&2; exit 2; }
 mode=$1 out=$2
@@ -25,15 +29,19 @@ archive=$(readlink -m "${3:-$here/../../docs/results/tokenize-full-runs}")
 case $mode in
 save)
     mkdir -p "$archive"
+    exec 8< "$archive"
+    flock 8
     n=0
     while IFS= read -r d; do
         run=${d%/done}
         rel=${run#"$out"/}
         dest=$archive/$rel
         [ -f "$dest/done" ] && continue
-        mkdir -p "$dest"
+        part=$dest.saving
+        rm -rf "$part"
+        mkdir -p "$part"
         for f in settings.json command train.log done; do
-            [ -f "$run/$f" ] && cp "$run/$f" "$dest/$f"
+            [ -f "$run/$f" ] && cp "$run/$f" "$part/$f"
         done
         # the curve, then the episodes of the last 10% of frames, from one pass over the episode lines
         awk '
@@ -53,7 +61,9 @@ save)
                     if (cnt[b]) printf "{\"global_step\": %d, \"curve_return\": %.9g, \"curve_episodes\": %d}\n", (b + 1) * 50000, sum[b] / cnt[b], cnt[b]
                 for (i = 1; i <= n; i++)
                     if (step[i] >= 0.9 * xmax) print line[i]
-            }' "$run/metrics.jsonl" > "$dest/metrics.jsonl"
+            }' "$run/metrics.jsonl" > "$part/metrics.jsonl"
+        rm -rf "$dest"
+        mv "$part" "$dest"
         n=$((n + 1))
     done < <(find "$out" -mindepth 4 -maxdepth 4 -name done | sort)
     echo "runs_archive: $n new finished runs saved to $archive"
@@ -70,7 +80,7 @@ restore)
         rm -f "$dest/checkpoint.safetensors"
         cp "$run"/* "$dest/"
         n=$((n + 1))
-    done < <(find "$archive" -mindepth 4 -maxdepth 4 -name done | sort)
+    done < <(find "$archive" -mindepth 4 -maxdepth 4 -name done -not -path '*.saving/done' | sort)
     echo "runs_archive: $n finished runs restored into $out"
     ;;
 *)

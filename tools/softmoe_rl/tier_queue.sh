@@ -13,8 +13,10 @@
 # Each part is one `bench tokenize --tier full --jobs 1 --figures FIGURES --games GAMES --seeds SEEDS`
 # (SEEDS is a count: seeds 1..SEEDS), with --variants VARIANTS when given. Finished runs are skipped and interrupted ones resume from their
 # checkpoint (the bench's own rule), so a queue can be stopped and started again with the same parts.
-# The log is OUT/queue-CORE.log; after every part the finished runs are archived into the repository
-# (tools/softmoe_rl/runs_archive.sh save) when RUNS_ARCHIVE names the archive.
+# The log is OUT/queue-CORE.log. When RUNS_ARCHIVE names the archive, the finished runs are saved
+# into it (tools/softmoe_rl/runs_archive.sh save) every SAVE_EVERY seconds (default 300) while a part
+# runs, and once more after it: a part is up to 120 runs (many sessions), and a run saved into the
+# checkout as it finishes outlives a session that stops before its closing save and commit.
 set -u
 [ $# -ge 4 ] || { echo "usage: $0 BINARY OUT CORE \"FIGURES;GAMES;SEEDS[;VARIANTS]\" ..." >&2; exit 2; }
 bin=$(readlink -f "$1") out=$2 core=$3
@@ -28,8 +30,18 @@ for part in "$@"; do
     [ -n "$variants" ] && sel=(--variants "$variants")
     echo "$(date -u +%FT%TZ) start figures=$figs games=$games seeds=$seeds variants=${variants:-all}" >> "$log"
     taskset -c "$core" "$bin" bench tokenize --tier full --jobs 1 --figures "$figs" --games "$games" \
-        --seeds "$seeds" "${sel[@]}" --out "$out" >> "$log" 2>&1
+        --seeds "$seeds" "${sel[@]}" --out "$out" >> "$log" 2>&1 &
+    bench=$!
+    saver=
+    if [ -n "${RUNS_ARCHIVE:-}" ]; then
+        (while sleep "${SAVE_EVERY:-300}"; do
+            "$here/runs_archive.sh" save "$out" "$RUNS_ARCHIVE" 2>&1 | grep -v '^runs_archive: 0 new' >> "$log"
+        done) &
+        saver=$!
+    fi
+    wait "$bench"
     rc=$?
+    [ -n "$saver" ] && kill "$saver" 2>/dev/null
     echo "$(date -u +%FT%TZ) end figures=$figs games=$games seeds=$seeds rc=$rc" >> "$log"
     [ -n "${RUNS_ARCHIVE:-}" ] && "$here/runs_archive.sh" save "$out" "$RUNS_ARCHIVE" >> "$log" 2>&1
 done
