@@ -1052,6 +1052,7 @@ expect 2 "tier_start.sh: a binary that is not there is named" "/nonexistent/spec
 # it to appear in the archive before it exits; the run arrives whole (its curve and scored episode)
 mkdir -p "$tmp/tier-queue" && cat > "$tmp/tier-queue/bench" <<'FAKE'
 #!/bin/sh
+[ "$1" = --help ] && exit 0   # the archive's probe of OpenBLAS's kernels (none here: openblas-core=unknown)
 while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
 d=$out/rainbow-minatar/softmoe-1/breakout-s1 a=$RUNS_ARCHIVE/rainbow-minatar/softmoe-1/breakout-s1
 mkdir -p "$d" && echo '{}' > "$d/settings.json" && echo cmd > "$d/command" && echo log > "$d/train.log" &&
@@ -1061,10 +1062,16 @@ i=0; while [ $i -lt 100 ] && [ ! -f "$a/done" ]; do sleep 0.1; i=$((i + 1)); don
 FAKE
 chmod +x "$tmp/tier-queue/bench"
 expect 0 "tier_queue.sh: a finished run is archived while its part still runs, whole" \
-    "^stand-in: saved while running; 5 files; \{\"global_step\": 50000, \"curve_return\": 2.5, \"curve_episodes\": 1\} \{\"global_step\": 1000, \"episodic_return\": 2.5\} \$" -- sh -c '
+    "^stand-in: saved while running; 6 files; \{\"global_step\": 50000, \"curve_return\": 2.5, \"curve_episodes\": 1\} \{\"global_step\": 1000, \"episodic_return\": 2.5\} \$" -- sh -c '
     RUNS_ARCHIVE="$1/arch" SAVE_EVERY=1 "$0/tools/softmoe_rl/tier_queue.sh" "$1/bench" "$1/out" 0 "7;breakout;1" &&
     printf "%s; %s files; " "$(grep -o "^stand-in: .*" "$1/out/queue-0.log")" "$(ls "$1"/arch/*/*/* | wc -l)" &&
     cat "$1/arch/rainbow-minatar/softmoe-1/breakout-s1/metrics.jsonl" | tr "\n" " "' "$root" "$tmp/tier-queue"
+# the save records the machine a run ran on (its CPU and the kernels OpenBLAS picks there set the
+# order of the run's sums); the stand-in bench has no OpenBLAS, so SPECMOE names the binary to ask
+expect 0 "runs_archive.sh: a saved run records its host's CPU, ISA and OpenBLAS kernels" \
+    '^cpu="[^"]*" family=[0-9]+ model=[0-9]+ isa=(avx512f|avx2|baseline) openblas-core=[A-Za-z0-9]+$' -- sh -c '
+    rm -rf "$1/arch-host" && SPECMOE="$0" "$2/tools/softmoe_rl/runs_archive.sh" save "$1/out" "$1/arch-host" >/dev/null &&
+    cat "$1/arch-host/rainbow-minatar/softmoe-1/breakout-s1/host"' "$bin" "$tmp/tier-queue" "$root"
 expect 0 "runs_archive.sh: a save stopped halfway (RUN.saving) is not restored as a run" \
     "^runs_archive: 1 finished runs restored into [^ ]* breakout-s1 \$" -- sh -c '
     mkdir -p "$1/arch/rainbow-minatar/softmoe-1/breakout-s2.saving" && touch "$1/arch/rainbow-minatar/softmoe-1/breakout-s2.saving/done" &&

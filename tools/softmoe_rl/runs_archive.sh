@@ -8,6 +8,12 @@
 # OUT is the bench's --out; ARCHIVE defaults to docs/results/tokenize-full-runs (of this checkout).
 # A run is OUT/<agent>-<encoder>/<variant>/<game>-s<seed> with a `done` file. Kept per run:
 #   settings.json, command, train.log, done  as the run wrote them;
+#   host           the machine it ran on, written by the save (a run is saved from the machine that
+#                  ran it: its checkpoints never leave it): `cpu="MODEL" family=F model=M isa=ISA
+#                  openblas-core=CORE`, ISA the widest of avx512f/avx2/baseline the CPU has and CORE
+#                  the kernels OpenBLAS picks there (OPENBLAS_VERBOSE=2 of build/specmoe, or of
+#                  $SPECMOE). Both set the order of a run's sums, so one command and seed gives other
+#                  bits on another kind of CPU (BENCHMARKS.md, "The runs are deterministic");
 #   metrics.jsonl  the learning curve, one record per 50,000 frames: {"global_step": END,
 #                  "curve_return": MEAN, "curve_episodes": N} over the episodes ending in that bin
 #                  (`specmoe plot DIR... --y curve_return` draws it); then the episodes
@@ -31,18 +37,31 @@ save)
     mkdir -p "$archive"
     exec 8< "$archive"
     flock 8
-    n=0
+    n=0 host=
     while IFS= read -r d; do
         run=${d%/done}
         rel=${run#"$out"/}
         dest=$archive/$rel
         [ -f "$dest/done" ] && continue
+        if [ -z "$host" ]; then
+            probe=${SPECMOE:-$here/../../build/specmoe}
+            core=$(OPENBLAS_VERBOSE=2 "$probe" --help 2>&1 | sed -n 's/^Core: *//p' | head -n 1)
+            flags=$(grep -m 1 '^flags' /proc/cpuinfo 2>/dev/null)
+            isa=baseline
+            case " $flags " in *" avx2 "*) isa=avx2 ;; esac
+            case " $flags " in *" avx512f "*) isa=avx512f ;; esac
+            host=$(printf 'cpu="%s" family=%s model=%s isa=%s openblas-core=%s' \
+                "$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null | head -n 1)" \
+                "$(sed -n 's/^cpu family[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null | head -n 1)" \
+                "$(sed -n 's/^model[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null | head -n 1)" "$isa" "${core:-unknown}")
+        fi
         part=$dest.saving
         rm -rf "$part"
         mkdir -p "$part"
         for f in settings.json command train.log done; do
             [ -f "$run/$f" ] && cp "$run/$f" "$part/$f"
         done
+        echo "$host" > "$part/host"
         # the curve, then the episodes of the last 10% of frames, from one pass over the episode lines
         awk '
             /"episodic_return"/ {

@@ -35,7 +35,7 @@ for part in "$@"; do
     saver=
     if [ -n "${RUNS_ARCHIVE:-}" ]; then
         (while sleep "${SAVE_EVERY:-300}"; do
-            "$here/runs_archive.sh" save "$out" "$RUNS_ARCHIVE" 2>&1 | grep -v '^runs_archive: 0 new' >> "$log"
+            SPECMOE=$bin "$here/runs_archive.sh" save "$out" "$RUNS_ARCHIVE" 2>&1 | grep -v '^runs_archive: 0 new' >> "$log"
         done) &
         saver=$!
     fi
@@ -43,5 +43,5 @@ for part in "$@"; do
     rc=$?
     [ -n "$saver" ] && kill "$saver" 2>/dev/null
     echo "$(date -u +%FT%TZ) end figures=$figs games=$games seeds=$seeds rc=$rc" >> "$log"
-    [ -n "${RUNS_ARCHIVE:-}" ] && "$here/runs_archive.sh" save "$out" "$RUNS_ARCHIVE" >> "$log" 2>&1
+    [ -n "${RUNS_ARCHIVE:-}" ] && SPECMOE=$bin "$here/runs_archive.sh" save "$out" "$RUNS_ARCHIVE" >> "$log" 2>&1
 done

@@ -10,7 +10,9 @@
 #   - refuses when a queue of the tier (tier_queue.sh) is already running;
 #   - refuses when src/ or include/ differ from ARITH_REV (bc95e0c), the arithmetic every archived run
 #     was made with: a change in the order of a sum moves a SoftMoE run by up to a seed's spread
-#     (BENCHMARKS.md, "The runs are deterministic"), so one figure's runs keep one arithmetic;
+#     (BENCHMARKS.md, "The runs are deterministic"), so one figure's runs keep one code's arithmetic
+#     (the machine's CPU and OpenBLAS kernels move the bits too; each archived run records them in
+#     its `host` file from 2026-12-02, and "Same binary, other kind of CPU" measures it);
 #   - checks each part with `bench tokenize --dry-run` (a misspelt variant stops here, not in a queue);
 #   - restores the archived runs into BENCH_DIR/tokenize-full (runs_archive.sh restore: only those not
 #     finished there), so a new machine continues where the last one stopped;
