@@ -46,14 +46,14 @@ save)
         if [ -z "$host" ]; then
             probe=${SPECMOE:-$here/../../build/specmoe}
             core=$(OPENBLAS_VERBOSE=2 "$probe" --help 2>&1 | sed -n 's/^Core: *//p' | head -n 1)
-            flags=$(grep -m 1 '^flags' /proc/cpuinfo 2>/dev/null)
-            isa=baseline
-            case " $flags " in *" avx2 "*) isa=avx2 ;; esac
-            case " $flags " in *" avx512f "*) isa=avx512f ;; esac
-            host=$(printf 'cpu="%s" family=%s model=%s isa=%s openblas-core=%s' \
-                "$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null | head -n 1)" \
-                "$(sed -n 's/^cpu family[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null | head -n 1)" \
-                "$(sed -n 's/^model[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null | head -n 1)" "$isa" "${core:-unknown}")
+            # the first processor's fields; ISA the widest of avx512f, avx2 its flags name
+            host=$(awk -F': *' -v core="${core:-unknown}" '
+                /^[a-z ]*[[:space:]]*:/ { k = $1; sub(/[[:space:]]+$/, "", k); if (!(k in v)) v[k] = $2 }
+                END {
+                    isa = "baseline"; f = " " v["flags"] " "
+                    if (f ~ / avx2 /) isa = "avx2"; if (f ~ / avx512f /) isa = "avx512f"
+                    printf "cpu=\"%s\" family=%s model=%s isa=%s openblas-core=%s", v["model name"], v["cpu family"], v["model"], isa, core
+                }' /proc/cpuinfo 2>/dev/null)
         fi
         part=$dest.saving
         rm -rf "$part"

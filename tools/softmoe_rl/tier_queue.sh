@@ -24,6 +24,8 @@ shift 3
 mkdir -p "$out"
 log=$out/queue-$core.log
 here=$(dirname "$(readlink -f "$0")")
+# the finished runs into the archive (the queue's binary tells the host's OpenBLAS kernels)
+save() { SPECMOE=$bin "$here/runs_archive.sh" save "$out" "$RUNS_ARCHIVE" 2>&1; }
 for part in "$@"; do
     IFS=';' read -r figs games seeds variants <<< "$part"
     sel=()
@@ -34,14 +36,12 @@ for part in "$@"; do
     bench=$!
     saver=
     if [ -n "${RUNS_ARCHIVE:-}" ]; then
-        (while sleep "${SAVE_EVERY:-300}"; do
-            SPECMOE=$bin "$here/runs_archive.sh" save "$out" "$RUNS_ARCHIVE" 2>&1 | grep -v '^runs_archive: 0 new' >> "$log"
-        done) &
+        (while sleep "${SAVE_EVERY:-300}"; do save | grep -v '^runs_archive: 0 new' >> "$log"; done) &
         saver=$!
     fi
     wait "$bench"
     rc=$?
     [ -n "$saver" ] && kill "$saver" 2>/dev/null
     echo "$(date -u +%FT%TZ) end figures=$figs games=$games seeds=$seeds rc=$rc" >> "$log"
-    [ -n "${RUNS_ARCHIVE:-}" ] && SPECMOE=$bin "$here/runs_archive.sh" save "$out" "$RUNS_ARCHIVE" >> "$log" 2>&1
+    [ -n "${RUNS_ARCHIVE:-}" ] && save >> "$log"
 done

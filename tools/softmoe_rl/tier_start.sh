@@ -78,4 +78,4 @@ for c in 0 1; do
     sleep 5
 done
 echo "tier_start.sh: two queues on $out (logs $out/queue-0.log, queue-1.log); progress: grep -h status=ok $out/queue-*.log | tail"
-echo "tier_start.sh: the queues save finished runs into docs/results/tokenize-full-runs every 300 s; before the session stops: $here/runs_archive.sh save $out, and commit it"
+echo "tier_start.sh: the queues save finished runs into docs/results/tokenize-full-runs every ${SAVE_EVERY:-300} s; before the session stops: $here/runs_archive.sh save $out, and commit it"
