@@ -1077,6 +1077,15 @@ expect 0 "runs_archive.sh: a save stopped halfway (RUN.saving) is not restored a
     mkdir -p "$1/arch/rainbow-minatar/softmoe-1/breakout-s2.saving" && touch "$1/arch/rainbow-minatar/softmoe-1/breakout-s2.saving/done" &&
     { "$0/tools/softmoe_rl/runs_archive.sh" restore "$1/restored" "$1/arch" && ls "$1/restored/rainbow-minatar/softmoe-1"; } | tr "\n" " "' \
     "$root" "$tmp/tier-queue"
+# runs_archive.sh hosts counts the archived runs by the machine that made them and marks this one's
+# (runs from kinds of CPU whose sums differ are other samples: a new machine's session reads this)
+expect 0 "runs_archive.sh hosts: the archive's runs counted by host, this machine's marked" \
+    '^this machine: (cpu=[^|]*) \| 2 runs cpu="Other" family=1 model=1 isa=avx2 openblas-core=Zen \| 1 runs \(no host file: saved before 2026-12-02\) \| 1 runs \1 \(this machine\) \|$' -- sh -c '
+    a=$1/arch-hosts && rm -rf "$a" && mkdir -p "$a/rainbow-minatar/v" && cp -r "$1/arch-host/rainbow-minatar/softmoe-1/breakout-s1" "$a/rainbow-minatar/v/g-s1" &&
+    for r in g-s2 g-s3 g-s4 g-s5.saving; do mkdir -p "$a/rainbow-minatar/v/$r" && touch "$a/rainbow-minatar/v/$r/done"; done &&
+    for r in g-s2 g-s3 g-s5.saving; do echo "cpu=\"Other\" family=1 model=1 isa=avx2 openblas-core=Zen" > "$a/rainbow-minatar/v/$r/host"; done &&
+    SPECMOE="$0" "$2/tools/softmoe_rl/runs_archive.sh" hosts "$a" | sed "s/^runs_archive: *//" | tr -s " " | tr "\n" "|" | sed "s/|/ | /g; s/ \$//"' \
+    "$bin" "$tmp/tier-queue" "$root"
 expect 0 "runs_archive.sh: report --curves reads a restored run's kept curve as the original's episodes" "^same 1 point\$" -- sh -c '
     a=$("$0" report "$1"/der-minatar/*/breakout-s1 --labels dir --random-episodes 20 --reps 50 --curves "$1-c.png" | grep "^| 50000 |") &&
     b=$("$0" report "$1-restored"/der-minatar/*/breakout-s1 --labels dir --random-episodes 20 --reps 50 --curves "$1-c.png" | grep "^| 50000 |") &&

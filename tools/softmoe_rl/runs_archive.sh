@@ -4,6 +4,8 @@
 #
 #   tools/softmoe_rl/runs_archive.sh save OUT [ARCHIVE]      finished runs under OUT -> ARCHIVE
 #   tools/softmoe_rl/runs_archive.sh restore OUT [ARCHIVE]   ARCHIVE -> OUT (runs not finished there)
+#   tools/softmoe_rl/runs_archive.sh hosts [ARCHIVE]         this machine's host line, and the archived
+#                                                            runs counted by the host that made them
 #
 # OUT is the bench's --out; ARCHIVE defaults to docs/results/tokenize-full-runs (of this checkout).
 # A run is OUT/<agent>-<encoder>/<variant>/<game>-s<seed> with a `done` file. Kept per run:
@@ -27,10 +29,31 @@
 # it (RUN.saving, which restore ignores) that it then renames: a save stopped halfway leaves no run in
 # the archive without its curve.
 set -eu
-[ $# -ge 2 ] || { echo "usage: $0 save|restore OUT [ARCHIVE]" >&2; exit 2; }
-mode=$1 out=$2
+usage() { echo "usage: $0 save|restore OUT [ARCHIVE] | hosts [ARCHIVE]" >&2; exit 2; }
 here=$(dirname "$(readlink -f "$0")")
-archive=$(readlink -m "${3:-$here/../../docs/results/tokenize-full-runs}")
+default_archive=$here/../../docs/results/tokenize-full-runs
+[ $# -ge 1 ] || usage
+mode=$1
+if [ "$mode" = hosts ]; then
+    out= archive=$(readlink -m "${2:-$default_archive}")
+else
+    [ $# -ge 2 ] || usage
+    out=$2 archive=$(readlink -m "${3:-$default_archive}")
+fi
+
+# this machine's host line (the `host` file above): the first processor's fields, ISA the widest of
+# avx512f, avx2 its flags name, and the kernels OpenBLAS picks here
+host_line() {
+    local probe=${SPECMOE:-$here/../../build/specmoe} core
+    core=$(OPENBLAS_VERBOSE=2 "$probe" --help 2>&1 | sed -n 's/^Core: *//p' | head -n 1)
+    awk -F': *' -v core="${core:-unknown}" '
+        /^[a-z ]*[[:space:]]*:/ { k = $1; sub(/[[:space:]]+$/, "", k); if (!(k in v)) v[k] = $2 }
+        END {
+            isa = "baseline"; f = " " v["flags"] " "
+            if (f ~ / avx2 /) isa = "avx2"; if (f ~ / avx512f /) isa = "avx512f"
+            printf "cpu=\"%s\" family=%s model=%s isa=%s openblas-core=%s", v["model name"], v["cpu family"], v["model"], isa, core
+        }' /proc/cpuinfo 2>/dev/null
+}
 
 case $mode in
 save)
@@ -43,18 +66,7 @@ save)
         rel=${run#"$out"/}
         dest=$archive/$rel
         [ -f "$dest/done" ] && continue
-        if [ -z "$host" ]; then
-            probe=${SPECMOE:-$here/../../build/specmoe}
-            core=$(OPENBLAS_VERBOSE=2 "$probe" --help 2>&1 | sed -n 's/^Core: *//p' | head -n 1)
-            # the first processor's fields; ISA the widest of avx512f, avx2 its flags name
-            host=$(awk -F': *' -v core="${core:-unknown}" '
-                /^[a-z ]*[[:space:]]*:/ { k = $1; sub(/[[:space:]]+$/, "", k); if (!(k in v)) v[k] = $2 }
-                END {
-                    isa = "baseline"; f = " " v["flags"] " "
-                    if (f ~ / avx2 /) isa = "avx2"; if (f ~ / avx512f /) isa = "avx512f"
-                    printf "cpu=\"%s\" family=%s model=%s isa=%s openblas-core=%s", v["model name"], v["cpu family"], v["model"], isa, core
-                }' /proc/cpuinfo 2>/dev/null)
-        fi
+        [ -n "$host" ] || host=$(host_line)
         part=$dest.saving
         rm -rf "$part"
         mkdir -p "$part"
@@ -102,8 +114,22 @@ restore)
     done < <(find "$archive" -mindepth 4 -maxdepth 4 -name done -not -path '*.saving/done' | sort)
     echo "runs_archive: $n finished runs restored into $out"
     ;;
+hosts)
+    # Which machine made which archived run: runs on kinds of CPU whose sums differ are other samples
+    # of the same agent (BENCHMARKS.md, "Same binary, other kind of CPU"), so a session on a new
+    # machine sees here whether it adds to the archive's bits or to another machine's
+    [ -d "$archive" ] || { echo "runs_archive: no archive at $archive" >&2; exit 1; }
+    me=$(host_line)
+    echo "runs_archive: this machine: $me"
+    find "$archive" -mindepth 4 -maxdepth 4 -name done -not -path '*.saving/done' | sort | while IFS= read -r d; do
+        h=${d%/done}/host
+        if [ -f "$h" ]; then head -n 1 "$h"; else echo "(no host file: saved before 2026-12-02)"; fi
+    done | sort | uniq -c | sort -k1,1nr -k2 | while read -r n h; do
+        [ "$h" = "$me" ] && h="$h (this machine)"
+        printf 'runs_archive: %5d runs  %s\n' "$n" "$h"
+    done
+    ;;
 *)
-    echo "usage: $0 save|restore OUT [ARCHIVE]" >&2
-    exit 2
+    usage
     ;;
 esac

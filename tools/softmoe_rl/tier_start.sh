@@ -15,7 +15,8 @@
 #     its `host` file from 2026-12-02, and "Same binary, other kind of CPU" measures it);
 #   - checks each part with `bench tokenize --dry-run` (a misspelt variant stops here, not in a queue);
 #   - restores the archived runs into BENCH_DIR/tokenize-full (runs_archive.sh restore: only those not
-#     finished there), so a new machine continues where the last one stopped;
+#     finished there), so a new machine continues where the last one stopped, and prints this
+#     machine's host line beside the archive's runs counted by host (runs_archive.sh hosts);
 #   - copies the binary to BENCH_DIR/specmoe-<commit> (rebuilding build/ must not change a queue's
 #     binary halfway).
 # --print checks the parts and prints them (a line each) and the two queue commands, and starts nothing.
@@ -71,6 +72,7 @@ git -C "$root" diff --quiet "$arith" HEAD -- src include 2>/dev/null ||
 git -C "$root" diff --quiet -- src include || die "src/ or include/ have uncommitted changes"
 mkdir -p "$bench"
 "$here/runs_archive.sh" restore "$out" || die "restoring the archive into $out failed"
+SPECMOE=$bin "$here/runs_archive.sh" hosts || die "cannot count the archive's runs by host"
 [ -e "$qbin" ] || cp "$bin" "$qbin" || die "cannot copy $bin to $qbin"
 for c in 0 1; do
     (cd "$bench" && RUNS_ARCHIVE=$root/docs/results/tokenize-full-runs nohup setsid "$here/tier_queue.sh" "$qbin" "$out" "$c" \
