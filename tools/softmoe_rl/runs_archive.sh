@@ -35,7 +35,7 @@ default_archive=$here/../../docs/results/tokenize-full-runs
 [ $# -ge 1 ] || usage
 mode=$1
 if [ "$mode" = hosts ]; then
-    out= archive=$(readlink -m "${2:-$default_archive}")
+    archive=$(readlink -m "${2:-$default_archive}")
 else
     [ $# -ge 2 ] || usage
     out=$2 archive=$(readlink -m "${3:-$default_archive}")
@@ -54,6 +54,9 @@ host_line() {
             printf "cpu=\"%s\" family=%s model=%s isa=%s openblas-core=%s", v["model name"], v["cpu family"], v["model"], isa, core
         }' /proc/cpuinfo 2>/dev/null
 }
+
+# the archive's finished runs, as their `done` files (a save's scratch RUN.saving is not one)
+archived_runs() { find "$archive" -mindepth 4 -maxdepth 4 -name done -not -path '*.saving/done' | sort; }
 
 case $mode in
 save)
@@ -111,7 +114,7 @@ restore)
         rm -f "$dest/checkpoint.safetensors"
         cp "$run"/* "$dest/"
         n=$((n + 1))
-    done < <(find "$archive" -mindepth 4 -maxdepth 4 -name done -not -path '*.saving/done' | sort)
+    done < <(archived_runs)
     echo "runs_archive: $n finished runs restored into $out"
     ;;
 hosts)
@@ -121,7 +124,7 @@ hosts)
     [ -d "$archive" ] || { echo "runs_archive: no archive at $archive" >&2; exit 1; }
     me=$(host_line)
     echo "runs_archive: this machine: $me"
-    find "$archive" -mindepth 4 -maxdepth 4 -name done -not -path '*.saving/done' | sort | while IFS= read -r d; do
+    archived_runs | while IFS= read -r d; do
         h=${d%/done}/host
         if [ -f "$h" ]; then head -n 1 "$h"; else echo "(no host file: saved before 2026-12-02)"; fi
     done | sort | uniq -c | sort -k1,1nr -k2 | while read -r n h; do
