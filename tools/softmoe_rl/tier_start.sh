@@ -75,7 +75,9 @@ mkdir -p "$bench"
 SPECMOE=$bin "$here/runs_archive.sh" hosts || die "cannot count the archive's runs by host"
 [ -e "$qbin" ] || cp "$bin" "$qbin" || die "cannot copy $bin to $qbin"
 for c in 0 1; do
-    (cd "$bench" && RUNS_ARCHIVE=$root/docs/results/tokenize-full-runs nohup setsid "$here/tier_queue.sh" "$qbin" "$out" "$c" \
+    # exec: no shell stays behind as the queue's parent holding this script's standard output (a
+    # caller reading it through a pipe would wait for the queues to end, hours)
+    (cd "$bench" && RUNS_ARCHIVE=$root/docs/results/tokenize-full-runs exec nohup setsid "$here/tier_queue.sh" "$qbin" "$out" "$c" \
         "${parts[@]}" > /dev/null 2>&1 &)
     sleep 5
 done
