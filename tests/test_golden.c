@@ -14,7 +14,15 @@
  *   - every tensor of every case on an AVX2 CPU, where the dense layers (the head included) may run
  *     through the packed small GEMM (src/core/linear_small.c, by its shape rule), whose sums run
  *     over k in another order than OpenBLAS's and with FMA. Without AVX2 that kernel never runs
- *     and the old bit-for-bit comparison applies. */
+ *     and the old bit-for-bit comparison applies.
+ * A gradient is held within 1e-6 of the larger of its own largest value and the case's largest
+ * stored gradient, not of its own alone: backward carries every layer's rounding into the layers
+ * below it, so a small gradient's error scales with the case's gradients. Measured 2026-12-08 on an
+ * Intel Xeon (family 6, model 207) that Debian's OpenBLAS 0.3.21 does not know and runs with its
+ * generic Prescott kernels (no FMA): srmoe's expert gradients differed by up to 1.6e-6 of their own
+ * largest value (7.6e-8 absolute; 3e-8 of the case's largest gradient, 2.45), and conv_stack's top-1
+ * router weights, whose gradient is zero up to rounding (p / p = 1), by 2.2e-10 against a stored 0;
+ * OPENBLAS_CORETYPE=Haswell on the same machine passed at the tensor's own scale. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <omp.h>
@@ -71,16 +79,17 @@ static void same(const char *cs, const char *what, const sm_real *got, size_t n)
  * not element by element: an entry that is a near-cancelling sum has a relative rounding error far
  * above float's 6e-8 in any order. */
 static double g_close_tol = 1e-6;
+static double g_case_scale = 0; /* the case's largest stored gradient while gradients are compared, else 0 */
 static void close_to(const char *cs, const char *what, const sm_real *got, size_t n) {
     float *ref = floats(get(cs, what, n));
-    double scale = 0, worst = 0;
+    double scale = g_case_scale, worst = 0;
     for (size_t i = 0; i < n; i++) scale = fabs(ref[i]) > scale ? fabs(ref[i]) : scale;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)(float)got[i] - ref[i]);
         worst = d > worst || d != d ? d : worst;
     }
-    cr_expect(worst <= g_close_tol * scale, "%s %s: max |difference| %.3g, above %g x the largest value %.3g", cs, what,
-              worst, g_close_tol, scale);
+    cr_expect(worst <= g_close_tol * scale, "%s %s: max |difference| %.3g, above %g x the largest value %.3g%s", cs, what,
+              worst, g_close_tol, scale, g_case_scale > 0 ? " (its own or the case's largest gradient)" : "");
     free(ref);
 }
 
@@ -137,15 +146,26 @@ static void run_case(const golden_case *c) {
         cr_expect(fabs(loss - ref_loss) <= 1e-6 * fabs(ref_loss), "%s: loss %.17g, stored %.17g", c->name, loss, ref_loss);
     else
         cr_expect_eq(loss, ref_loss, "%s: loss %.17g, stored %.17g", c->name, loss, ref_loss);
+    /* the case's largest stored gradient: the floor of every gradient's scale (see the top of the file) */
+    double case_scale = 0;
     for (int i = 0; i < m->params.n; i++) {
         char what[160];
         snprintf(what, sizeof what, "g.%s", m->params.p[i].name);
+        float *ref = floats(get(c->name, what, m->params.p[i].numel));
+        for (size_t j = 0; j < m->params.p[i].numel; j++) case_scale = fabs(ref[j]) > case_scale ? fabs(ref[j]) : case_scale;
+        free(ref);
+    }
+    for (int i = 0; i < m->params.n; i++) {
+        char what[160];
+        snprintf(what, sizeof what, "g.%s", m->params.p[i].name);
+        g_case_scale = case_scale;
         g_close_tol = reordered && strstr(what, "router.scale") ? 1e-5 : 1e-6;
         if (is_conv_weight(m, i))
             close_to(c->name, what, sm_params_grad(&m->params, i), m->params.p[i].numel);
         else
             check(c->name, what, sm_params_grad(&m->params, i), m->params.p[i].numel);
         g_close_tol = 1e-6;
+        g_case_scale = 0;
     }
     check(c->name, "logits_eval", sm_model_forward(m, x, T, NULL, 0), (size_t)T * V);
     free(x);

@@ -318,8 +318,12 @@ Test(train, layer_spread_matches_a_direct_computation) {
     int c7[SM_MAX_LAYERS], c32[SM_MAX_LAYERS];
     cr_assert_eq(sm_layer_spread(m, &ds, 7, sp7, c7, &err), SM_OK, "%s", err.msg);
     cr_assert_eq(sm_layer_spread(m, &ds, 32, sp32, c32, &err), SM_OK, "%s", err.msg);
+    /* the batch size must not matter beyond the float rounding of the layer's outputs: a GEMM's sums may
+     * run in another order at another batch size (OpenBLAS's generic Prescott kernels do; measured
+     * 3.8e-9 relative on layer 0 on an Intel Xeon, family 6 model 207, 2026-12-08), while a sample
+     * lost or counted twice moves the spread by far more than 1e-6 */
     for (int l = 0; l < m->n_layers; l++) {
-        cr_assert_float_eq(sp7[l], sp32[l], 1e-9 * (1 + sp32[l]), "layer %d: batch 7 %.12g, batch 32 %.12g", l, sp7[l], sp32[l]);
+        cr_assert_float_eq(sp7[l], sp32[l], 1e-6 * (1 + sp32[l]), "layer %d: batch 7 %.12g, batch 32 %.12g", l, sp7[l], sp32[l]);
         cr_assert_eq(c7[l], c32[l]);
         cr_assert_gt(sp32[l], 0.01, "layer %d of a random model varies with its input", l);
     }
