@@ -78,6 +78,13 @@ static void same(const char *cs, const char *what, const sm_real *got, size_t n)
     free(ref);
 }
 
+/* the largest |value| of a stored tensor */
+static double max_abs(const float *f, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fabs(f[i]) > m ? fabs(f[i]) : m;
+    return m;
+}
+
 /* within 1e-6 of the tensor's largest stored value (a gradient: or within 1e-6 of the case's largest
  * stored gradient, whichever is larger): for the tensors whose summation order changed
  * (see the top of the file). Relative to the largest value,
@@ -87,8 +94,8 @@ static double g_close_tol = 1e-6;
 static double g_case_scale = 0; /* the case's largest stored gradient while gradients are compared, else 0 */
 static void close_to(const char *cs, const char *what, const sm_real *got, size_t n) {
     float *ref = floats(get(cs, what, n));
-    double scale = 0, worst = 0;
-    for (size_t i = 0; i < n; i++) scale = fabs(ref[i]) > scale ? fabs(ref[i]) : scale;
+    const double scale = max_abs(ref, n);
+    double worst = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)(float)got[i] - ref[i]);
         worst = d > worst || d != d ? d : worst;
@@ -153,26 +160,25 @@ static void run_case(const golden_case *c) {
     else
         cr_expect_eq(loss, ref_loss, "%s: loss %.17g, stored %.17g", c->name, loss, ref_loss);
     /* the case's largest stored gradient: the floor of every gradient's scale (see the top of the file) */
-    double case_scale = 0;
+    g_case_scale = 0;
     for (int i = 0; i < m->params.n; i++) {
         char what[160];
         snprintf(what, sizeof what, "g.%s", m->params.p[i].name);
         float *ref = floats(get(c->name, what, m->params.p[i].numel));
-        for (size_t j = 0; j < m->params.p[i].numel; j++) case_scale = fabs(ref[j]) > case_scale ? fabs(ref[j]) : case_scale;
+        g_case_scale = fmax(g_case_scale, max_abs(ref, m->params.p[i].numel));
         free(ref);
     }
     for (int i = 0; i < m->params.n; i++) {
         char what[160];
         snprintf(what, sizeof what, "g.%s", m->params.p[i].name);
-        g_case_scale = case_scale;
         g_close_tol = reordered && strstr(what, "router.scale") ? 1e-5 : 1e-6;
         if (is_conv_weight(m, i))
             close_to(c->name, what, sm_params_grad(&m->params, i), m->params.p[i].numel);
         else
             check(c->name, what, sm_params_grad(&m->params, i), m->params.p[i].numel);
         g_close_tol = 1e-6;
-        g_case_scale = 0;
     }
+    g_case_scale = 0;
     check(c->name, "logits_eval", sm_model_forward(m, x, T, NULL, 0), (size_t)T * V);
     free(x);
     free(yf);
